@@ -1,0 +1,63 @@
+package core
+
+import "fmt"
+
+// Algorithm selects how a Limit counts requests.
+type Algorithm uint8
+
+// The algorithms. The zero value means "not set" and becomes DefaultAlgorithm.
+const (
+	// FixedWindow counts requests per window aligned to the Unix epoch. Cheapest;
+	// allows up to 2×Count across a window boundary.
+	FixedWindow Algorithm = iota + 1
+	// SlidingLog remembers every request's time: exact, never more than Count in
+	// any window of length Window, at 8 bytes per allowed request held.
+	SlidingLog
+	// SlidingCounter weights the previous fixed window's count by how much of it
+	// still overlaps the sliding window (Cloudflare's estimate). O(1) memory,
+	// small error.
+	SlidingCounter
+	// TokenBucket refills Count tokens per Window into a bucket of Burst tokens
+	// (Burst defaults to Count).
+	TokenBucket
+	// GCRA is the leaky bucket as a meter (generic cell rate algorithm): requests
+	// are spaced Window/Count apart, with Burst (default 1) allowed at once.
+	GCRA
+	// LeakyBucket is the leaky bucket as a shaper: a request over the rate is
+	// delayed (Result.Delay) up to MaxDelay instead of rejected, and released no
+	// faster than Count per Window.
+	LeakyBucket
+)
+
+// DefaultAlgorithm is used when a Limit leaves Algorithm unset.
+const DefaultAlgorithm = SlidingCounter
+
+var algorithmNames = [...]string{
+	FixedWindow:    "fixed_window",
+	SlidingLog:     "sliding_log",
+	SlidingCounter: "sliding_counter",
+	TokenBucket:    "token_bucket",
+	GCRA:           "gcra",
+	LeakyBucket:    "leaky_bucket",
+}
+
+// Algorithms lists every algorithm, in declaration order.
+var Algorithms = []Algorithm{FixedWindow, SlidingLog, SlidingCounter, TokenBucket, GCRA, LeakyBucket}
+
+// String returns the configuration name of a, such as "sliding_log".
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) && algorithmNames[a] != "" {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", a)
+}
+
+// ParseAlgorithm returns the algorithm named s (as Algorithm.String prints it).
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a, name := range algorithmNames {
+		if name != "" && name == s {
+			return Algorithm(a), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_log, sliding_counter, token_bucket, gcra or leaky_bucket)", s)
+}

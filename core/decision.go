@@ -1,0 +1,91 @@
+package core
+
+import "time"
+
+// Decision is a policy's verdict on one request, with what rate-limit headers
+// need. The summary fields come from the limit that decided: when denied, the
+// denying limit with the longest RetryAfter; when allowed, the limit with the
+// least Remaining (ties go to the longer window).
+type Decision struct {
+	// Allowed reports whether the request may proceed. In shadow mode it is
+	// always true; Shadowed then tells whether the limits would have denied.
+	Allowed bool
+	// Shadowed reports a request the limits denied but shadow mode let through.
+	Shadowed bool
+	// Policy is the deciding policy.
+	Policy *Policy
+	// Index is the position in Policy.Limits() of the deciding limit.
+	Index int
+	// Limit is the deciding limit's Count.
+	Limit int64
+	// Remaining is the deciding limit's Remaining units.
+	Remaining int64
+	// Reset is the time until the deciding limit's full quota returns.
+	Reset time.Duration
+	// RetryAfter, when denied, is the time until the request would be admitted.
+	RetryAfter time.Duration
+	// Delay is how long to hold an allowed request (shaping); the longest
+	// delay any limit asks for.
+	Delay time.Duration
+	// Cost is the units of cost the request asked for.
+	Cost int64
+	// Results holds each limit's verdict; only the first N are set.
+	Results [MaxLimits]Result
+	// N is how many entries of Results are set.
+	N int
+}
+
+func (d *Decision) reset(p *Policy, cost int64) {
+	*d = Decision{Policy: p, N: len(p.limits), Cost: cost}
+}
+
+// DecidingLimit returns the limit that decided, or nil if d is empty.
+func (d *Decision) DecidingLimit() *Limit {
+	if d.Policy == nil || d.Index >= len(d.Policy.limits) {
+		return nil
+	}
+	return &d.Policy.limits[d.Index]
+}
+
+// Summarize fills d's summary fields from Results[:N]; allowed is whether
+// every limit allowed the request. Stores call it after filling Results.
+func (d *Decision) Summarize(allowed bool) {
+	d.Allowed, d.Shadowed, d.Delay = allowed, false, 0
+	best := -1
+	for i := 0; i < d.N; i++ {
+		r := &d.Results[i]
+		d.Delay = max(d.Delay, r.Delay)
+		if best < 0 {
+			if allowed || !r.Allowed {
+				best = i
+			}
+			continue
+		}
+		b := &d.Results[best]
+		if allowed {
+			if r.Remaining < b.Remaining || r.Remaining == b.Remaining && d.window(i) > d.window(best) {
+				best = i
+			}
+		} else if !r.Allowed && r.RetryAfter > b.RetryAfter {
+			best = i
+		}
+	}
+	if best < 0 {
+		best = 0
+	}
+	r := &d.Results[best]
+	d.Index, d.Limit, d.Remaining, d.Reset, d.RetryAfter = best, r.Limit, r.Remaining, r.Reset, r.RetryAfter
+	if !allowed {
+		d.Delay = 0
+		if d.Policy != nil && d.Policy.shadow {
+			d.Allowed, d.Shadowed = true, true
+		}
+	}
+}
+
+func (d *Decision) window(i int) time.Duration {
+	if d.Policy == nil || i >= len(d.Policy.limits) {
+		return 0
+	}
+	return d.Policy.limits[i].Window
+}

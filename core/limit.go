@@ -1,0 +1,218 @@
+package core
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxExact is 2^53: every integer a step function computes stays at or below
+// it so that the Redis Lua scripts, whose numbers are doubles, compute exactly
+// the same values as Go.
+const maxExact = 1 << 53
+
+// MaxSlidingLogCount bounds Count for SlidingLog, which stores one timestamp
+// (8 bytes) per request held in the window.
+const MaxSlidingLogCount = 1_000_000
+
+// Limit is one rate: Count units of cost per Window, counted by Algorithm.
+type Limit struct {
+	// Name labels the limit in headers, metrics and decisions. Empty means the
+	// limit's rate, such as "600/1m".
+	Name string
+	// Count is how many units of cost Window admits; at least 1.
+	Count int64
+	// Window is the period Count applies to; at least 1µs, counted in whole µs.
+	Window time.Duration
+	// Algorithm counts the requests; zero means DefaultAlgorithm.
+	Algorithm Algorithm
+	// Burst is the bucket size in units of cost: for TokenBucket the tokens a
+	// full bucket holds (default Count); for GCRA how many units may arrive at
+	// once (default 1); for LeakyBucket the queue size (default: as many as
+	// MaxDelay holds). Other algorithms ignore it.
+	Burst int64
+	// MaxDelay is, for LeakyBucket only, the longest a request may be delayed;
+	// required (> 0) for LeakyBucket.
+	MaxDelay time.Duration
+
+	// Compiled by validate: window, max delay and emission bound in µs.
+	windowUS   int64
+	burst      int64
+	maxDelayUS int64
+}
+
+// Rate returns l's rate as "<count>/<window>", the form ParseRate reads.
+func (l *Limit) Rate() string {
+	return strconv.FormatInt(l.Count, 10) + "/" + FormatWindow(l.Window)
+}
+
+// Label returns l.Name, or l.Rate() when Name is empty.
+func (l *Limit) Label() string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return l.Rate()
+}
+
+// EffectiveBurst returns the burst the algorithm uses after defaults
+// (see Limit.Burst). It is 0 for algorithms without a burst.
+func (l *Limit) EffectiveBurst() int64 {
+	if l.burst != 0 {
+		return l.burst
+	}
+	c := *l
+	if c.validate() != nil {
+		return 0
+	}
+	return c.burst
+}
+
+// Validate reports whether l is usable, with an error naming the field and
+// its value. A Policy validates its limits when it is built.
+func (l Limit) Validate() error { return l.validate() }
+
+func (l *Limit) validate() error {
+	if l.Algorithm == 0 {
+		l.Algorithm = DefaultAlgorithm
+	}
+	if l.Algorithm > LeakyBucket {
+		return fmt.Errorf("algorithm: unknown value %d", l.Algorithm)
+	}
+	if l.Count < 1 {
+		return fmt.Errorf("count: %d must be at least 1", l.Count)
+	}
+	if l.Window < time.Microsecond {
+		return fmt.Errorf("window: %s must be at least 1µs", l.Window)
+	}
+	l.windowUS = int64(l.Window / time.Microsecond)
+	if l.Burst < 0 {
+		return fmt.Errorf("burst: %d must be at least 1", l.Burst)
+	}
+	if l.MaxDelay < 0 {
+		return fmt.Errorf("max_delay: %s must not be negative", l.MaxDelay)
+	}
+	l.maxDelayUS = int64(l.MaxDelay / time.Microsecond)
+	switch l.Algorithm {
+	case FixedWindow, SlidingCounter:
+		l.burst = 0
+		if l.Count > maxExact/4 {
+			return fmt.Errorf("count: %d is above %d", l.Count, int64(maxExact/4))
+		}
+	case SlidingLog:
+		l.burst = 0
+		if l.Count > MaxSlidingLogCount {
+			return fmt.Errorf("count: %d is above %d, the most sliding_log holds per key (8 bytes each); use sliding_counter", l.Count, MaxSlidingLogCount)
+		}
+	case TokenBucket, GCRA, LeakyBucket:
+		l.burst = l.Burst
+		if l.burst == 0 {
+			switch l.Algorithm {
+			case TokenBucket:
+				l.burst = l.Count
+			case GCRA:
+				l.burst = 1
+			case LeakyBucket:
+				// Unbounded by count: MaxDelay alone bounds the queue.
+				l.burst = (l.maxDelayUS*l.Count)/l.windowUS + 1
+			}
+		}
+		if l.Algorithm == LeakyBucket && l.MaxDelay <= 0 {
+			return fmt.Errorf("max_delay: %s must be above 0 for leaky_bucket (shaping delays requests up to it)", l.MaxDelay)
+		}
+		// The step functions compute (burst+cost)×window with cost ≤ burst, and
+		// max_delay×count: keep both exact in Lua.
+		if l.burst > maxExact/4/l.windowUS {
+			return fmt.Errorf("burst: %d with window %s is too fine-grained (burst × window in µs must stay under 2^51); use a shorter window or fixed_window/sliding_counter", l.burst, FormatWindow(l.Window))
+		}
+		if l.Algorithm == LeakyBucket && l.maxDelayUS > maxExact/4/l.Count {
+			return fmt.Errorf("max_delay: %s with count %d is too large (max_delay in µs × count must stay under 2^51)", l.MaxDelay, l.Count)
+		}
+	}
+	if l.windowUS > maxExact/8 {
+		return fmt.Errorf("window: %s is too long", l.Window)
+	}
+	return nil
+}
+
+// idleUS is how long after its last request a key's state under l is
+// equivalent to a fresh one, in µs: stores expire idle keys after it.
+func (l *Limit) idleUS() int64 {
+	switch l.Algorithm {
+	case SlidingCounter:
+		return 2 * l.windowUS
+	case TokenBucket, GCRA:
+		return (2*l.burst*l.windowUS)/l.Count + 1
+	case LeakyBucket:
+		return l.maxDelayUS + (2*l.burst*l.windowUS)/l.Count + 1
+	default:
+		return l.windowUS
+	}
+}
+
+// ParseRate reads "<count>/<window>", such as "600/1m", "100/10s", "5/second"
+// or "3600/hour". The window is a Go duration, a duration in days ("1d"), or
+// one of the unit names second, minute, hour, day (and s, m, min, h, d) meaning
+// one of that unit. Spaces around the parts are ignored.
+func ParseRate(s string) (count int64, window time.Duration, err error) {
+	countText, windowText, ok := strings.Cut(s, "/")
+	if !ok {
+		return 0, 0, fmt.Errorf("rate %q: want <count>/<window>, such as 100/1m", s)
+	}
+	count, err = strconv.ParseInt(strings.TrimSpace(countText), 10, 64)
+	if err != nil || count < 1 {
+		return 0, 0, fmt.Errorf("rate %q: count %q must be a whole number of at least 1", s, strings.TrimSpace(countText))
+	}
+	window, err = ParseWindow(windowText)
+	if err != nil {
+		return 0, 0, fmt.Errorf("rate %q: %w", s, err)
+	}
+	return count, window, nil
+}
+
+var unitWindows = map[string]time.Duration{
+	"s": time.Second, "sec": time.Second, "second": time.Second,
+	"m": time.Minute, "min": time.Minute, "minute": time.Minute,
+	"h": time.Hour, "hour": time.Hour,
+	"d": 24 * time.Hour, "day": 24 * time.Hour,
+}
+
+// ParseWindow reads a window: a Go duration ("10s", "1m30s"), a whole or
+// fractional number of days ("1d", "1.5d"), or a unit name (see ParseRate).
+// It must be at least 1µs.
+func ParseWindow(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if w, ok := unitWindows[s]; ok {
+		return w, nil
+	}
+	var w time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok && days != "" {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil || n <= 0 || n > 100*365 {
+			return 0, fmt.Errorf("window %q: not a duration", s)
+		}
+		w = time.Duration(n * float64(24*time.Hour))
+	} else {
+		var err error
+		if w, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("window %q: not a duration (want e.g. 1s, 10m, 1h, 1d)", s)
+		}
+	}
+	if w < time.Microsecond {
+		return 0, fmt.Errorf("window %q: must be at least 1µs", s)
+	}
+	return w, nil
+}
+
+// FormatWindow prints w as ParseWindow reads it, preferring whole days
+// ("1d") and short units ("1m", not "1m0s").
+func FormatWindow(w time.Duration) string {
+	day := 24 * time.Hour
+	if w >= day && w%day == 0 {
+		return strconv.FormatInt(int64(w/day), 10) + "d"
+	}
+	s := w.String()
+	s = strings.Replace(s, "m0s", "m", 1)
+	s = strings.Replace(s, "h0m", "h", 1)
+	return s
+}

@@ -1,0 +1,117 @@
+package core
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxLimits is the most limits one Policy may stack.
+const MaxLimits = 8
+
+// Policy is a named stack of limits applied to one key. A request is allowed
+// only if every limit allows it, and a denied request consumes nothing from
+// any of them.
+type Policy struct {
+	name   string
+	limits []Limit
+	shadow bool
+	// scope names the policy's state in a store: its name plus the limits'
+	// signature, so a reloaded policy with the same name and limits finds its
+	// counters again, and a changed one starts afresh.
+	scope  string
+	idleUS int64
+}
+
+// PolicyOptions holds a Policy's optional settings.
+type PolicyOptions struct {
+	// Shadow makes the policy decide and report but always allow.
+	Shadow bool
+}
+
+// NewPolicy validates limits and returns a policy named name. Errors name the
+// limit (by position and rate) and the field at fault.
+func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error) {
+	if name == "" {
+		return nil, fmt.Errorf("policy name: must not be empty")
+	}
+	if len(limits) == 0 {
+		return nil, fmt.Errorf("policy %q: needs at least one limit", name)
+	}
+	if len(limits) > MaxLimits {
+		return nil, fmt.Errorf("policy %q: %d limits, at most %d may be stacked", name, len(limits), MaxLimits)
+	}
+	p := &Policy{name: name, shadow: opts.Shadow, limits: make([]Limit, len(limits))}
+	var sig strings.Builder
+	sig.WriteString(name)
+	for i, l := range limits {
+		if err := l.validate(); err != nil {
+			return nil, fmt.Errorf("policy %q limit %d (%s): %w", name, i+1, l.Rate(), err)
+		}
+		p.limits[i] = l
+		p.idleUS = max(p.idleUS, l.idleUS())
+		sig.WriteString("|" + l.Algorithm.String() + ":" + strconv.FormatInt(l.Count, 10) + ":" +
+			strconv.FormatInt(l.windowUS, 10) + ":" + strconv.FormatInt(l.burst, 10) + ":" +
+			strconv.FormatInt(l.maxDelayUS, 10))
+	}
+	p.scope = sig.String()
+	return p, nil
+}
+
+// MustPolicy is NewPolicy for limits known to be valid; it panics on error.
+func MustPolicy(name string, opts PolicyOptions, limits ...Limit) *Policy {
+	p, err := NewPolicy(name, opts, limits...)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// Name returns the policy's name.
+func (p *Policy) Name() string { return p.name }
+
+// Limits returns the policy's validated limits (defaults filled in). The
+// caller must not modify them.
+func (p *Policy) Limits() []Limit { return p.limits }
+
+// Shadow reports whether the policy only reports and always allows.
+func (p *Policy) Shadow() bool { return p.shadow }
+
+// Scope returns the identity of the policy's state in a store: equal for
+// policies with the same name and limits.
+func (p *Policy) Scope() string { return p.scope }
+
+// IdleTTL returns how long after its last request a key's state is
+// equivalent to a fresh one, so a store may forget it.
+func (p *Policy) IdleTTL() time.Duration { return us(p.idleUS) }
+
+// IdleMicros is IdleTTL in µs.
+func (p *Policy) IdleMicros() int64 { return p.idleUS }
+
+// Apply runs every limit of p on states (one per limit, in order) for a
+// request of cost units at now (µs), fills d, and commits the new states into
+// states only if every limit allowed the request. It is what a store runs
+// under its lock for one key.
+func (p *Policy) Apply(states []State, now, cost int64, d *Decision) {
+	var next [MaxLimits]State
+	d.reset(p, cost)
+	allowed := true
+	for i := range p.limits {
+		next[i], d.Results[i] = Step(&p.limits[i], states[i], now, cost)
+		allowed = allowed && d.Results[i].Allowed
+	}
+	if allowed {
+		copy(states, next[:len(p.limits)])
+	} else {
+		// Nothing is consumed: report what each limit that would have allowed
+		// still has, as a request of cost 0 sees it.
+		for i := range p.limits {
+			if d.Results[i].Allowed {
+				_, d.Results[i] = Step(&p.limits[i], states[i], now, 0)
+				d.Results[i].Allowed = true
+			}
+		}
+	}
+	d.Summarize(allowed)
+}

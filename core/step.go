@@ -1,0 +1,323 @@
+package core
+
+import (
+	"math"
+	"time"
+)
+
+// State is what a store keeps for one limit of one key. Its zero value is a
+// key never seen. The meaning of A, B and C depends on the algorithm:
+//
+//	FixedWindow     A window start (µs), B count in it
+//	SlidingCounter  A current window start (µs), B its count, C previous window's count
+//	SlidingLog      A ring head, B entries held, Log the ring of request times (µs)
+//	TokenBucket     A deficit (tokens missing × Window in µs), B last update (µs)
+//	GCRA            A theoretical arrival time (µs), B its fraction in 1/Count µs
+//	LeakyBucket     as GCRA: when the next request would be released
+type State struct {
+	A, B, C int64
+	// Log is SlidingLog's ring buffer of Count request times in µs. Step writes
+	// only outside the live part of the ring it was given, so the State passed
+	// in stays valid when the caller discards the one returned.
+	Log []int64
+}
+
+// Result is one limit's verdict on one request.
+type Result struct {
+	// Allowed reports whether the limit admits the request.
+	Allowed bool
+	// Limit is the limit's Count.
+	Limit int64
+	// Remaining is how many more units of cost the limit admits right now
+	// (after this request, if it was allowed).
+	Remaining int64
+	// Reset is how long until the limit's full quota is available again.
+	Reset time.Duration
+	// RetryAfter, when the request is denied, is how long until the same
+	// request would be admitted (if nothing else arrives). A request costing
+	// more than the limit can ever admit gets the limit's Window.
+	RetryAfter time.Duration
+	// Delay, for LeakyBucket, is how long the caller must hold an allowed
+	// request before passing it on.
+	Delay time.Duration
+}
+
+// Step applies one request of cost units arriving at now (µs) to the state s
+// of limit l, and returns the state after it and the verdict. It is pure: s is
+// not changed. A denied request's returned state only forgets expired history,
+// so a caller may keep either state after a denial. l must have been
+// validated (a Policy validates its limits).
+func Step(l *Limit, s State, now, cost int64) (State, Result) {
+	switch l.Algorithm {
+	case FixedWindow:
+		return stepFixedWindow(l, s, now, cost)
+	case SlidingLog:
+		return stepSlidingLog(l, s, now, cost)
+	case SlidingCounter:
+		return stepSlidingCounter(l, s, now, cost)
+	case TokenBucket:
+		return stepTokenBucket(l, s, now, cost)
+	case GCRA:
+		return stepGCRA(l, s, now, cost)
+	case LeakyBucket:
+		return stepLeakyBucket(l, s, now, cost)
+	}
+	return s, Result{Limit: l.Count}
+}
+
+func us(d int64) time.Duration { return time.Duration(d) * time.Microsecond }
+
+// ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// windowStart returns the start of the epoch-aligned window holding now.
+func windowStart(now, w int64) int64 {
+	m := now % w
+	if m < 0 {
+		m += w
+	}
+	return now - m
+}
+
+func stepFixedWindow(l *Limit, s State, now, cost int64) (State, Result) {
+	w, n := l.windowUS, l.Count
+	start := windowStart(now, w)
+	if s.A != start {
+		s.A, s.B = start, 0
+	}
+	reset := us(start + w - now)
+	r := Result{Limit: n, Reset: reset}
+	if s.B+cost <= n {
+		s.B += cost
+		r.Allowed = true
+		r.Remaining = n - s.B
+		return s, r
+	}
+	r.Remaining = n - s.B
+	r.RetryAfter = reset
+	if cost > n {
+		r.RetryAfter = l.Window
+	}
+	return s, r
+}
+
+func stepSlidingLog(l *Limit, s State, now, cost int64) (State, Result) {
+	w, n := l.windowUS, l.Count
+	// Forget requests at or before now-w: they left the window (now-w, now].
+	for s.B > 0 && s.Log[s.A] <= now-w {
+		s.A++
+		if s.A == n {
+			s.A = 0
+		}
+		s.B--
+	}
+	r := Result{Limit: n}
+	if s.B+cost <= n {
+		if int64(len(s.Log)) != n {
+			// A fresh key (nothing live): take a ring of n times, reusing the
+			// caller's buffer when it is big enough.
+			if int64(cap(s.Log)) >= n {
+				s.Log = s.Log[:n]
+			} else {
+				s.Log = make([]int64, n)
+			}
+		}
+		for i := int64(0); i < cost; i++ {
+			s.Log[(s.A+s.B)%n] = now
+			s.B++
+		}
+		r.Allowed = true
+		r.Remaining = n - s.B
+		if s.B > 0 {
+			r.Reset = us(s.Log[(s.A+s.B-1)%n] + w - now)
+		}
+		return s, r
+	}
+	r.Remaining = n - s.B
+	if s.B > 0 {
+		r.Reset = us(s.Log[(s.A+s.B-1)%n] + w - now)
+	}
+	if cost <= n {
+		// The request fits once the oldest s.B+cost-n entries have left.
+		oldest := s.Log[(s.A+s.B+cost-n-1)%n]
+		r.RetryAfter = us(oldest + w - now)
+	} else {
+		r.RetryAfter = l.Window
+	}
+	return s, r
+}
+
+// slidingEstimate is Cloudflare's estimate of the requests in the sliding
+// window ending el µs into the current window: the previous window's count
+// weighted by its overlap, plus the current count. The Lua script computes the
+// same IEEE double operations in the same order.
+func slidingEstimate(prev, curr, w, el int64) float64 {
+	return float64(float64(prev)*float64(w-el))/float64(w) + float64(curr)
+}
+
+func stepSlidingCounter(l *Limit, s State, now, cost int64) (State, Result) {
+	w, n := l.windowUS, l.Count
+	start := windowStart(now, w)
+	switch s.A {
+	case start:
+	case start - w:
+		s.A, s.B, s.C = start, 0, s.B
+	default:
+		s.A, s.B, s.C = start, 0, 0
+	}
+	el := now - start
+	est := slidingEstimate(s.C, s.B, w, el)
+	r := Result{Limit: n}
+	if est+float64(cost) <= float64(n) {
+		s.B += cost
+		r.Allowed = true
+		r.Remaining = int64(math.Floor(float64(n) - (est + float64(cost))))
+	} else {
+		r.Remaining = max(0, int64(math.Floor(float64(n)-est)))
+		r.RetryAfter = us(slidingCounterWait(s, w, n, el, cost))
+	}
+	switch {
+	case s.B > 0:
+		r.Reset = us(start + 2*w - now)
+	case s.C > 0:
+		r.Reset = us(start + w - now)
+	}
+	return s, r
+}
+
+// slidingCounterWait returns how many µs after el (into the window starting
+// at s.A) a request of cost units is first admitted, if nothing else arrives.
+func slidingCounterWait(s State, w, n, el, cost int64) int64 {
+	if cost > n {
+		return w
+	}
+	fits := func(prev, curr, at int64) bool {
+		return slidingEstimate(prev, curr, w, at)+float64(cost) <= float64(n)
+	}
+	// First chance: later in this window, as the previous window fades.
+	if s.B+cost <= n && s.C > 0 {
+		at := int64(math.Ceil(float64(w) - float64(float64(n-s.B-cost)*float64(w))/float64(s.C)))
+		at = max(at, el)
+		for at < w && !fits(s.C, s.B, at) {
+			at++
+		}
+		if at < w {
+			return at - el
+		}
+	}
+	// Otherwise in the next window, where this window's count fades.
+	at := int64(0)
+	if s.B > 0 {
+		at = max(0, int64(math.Ceil(float64(w)-float64(float64(n-cost)*float64(w))/float64(s.B))))
+		for at < w && !fits(s.B, 0, at) {
+			at++
+		}
+	}
+	return w + at - el
+}
+
+// Token bucket in integer units: one token is Window µs worth of units and
+// the bucket refills Count units per µs, so every quantity is exact.
+func stepTokenBucket(l *Limit, s State, now, cost int64) (State, Result) {
+	w, n, b := l.windowUS, l.Count, l.burst
+	capacity := b * w
+	if elapsed := now - s.B; s.A > 0 && elapsed > 0 {
+		if elapsed >= ceilDiv(s.A, n) {
+			s.A = 0
+		} else {
+			s.A -= elapsed * n
+		}
+	}
+	s.B = max(s.B, now)
+	r := Result{Limit: n}
+	need := cost * w
+	if cost <= b && s.A+need <= capacity {
+		s.A += need
+		r.Allowed = true
+		r.Remaining = (capacity - s.A) / w
+		r.Reset = us(ceilDiv(s.A, n))
+		return s, r
+	}
+	r.Remaining = (capacity - s.A) / w
+	r.Reset = us(ceilDiv(s.A, n))
+	if cost <= b {
+		r.RetryAfter = us(ceilDiv(s.A+need-capacity, n))
+	} else {
+		r.RetryAfter = l.Window
+	}
+	return s, r
+}
+
+// aheadOf returns how far the theoretical arrival time in s lies after now,
+// in 1/n µs (0 when it has passed).
+func aheadOf(s State, now, n int64) int64 {
+	if s.A < now {
+		return 0
+	}
+	return (s.A-now)*n + s.B
+}
+
+// gcraAdvance returns the theoretical arrival time (µs and fraction in 1/n µs)
+// at or after now, moved on by cost emission intervals of w/n µs each.
+func gcraAdvance(s State, now, w, n, cost int64) (tatUS, tatFrac int64) {
+	tatUS, tatFrac = s.A, s.B
+	if tatUS < now {
+		tatUS, tatFrac = now, 0
+	}
+	total := tatFrac + cost*w
+	return tatUS + total/n, total % n
+}
+
+func stepGCRA(l *Limit, s State, now, cost int64) (State, Result) {
+	w, n, b := l.windowUS, l.Count, l.burst
+	// Distances from now are kept in 1/n µs, so one request is w units.
+	tolerance := b * w
+	prev := aheadOf(s, now, n)
+	r := Result{Limit: n}
+	if cost <= b {
+		tatUS, tatFrac := gcraAdvance(s, now, w, n, cost)
+		ahead := (tatUS-now)*n + tatFrac
+		if ahead <= tolerance {
+			r.Allowed = true
+			r.Remaining = (tolerance - ahead) / w
+			r.Reset = us(ceilDiv(ahead, n))
+			return State{A: tatUS, B: tatFrac}, r
+		}
+		r.RetryAfter = us(ceilDiv(ahead-tolerance, n))
+	}
+	r.Remaining = (tolerance - prev) / w
+	r.Reset = us(ceilDiv(prev, n))
+	if cost > b {
+		r.RetryAfter = l.Window
+	}
+	return s, r
+}
+
+// stepLeakyBucket shapes: a request is released at the later of now and the
+// time the previous one's slot ends, so releases are w/n µs apart per unit of
+// cost; it is refused when that release is more than the bound away.
+func stepLeakyBucket(l *Limit, s State, now, cost int64) (State, Result) {
+	w, n, b := l.windowUS, l.Count, l.burst
+	// Longest wait, in 1/n µs: MaxDelay, and the queue size b × w/n µs.
+	bound := min(l.maxDelayUS*n, b*w)
+	wait := aheadOf(s, now, n)
+	r := Result{Limit: n}
+	if cost <= b && wait <= bound {
+		tatUS, tatFrac := gcraAdvance(s, now, w, n, cost)
+		next := (tatUS-now)*n + tatFrac
+		r.Allowed = true
+		r.Delay = us(ceilDiv(wait, n))
+		if next <= bound {
+			r.Remaining = (bound-next)/w + 1
+		}
+		r.Reset = us(ceilDiv(next, n))
+		return State{A: tatUS, B: tatFrac}, r
+	}
+	r.Reset = us(ceilDiv(wait, n))
+	if cost <= b {
+		r.RetryAfter = us(ceilDiv(wait-bound, n))
+	} else {
+		r.RetryAfter = l.Window
+	}
+	return s, r
+}

@@ -1,0 +1,88 @@
+package core
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+)
+
+// Store keeps the state of every (policy, key) and decides requests
+// atomically: all limits of the policy are checked and committed together.
+type Store interface {
+	// Decide applies policy p to key for a request of cost units and fills d.
+	// An error means the store could not decide (d is then undefined).
+	Decide(ctx context.Context, p *Policy, key string, cost int64, d *Decision) error
+}
+
+// Clock tells the time in µs. Stores take one so tests can inject time.
+type Clock interface {
+	// NowMicros returns the current time in µs since the Unix epoch.
+	NowMicros() int64
+}
+
+// monotonicClock reads the process's monotonic clock, anchored once to the
+// wall clock so windows align to the epoch, but never stepping with it.
+type monotonicClock struct{ start time.Time }
+
+// NewMonotonicClock returns the Clock stores use by default.
+func NewMonotonicClock() Clock { return monotonicClock{start: time.Now()} }
+
+func (c monotonicClock) NowMicros() int64 {
+	return c.start.UnixMicro() + int64(time.Since(c.start)/time.Microsecond)
+}
+
+// ManualClock is a Clock that tests set by hand.
+type ManualClock struct{ Micros int64 }
+
+// NowMicros returns c.Micros.
+func (c *ManualClock) NowMicros() int64 { return c.Micros }
+
+// Advance moves c forward by d.
+func (c *ManualClock) Advance(d time.Duration) { c.Micros += int64(d / time.Microsecond) }
+
+// MaxKeyLen is the longest request key used as it is; longer keys are
+// replaced by a hash (see BoundKey), so no header can bloat a store.
+const MaxKeyLen = 128
+
+// BoundKey returns key if it is at most MaxKeyLen bytes, and otherwise
+// "sha256:" and the hex SHA-256 of key (71 bytes).
+func BoundKey(key string) string {
+	if len(key) <= MaxKeyLen {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Limiter applies one policy over one store.
+type Limiter struct {
+	policy *Policy
+	store  Store
+}
+
+// NewLimiter returns a limiter applying p over s.
+func NewLimiter(p *Policy, s Store) *Limiter { return &Limiter{policy: p, store: s} }
+
+// Policy returns the limiter's policy.
+func (l *Limiter) Policy() *Policy { return l.policy }
+
+// Store returns the limiter's store.
+func (l *Limiter) Store() Store { return l.store }
+
+// Decide decides a request of cost units (at least 0) for key, bounded by
+// BoundKey, into d.
+func (l *Limiter) Decide(ctx context.Context, key string, cost int64, d *Decision) error {
+	if cost < 0 {
+		return fmt.Errorf("cost: %d must not be negative", cost)
+	}
+	return l.store.Decide(ctx, l.policy, BoundKey(key), cost, d)
+}
+
+// Allow decides one request of cost 1 for key.
+func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
+	var d Decision
+	err := l.Decide(ctx, key, 1, &d)
+	return d, err
+}

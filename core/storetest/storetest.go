@@ -1,0 +1,301 @@
+// Package storetest is the conformance suite every tollgate store must pass:
+// the same traces, replayed with an injected clock, must give the same
+// decisions on every store, exactly as the core step functions define them.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+)
+
+// Factory returns a fresh, empty store that reads time from clock.
+type Factory func(t *testing.T, clock core.Clock) core.Store
+
+// T0 is the traces' start: a Unix time in µs aligned to a whole day, so
+// windows of a second, minute, hour or day all start there.
+const T0 = int64(1_700_006_400) * 1_000_000
+
+// Step is one request of a trace and what the store must answer.
+type Step struct {
+	At   time.Duration // since T0
+	Key  string        // "" means "k"
+	Cost int64         // 0 means 1; use Free for a request of cost 0
+	Want Want
+}
+
+// Free is the Cost of a request that costs nothing (it only reads the state).
+const Free = -1
+
+// Want is the expected decision. Results, when set, are checked per limit
+// (Allowed and Remaining).
+type Want struct {
+	Allowed    bool
+	Shadowed   bool
+	Index      int
+	Remaining  int64
+	Reset      time.Duration
+	RetryAfter time.Duration
+	Delay      time.Duration
+	Results    []WantResult
+}
+
+// WantResult is the expected verdict of one limit of a stacked policy.
+type WantResult struct {
+	Allowed   bool
+	Remaining int64
+}
+
+// Trace is a named policy and the requests replayed against it.
+type Trace struct {
+	Name   string
+	Policy *core.Policy
+	Steps  []Step
+}
+
+func ms(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
+
+func lim(count int64, window time.Duration, a core.Algorithm) core.Limit {
+	return core.Limit{Count: count, Window: window, Algorithm: a}
+}
+
+// Traces returns the conformance traces: every algorithm at its boundaries,
+// bursts, refills, cost above 1, stacked limits and shadow mode.
+func Traces() []Trace {
+	opts := core.PolicyOptions{}
+	tb := lim(10, time.Second, core.TokenBucket)
+	tb.Burst = 5
+	gcra := lim(10, time.Second, core.GCRA)
+	gcra.Burst = 2
+	shaper := lim(10, time.Second, core.LeakyBucket)
+	shaper.MaxDelay = ms(250)
+	return []Trace{
+		{"fixed_window", core.MustPolicy("fw", opts, lim(3, time.Second, core.FixedWindow)), []Step{
+			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: ms(1000)}},
+			{At: ms(100), Want: Want{Allowed: true, Remaining: 1, Reset: ms(900)}},
+			{At: ms(200), Want: Want{Allowed: true, Remaining: 0, Reset: ms(800)}},
+			{At: ms(300), Want: Want{Remaining: 0, Reset: ms(700), RetryAfter: ms(700)}},
+			{At: 999999 * time.Microsecond, Want: Want{Reset: time.Microsecond, RetryAfter: time.Microsecond}},
+			{At: ms(1000), Want: Want{Allowed: true, Remaining: 2, Reset: ms(1000)}},
+			{At: ms(1500), Cost: 2, Want: Want{Allowed: true, Remaining: 0, Reset: ms(500)}},
+			{At: ms(1600), Want: Want{Remaining: 0, Reset: ms(400), RetryAfter: ms(400)}},
+			{At: ms(2000), Cost: 4, Want: Want{Remaining: 3, Reset: ms(1000), RetryAfter: ms(1000)}},
+			{At: ms(2000), Cost: 3, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
+			{At: ms(2000), Key: "other", Want: Want{Allowed: true, Remaining: 2, Reset: ms(1000)}},
+		}},
+		{"sliding_log", core.MustPolicy("sl", opts, lim(3, time.Second, core.SlidingLog)), []Step{
+			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: ms(1000)}},
+			{At: ms(100), Want: Want{Allowed: true, Remaining: 1, Reset: ms(1000)}},
+			{At: ms(200), Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
+			{At: ms(500), Want: Want{Remaining: 0, Reset: ms(700), RetryAfter: ms(500)}},
+			{At: ms(1000), Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
+			{At: ms(1050), Want: Want{Remaining: 0, Reset: ms(950), RetryAfter: ms(50)}},
+			{At: ms(1150), Cost: 2, Want: Want{Remaining: 1, Reset: ms(850), RetryAfter: ms(50)}},
+			{At: ms(1200), Cost: 2, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
+			{At: ms(1300), Cost: 4, Want: Want{Remaining: 0, Reset: ms(900), RetryAfter: ms(1000)}},
+			{At: ms(1300), Cost: Free, Want: Want{Allowed: true, Remaining: 0, Reset: ms(900)}},
+			{At: ms(5000), Want: Want{Allowed: true, Remaining: 2, Reset: ms(1000)}},
+		}},
+		{"sliding_counter", core.MustPolicy("sc", opts, lim(10, time.Second, core.SlidingCounter)), []Step{
+			{At: ms(100), Cost: 10, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1900)}},
+			{At: ms(200), Want: Want{Remaining: 0, Reset: ms(1800), RetryAfter: ms(900)}},
+			{At: 1099999 * time.Microsecond, Want: Want{Remaining: 0, Reset: 900001 * time.Microsecond, RetryAfter: time.Microsecond}},
+			{At: ms(1100), Want: Want{Allowed: true, Remaining: 0, Reset: ms(1900)}},
+			{At: ms(1500), Want: Want{Allowed: true, Remaining: 3, Reset: ms(1500)}},
+			{At: ms(2500), Want: Want{Allowed: true, Remaining: 8, Reset: ms(1500)}},
+			{At: ms(5000), Want: Want{Allowed: true, Remaining: 9, Reset: ms(2000)}},
+			{At: ms(5000), Cost: 9, Want: Want{Allowed: true, Remaining: 0, Reset: ms(2000)}},
+			{At: ms(6100), Want: Want{Allowed: true, Remaining: 0, Reset: ms(1900)}},
+			{At: ms(6200), Want: Want{Allowed: true, Remaining: 0, Reset: ms(1800)}},
+			{At: ms(6250), Want: Want{Remaining: 0, Reset: ms(1750), RetryAfter: ms(50)}},
+			{At: ms(6300), Want: Want{Allowed: true, Remaining: 0, Reset: ms(1700)}},
+			{At: ms(6300), Cost: 11, Want: Want{Remaining: 0, Reset: ms(1700), RetryAfter: ms(1000)}},
+		}},
+		{"token_bucket", core.MustPolicy("tb", opts, tb), []Step{
+			{At: 0, Cost: 5, Want: Want{Allowed: true, Remaining: 0, Reset: ms(500)}},
+			{At: 0, Want: Want{Remaining: 0, Reset: ms(500), RetryAfter: ms(100)}},
+			{At: ms(100), Want: Want{Allowed: true, Remaining: 0, Reset: ms(500)}},
+			{At: ms(350), Want: Want{Allowed: true, Remaining: 1, Reset: ms(350)}},
+			{At: ms(10000), Cost: 6, Want: Want{Remaining: 5, RetryAfter: ms(1000)}},
+			{At: ms(10000), Cost: Free, Want: Want{Allowed: true, Remaining: 5}},
+			{At: ms(10000), Cost: 2, Want: Want{Allowed: true, Remaining: 3, Reset: ms(200)}},
+		}},
+		{"gcra", core.MustPolicy("gcra", opts, gcra), []Step{
+			{At: 0, Want: Want{Allowed: true, Remaining: 1, Reset: ms(100)}},
+			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(200)}},
+			{At: 0, Want: Want{Remaining: 0, Reset: ms(200), RetryAfter: ms(100)}},
+			{At: ms(50), Want: Want{Remaining: 0, Reset: ms(150), RetryAfter: ms(50)}},
+			{At: ms(100), Want: Want{Allowed: true, Remaining: 0, Reset: ms(200)}},
+			{At: ms(1000), Cost: 3, Want: Want{Remaining: 2, RetryAfter: ms(1000)}},
+			{At: ms(1000), Cost: 2, Want: Want{Allowed: true, Remaining: 0, Reset: ms(200)}},
+		}},
+		{"gcra_fractional_interval", core.MustPolicy("gcra3", opts, lim(3, time.Second, core.GCRA)), []Step{
+			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: 333334 * time.Microsecond}},
+			{At: 333333 * time.Microsecond, Want: Want{Remaining: 0, Reset: time.Microsecond, RetryAfter: time.Microsecond}},
+			{At: 333334 * time.Microsecond, Want: Want{Allowed: true, Remaining: 0, Reset: 333334 * time.Microsecond}},
+		}},
+		{"leaky_bucket_shaper", core.MustPolicy("lb", opts, shaper), []Step{
+			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: ms(100)}},
+			{At: 0, Want: Want{Allowed: true, Remaining: 1, Reset: ms(200), Delay: ms(100)}},
+			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(300), Delay: ms(200)}},
+			{At: 0, Want: Want{Remaining: 0, Reset: ms(300), RetryAfter: ms(50)}},
+			{At: ms(60), Want: Want{Allowed: true, Remaining: 0, Reset: ms(340), Delay: ms(240)}},
+			{At: ms(200), Want: Want{Allowed: true, Remaining: 0, Reset: ms(300), Delay: ms(200)}},
+			{At: ms(1000), Want: Want{Allowed: true, Remaining: 2, Reset: ms(100)}},
+		}},
+		{"stacked_second_denies_consumes_nothing", core.MustPolicy("stack", opts,
+			lim(3, time.Second, core.FixedWindow), lim(2, time.Minute, core.FixedWindow)), []Step{
+			{At: 0, Want: Want{Allowed: true, Index: 1, Remaining: 1, Reset: ms(60000),
+				Results: []WantResult{{true, 2}, {true, 1}}}},
+			{At: ms(1), Want: Want{Allowed: true, Index: 1, Remaining: 0, Reset: ms(59999),
+				Results: []WantResult{{true, 1}, {true, 0}}}},
+			{At: ms(2), Want: Want{Index: 1, Remaining: 0, Reset: ms(59998), RetryAfter: ms(59998),
+				Results: []WantResult{{true, 1}, {false, 0}}}},
+			{At: ms(3), Want: Want{Index: 1, Remaining: 0, Reset: ms(59997), RetryAfter: ms(59997),
+				Results: []WantResult{{true, 1}, {false, 0}}}},
+			{At: ms(60000), Want: Want{Allowed: true, Index: 1, Remaining: 1, Reset: ms(60000),
+				Results: []WantResult{{true, 2}, {true, 1}}}},
+		}},
+		{"stacked_first_denies_and_ties", core.MustPolicy("stack2", opts,
+			lim(1, time.Second, core.SlidingLog), lim(3, time.Hour, core.GCRA), lim(1, time.Minute, core.FixedWindow)), []Step{
+			// Ties on remaining go to the longer window.
+			{At: 0, Want: Want{Allowed: true, Index: 1, Remaining: 0, Reset: ms(1200000),
+				Results: []WantResult{{true, 0}, {true, 0}, {true, 0}}}},
+			// All three deny: the longest RetryAfter decides.
+			{At: ms(500), Want: Want{Index: 1, Remaining: 0, Reset: ms(1199500), RetryAfter: ms(1199500),
+				Results: []WantResult{{false, 0}, {false, 0}, {false, 0}}}},
+		}},
+		{"shadow", core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(1, time.Second, core.FixedWindow)), []Step{
+			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
+			{At: ms(10), Want: Want{Allowed: true, Shadowed: true, Remaining: 0, Reset: ms(990), RetryAfter: ms(990)}},
+		}},
+	}
+}
+
+// Run replays every trace of Traces on stores from newStore, then random
+// traces checked against the core step functions.
+func Run(t *testing.T, newStore Factory) {
+	for _, tr := range Traces() {
+		t.Run(tr.Name, func(t *testing.T) {
+			clock := &core.ManualClock{}
+			store := newStore(t, clock)
+			for i, st := range tr.Steps {
+				clock.Micros = T0 + int64(st.At/time.Microsecond)
+				key := st.Key
+				if key == "" {
+					key = "k"
+				}
+				cost := st.Cost
+				switch cost {
+				case 0:
+					cost = 1
+				case Free:
+					cost = 0
+				}
+				var d core.Decision
+				if err := store.Decide(context.Background(), tr.Policy, key, cost, &d); err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if msg := mismatch(&d, st.Want); msg != "" {
+					t.Errorf("step %d (at %v, key %q, cost %d): %s", i, st.At, key, cost, msg)
+				}
+			}
+		})
+	}
+	t.Run("random_against_step_functions", func(t *testing.T) {
+		for seed := uint64(1); seed <= 6; seed++ {
+			RandomTrace(t, newStore, seed, 400)
+		}
+	})
+}
+
+func mismatch(d *core.Decision, w Want) string {
+	got := fmt.Sprintf("allowed=%v shadowed=%v index=%d remaining=%d reset=%v retry=%v delay=%v",
+		d.Allowed, d.Shadowed, d.Index, d.Remaining, d.Reset, d.RetryAfter, d.Delay)
+	want := fmt.Sprintf("allowed=%v shadowed=%v index=%d remaining=%d reset=%v retry=%v delay=%v",
+		w.Allowed, w.Shadowed, w.Index, w.Remaining, w.Reset, w.RetryAfter, w.Delay)
+	if got != want {
+		return "got  " + got + "\nwant " + want
+	}
+	for i, wr := range w.Results {
+		r := d.Results[i]
+		if r.Allowed != wr.Allowed || r.Remaining != wr.Remaining {
+			return fmt.Sprintf("limit %d: got allowed=%v remaining=%d, want allowed=%v remaining=%d",
+				i, r.Allowed, r.Remaining, wr.Allowed, wr.Remaining)
+		}
+	}
+	return ""
+}
+
+// RandomPolicies returns policies covering every algorithm alone and stacked.
+func RandomPolicies() []*core.Policy {
+	o := core.PolicyOptions{}
+	tb := lim(20, time.Second, core.TokenBucket)
+	tb.Burst = 7
+	g := lim(7, 700*time.Millisecond, core.GCRA)
+	g.Burst = 3
+	lb := lim(9, time.Second, core.LeakyBucket)
+	lb.MaxDelay = ms(400)
+	return []*core.Policy{
+		core.MustPolicy("r-fw", o, lim(5, ms(300), core.FixedWindow)),
+		core.MustPolicy("r-sl", o, lim(6, ms(500), core.SlidingLog)),
+		core.MustPolicy("r-sc", o, lim(13, ms(700), core.SlidingCounter)),
+		core.MustPolicy("r-tb", o, tb),
+		core.MustPolicy("r-gcra", o, g),
+		core.MustPolicy("r-lb", o, lb),
+		core.MustPolicy("r-stack", o, lim(4, ms(200), core.SlidingLog), lim(9, time.Second, core.SlidingCounter), tb, lim(30, 3*time.Second, core.FixedWindow)),
+	}
+}
+
+// RandomTrace replays n random requests (random policy, key among a few,
+// cost 0..3, time moving forward by 0..120ms) on a store and on the core step
+// functions applied to plain in-test state, and requires identical decisions.
+func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int) {
+	t.Helper()
+	clock := &core.ManualClock{Micros: T0}
+	store := newStore(t, clock)
+	policies := RandomPolicies()
+	model := map[string][]core.State{}
+	rng := rand.New(rand.NewPCG(seed, 42))
+	for i := 0; i < n; i++ {
+		clock.Micros += rng.Int64N(120_000)
+		p := policies[rng.IntN(len(policies))]
+		key := "key" + strconv.Itoa(rng.IntN(3))
+		cost := rng.Int64N(4)
+		var got, want core.Decision
+		if err := store.Decide(context.Background(), p, key, cost, &got); err != nil {
+			t.Fatalf("seed %d step %d: %v", seed, i, err)
+		}
+		states, ok := model[p.Scope()+"\x00"+key]
+		if !ok {
+			states = make([]core.State, len(p.Limits()))
+			model[p.Scope()+"\x00"+key] = states
+		}
+		p.Apply(states, clock.Micros, cost, &want)
+		if !sameDecision(&got, &want) {
+			t.Fatalf("seed %d step %d (policy %s key %s cost %d at +%dµs):\n got  %+v\n want %+v",
+				seed, i, p.Name(), key, cost, clock.Micros-T0, summary(&got), summary(&want))
+		}
+	}
+}
+
+func sameDecision(a, b *core.Decision) bool {
+	if a.N != b.N {
+		return false
+	}
+	return summary(a) == summary(b)
+}
+
+func summary(d *core.Decision) string {
+	s := fmt.Sprintf("allowed=%v shadowed=%v index=%d limit=%d remaining=%d reset=%v retry=%v delay=%v |",
+		d.Allowed, d.Shadowed, d.Index, d.Limit, d.Remaining, d.Reset, d.RetryAfter, d.Delay)
+	for i := 0; i < d.N; i++ {
+		s += fmt.Sprintf(" %+v", d.Results[i])
+	}
+	return s
+}
