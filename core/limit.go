@@ -114,19 +114,19 @@ func (l *Limit) validate() error {
 				l.burst = 1
 			case LeakyBucket:
 				// Unbounded by count: MaxDelay alone bounds the queue.
-				l.burst = (l.maxDelayUS*l.Count)/l.windowUS + 1
+				l.burst = ceilDiv(l.maxDelayUS*l.Count, l.windowUS) + 1
 			}
 		}
 		if l.Algorithm == LeakyBucket && l.MaxDelay <= 0 {
 			return fmt.Errorf("max_delay: %s must be above 0 for leaky_bucket (shaping delays requests up to it)", l.MaxDelay)
 		}
+		if l.Algorithm == LeakyBucket && l.maxDelayUS > maxExact/4/l.Count {
+			return fmt.Errorf("max_delay: %s with count %d is too large (max_delay in µs × count must stay under 2^51)", l.MaxDelay, l.Count)
+		}
 		// The step functions compute (burst+cost)×window with cost ≤ burst, and
 		// max_delay×count: keep both exact in Lua.
 		if l.burst > maxExact/4/l.windowUS {
 			return fmt.Errorf("burst: %d with window %s is too fine-grained (burst × window in µs must stay under 2^51); use a shorter window or fixed_window/sliding_counter", l.burst, FormatWindow(l.Window))
-		}
-		if l.Algorithm == LeakyBucket && l.maxDelayUS > maxExact/4/l.Count {
-			return fmt.Errorf("max_delay: %s with count %d is too large (max_delay in µs × count must stay under 2^51)", l.MaxDelay, l.Count)
 		}
 	}
 	if l.windowUS > maxExact/8 {

@@ -22,6 +22,10 @@ type Policy struct {
 	// counters again, and a changed one starts afresh.
 	scope  string
 	idleUS int64
+	// ietfNames quotes each limit's name; ietfPolicy is the constant
+	// RateLimit-Policy field.
+	ietfNames  []string
+	ietfPolicy string
 }
 
 // PolicyOptions holds a Policy's optional settings.
@@ -56,7 +60,23 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 			strconv.FormatInt(l.maxDelayUS, 10))
 	}
 	p.scope = sig.String()
+	p.ietfNames = limitItemNames(name, p.limits)
+	p.ietfPolicy = ietfPolicyField(p.ietfNames, p.limits)
 	return p, nil
+}
+
+// Dropped returns the state to keep for limit l when a request of cost that
+// Step allowed (turning before into after) is not committed, because another
+// limit of the stack denied it. Step it with cost 0 to report on it.
+func Dropped(l *Limit, before, after State, cost int64) State {
+	if l.Algorithm == SlidingLog {
+		// after's ring has already forgotten what expired, and before's
+		// expired slots may now hold this request's times: keep after's view
+		// without the request's entries, which are the newest.
+		after.B -= cost
+		return after
+	}
+	return before
 }
 
 // MustPolicy is NewPolicy for limits known to be valid; it panics on error.
@@ -101,17 +121,20 @@ func (p *Policy) Apply(states []State, now, cost int64, d *Decision) {
 		next[i], d.Results[i] = Step(&p.limits[i], states[i], now, cost)
 		allowed = allowed && d.Results[i].Allowed
 	}
-	if allowed {
-		copy(states, next[:len(p.limits)])
-	} else {
-		// Nothing is consumed: report what each limit that would have allowed
-		// still has, as a request of cost 0 sees it.
+	if !allowed {
+		// Nothing is consumed: each limit that would have allowed takes the
+		// state a request of cost 0 leaves (expired history forgotten) and
+		// reports what it still has. A sliding log's ring may hold the
+		// dropped request's times past its live part; keeping the older state
+		// instead would count them.
 		for i := range p.limits {
 			if d.Results[i].Allowed {
-				_, d.Results[i] = Step(&p.limits[i], states[i], now, 0)
+				l := &p.limits[i]
+				next[i], d.Results[i] = Step(l, Dropped(l, states[i], next[i], cost), now, 0)
 				d.Results[i].Allowed = true
 			}
 		}
 	}
+	copy(states, next[:len(p.limits)])
 	d.Summarize(allowed)
 }

@@ -16,9 +16,9 @@ import (
 //	LeakyBucket     as GCRA: when the next request would be released
 type State struct {
 	A, B, C int64
-	// Log is SlidingLog's ring buffer of Count request times in µs. Step writes
-	// only outside the live part of the ring it was given, so the State passed
-	// in stays valid when the caller discards the one returned.
+	// Log is SlidingLog's ring buffer of Count request times in µs, shared by
+	// the states Step takes and returns. Step writes only outside the live
+	// part of the state it returns.
 	Log []int64
 }
 
@@ -43,10 +43,12 @@ type Result struct {
 }
 
 // Step applies one request of cost units arriving at now (µs) to the state s
-// of limit l, and returns the state after it and the verdict. It is pure: s is
-// not changed. A denied request's returned state only forgets expired history,
-// so a caller may keep either state after a denial. l must have been
-// validated (a Policy validates its limits).
+// of limit l, and returns the state after it and the verdict. It does not
+// change s's fields, but a SlidingLog ring slot that s holds and that has
+// expired by now may be overwritten: a caller that drops an allowed result
+// keeps Dropped(l, s, returned, cost) (Policy.Apply does). A denied request's
+// returned state only forgets expired history. l must have been validated (a
+// Policy validates its limits).
 func Step(l *Limit, s State, now, cost int64) (State, Result) {
 	switch l.Algorithm {
 	case FixedWindow:
@@ -295,29 +297,40 @@ func stepGCRA(l *Limit, s State, now, cost int64) (State, Result) {
 
 // stepLeakyBucket shapes: a request is released at the later of now and the
 // time the previous one's slot ends, so releases are w/n µs apart per unit of
-// cost; it is refused when that release is more than the bound away.
+// cost. It is refused when its release would be more than MaxDelay away, or
+// when the requests waiting (itself included) would cost more than the queue
+// size b.
 func stepLeakyBucket(l *Limit, s State, now, cost int64) (State, Result) {
 	w, n, b := l.windowUS, l.Count, l.burst
-	// Longest wait, in 1/n µs: MaxDelay, and the queue size b × w/n µs.
-	bound := min(l.maxDelayUS*n, b*w)
+	// In 1/n µs: the longest wait, and how far ahead the queue may reach.
+	maxWait, queue := l.maxDelayUS*n, b*w
 	wait := aheadOf(s, now, n)
 	r := Result{Limit: n}
-	if cost <= b && wait <= bound {
+	if cost <= b {
 		tatUS, tatFrac := gcraAdvance(s, now, w, n, cost)
 		next := (tatUS-now)*n + tatFrac
-		r.Allowed = true
-		r.Delay = us(ceilDiv(wait, n))
-		if next <= bound {
-			r.Remaining = (bound-next)/w + 1
+		if wait <= maxWait && next <= queue {
+			r.Allowed = true
+			r.Delay = us(ceilDiv(wait, n))
+			r.Remaining = shaperRoom(next, maxWait, queue, w)
+			r.Reset = us(ceilDiv(next, n))
+			return State{A: tatUS, B: tatFrac}, r
 		}
-		r.Reset = us(ceilDiv(next, n))
-		return State{A: tatUS, B: tatFrac}, r
-	}
-	r.Reset = us(ceilDiv(wait, n))
-	if cost <= b {
-		r.RetryAfter = us(ceilDiv(wait-bound, n))
+		// Both distances shrink by n per µs: wait for the larger excess.
+		r.RetryAfter = us(ceilDiv(max(wait-maxWait, next-queue), n))
 	} else {
 		r.RetryAfter = l.Window
 	}
+	r.Remaining = shaperRoom(wait, maxWait, queue, w)
+	r.Reset = us(ceilDiv(wait, n))
 	return s, r
+}
+
+// shaperRoom returns how many more requests of cost 1 a shaper admits when
+// the queue reaches ahead units (1/n µs) past now.
+func shaperRoom(ahead, maxWait, queue, w int64) int64 {
+	if ahead > maxWait || ahead > queue {
+		return 0
+	}
+	return min((maxWait-ahead)/w+1, (queue-ahead)/w)
 }

@@ -1,0 +1,175 @@
+package core
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// HeaderStyle selects which rate-limit headers a decision renders.
+type HeaderStyle uint8
+
+// The header styles. Retry-After is sent on denial with every style but None.
+const (
+	// HeadersBoth sends the IETF and the X-RateLimit fields (the default).
+	HeadersBoth HeaderStyle = iota
+	// HeadersIETF sends the fields of draft-ietf-httpapi-ratelimit-headers-10:
+	// RateLimit-Policy: "name";q=<count>;w=<window s> (one item per limit) and
+	// RateLimit: "name";r=<remaining>;t=<reset s> for the deciding limit.
+	HeadersIETF
+	// HeadersXRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (seconds until the quota resets) for the deciding limit.
+	HeadersXRateLimit
+	// HeadersNone sends no rate-limit header at all, not even Retry-After.
+	HeadersNone
+)
+
+var headerStyleNames = [...]string{HeadersBoth: "both", HeadersIETF: "ietf", HeadersXRateLimit: "xratelimit", HeadersNone: "none"}
+
+// String returns the configuration name of s.
+func (s HeaderStyle) String() string {
+	if int(s) < len(headerStyleNames) {
+		return headerStyleNames[s]
+	}
+	return fmt.Sprintf("HeaderStyle(%d)", s)
+}
+
+// ParseHeaderStyle reads "ietf", "xratelimit", "both" or "none".
+func ParseHeaderStyle(s string) (HeaderStyle, error) {
+	for i, name := range headerStyleNames {
+		if name == s {
+			return HeaderStyle(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown header style %q (want ietf, xratelimit, both or none)", s)
+}
+
+// HeaderOptions configures header rendering.
+type HeaderOptions struct {
+	// Style picks the fields.
+	Style HeaderStyle
+	// Jitter adds up to this fraction of Retry-After, at random, so denied
+	// clients do not all come back at the same second; 0 to 1.
+	Jitter float64
+	// Rand returns a number in [0,1) for the jitter; nil uses math/rand/v2.
+	Rand func() float64
+}
+
+// Header names, in the canonical form net/http stores them.
+const (
+	HeaderRateLimitPolicy = "Ratelimit-Policy"
+	HeaderRateLimit       = "Ratelimit"
+	HeaderXLimit          = "X-Ratelimit-Limit"
+	HeaderXRemaining      = "X-Ratelimit-Remaining"
+	HeaderXReset          = "X-Ratelimit-Reset"
+	HeaderRetryAfter      = "Retry-After"
+)
+
+// Seconds rounds d up to whole seconds, never below 0.
+func Seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// RetryAfterSeconds returns the Retry-After value for d: RetryAfter in whole
+// seconds rounded up (at least 1), plus the jitter.
+func (o HeaderOptions) RetryAfterSeconds(d *Decision) int64 {
+	secs := max(1, Seconds(d.RetryAfter))
+	if o.Jitter > 0 {
+		r := o.Rand
+		if r == nil {
+			r = rand.Float64
+		}
+		secs += int64(math.Ceil(r() * min(o.Jitter, 1) * float64(secs)))
+	}
+	return secs
+}
+
+// RenderHeaders calls set for every header d carries under o. Retry-After is
+// set only for a request that is denied (not for shadowed ones).
+func RenderHeaders(d *Decision, o HeaderOptions, set func(name, value string)) {
+	if o.Style == HeadersNone || d.Policy == nil {
+		return
+	}
+	if o.Style == HeadersBoth || o.Style == HeadersIETF {
+		set(HeaderRateLimitPolicy, d.Policy.ietfPolicy)
+		set(HeaderRateLimit, d.Policy.ietfNames[d.Index]+";r="+strconv.FormatInt(max(0, d.Remaining), 10)+
+			";t="+strconv.FormatInt(Seconds(d.Reset), 10))
+	}
+	if o.Style == HeadersBoth || o.Style == HeadersXRateLimit {
+		set(HeaderXLimit, strconv.FormatInt(d.Limit, 10))
+		set(HeaderXRemaining, strconv.FormatInt(max(0, d.Remaining), 10))
+		set(HeaderXReset, strconv.FormatInt(Seconds(d.Reset), 10))
+	}
+	if !d.Allowed {
+		set(HeaderRetryAfter, strconv.FormatInt(o.RetryAfterSeconds(d), 10))
+	}
+}
+
+// WriteHeaders sets d's headers (see RenderHeaders) on h.
+func WriteHeaders(h http.Header, d *Decision, o HeaderOptions) {
+	RenderHeaders(d, o, func(name, value string) { h[name] = []string{value} })
+}
+
+// sfString renders s as a structured-field string (RFC 9651): printable
+// ASCII in quotes, with quote and backslash escaped; other bytes become '_'.
+func sfString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('_')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// limitItemNames names each limit of a policy in the IETF fields: the limit's
+// Name, else the policy's name (one limit) or the policy's name and the
+// window ("api-1m"), numbered when two windows repeat.
+func limitItemNames(policy string, limits []Limit) []string {
+	names := make([]string, len(limits))
+	seen := map[string]bool{}
+	for i, l := range limits {
+		name := l.Name
+		if name == "" {
+			name = policy
+			if len(limits) > 1 {
+				name = policy + "-" + FormatWindow(l.Window)
+			}
+		}
+		if seen[name] {
+			name += "-" + strconv.Itoa(i+1)
+		}
+		seen[name] = true
+		names[i] = sfString(name)
+	}
+	return names
+}
+
+func ietfPolicyField(names []string, limits []Limit) string {
+	var b strings.Builder
+	for i, l := range limits {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(names[i])
+		b.WriteString(";q=" + strconv.FormatInt(l.Count, 10))
+		b.WriteString(";w=" + strconv.FormatInt(max(1, Seconds(l.Window)), 10))
+	}
+	return b.String()
+}

@@ -1,0 +1,66 @@
+package core
+
+import (
+	"net/http"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestHeadersExact(t *testing.T) {
+	p := MustPolicy("api", PolicyOptions{},
+		Limit{Count: 600, Window: time.Minute, Algorithm: FixedWindow},
+		Limit{Count: 3600, Window: time.Hour, Algorithm: SlidingCounter})
+	allowed := Decision{Policy: p, N: 2, Allowed: true, Index: 0, Limit: 600, Remaining: 599, Reset: 59500 * time.Millisecond}
+	denied := Decision{Policy: p, N: 2, Index: 1, Limit: 3600, Remaining: 0, Reset: 2 * time.Hour, RetryAfter: 1500 * time.Millisecond}
+	cases := []struct {
+		style HeaderStyle
+		d     Decision
+		want  http.Header
+	}{
+		{HeadersIETF, allowed, http.Header{
+			"Ratelimit-Policy": {`"api-1m";q=600;w=60, "api-1h";q=3600;w=3600`},
+			"Ratelimit":        {`"api-1m";r=599;t=60`},
+		}},
+		{HeadersXRateLimit, allowed, http.Header{
+			"X-Ratelimit-Limit": {"600"}, "X-Ratelimit-Remaining": {"599"}, "X-Ratelimit-Reset": {"60"},
+		}},
+		{HeadersBoth, denied, http.Header{
+			"Ratelimit-Policy":  {`"api-1m";q=600;w=60, "api-1h";q=3600;w=3600`},
+			"Ratelimit":         {`"api-1h";r=0;t=7200`},
+			"X-Ratelimit-Limit": {"3600"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"7200"},
+			"Retry-After": {"2"},
+		}},
+		{HeadersNone, denied, http.Header{}},
+	}
+	for _, c := range cases {
+		h := http.Header{}
+		WriteHeaders(h, &c.d, HeaderOptions{Style: c.style})
+		if !reflect.DeepEqual(h, c.want) {
+			t.Errorf("%v: got %v, want %v", c.style, h, c.want)
+		}
+	}
+}
+
+func TestRetryAfterJitter(t *testing.T) {
+	d := Decision{RetryAfter: 10 * time.Second}
+	for _, c := range []struct {
+		jitter, rand float64
+		want         int64
+	}{{0, 0.9, 10}, {0.2, 0, 10}, {0.2, 0.5, 11}, {0.2, 0.99, 12}, {5, 0.99, 20}} {
+		o := HeaderOptions{Jitter: c.jitter, Rand: func() float64 { return c.rand }}
+		if got := o.RetryAfterSeconds(&d); got != c.want {
+			t.Errorf("jitter %v rand %v: %d, want %d", c.jitter, c.rand, got, c.want)
+		}
+	}
+	if got := (HeaderOptions{}).RetryAfterSeconds(&Decision{RetryAfter: time.Millisecond}); got != 1 {
+		t.Errorf("1ms retry: %d, want 1 (rounded up)", got)
+	}
+}
+
+func TestSingleLimitUsesPolicyNameAndEscapes(t *testing.T) {
+	p := MustPolicy(`a "b"\c`, PolicyOptions{}, Limit{Count: 5, Window: 500 * time.Millisecond})
+	if p.ietfPolicy != `"a \"b\"\\c";q=5;w=1` {
+		t.Fatalf("got %s", p.ietfPolicy)
+	}
+}

@@ -1,0 +1,77 @@
+package core
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]struct {
+		n int64
+		w time.Duration
+	}{
+		"600/1m": {600, time.Minute}, "100/10s": {100, 10 * time.Second}, "5/second": {5, time.Second},
+		"3600/hour": {3600, time.Hour}, "1/1d": {1, 24 * time.Hour}, " 7 / 1.5d ": {7, 36 * time.Hour},
+		"10/min": {10, time.Minute}, "2/250ms": {2, 250 * time.Millisecond},
+	} {
+		n, w, err := ParseRate(in)
+		if err != nil || n != want.n || w != want.w {
+			t.Errorf("%q: %d/%v %v, want %d/%v", in, n, w, err, want.n, want.w)
+		}
+	}
+	for in, msg := range map[string]string{
+		"100":    "want <count>/<window>",
+		"0/1s":   `count "0" must be a whole number of at least 1`,
+		"-5/1s":  `count "-5"`,
+		"x/1s":   `count "x"`,
+		"5/fast": `window "fast": not a duration`,
+		"5/0s":   `window "0s": must be at least 1µs`,
+		"5/-1d":  `window "-1d": not a duration`,
+	} {
+		if _, _, err := ParseRate(in); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%q: error %v, want it to contain %q", in, err, msg)
+		}
+	}
+}
+
+func TestLimitValidationNamesFieldAndValue(t *testing.T) {
+	for _, c := range []struct {
+		l    Limit
+		want string
+	}{
+		{Limit{Count: 0, Window: time.Second}, "count: 0 must be at least 1"},
+		{Limit{Count: -4, Window: time.Second}, "count: -4"},
+		{Limit{Count: 1, Window: 0}, "window: 0s must be at least 1µs"},
+		{Limit{Count: 1, Window: time.Second, Burst: -1, Algorithm: TokenBucket}, "burst: -1 must be at least 1"},
+		{Limit{Count: 1, Window: time.Second, Algorithm: 99}, "algorithm: unknown value 99"},
+		{Limit{Count: 10, Window: time.Second, Algorithm: LeakyBucket}, "max_delay: 0s must be above 0 for leaky_bucket"},
+		{Limit{Count: 2_000_000, Window: time.Second, Algorithm: SlidingLog}, "count: 2000000 is above 1000000"},
+		{Limit{Count: 1_000_000_000, Window: 24 * time.Hour, Algorithm: TokenBucket}, "burst: 1000000000 with window 1d is too fine-grained"},
+	} {
+		err := c.l.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want %q", c.l, err, c.want)
+		}
+	}
+	_, err := NewPolicy("api", PolicyOptions{}, Limit{Count: 5, Window: time.Second}, Limit{Count: 0, Window: time.Minute})
+	if err == nil || err.Error() != `policy "api" limit 2 (0/1m): count: 0 must be at least 1` {
+		t.Errorf("policy error: %v", err)
+	}
+}
+
+func TestParseAlgorithmAndStyle(t *testing.T) {
+	for _, a := range Algorithms {
+		if got, err := ParseAlgorithm(a.String()); err != nil || got != a {
+			t.Errorf("%v: %v %v", a, got, err)
+		}
+	}
+	if _, err := ParseAlgorithm("leaky"); err == nil || !strings.Contains(err.Error(), `unknown algorithm "leaky"`) {
+		t.Errorf("unknown algorithm: %v", err)
+	}
+	for _, s := range []HeaderStyle{HeadersBoth, HeadersIETF, HeadersXRateLimit, HeadersNone} {
+		if got, err := ParseHeaderStyle(s.String()); err != nil || got != s {
+			t.Errorf("%v: %v %v", s, got, err)
+		}
+	}
+}
