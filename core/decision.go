@@ -35,8 +35,10 @@ type Decision struct {
 	N int
 }
 
+// reset readies d for p. Results past N are left as they are: nothing reads
+// them, and a Decision is reused per request in the hot path.
 func (d *Decision) reset(p *Policy, cost int64) {
-	*d = Decision{Policy: p, N: len(p.limits), Cost: cost}
+	d.Policy, d.N, d.Cost = p, len(p.limits), cost
 }
 
 // DecidingLimit returns the limit that decided, or nil if d is empty.
@@ -75,6 +77,9 @@ func (d *Decision) Summarize(allowed bool) {
 	}
 	r := &d.Results[best]
 	d.Index, d.Limit, d.Remaining, d.Reset, d.RetryAfter = best, r.Limit, r.Remaining, r.Reset, r.RetryAfter
+	if allowed {
+		d.RetryAfter = 0
+	}
 	if !allowed {
 		d.Delay = 0
 		if d.Policy != nil && d.Policy.shadow {
@@ -88,4 +93,28 @@ func (d *Decision) window(i int) time.Duration {
 		return 0
 	}
 	return d.Policy.limits[i].Window
+}
+
+// MoreRestrictive reports whether a response should show a's headers rather
+// than b's when a request passed through both: a denial over a shadowed
+// denial over an allowance, then the longer RetryAfter, then the fewer
+// Remaining.
+func MoreRestrictive(a, b *Decision) bool {
+	if ra, rb := a.severity(), b.severity(); ra != rb {
+		return ra > rb
+	}
+	if !a.Allowed || a.Shadowed {
+		return a.RetryAfter > b.RetryAfter
+	}
+	return a.Remaining < b.Remaining
+}
+
+func (d *Decision) severity() int {
+	switch {
+	case !d.Allowed:
+		return 2
+	case d.Shadowed:
+		return 1
+	}
+	return 0
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"hash/maphash"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +27,11 @@ type Policy struct {
 	// RateLimit-Policy field.
 	ietfNames  []string
 	ietfPolicy string
+	scopeHash  uint64
 }
+
+// scopeSeed hashes policy scopes, once per policy, for the stores' maps.
+var scopeSeed = maphash.MakeSeed()
 
 // PolicyOptions holds a Policy's optional settings.
 type PolicyOptions struct {
@@ -60,6 +65,7 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 			strconv.FormatInt(l.maxDelayUS, 10))
 	}
 	p.scope = sig.String()
+	p.scopeHash = maphash.String(scopeSeed, p.scope)
 	p.ietfNames = limitItemNames(name, p.limits)
 	p.ietfPolicy = ietfPolicyField(p.ietfNames, p.limits)
 	return p, nil
@@ -102,6 +108,10 @@ func (p *Policy) Shadow() bool { return p.shadow }
 // policies with the same name and limits.
 func (p *Policy) Scope() string { return p.scope }
 
+// ScopeHash returns a hash of Scope(), fixed for the process's life, for
+// stores that index state by it.
+func (p *Policy) ScopeHash() uint64 { return p.scopeHash }
+
 // IdleTTL returns how long after its last request a key's state is
 // equivalent to a fresh one, so a store may forget it.
 func (p *Policy) IdleTTL() time.Duration { return us(p.idleUS) }
@@ -114,8 +124,15 @@ func (p *Policy) IdleMicros() int64 { return p.idleUS }
 // states only if every limit allowed the request. It is what a store runs
 // under its lock for one key.
 func (p *Policy) Apply(states []State, now, cost int64, d *Decision) {
-	var next [MaxLimits]State
 	d.reset(p, cost)
+	if len(p.limits) == 1 {
+		// One limit: a denied Step's state only forgets what expired, so it
+		// is always the one to keep.
+		states[0], d.Results[0] = Step(&p.limits[0], states[0], now, cost)
+		d.Summarize(d.Results[0].Allowed)
+		return
+	}
+	var next [MaxLimits]State
 	allowed := true
 	for i := range p.limits {
 		next[i], d.Results[i] = Step(&p.limits[i], states[i], now, cost)

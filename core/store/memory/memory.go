@@ -1,11 +1,13 @@
 // Package memory is tollgate's in-process store, the embedded default.
 //
-// Keys are spread over shards, each with its own lock, map and
-// least-recently-used list, so parallel requests rarely contend and deciding
-// for a key already tracked allocates nothing. The number of tracked keys is
-// capped: inserting into a full shard first drops keys whose state has
-// expired and then the least recently used one, so rotating keys (an attacker
-// cycling client IPs) cannot grow memory past the cap.
+// Keys are spread over shards, each with its own lock and map, so parallel
+// requests rarely contend, and deciding for a key already tracked allocates
+// nothing. The number of tracked keys is capped: inserting into a full shard
+// drops expired keys it samples and otherwise the least recently used of the
+// sample (as Redis approximates LRU), so rotating keys (an attacker cycling
+// client IPs) cannot grow memory past the cap. Each insert also samples a few
+// keys and drops the expired ones, so memory follows the live keys even below
+// the cap.
 package memory
 
 import (
@@ -25,11 +27,15 @@ const DefaultMaxKeys = 1 << 20
 // one gateway process, so two requests rarely meet on one lock.
 const shardCount = 256
 
+// sampleSize is how many entries an insert looks at to find expired or
+// least recently used ones.
+const sampleSize = 8
+
 // Options configures a Store.
 type Options struct {
 	// MaxKeys caps the (policy, key) pairs tracked at once; 0 means
-	// DefaultMaxKeys. The cap is split evenly over the shards, so with very few
-	// keys a shard may evict slightly before MaxKeys keys are tracked in all.
+	// DefaultMaxKeys. The cap is split evenly over the shards, so a shard may
+	// evict slightly before MaxKeys keys are tracked in all.
 	MaxKeys int
 	// Clock tells the time; nil means the process's monotonic clock.
 	Clock core.Clock
@@ -46,23 +52,20 @@ type Store struct {
 
 type shard struct {
 	mu sync.Mutex
-	m  map[entryKey]*entry
-	// lru is a circular list through sentinel: lru.next is the most recently
-	// used entry, lru.prev the least.
-	lru entry
-	_   [40]byte // keep neighbouring shards' locks off one cache line
-}
-
-type entryKey struct {
-	scope string // Policy.Scope()
-	key   string
+	// m indexes entries by the hash of (policy scope, key); entries whose
+	// hashes collide chain through entry.collide.
+	m map[uint64]*entry
+	n int // entries, chained ones included
+	_ [40]byte // keep neighbouring shards' locks off one cache line
 }
 
 type entry struct {
-	k          entryKey
-	states     []core.State
-	expiresAt  int64 // µs; after it the states equal fresh ones
-	prev, next *entry
+	scope     string // Policy.Scope()
+	key       string
+	states    []core.State
+	lastUsed  int64 // µs
+	expiresAt int64 // µs; after it the states equal fresh ones
+	collide   *entry
 }
 
 // New returns a Store.
@@ -80,8 +83,7 @@ func New(opts Options) (*Store, error) {
 	s.perShard = max(1, (opts.MaxKeys+shardCount-1)/shardCount)
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.m = make(map[entryKey]*entry)
-		sh.lru.next, sh.lru.prev = &sh.lru, &sh.lru
+		sh.m = make(map[uint64]*entry)
 	}
 	return s, nil
 }
@@ -103,74 +105,91 @@ func (s *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 
 // DecideAt applies p to key as if at now (µs).
 func (s *Store) DecideAt(p *core.Policy, key string, cost, now int64, d *core.Decision) {
-	k := entryKey{scope: p.Scope(), key: key}
-	var h maphash.Hash
-	h.SetSeed(s.seed)
-	h.WriteString(k.key)
-	h.WriteByte(0)
-	h.WriteString(k.scope)
-	sh := &s.shards[h.Sum64()%shardCount]
+	h := maphash.String(s.seed, key) ^ p.ScopeHash()
+	sh := &s.shards[(h>>32)%shardCount]
+	scope := p.Scope()
 
 	sh.mu.Lock()
-	e := sh.m[k]
-	if e == nil {
-		e = s.insert(sh, k, len(p.Limits()), now)
-	} else {
-		e.unlink()
+	e := sh.m[h]
+	for e != nil && (e.key != key || e.scope != scope) {
+		e = e.collide
 	}
-	sh.pushFront(e)
+	if e == nil {
+		e = s.insert(sh, h, scope, key, len(p.Limits()), now)
+	}
 	p.Apply(e.states, now, cost, d)
+	e.lastUsed = now
 	e.expiresAt = now + p.IdleMicros()
 	sh.mu.Unlock()
 }
 
-// insert adds a fresh entry for k to sh, making room first. sh.mu is held.
-func (s *Store) insert(sh *shard, k entryKey, limits int, now int64) *entry {
-	var reuse *entry
-	// Drop expired entries from the cold end, a few per insert, so memory
-	// follows the live keys even when the cap is never reached.
-	for i := 0; i < 2; i++ {
-		old := sh.lru.prev
-		if old == &sh.lru || old.expiresAt > now {
-			break
-		}
-		reuse = s.drop(sh, old)
-	}
-	if len(sh.m) >= s.perShard {
-		reuse = s.drop(sh, sh.lru.prev)
-	}
+// insert adds a fresh entry to sh, making room first. sh.mu is held.
+func (s *Store) insert(sh *shard, h uint64, scope, key string, limits int, now int64) *entry {
+	reuse := s.sweep(sh, now)
 	e := reuse
 	if e == nil || cap(e.states) < limits {
 		e = &entry{states: make([]core.State, limits)}
 	} else {
 		states := e.states[:limits]
 		for i := range states {
-			// Keep a sliding log's ring if it fits: Step only reads its live part.
-			states[i] = core.State{Log: states[i].Log[:0:cap(states[i].Log)]}
+			// Keep a sliding log's ring for reuse: Step reads only its live part.
+			states[i] = core.State{Log: states[i].Log[:0]}
 		}
 		*e = entry{states: states}
 	}
-	e.k = k
-	sh.m[k] = e
+	e.scope, e.key = scope, key
+	e.collide = sh.m[h]
+	sh.m[h] = e
+	sh.n++
 	return e
 }
 
-func (s *Store) drop(sh *shard, e *entry) *entry {
-	e.unlink()
-	delete(sh.m, e.k)
+// sweep looks at a few entries of sh from a random place, drops the expired
+// ones, and if sh is still full drops the least recently used of them. It
+// returns a dropped entry for reuse, or nil. sh.mu is held.
+func (s *Store) sweep(sh *shard, now int64) *entry {
+	var dropped, oldest *entry
+	var oldestHash uint64
+	seen := 0
+	for h, head := range sh.m {
+		for e := head; e != nil; e = e.collide {
+			if e.expiresAt <= now {
+				s.drop(sh, h, e)
+				dropped = e
+			} else if oldest == nil || e.lastUsed < oldest.lastUsed {
+				oldest, oldestHash = e, h
+			}
+			seen++
+		}
+		if seen >= sampleSize {
+			break
+		}
+	}
+	if sh.n >= s.perShard && oldest != nil {
+		s.drop(sh, oldestHash, oldest)
+		dropped = oldest
+	}
+	return dropped
+}
+
+func (s *Store) drop(sh *shard, h uint64, e *entry) {
+	if sh.m[h] == e {
+		if e.collide == nil {
+			delete(sh.m, h)
+		} else {
+			sh.m[h] = e.collide
+		}
+	} else {
+		for prev := sh.m[h]; prev != nil; prev = prev.collide {
+			if prev.collide == e {
+				prev.collide = e.collide
+				break
+			}
+		}
+	}
+	e.collide = nil
+	sh.n--
 	s.evicted.Add(1)
-	return e
-}
-
-func (sh *shard) pushFront(e *entry) {
-	e.prev, e.next = &sh.lru, sh.lru.next
-	sh.lru.next.prev = e
-	sh.lru.next = e
-}
-
-func (e *entry) unlink() {
-	e.prev.next, e.next.prev = e.next, e.prev
-	e.prev, e.next = nil, nil
 }
 
 // Len returns how many (policy, key) pairs are tracked now.
@@ -179,7 +198,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n

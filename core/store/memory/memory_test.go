@@ -1,7 +1,12 @@
 package memory
 
 import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/storetest"
@@ -11,4 +16,109 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
 		return MustNew(Options{Clock: clock})
 	})
+}
+
+func fixed(n int64, w time.Duration) *core.Policy {
+	return core.MustPolicy("p", core.PolicyOptions{}, core.Limit{Count: n, Window: w, Algorithm: core.FixedWindow})
+}
+
+func TestRotatingKeysStayUnderCap(t *testing.T) {
+	clock := &core.ManualClock{Micros: storetest.T0}
+	s := MustNew(Options{MaxKeys: 1000, Clock: clock})
+	p := fixed(10, time.Hour)
+	var d core.Decision
+	for i := 0; i < 200_000; i++ {
+		s.DecideAt(p, "ip-"+strconv.Itoa(i), 1, clock.Micros, &d)
+		if !d.Allowed {
+			t.Fatalf("fresh key %d denied", i)
+		}
+	}
+	if n := s.Len(); n > s.MaxKeys() || n < 900 {
+		t.Fatalf("tracking %d keys, cap %d", n, s.MaxKeys())
+	}
+	// The keys of the last moment are still limited exactly.
+	for i := 0; i < 10; i++ {
+		s.DecideAt(p, "ip-199999", 1, clock.Micros, &d)
+	}
+	if d.Allowed {
+		t.Fatal("a live key lost its count to eviction")
+	}
+}
+
+func TestExpiredKeysAreDroppedWithoutPressure(t *testing.T) {
+	clock := &core.ManualClock{Micros: storetest.T0}
+	s := MustNew(Options{Clock: clock})
+	p := fixed(10, time.Second)
+	var d core.Decision
+	for i := 0; i < 5000; i++ {
+		s.DecideAt(p, "old-"+strconv.Itoa(i), 1, clock.Micros, &d)
+	}
+	clock.Advance(2 * time.Second)
+	for i := 0; i < 5000; i++ {
+		s.DecideAt(p, "new-"+strconv.Itoa(i), 1, clock.Micros, &d)
+	}
+	if n := s.Len(); n > 6000 {
+		t.Fatalf("%d keys tracked: expired keys were not dropped", n)
+	}
+}
+
+func TestNoAllocationOnTrackedKey(t *testing.T) {
+	s := MustNew(Options{})
+	for _, a := range core.Algorithms {
+		p := core.MustPolicy("p", core.PolicyOptions{}, core.Limit{Count: 100, Window: time.Second, Algorithm: a, MaxDelay: time.Second},
+			core.Limit{Count: 1000, Window: time.Hour, Algorithm: core.SlidingCounter})
+		var d core.Decision
+		ctx := context.Background()
+		_ = s.Decide(ctx, p, "key", 1, &d)
+		if n := testing.AllocsPerRun(1000, func() { _ = s.Decide(ctx, p, "key", 1, &d) }); n != 0 {
+			t.Errorf("%v: %.1f allocs per decision", a, n)
+		}
+	}
+}
+
+// Many goroutines on one key: exactly Count allowed (run with -race).
+func TestConcurrentDecisionsAreExact(t *testing.T) {
+	s := MustNew(Options{})
+	p := core.MustPolicy("p", core.PolicyOptions{}, core.Limit{Count: 500, Window: time.Hour, Algorithm: core.SlidingLog})
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var d core.Decision
+			for i := 0; i < 100; i++ {
+				_ = s.Decide(context.Background(), p, "shared", 1, &d)
+				if d.Allowed {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if allowed.Load() != 500 {
+		t.Fatalf("allowed %d of 1600, want exactly 500", allowed.Load())
+	}
+}
+
+func TestCountersSurviveAnEqualPolicy(t *testing.T) {
+	s := MustNew(Options{})
+	var d core.Decision
+	_ = s.Decide(context.Background(), fixed(2, time.Hour), "k", 2, &d)
+	// A reload builds a new but equal policy: same counters.
+	_ = s.Decide(context.Background(), fixed(2, time.Hour), "k", 1, &d)
+	if d.Allowed {
+		t.Fatal("an equal policy did not see the counters")
+	}
+	// A changed policy starts afresh.
+	_ = s.Decide(context.Background(), fixed(3, time.Hour), "k", 1, &d)
+	if !d.Allowed {
+		t.Fatal("a changed policy shared the old counters")
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	if _, err := New(Options{MaxKeys: -1}); err == nil || err.Error() != "max_keys: -1 must not be negative" {
+		t.Fatal(err)
+	}
 }

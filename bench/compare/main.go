@@ -1,0 +1,231 @@
+// Command compare measures tollgate's memory store against other Go rate
+// limiters on the same workloads in one run, prints a table, and one line
+// per comparison:
+//
+//	vs <peer> <workload> <factor>
+//
+// where factor is the peer's ns/op divided by tollgate's (> 1: tollgate is
+// faster). Each peer runs against tollgate's algorithm closest to its own.
+// It lives in its own module so the main module does not depend on peers.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sethvargo/go-limiter/memorystore"
+	"github.com/throttled/throttled/v2"
+	throttledmem "github.com/throttled/throttled/v2/store/memstore"
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store/memory"
+	ulule "github.com/ulule/limiter/v3"
+	ululemem "github.com/ulule/limiter/v3/drivers/store/memory"
+	"golang.org/x/time/rate"
+)
+
+// huge keeps every decision on the allow path, as in a healthy gateway.
+const huge = 1_000_000_000
+
+// decider decides one request for key; each peer and tollgate provide one.
+type decider func(key string) bool
+
+type peer struct {
+	name      string
+	algorithm core.Algorithm // tollgate's closest algorithm
+	make      func(keys int) decider
+}
+
+var peers = []peer{
+	{"x/time/rate", core.TokenBucket, func(int) decider {
+		var mu sync.Mutex
+		m := map[string]*rate.Limiter{}
+		return func(key string) bool {
+			mu.Lock()
+			l := m[key]
+			if l == nil {
+				l = rate.NewLimiter(huge, huge)
+				m[key] = l
+			}
+			mu.Unlock()
+			return l.Allow()
+		}
+	}},
+	{"sethvargo/go-limiter", core.TokenBucket, func(int) decider {
+		s, err := memorystore.New(&memorystore.Config{Tokens: huge, Interval: time.Second, SweepInterval: time.Hour})
+		check(err)
+		ctx := context.Background()
+		return func(key string) bool {
+			_, _, _, ok, _ := s.Take(ctx, key)
+			return ok
+		}
+	}},
+	{"ulule/limiter", core.FixedWindow, func(int) decider {
+		l := ulule.New(ululemem.NewStore(), ulule.Rate{Period: time.Second, Limit: huge})
+		ctx := context.Background()
+		return func(key string) bool {
+			c, err := l.Get(ctx, key)
+			return err == nil && !c.Reached
+		}
+	}},
+	{"throttled", core.GCRA, func(keys int) decider {
+		s, err := throttledmem.NewCtx(2 * keys)
+		check(err)
+		rl, err := throttled.NewGCRARateLimiterCtx(s, throttled.RateQuota{MaxRate: throttled.PerSec(huge), MaxBurst: huge})
+		check(err)
+		ctx := context.Background()
+		return func(key string) bool {
+			limited, _, _ := rl.RateLimitCtx(ctx, key, 1)
+			return !limited
+		}
+	}},
+}
+
+func tollgate(a core.Algorithm) func(keys int) decider {
+	return func(keys int) decider {
+		store := memory.MustNew(memory.Options{MaxKeys: 2 * keys})
+		l := allowAll(a)
+		p := core.MustPolicy("bench", core.PolicyOptions{}, l)
+		ctx := context.Background()
+		return func(key string) bool {
+			var d core.Decision
+			_ = store.Decide(ctx, p, key, 1, &d)
+			return d.Allowed
+		}
+	}
+}
+
+// allowAll returns a limit of algorithm a that allows every request of the
+// workloads and keeps every key's state alive through the run.
+func allowAll(a core.Algorithm) core.Limit {
+	switch a {
+	case core.TokenBucket, core.GCRA:
+		return core.Limit{Count: 1_000_000, Window: time.Second, Algorithm: a, Burst: 2_000_000_000}
+	}
+	return core.Limit{Count: huge, Window: time.Hour, Algorithm: a}
+}
+
+type workload struct {
+	name     string
+	keys     int
+	parallel bool
+}
+
+var workloads = []workload{
+	{"serial-1key", 1, false},
+	{"parallel-1key", 1, true},
+	{"parallel-100k-keys", 100_000, true},
+}
+
+func keyNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "10." + strconv.Itoa(i>>16) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)
+	}
+	return names
+}
+
+func measure(w workload, makeDecider func(int) decider) testing.BenchmarkResult {
+	names := keyNames(w.keys)
+	decide := makeDecider(w.keys)
+	for _, k := range names { // track every key before timing
+		decide(k)
+	}
+	return testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		if !w.parallel {
+			for i := 0; i < b.N; i++ {
+				decide(names[i%len(names)])
+			}
+			return
+		}
+		var seed atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seed.Add(7919))
+			for pb.Next() {
+				i++
+				decide(names[i%len(names)])
+			}
+		})
+	})
+}
+
+func nsPerOp(r testing.BenchmarkResult) float64 { return float64(r.T.Nanoseconds()) / float64(r.N) }
+
+// bytesPerKey tracks n keys under an algorithm and reports the heap growth
+// per key.
+func bytesPerKey(a core.Algorithm, n int) float64 {
+	names := keyNames(n)
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	store := memory.MustNew(memory.Options{MaxKeys: 2 * n})
+	l := core.Limit{Count: 100, Window: time.Minute, Algorithm: a, MaxDelay: time.Second}
+	p := core.MustPolicy("mem", core.PolicyOptions{}, l)
+	var d core.Decision
+	for _, k := range names {
+		_ = store.Decide(context.Background(), p, k, 1, &d)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(store)
+	keyBytes := 0
+	for _, k := range names {
+		keyBytes += len(k)
+	}
+	return (float64(after.HeapAlloc-before.HeapAlloc) - float64(keyBytes)) / float64(n)
+}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func main() {
+	testing.Init()
+	flag.Parse()
+	fmt.Printf("GOMAXPROCS=%d %s\n\n", runtime.GOMAXPROCS(0), runtime.Version())
+	fmt.Printf("%-22s %-22s %-16s %10s %10s\n", "workload", "limiter", "algorithm", "ns/op", "allocs/op")
+	var lines []string
+	for _, w := range workloads {
+		ours := map[core.Algorithm]float64{}
+		for _, a := range []core.Algorithm{core.TokenBucket, core.FixedWindow, core.GCRA, core.SlidingCounter} {
+			r := measure(w, tollgate(a))
+			ours[a] = nsPerOp(r)
+			fmt.Printf("%-22s %-22s %-16s %10.1f %10d\n", w.name, "tollgate", a, ours[a], r.AllocsPerOp())
+		}
+		fastest, fastestName := 0.0, ""
+		for _, p := range peers {
+			r := measure(w, p.make)
+			ns := nsPerOp(r)
+			fmt.Printf("%-22s %-22s %-16s %10.1f %10d\n", w.name, p.name, p.algorithm, ns, r.AllocsPerOp())
+			lines = append(lines, fmt.Sprintf("vs %s %s %.2f", p.name, w.name, ns/ours[p.algorithm]))
+			if fastest == 0 || ns < fastest {
+				fastest, fastestName = ns, p.name
+			}
+		}
+		slowest := 0.0
+		for _, ns := range ours {
+			slowest = max(slowest, ns)
+		}
+		lines = append(lines, fmt.Sprintf("vs fastest-peer(%s) %s-slowest-tollgate-algorithm %.2f", fastestName, w.name, fastest/slowest))
+	}
+	fmt.Println()
+	fmt.Println("memory per tracked key (1 limit, 1M keys, heap growth less the key bytes):")
+	for _, a := range []core.Algorithm{core.FixedWindow, core.SlidingCounter, core.TokenBucket, core.GCRA, core.LeakyBucket} {
+		fmt.Printf("  %-16s %6.0f B\n", a, bytesPerKey(a, 1_000_000))
+	}
+	fmt.Println()
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+}

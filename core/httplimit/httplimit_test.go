@@ -1,0 +1,137 @@
+package httplimit
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store/memory"
+)
+
+func newServer(t *testing.T, cfg Config) *httptest.Server {
+	t.Helper()
+	mw, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	})))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func get(t *testing.T, url string, header map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(body)
+}
+
+func TestLimitsPerKeyWithHeadersAndBody(t *testing.T) {
+	store := memory.MustNew(memory.Options{})
+	p := core.MustPolicy("api", core.PolicyOptions{}, core.Limit{Count: 2, Window: time.Minute, Algorithm: core.SlidingLog})
+	srv := newServer(t, Config{
+		Rules:   []Rule{{Limiter: core.NewLimiter(p, store), Key: Header("X-Api-Key")}},
+		Headers: core.HeaderOptions{Style: core.HeadersBoth},
+		Body:    "slow down\n",
+	})
+	alice := map[string]string{"X-Api-Key": "alice"}
+	for i, wantRemaining := range []string{"1", "0"} {
+		resp, body := get(t, srv.URL, alice)
+		if resp.StatusCode != 200 || body != "ok" || resp.Header.Get("X-Ratelimit-Remaining") != wantRemaining {
+			t.Fatalf("request %d: %d %q remaining %q", i, resp.StatusCode, body, resp.Header.Get("X-Ratelimit-Remaining"))
+		}
+		if got := resp.Header.Get("RateLimit-Policy"); got != `"api";q=2;w=60` {
+			t.Fatalf("RateLimit-Policy %q", got)
+		}
+	}
+	resp, body := get(t, srv.URL, alice)
+	if resp.StatusCode != 429 || body != "slow down\n" || resp.Header.Get("Retry-After") != "60" {
+		t.Fatalf("denial: %d %q Retry-After %q", resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+	if got := resp.Header.Get("RateLimit"); got != `"api";r=0;t=60` {
+		t.Fatalf("RateLimit %q", got)
+	}
+	// Another key has its own quota; a request without the header is skipped.
+	if resp, _ := get(t, srv.URL, map[string]string{"X-Api-Key": "bob"}); resp.StatusCode != 200 {
+		t.Fatalf("bob: %d", resp.StatusCode)
+	}
+	if resp, _ := get(t, srv.URL, nil); resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Limit") != "" {
+		t.Fatalf("keyless: %d %v", resp.StatusCode, resp.Header)
+	}
+}
+
+func TestShapingDelaysInsteadOfDenying(t *testing.T) {
+	store := memory.MustNew(memory.Options{})
+	p := core.MustPolicy("shape", core.PolicyOptions{}, core.Limit{Count: 10, Window: time.Second, Algorithm: core.LeakyBucket, MaxDelay: 300 * time.Millisecond})
+	srv := newServer(t, Config{Rules: []Rule{{Limiter: core.NewLimiter(p, store)}}})
+	start := time.Now()
+	for i := 0; i < 4; i++ {
+		if resp, _ := get(t, srv.URL, nil); resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	// Four requests at 10/s leave 100ms apart: the last after ≥ 300ms.
+	if el := time.Since(start); el < 290*time.Millisecond {
+		t.Fatalf("4 shaped requests took %v, want ≥ 300ms", el)
+	}
+}
+
+func TestShapingRespectsClientCancel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if Sleep(ctx, time.Second) {
+		t.Fatal("Sleep ignored the cancelled context")
+	}
+	if el := time.Since(start); el > 500*time.Millisecond {
+		t.Fatalf("Sleep returned after %v", el)
+	}
+}
+
+func TestStackedRulesAndShadow(t *testing.T) {
+	store := memory.MustNew(memory.Options{})
+	shadow := core.MustPolicy("trial", core.PolicyOptions{Shadow: true}, core.Limit{Count: 1, Window: time.Minute, Algorithm: core.FixedWindow})
+	real := core.MustPolicy("real", core.PolicyOptions{}, core.Limit{Count: 3, Window: time.Minute, Algorithm: core.FixedWindow})
+	var shadowed int
+	srv := newServer(t, Config{
+		Rules: []Rule{{Limiter: core.NewLimiter(shadow, store)}, {Limiter: core.NewLimiter(real, store)}},
+		OnDecision: func(r *http.Request, d *core.Decision) {
+			if d.Shadowed {
+				shadowed++
+			}
+		},
+	})
+	codes := []int{}
+	for i := 0; i < 4; i++ {
+		resp, _ := get(t, srv.URL, nil)
+		codes = append(codes, resp.StatusCode)
+	}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != 200 || codes[3] != 429 || shadowed != 3 {
+		t.Fatalf("codes %v, shadowed %d", codes, shadowed)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	if _, err := New(Config{}); err == nil || err.Error() != "rules: need at least one" {
+		t.Fatal(err)
+	}
+	p := core.MustPolicy("p", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second})
+	l := core.NewLimiter(p, memory.MustNew(memory.Options{}))
+	if _, err := New(Config{Rules: []Rule{{Limiter: l}}, Status: 200}); err == nil || err.Error() != "status: 200 is not a 4xx or 5xx code" {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,65 @@
+package memory
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+)
+
+// BenchmarkDecide measures one decision per algorithm, serial and parallel,
+// on 1 key and on 1M keys (all tracked before timing; the cap is raised so
+// nothing is evicted). Counts are high enough that decisions stay allowed.
+func BenchmarkDecide(b *testing.B) {
+	for _, keys := range []int{1, 1_000_000} {
+		names := make([]string, keys)
+		for i := range names {
+			names[i] = "10." + strconv.Itoa(i>>16) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)
+		}
+		for _, a := range core.Algorithms {
+			// Limits that allow every request and keep every key alive.
+			l := core.Limit{Count: 1_000_000, Window: time.Hour, Algorithm: a}
+			switch a {
+			case core.SlidingLog:
+				if keys > 1 {
+					l.Count = 16 // 8 bytes per request held, per key
+				}
+			case core.TokenBucket, core.GCRA:
+				l.Window, l.Burst = time.Second, 2_000_000_000
+			case core.LeakyBucket:
+				l.Window, l.MaxDelay, l.Burst = time.Second, time.Second, 2_000_000_000
+			}
+			p := core.MustPolicy("bench", core.PolicyOptions{}, l)
+			s := MustNew(Options{MaxKeys: 2 * keys})
+			var d core.Decision
+			for _, k := range names {
+				_ = s.Decide(context.Background(), p, k, 1, &d)
+			}
+			name := a.String() + "/keys=" + strconv.Itoa(keys)
+			b.Run(name+"/serial", func(b *testing.B) {
+				var d core.Decision
+				ctx := context.Background()
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					_ = s.Decide(ctx, p, names[i%keys], 1, &d)
+				}
+			})
+			b.Run(name+"/parallel", func(b *testing.B) {
+				var next atomic.Int64
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					var d core.Decision
+					ctx := context.Background()
+					i := int(next.Add(7919))
+					for pb.Next() {
+						i++
+						_ = s.Decide(ctx, p, names[i%keys], 1, &d)
+					}
+				})
+			})
+		}
+	}
+}
