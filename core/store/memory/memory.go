@@ -55,7 +55,7 @@ type shard struct {
 	// m indexes entries by the hash of (policy scope, key); entries whose
 	// hashes collide chain through entry.collide.
 	m map[uint64]*entry
-	n int // entries, chained ones included
+	n int      // entries, chained ones included
 	_ [40]byte // keep neighbouring shards' locks off one cache line
 }
 
