@@ -1,0 +1,38 @@
+# tollgate — `make test` is what CI runs (.ci/run); `make run` serves
+# Caddyfile.example with the module built in; `make bench` prints the
+# `vs <peer> <workload> <factor>` comparisons.
+
+GO        ?= go
+FUZZTIME  ?= 5s
+PKGS      := ./...
+
+.PHONY: test vet fmt unit fuzz bench bench-core run clean
+
+test: vet fmt unit fuzz
+
+vet:
+	$(GO) vet $(PKGS)
+	cd bench && $(GO) vet ./...
+
+# gofmt -l prints files that need formatting; any output fails the build.
+fmt:
+	@out="$$(gofmt -l . )"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+unit:
+	$(GO) test -race -count=1 $(PKGS)
+
+# Each fuzz target briefly, from its seed corpus (go test runs one target per call).
+fuzz:
+	$(GO) test ./core -run '^$$' -fuzz '^FuzzStep$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./core -run '^$$' -fuzz '^FuzzParseRate$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./core -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
+
+# Peers are measured in the same run, in the bench/ module.
+bench: bench-core
+	cd bench && $(GO) run ./compare
+
+bench-core:
+	$(GO) test -run '^$$' -bench . -benchmem ./core/store/memory/
+
+clean:
+	rm -rf bin .tmp
