@@ -1,13 +1,16 @@
 // Package memory is tollgate's in-process store, the embedded default.
 //
-// Keys are spread over shards, each with its own lock and map, so parallel
-// requests rarely contend, and deciding for a key already tracked allocates
-// nothing. The number of tracked keys is capped: inserting into a full shard
-// drops expired keys it samples and otherwise the least recently used of the
+// Keys are spread over shards. A shard's index is an open-addressed table
+// that readers probe without a lock (entries are published atomically and
+// never change identity), and each entry has its own lock, so a decision on a
+// tracked key takes exactly one lock, the key's own, and allocates nothing.
+// Only inserts and evictions take the shard's lock.
+//
+// The number of tracked keys is capped: inserting into a full shard drops
+// expired keys it samples and otherwise the least recently used of the
 // sample (as Redis approximates LRU), so rotating keys (an attacker cycling
-// client IPs) cannot grow memory past the cap. Each insert also samples a few
-// keys and drops the expired ones, so memory follows the live keys even below
-// the cap.
+// client IPs) cannot grow memory past the cap. Each insert also drops the
+// expired keys of its sample, so memory follows the live keys below the cap.
 package memory
 
 import (
@@ -16,6 +19,7 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/tollgate/tollgate/core"
 )
@@ -24,7 +28,7 @@ import (
 const DefaultMaxKeys = 1 << 20
 
 // shardCount is a power of two well above any core count we expect to share
-// one gateway process, so two requests rarely meet on one lock.
+// one gateway process, so two inserts rarely meet on one lock.
 const shardCount = 256
 
 // sampleSize is how many entries an insert looks at to find expired or
@@ -51,21 +55,94 @@ type Store struct {
 }
 
 type shard struct {
-	mu sync.Mutex
-	// m indexes entries by the hash of (policy scope, key); entries whose
-	// hashes collide chain through entry.collide.
-	m map[uint64]*entry
-	n int      // entries, chained ones included
-	_ [40]byte // keep neighbouring shards' locks off one cache line
+	mu    sync.Mutex // held to change table or n
+	table atomic.Pointer[table]
+	n     int      // live entries
+	_     [40]byte // keep neighbouring shards' locks off one cache line
 }
 
+// table is an open-addressed hash table of entries with linear probing,
+// kept at most three quarters full. A slot's entry only ever goes from nil to an entry
+// and from an entry to tombstone, so a reader probing without the shard's
+// lock sees a consistent chain. Each slot repeats its entry's hash so a probe
+// rejects other keys without touching their entries.
+type table struct {
+	mask  uint64
+	used  int // slots not nil (entries and tombstones)
+	slots []slot
+}
+
+type slot struct {
+	entry atomic.Pointer[entry]
+	hash  atomic.Uint64 // stored after entry: 0 until then
+}
+
+// tombstone marks a slot whose entry was dropped.
+var tombstone = &entry{}
+
+// entry is one (policy, key)'s state. Its first cache line holds what a
+// decision touches: the lock, the identity to confirm, the times and a short
+// key's bytes, so a lookup costs one miss for the slot and one for the entry.
 type entry struct {
-	scope     string // Policy.Scope()
-	key       string
-	states    []core.State
+	mu sync.Mutex
+	// hash, key and scope never change once the entry is published.
+	hash uint64
+	key  string // points into keyBytes when the key fits there
+	// Guarded by mu.
+	dead      bool  // dropped from the table: look the key up again
 	lastUsed  int64 // µs
 	expiresAt int64 // µs; after it the states equal fresh ones
-	collide   *entry
+	keyBytes  [inlineKeyLen]byte
+	scope     string // Policy.Scope()
+	states    []core.State
+	inline    [1]core.State // states of a one-limit policy, saving a pointer chase
+}
+
+// inlineKeyLen is the longest key stored inside its entry (an IPv6 address
+// in text is at most 39 bytes).
+const inlineKeyLen = 40
+
+// newEntry returns an entry for key, with the key's bytes copied inside it
+// when they fit.
+func newEntry(h uint64, scope, key string, limits int, now int64) *entry {
+	e := &entry{hash: h, scope: scope, key: key, lastUsed: now, expiresAt: now}
+	if n := copy(e.keyBytes[:], key); n == len(key) && n > 0 {
+		e.key = unsafe.String(&e.keyBytes[0], n)
+	}
+	if limits == 1 {
+		e.states = e.inline[:]
+	} else {
+		e.states = make([]core.State, limits)
+	}
+	return e
+}
+
+func newTable(size int) *table {
+	return &table{mask: uint64(size - 1), slots: make([]slot, size)}
+}
+
+// put stores e in the first free slot of its probe chain. sh.mu is held.
+func (t *table) put(e *entry) {
+	i := e.hash & t.mask
+	for t.slots[i].entry.Load() != nil {
+		i = (i + 1) & t.mask
+	}
+	t.slots[i].entry.Store(e)
+	t.slots[i].hash.Store(e.hash)
+	t.used++
+}
+
+// find returns the live-table entry for (h, scope, key), or nil.
+func (t *table) find(h uint64, scope, key string) *entry {
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		e := t.slots[i].entry.Load()
+		if e == nil {
+			return nil
+		}
+		if t.slots[i].hash.Load() == h && e != tombstone && e.key == key && e.scope == scope {
+			return e
+		}
+	}
 }
 
 // New returns a Store.
@@ -83,7 +160,7 @@ func New(opts Options) (*Store, error) {
 	s.perShard = max(1, (opts.MaxKeys+shardCount-1)/shardCount)
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.m = make(map[uint64]*entry)
+		sh.table.Store(newTable(8))
 	}
 	return s, nil
 }
@@ -103,91 +180,104 @@ func (s *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 	return nil
 }
 
-// DecideAt applies p to key as if at now (µs).
+// DecideAt applies p to key as if at now (µs). A key's clock never runs
+// backwards: a request that read the clock just before a later one that took
+// the key's lock first is decided at the later time.
 func (s *Store) DecideAt(p *core.Policy, key string, cost, now int64, d *core.Decision) {
 	h := maphash.String(s.seed, key) ^ p.ScopeHash()
 	sh := &s.shards[(h>>32)%shardCount]
 	scope := p.Scope()
-
-	sh.mu.Lock()
-	e := sh.m[h]
-	for e != nil && (e.key != key || e.scope != scope) {
-		e = e.collide
+	for {
+		e := sh.table.Load().find(h, scope, key)
+		if e == nil {
+			e = s.insert(sh, h, scope, key, len(p.Limits()), now)
+		}
+		e.mu.Lock()
+		if e.dead {
+			// Evicted between the lookup and the lock: look again.
+			e.mu.Unlock()
+			continue
+		}
+		now = max(now, e.lastUsed)
+		p.Apply(e.states, now, cost, d)
+		e.lastUsed = now
+		e.expiresAt = now + p.IdleMicros()
+		e.mu.Unlock()
+		return
 	}
-	if e == nil {
-		e = s.insert(sh, h, scope, key, len(p.Limits()), now)
-	}
-	p.Apply(e.states, now, cost, d)
-	e.lastUsed = now
-	e.expiresAt = now + p.IdleMicros()
-	sh.mu.Unlock()
 }
 
-// insert adds a fresh entry to sh, making room first. sh.mu is held.
+// insert returns the entry for the key, adding a fresh one if no other
+// insert did meanwhile, after making room.
 func (s *Store) insert(sh *shard, h uint64, scope, key string, limits int, now int64) *entry {
-	reuse := s.sweep(sh, now)
-	e := reuse
-	if e == nil || cap(e.states) < limits {
-		e = &entry{states: make([]core.State, limits)}
-	} else {
-		states := e.states[:limits]
-		for i := range states {
-			// Keep a sliding log's ring for reuse: Step reads only its live part.
-			states[i] = core.State{Log: states[i].Log[:0]}
-		}
-		*e = entry{states: states}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.table.Load()
+	if e := t.find(h, scope, key); e != nil {
+		return e
 	}
-	e.scope, e.key = scope, key
-	e.collide = sh.m[h]
-	sh.m[h] = e
+	s.sweep(sh, t, now)
+	if 4*(t.used+1) > 3*len(t.slots) {
+		t = s.rebuild(sh, t)
+	}
+	e := newEntry(h, scope, key, limits, now)
+	t.put(e)
 	sh.n++
 	return e
 }
 
-// sweep looks at a few entries of sh from a random place, drops the expired
-// ones, and if sh is still full drops the least recently used of them. It
-// returns a dropped entry for reuse, or nil. sh.mu is held.
-func (s *Store) sweep(sh *shard, now int64) *entry {
-	var dropped, oldest *entry
-	var oldestHash uint64
-	seen := 0
-	for h, head := range sh.m {
-		for e := head; e != nil; e = e.collide {
-			if e.expiresAt <= now {
-				s.drop(sh, h, e)
-				dropped = e
-			} else if oldest == nil || e.lastUsed < oldest.lastUsed {
-				oldest, oldestHash = e, h
-			}
-			seen++
-		}
-		if seen >= sampleSize {
-			break
+// rebuild copies the live entries of t into a new table (twice as large if
+// they fill more than a third of t), leaving the tombstones behind, and
+// publishes it. sh.mu is held.
+func (s *Store) rebuild(sh *shard, t *table) *table {
+	size := len(t.slots)
+	if 3*(sh.n+1) > size {
+		size *= 2
+	}
+	nt := newTable(size)
+	for i := range t.slots {
+		if e := t.slots[i].entry.Load(); e != nil && e != tombstone {
+			nt.put(e)
 		}
 	}
-	if sh.n >= s.perShard && oldest != nil {
-		s.drop(sh, oldestHash, oldest)
-		dropped = oldest
-	}
-	return dropped
+	sh.table.Store(nt)
+	return nt
 }
 
-func (s *Store) drop(sh *shard, h uint64, e *entry) {
-	if sh.m[h] == e {
-		if e.collide == nil {
-			delete(sh.m, h)
-		} else {
-			sh.m[h] = e.collide
+// sweep looks at up to sampleSize entries of t from a pseudo-random slot,
+// drops the expired ones, and if the shard is still full drops the least
+// recently used of them. Entries busy deciding are skipped: they are in use.
+// sh.mu is held.
+func (s *Store) sweep(sh *shard, t *table, now int64) {
+	var oldest *entry
+	var oldestSlot uint64
+	var oldestUsed int64
+	start := (uint64(now) * 0x9E3779B97F4A7C15) >> 17
+	seen := 0
+	for k := uint64(0); k < uint64(len(t.slots)) && seen < sampleSize; k++ {
+		i := (start + k) & t.mask
+		e := t.slots[i].entry.Load()
+		if e == nil || e == tombstone || !e.mu.TryLock() {
+			continue
 		}
-	} else {
-		for prev := sh.m[h]; prev != nil; prev = prev.collide {
-			if prev.collide == e {
-				prev.collide = e.collide
-				break
-			}
+		seen++
+		if e.expiresAt <= now {
+			s.drop(sh, t, i, e)
+		} else if oldest == nil || e.lastUsed < oldestUsed {
+			oldest, oldestSlot, oldestUsed = e, i, e.lastUsed
 		}
+		e.mu.Unlock()
 	}
-	e.collide = nil
+	if sh.n >= s.perShard && oldest != nil && oldest.mu.TryLock() {
+		s.drop(sh, t, oldestSlot, oldest)
+		oldest.mu.Unlock()
+	}
+}
+
+// drop removes e from slot i of t. sh.mu and e.mu are held.
+func (s *Store) drop(sh *shard, t *table, i uint64, e *entry) {
+	e.dead = true
+	t.slots[i].entry.Store(tombstone)
 	sh.n--
 	s.evicted.Add(1)
 }
