@@ -1,12 +1,18 @@
-# tollgate — `make test` is what CI runs (.ci/run); `make run` serves
-# Caddyfile.example with the module built in; `make bench` prints the
+# tollgate — `make test` is what CI runs (.ci/run); `make run` serves an
+# example on localhost:8080; `make bench` prints the
 # `vs <peer> <workload> <factor>` comparisons.
+
+.DEFAULT_GOAL := test
 
 GO        ?= go
 FUZZTIME  ?= 5s
 PKGS      := ./...
 
 .PHONY: test vet fmt unit fuzz bench bench-core run clean
+
+# Until the Caddy module lands (issue 4), `make run` serves the net/http example.
+run:
+	$(GO) run ./examples/nethttp -addr localhost:8080
 
 test: vet fmt unit fuzz
 
