@@ -8,7 +8,7 @@ GO        ?= go
 FUZZTIME  ?= 5s
 PKGS      := ./...
 
-.PHONY: test vet fmt unit fuzz bench bench-core run clean
+.PHONY: test vet fmt unit fuzz bench bench-core run clean deps
 
 # Until the Caddy module lands (issue 4), `make run` serves the net/http example.
 run:
@@ -24,8 +24,15 @@ vet:
 fmt:
 	@out="$$(gofmt -l . )"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-unit:
+unit: deps
 	$(GO) test -race -count=1 $(PKGS)
+
+# The Redis store's tests start real redis-server processes on loopback.
+deps:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "redis-server missing: installing it with apt-get"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } || { \
+	    echo "make test needs redis-server and redis-cli: apt-get install -y redis-server"; exit 1; }; }
 
 # Each fuzz target briefly, from its seed corpus (go test runs one target per call).
 fuzz:

@@ -41,6 +41,10 @@ func (d *Decision) reset(p *Policy, cost int64) {
 	d.Policy, d.N, d.Cost = p, len(p.limits), cost
 }
 
+// Start readies d for a request of cost units under p: a store that does not
+// run Policy.Apply calls it, fills Results[:N] and calls Summarize.
+func (d *Decision) Start(p *Policy, cost int64) { d.reset(p, cost) }
+
 // DecidingLimit returns the limit that decided, or nil if d is empty.
 func (d *Decision) DecidingLimit() *Limit {
 	if d.Policy == nil || d.Index >= len(d.Policy.limits) {

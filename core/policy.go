@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"hash/fnv"
 	"hash/maphash"
 	"strconv"
 	"strings"
@@ -28,6 +29,7 @@ type Policy struct {
 	ietfNames  []string
 	ietfPolicy string
 	scopeHash  uint64
+	limitIDs   []string
 }
 
 // scopeSeed hashes policy scopes, once per policy, for the stores' maps.
@@ -60,9 +62,13 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 		}
 		p.limits[i] = l
 		p.idleUS = max(p.idleUS, l.idleUS())
-		sig.WriteString("|" + l.Algorithm.String() + ":" + strconv.FormatInt(l.Count, 10) + ":" +
+		limitSig := l.Algorithm.String() + ":" + strconv.FormatInt(l.Count, 10) + ":" +
 			strconv.FormatInt(l.windowUS, 10) + ":" + strconv.FormatInt(l.burst, 10) + ":" +
-			strconv.FormatInt(l.maxDelayUS, 10))
+			strconv.FormatInt(l.maxDelayUS, 10)
+		sig.WriteString("|" + limitSig)
+		h := fnv.New64a()
+		h.Write([]byte(limitSig))
+		p.limitIDs = append(p.limitIDs, strconv.FormatUint(h.Sum64(), 36))
 	}
 	p.scope = sig.String()
 	p.scopeHash = maphash.String(scopeSeed, p.scope)
@@ -107,6 +113,11 @@ func (p *Policy) Shadow() bool { return p.shadow }
 // Scope returns the identity of the policy's state in a store: equal for
 // policies with the same name and limits.
 func (p *Policy) Scope() string { return p.scope }
+
+// LimitID returns a short identity of limit i's algorithm and parameters:
+// equal for equal limits, so a store can name its state after it and a
+// changed limit starts afresh.
+func (p *Policy) LimitID(i int) string { return p.limitIDs[i] }
 
 // ScopeHash returns a hash of Scope(), fixed for the process's life, for
 // stores that index state by it.

@@ -1,0 +1,246 @@
+-- tollgate: decide one request for every stacked limit of a policy, all or
+-- nothing, in one call. Each algorithm mirrors its Go step function in
+-- core/step.go operation for operation: every integer stays below 2^53, so
+-- Lua's doubles compute exactly what Go's int64s do, and the sliding
+-- counter's double expressions are evaluated in the same order.
+--
+-- KEYS[i]  state of limit i (a string "a b c", or a sorted set for sliding_log)
+-- ARGV[1]  now in µs, or -1 to use the server's TIME
+-- ARGV[2]  cost
+-- ARGV[3]  number of limits
+-- then per limit, 6 values: algorithm, count, window µs, burst, max delay µs, ttl ms
+-- Returns: now, then per limit: allowed (0/1), remaining, reset µs, retry µs, delay µs.
+
+local FIXED, LOG, COUNTER, BUCKET, GCRA, SHAPER = 1, 2, 3, 4, 5, 6
+
+local now = tonumber(ARGV[1])
+if now < 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local cost = tonumber(ARGV[2])
+local nlimits = tonumber(ARGV[3])
+
+-- Integer division truncating toward zero, exact for |a| < 2^53.
+local function idiv(a, b)
+  local neg = a < 0
+  if neg then a = -a end
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  if neg then return -q end
+  return q
+end
+local function ceildiv(a, b) return idiv(a + b - 1, b) end
+local function fmt(x) return string.format('%.0f', x) end
+
+local function load(key)
+  local v = redis.call('GET', key)
+  if not v then return {0, 0, 0} end
+  local a, b, c = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+  return {tonumber(a), tonumber(b), tonumber(c)}
+end
+
+local function window_start(t, w) return t - (t % w) end
+
+local function fixed(l, s, t, c)
+  local w, n = l.w, l.n
+  local start = window_start(t, w)
+  if s[1] ~= start then s = {start, 0, 0} end
+  local reset = start + w - t
+  if s[2] + c <= n then
+    return {start, s[2] + c, 0}, {1, n - s[2] - c, reset, 0, 0}
+  end
+  local retry = reset
+  if c > n then retry = w end
+  return s, {0, n - s[2], reset, retry, 0}
+end
+
+local function estimate(prev, curr, w, el) return prev * (w - el) / w + curr end
+
+local function counter_wait(s, w, n, el, c)
+  if c > n then return w end
+  local function fits(prev, curr, at) return estimate(prev, curr, w, at) + c <= n end
+  if s[2] + c <= n and s[3] > 0 then
+    local at = math.ceil(w - ((n - s[2] - c) * w) / s[3])
+    if at < el then at = el end
+    while at < w and not fits(s[3], s[2], at) do at = at + 1 end
+    if at < w then return at - el end
+  end
+  local at = 0
+  if s[2] > 0 then
+    at = math.ceil(w - ((n - c) * w) / s[2])
+    if at < 0 then at = 0 end
+    while at < w and not fits(s[2], 0, at) do at = at + 1 end
+  end
+  return w + at - el
+end
+
+local function counter(l, s, t, c)
+  local w, n = l.w, l.n
+  local start = window_start(t, w)
+  if s[1] == start then
+  elseif s[1] == start - w then s = {start, 0, s[2]}
+  else s = {start, 0, 0} end
+  local el = t - start
+  local est = estimate(s[3], s[2], w, el)
+  local r
+  if est + c <= n then
+    s = {s[1], s[2] + c, s[3]}
+    r = {1, math.floor(n - (est + c)), 0, 0, 0}
+  else
+    local rem = math.floor(n - est)
+    if rem < 0 then rem = 0 end
+    r = {0, rem, 0, counter_wait(s, w, n, el, c), 0}
+  end
+  if s[2] > 0 then r[3] = start + 2 * w - t
+  elseif s[3] > 0 then r[3] = start + w - t end
+  return s, r
+end
+
+local function bucket(l, s, t, c)
+  local w, n, b = l.w, l.n, l.b
+  local capacity = b * w
+  local deficit, last = s[1], s[2]
+  local elapsed = t - last
+  if deficit > 0 and elapsed > 0 then
+    if elapsed >= ceildiv(deficit, n) then deficit = 0 else deficit = deficit - elapsed * n end
+  end
+  if t > last then last = t end
+  local need = c * w
+  if c <= b and deficit + need <= capacity then
+    deficit = deficit + need
+    return {deficit, last, 0}, {1, idiv(capacity - deficit, w), ceildiv(deficit, n), 0, 0}
+  end
+  local retry = w
+  if c <= b then retry = ceildiv(deficit + need - capacity, n) end
+  return {deficit, last, 0}, {0, idiv(capacity - deficit, w), ceildiv(deficit, n), retry, 0}
+end
+
+local function ahead_of(s, t, n)
+  if s[1] < t then return 0 end
+  return (s[1] - t) * n + s[2]
+end
+
+local function advance(s, t, w, n, c)
+  local tat, frac = s[1], s[2]
+  if tat < t then tat, frac = t, 0 end
+  local total = frac + c * w
+  return tat + idiv(total, n), total % n
+end
+
+local function gcra(l, s, t, c)
+  local w, n, b = l.w, l.n, l.b
+  local tolerance = b * w
+  local prev = ahead_of(s, t, n)
+  local retry = w
+  if c <= b then
+    local tat, frac = advance(s, t, w, n, c)
+    local ahead = (tat - t) * n + frac
+    if ahead <= tolerance then
+      return {tat, frac, 0}, {1, idiv(tolerance - ahead, w), ceildiv(ahead, n), 0, 0}
+    end
+    retry = ceildiv(ahead - tolerance, n)
+  end
+  return s, {0, idiv(tolerance - prev, w), ceildiv(prev, n), retry, 0}
+end
+
+local function shaper_room(ahead, max_wait, queue, w)
+  if ahead > max_wait or ahead > queue then return 0 end
+  return math.min(idiv(max_wait - ahead, w) + 1, idiv(queue - ahead, w))
+end
+
+local function shaper(l, s, t, c)
+  local w, n, b = l.w, l.n, l.b
+  local max_wait, queue = l.d * n, b * w
+  local wait = ahead_of(s, t, n)
+  local retry = w
+  if c <= b then
+    local tat, frac = advance(s, t, w, n, c)
+    local nxt = (tat - t) * n + frac
+    if wait <= max_wait and nxt <= queue then
+      return {tat, frac, 0}, {1, shaper_room(nxt, max_wait, queue, w), ceildiv(nxt, n), 0, ceildiv(wait, n)}
+    end
+    retry = ceildiv(math.max(wait - max_wait, nxt - queue), n)
+  end
+  return s, {0, shaper_room(wait, max_wait, queue, w), ceildiv(wait, n), retry, 0}
+end
+
+-- The sliding log reads its sorted set; nothing is written until commit.
+local function log_step(l, key, t, c)
+  local w, n = l.w, l.n
+  local live = redis.call('ZCOUNT', key, '(' .. fmt(t - w), '+inf')
+  local newest = nil
+  if live > 0 then
+    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  end
+  if live + c <= n then
+    local reset = 0
+    if c > 0 then reset = w elseif live > 0 then reset = newest + w - t end
+    return live, {1, n - live - c, reset, 0, 0}
+  end
+  local reset = 0
+  if live > 0 then reset = newest + w - t end
+  local retry = w
+  if c <= n then
+    local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(t - w), '+inf', 'WITHSCORES', 'LIMIT', live + c - n - 1, 1)
+    retry = tonumber(oldest[2]) + w - t
+  end
+  return live, {0, n - live, reset, retry, 0}
+end
+
+local steps = {[FIXED] = fixed, [COUNTER] = counter, [BUCKET] = bucket, [GCRA] = gcra, [SHAPER] = shaper}
+
+local limits, states, nexts, results = {}, {}, {}, {}
+local all = true
+for i = 1, nlimits do
+  local base = 3 + (i - 1) * 6
+  local l = {alg = tonumber(ARGV[base + 1]), n = tonumber(ARGV[base + 2]), w = tonumber(ARGV[base + 3]),
+             b = tonumber(ARGV[base + 4]), d = tonumber(ARGV[base + 5]), ttl = tonumber(ARGV[base + 6])}
+  limits[i] = l
+  if l.alg == LOG then
+    states[i], results[i] = log_step(l, KEYS[i], now, cost)
+  else
+    states[i] = load(KEYS[i])
+    nexts[i], results[i] = steps[l.alg](l, states[i], now, cost)
+  end
+  if results[i][1] == 0 then all = false end
+end
+
+if all then
+  for i = 1, nlimits do
+    local l = limits[i]
+    if l.alg == LOG then
+      redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', fmt(now - l.w))
+      -- Members are unique: the live count only grows between two requests
+      -- at the same µs, so "<now>:<position>" never repeats while live.
+      for k = 1, cost do
+        redis.call('ZADD', KEYS[i], now, fmt(now) .. ':' .. fmt(states[i] + k))
+      end
+      if cost > 0 then redis.call('PEXPIRE', KEYS[i], l.ttl) end
+    else
+      local s = nexts[i]
+      redis.call('SET', KEYS[i], fmt(s[1]) .. ' ' .. fmt(s[2]) .. ' ' .. fmt(s[3]), 'PX', l.ttl)
+    end
+  end
+else
+  -- Nothing is consumed: limits that would have allowed report what they
+  -- still have, as a request of cost 0 sees it.
+  for i = 1, nlimits do
+    if results[i][1] == 1 then
+      local l = limits[i]
+      if l.alg == LOG then
+        local _, r = log_step(l, KEYS[i], now, 0)
+        results[i] = r
+      else
+        local _, r = steps[l.alg](l, states[i], now, 0)
+        results[i] = r
+      end
+    end
+  end
+end
+
+local out = {now}
+for i = 1, nlimits do
+  for k = 1, 5 do out[#out + 1] = results[i][k] end
+end
+return out

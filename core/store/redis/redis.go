@@ -1,0 +1,264 @@
+// Package redis is tollgate's shared store: many gateway nodes decide
+// against one Redis (standalone, Sentinel or Cluster) and so enforce one
+// exact limit together.
+//
+// Every decision is one EVALSHA of one Lua script (decide.lua) that runs the
+// policy's stacked limits all or nothing, with the same arithmetic as the Go
+// step functions, so the conformance suite gets identical decisions from
+// this store and the memory store. Time comes from the Redis server's TIME,
+// so nodes with skewed clocks agree; tests may inject a clock instead.
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/core"
+)
+
+//go:embed decide.lua
+var decideSource string
+
+var decideScript = goredis.NewScript(decideSource)
+
+// DefaultPrefix starts every key the store writes.
+const DefaultPrefix = "tollgate:"
+
+// DefaultTimeout bounds one decision's round trip when Options.Timeout is 0.
+const DefaultTimeout = 500 * time.Millisecond
+
+// Options configures a Store. Set URL, or Addrs (with Cluster for a Redis
+// Cluster), or MasterName and Addrs for Sentinel.
+type Options struct {
+	// URL is a redis:// or rediss:// URL (user, password, host:port, /db);
+	// the fields below override what it sets.
+	URL string
+	// Addrs are host:port addresses: the server, the Cluster's seed nodes, or
+	// the Sentinels.
+	Addrs []string
+	// Cluster makes Addrs the seeds of a Redis Cluster.
+	Cluster bool
+	// MasterName is the Sentinel master's name; set it to use Sentinel.
+	MasterName string
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels.
+	SentinelUsername, SentinelPassword string
+	// Username and Password authenticate to Redis (ACL or requirepass).
+	Username, Password string
+	// DB is the database number (standalone and Sentinel only).
+	DB int
+	// TLS enables TLS; TLSServerName overrides the name verified, and
+	// TLSInsecureSkipVerify turns verification off.
+	TLS                   bool
+	TLSServerName         string
+	TLSInsecureSkipVerify bool
+	// Timeout bounds dialing, reading and writing for one decision; 0 means
+	// DefaultTimeout.
+	Timeout time.Duration
+	// PoolSize is the connections per node; 0 means go-redis's default
+	// (10 per CPU).
+	PoolSize int
+	// Prefix starts every key; empty means DefaultPrefix.
+	Prefix string
+	// Clock, if set, replaces the server's TIME (for tests).
+	Clock core.Clock
+}
+
+// Store is the Redis store.
+type Store struct {
+	client  goredis.UniversalClient
+	prefix  string
+	clock   core.Clock
+	owned   bool
+	timeout time.Duration
+}
+
+// New validates opts, connects lazily and returns the store. Errors name the
+// option and value at fault.
+func New(opts Options) (*Store, error) {
+	uo, err := universalOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := NewFromClient(goredis.NewUniversalClient(uo), opts)
+	s.owned = true
+	s.timeout = uo.ReadTimeout
+	return s, nil
+}
+
+// NewFromClient returns a store over an existing client; Close leaves the
+// client open. Only opts.Prefix, opts.Clock and opts.Timeout are used.
+func NewFromClient(c goredis.UniversalClient, opts Options) *Store {
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	timeout := opts.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	return &Store{client: c, prefix: prefix, clock: opts.Clock, timeout: timeout}
+}
+
+func universalOptions(o Options) (*goredis.UniversalOptions, error) {
+	uo := &goredis.UniversalOptions{}
+	if o.URL != "" {
+		parsed, err := goredis.ParseURL(o.URL)
+		if err != nil {
+			return nil, fmt.Errorf("url: %q: %w", redactURL(o.URL), err)
+		}
+		uo.Addrs = []string{parsed.Addr}
+		uo.Username, uo.Password, uo.DB, uo.TLSConfig = parsed.Username, parsed.Password, parsed.DB, parsed.TLSConfig
+	}
+	if len(o.Addrs) > 0 {
+		uo.Addrs = o.Addrs
+	}
+	if len(uo.Addrs) == 0 {
+		return nil, errors.New("addrs: need a URL or at least one address")
+	}
+	for _, a := range uo.Addrs {
+		if _, port, ok := cutLast(a, ':'); !ok || port == "" {
+			return nil, fmt.Errorf("addrs: %q is not host:port", a)
+		} else if _, err := strconv.Atoi(port); err != nil {
+			return nil, fmt.Errorf("addrs: %q has port %q, not a number", a, port)
+		}
+	}
+	if o.Cluster && o.MasterName != "" {
+		return nil, errors.New("cluster and master_name: choose Redis Cluster or Sentinel, not both")
+	}
+	if o.Cluster && o.DB != 0 {
+		return nil, fmt.Errorf("db: %d, but Redis Cluster has only database 0", o.DB)
+	}
+	if o.DB < 0 {
+		return nil, fmt.Errorf("db: %d must not be negative", o.DB)
+	}
+	if o.Timeout < 0 {
+		return nil, fmt.Errorf("timeout: %s must not be negative", o.Timeout)
+	}
+	if o.PoolSize < 0 {
+		return nil, fmt.Errorf("pool_size: %d must not be negative", o.PoolSize)
+	}
+	if o.Username != "" {
+		uo.Username = o.Username
+	}
+	if o.Password != "" {
+		uo.Password = o.Password
+	}
+	if o.DB != 0 {
+		uo.DB = o.DB
+	}
+	uo.MasterName = o.MasterName
+	uo.SentinelUsername, uo.SentinelPassword = o.SentinelUsername, o.SentinelPassword
+	uo.IsClusterMode = o.Cluster
+	if o.TLS || o.TLSServerName != "" || o.TLSInsecureSkipVerify {
+		if uo.TLSConfig == nil {
+			uo.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		uo.TLSConfig.ServerName = o.TLSServerName
+		uo.TLSConfig.InsecureSkipVerify = o.TLSInsecureSkipVerify
+	}
+	timeout := o.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	uo.DialTimeout, uo.ReadTimeout, uo.WriteTimeout = timeout, timeout, timeout
+	uo.PoolTimeout = timeout
+	uo.PoolSize = o.PoolSize
+	// A rate limiter must answer within its timeout: no retries.
+	uo.MaxRetries = -1
+	uo.DialerRetries = 1
+	return uo, nil
+}
+
+func cutLast(s string, sep byte) (before, after string, ok bool) {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == sep {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// redactURL hides a URL's password in error messages.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	return u.Redacted()
+}
+
+// Client returns the underlying go-redis client.
+func (s *Store) Client() goredis.UniversalClient { return s.client }
+
+// Close closes the client if New created it.
+func (s *Store) Close() error {
+	if s.owned {
+		return s.client.Close()
+	}
+	return nil
+}
+
+// Keys returns the Redis keys holding key's state under p, one per limit:
+// "<prefix>{<policy>:<key>}:<limit id>". The braces are a Cluster hash tag, so
+// a request's keys share one slot and one script may touch them all.
+func (s *Store) Keys(p *core.Policy, key string) []string {
+	keys := make([]string, len(p.Limits()))
+	base := s.prefix + "{" + p.Name() + ":" + key + "}:"
+	for i := range keys {
+		keys[i] = base + p.LimitID(i)
+	}
+	return keys
+}
+
+// Decide applies p to key in one round trip.
+func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
+	limits := p.Limits()
+	now := int64(-1)
+	if s.clock != nil {
+		now = s.clock.NowMicros()
+	}
+	args := make([]any, 0, 3+6*len(limits))
+	args = append(args, now, cost, len(limits))
+	for i := range limits {
+		l := &limits[i]
+		ttlMS := (p.IdleMicros()+999)/1000 + 1
+		args = append(args, int(l.Algorithm), l.Count, int64(l.Window/time.Microsecond),
+			l.EffectiveBurst(), int64(l.MaxDelay/time.Microsecond), ttlMS)
+	}
+	// The deadline bounds the whole decision, NOSCRIPT reload included.
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	reply, err := decideScript.Run(ctx, s.client, s.Keys(p, key), args...).Int64Slice()
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	if len(reply) != 1+5*len(limits) {
+		return fmt.Errorf("redis: script answered %d values, want %d", len(reply), 1+5*len(limits))
+	}
+	d.Start(p, cost)
+	allowed := true
+	for i := range limits {
+		v := reply[1+5*i:]
+		d.Results[i] = core.Result{
+			Allowed:    v[0] == 1,
+			Limit:      limits[i].Count,
+			Remaining:  v[1],
+			Reset:      time.Duration(v[2]) * time.Microsecond,
+			RetryAfter: time.Duration(v[3]) * time.Microsecond,
+			Delay:      time.Duration(v[4]) * time.Microsecond,
+		}
+		allowed = allowed && v[0] == 1
+	}
+	d.Summarize(allowed)
+	return nil
+}
+
+var _ core.Store = (*Store)(nil)

@@ -1,0 +1,204 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store/memory"
+	"github.com/tollgate/tollgate/core/storetest"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+var (
+	standalone *redistest.Server
+	cluster    *redistest.Cluster
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tollgate-redis-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if standalone, err = redistest.Start(dir); err == nil {
+		cluster, err = redistest.StartCluster(dir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "redis store tests need a real redis-server:", err)
+		if standalone != nil {
+			standalone.Stop()
+		}
+		os.Exit(1)
+	}
+	code := m.Run()
+	standalone.Stop()
+	cluster.Stop()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// newStore returns a store on a fresh key prefix, so tests never share state.
+func newStore(t *testing.T, opts Options) *Store {
+	t.Helper()
+	opts.Prefix = fmt.Sprintf("t%d:%s:", time.Now().UnixNano(), t.Name())
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformanceStandalone(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
+		return newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
+		return newStore(t, Options{Addrs: cluster.Addrs(), Cluster: true, Clock: clock})
+	})
+}
+
+func TestConformanceURL(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
+		return newStore(t, Options{URL: "redis://" + standalone.Addr + "/3", Clock: clock})
+	})
+}
+
+// With the server's TIME, decisions match the memory store's when both see
+// the same requests (time moves too little between them to matter for a
+// one-hour window).
+func TestServerTimeAgreesWithMemory(t *testing.T) {
+	p := core.MustPolicy("time", core.PolicyOptions{}, core.Limit{Count: 5, Window: time.Hour, Algorithm: core.SlidingLog},
+		core.Limit{Count: 7, Window: time.Hour, Algorithm: core.FixedWindow})
+	rs := newStore(t, Options{Addrs: []string{standalone.Addr}})
+	ms := memory.MustNew(memory.Options{})
+	for i := 0; i < 8; i++ {
+		var a, b core.Decision
+		if err := rs.Decide(context.Background(), p, "k", 1, &a); err != nil {
+			t.Fatal(err)
+		}
+		_ = ms.Decide(context.Background(), p, "k", 1, &b)
+		if a.Allowed != b.Allowed || a.Remaining != b.Remaining || a.Index != b.Index {
+			t.Fatalf("request %d: redis %+v, memory %+v", i, a, b)
+		}
+	}
+}
+
+// 8 gateway nodes (separate clients) × 64 goroutines on one key: counted
+// from the clients' side, never more than N allowed per window.
+func TestManyNodesShareOneExactLimit(t *testing.T) {
+	for _, c := range []struct {
+		limit  core.Limit
+		maxPer func(elapsed time.Duration) int64
+	}{
+		{core.Limit{Count: 100, Window: time.Hour, Algorithm: core.SlidingLog}, func(time.Duration) int64 { return 100 }},
+		{core.Limit{Count: 100, Window: time.Hour, Algorithm: core.FixedWindow}, func(time.Duration) int64 { return 100 }},
+		{core.Limit{Count: 10, Window: time.Second, Algorithm: core.TokenBucket, Burst: 50},
+			func(el time.Duration) int64 { return 50 + int64(10*el.Seconds()) + 1 }},
+	} {
+		t.Run(c.limit.Algorithm.String(), func(t *testing.T) {
+			p := core.MustPolicy("shared", core.PolicyOptions{}, c.limit)
+			prefix := fmt.Sprintf("shared%d:", time.Now().UnixNano())
+			var allowed atomic.Int64
+			var wg sync.WaitGroup
+			start := time.Now()
+			for node := 0; node < 8; node++ {
+				s, err := New(Options{Addrs: []string{standalone.Addr}, Prefix: prefix, PoolSize: 16})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				for g := 0; g < 64; g++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						var d core.Decision
+						for i := 0; i < 10; i++ {
+							if err := s.Decide(context.Background(), p, "hot", 1, &d); err != nil {
+								t.Error(err)
+								return
+							}
+							if d.Allowed {
+								allowed.Add(1)
+							}
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			if got, max := allowed.Load(), c.maxPer(time.Since(start)); got > max || got < c.limit.Count/2 {
+				t.Fatalf("allowed %d of 5120, bound %d", got, max)
+			}
+			t.Logf("%v: allowed %d of 5120 in %v", c.limit.Algorithm, allowed.Load(), time.Since(start))
+		})
+	}
+}
+
+func TestKeysShareAClusterSlot(t *testing.T) {
+	s := newStore(t, Options{Addrs: cluster.Addrs(), Cluster: true})
+	p := core.MustPolicy("api", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second},
+		core.Limit{Count: 2, Window: time.Minute}, core.Limit{Count: 3, Window: time.Hour, Algorithm: core.SlidingLog})
+	keys := s.Keys(p, "client}{weird")
+	for _, k := range keys {
+		if !strings.HasPrefix(k, s.prefix+"{api:client}") {
+			t.Fatalf("key %q", k)
+		}
+	}
+	var d core.Decision
+	if err := s.Decide(context.Background(), p, "client}{weird", 1, &d); err != nil || !d.Allowed {
+		t.Fatalf("decide on the cluster: %v %+v", err, d)
+	}
+	ttl := s.Client().PTTL(context.Background(), keys[0]).Val()
+	if ttl <= 0 || ttl > 2*time.Hour+2*time.Second {
+		t.Fatalf("key TTL %v, want set and bounded by the policy's idle time", ttl)
+	}
+}
+
+func TestOptionErrorsNameFieldAndValue(t *testing.T) {
+	for _, c := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{}, "addrs: need a URL or at least one address"},
+		{Options{URL: "http://x:1"}, `url: "http://x:1"`},
+		{Options{URL: "redis://user:secret@x:1/zz"}, `url: "redis://user:xxxxx@x:1/zz"`},
+		{Options{Addrs: []string{"localhost"}}, `addrs: "localhost" is not host:port`},
+		{Options{Addrs: []string{"h:port"}}, `addrs: "h:port" has port "port", not a number`},
+		{Options{Addrs: []string{"h:1"}, Cluster: true, DB: 2}, "db: 2, but Redis Cluster has only database 0"},
+		{Options{Addrs: []string{"h:1"}, Cluster: true, MasterName: "m"}, "choose Redis Cluster or Sentinel"},
+		{Options{Addrs: []string{"h:1"}, Timeout: -time.Second}, "timeout: -1s must not be negative"},
+	} {
+		_, err := New(c.o)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want %q", c.o, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("error leaks the password: %v", err)
+		}
+	}
+}
+
+// A dead address fails within the timeout, with an error, no panic.
+func TestDeadRedisFailsWithinTimeout(t *testing.T) {
+	port, _ := redistest.FreePort()
+	s := newStore(t, Options{Addrs: []string{fmt.Sprintf("127.0.0.1:%d", port)}, Timeout: 100 * time.Millisecond})
+	p := core.MustPolicy("dead", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second})
+	start := time.Now()
+	var d core.Decision
+	if err := s.Decide(context.Background(), p, "k", 1, &d); err == nil {
+		t.Fatal("no error from a dead Redis")
+	}
+	if el := time.Since(start); el > 300*time.Millisecond {
+		t.Fatalf("took %v with a 100ms timeout", el)
+	}
+}

@@ -1,0 +1,183 @@
+// Package redistest starts real redis-server processes on free loopback
+// ports for tests: a standalone server and a three-master Redis Cluster.
+// The processes die with the test binary (Pdeathsig) and are stopped by
+// Stop.
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Server is one running redis-server.
+type Server struct {
+	Addr string
+	Port int
+	Dir  string
+	cmd  *exec.Cmd
+}
+
+// Binary returns the redis-server path, or an error that says how to get it.
+func Binary() (string, error) {
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", fmt.Errorf("redis-server not found on PATH: install it (apt-get install -y redis-server) or run `make test`, which does")
+	}
+	return p, nil
+}
+
+// FreePort returns a loopback TCP port nobody listens on now.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start runs a redis-server with no persistence on a free port, plus extra
+// arguments, and waits until it answers PING.
+func Start(dir string, extra ...string) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		sdir := filepath.Join(dir, "redis-"+strconv.Itoa(port))
+		if err := os.MkdirAll(sdir, 0o755); err != nil {
+			return nil, err
+		}
+		args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--dir", sdir, "--logfile", filepath.Join(sdir, "redis.log")}, extra...)
+		cmd := exec.Command(bin, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: sdir, cmd: cmd}
+		if lastErr = s.waitPing(5 * time.Second); lastErr == nil {
+			return s, nil
+		}
+		s.Stop()
+	}
+	return nil, lastErr
+}
+
+func (s *Server) waitPing(limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if out, err := s.Do("PING"); err == nil && out == "+PONG" {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+	return fmt.Errorf("redis-server on %s did not answer PING: %s", s.Addr, log)
+}
+
+// Do sends one inline command and returns the first line of the reply.
+func (s *Server) Do(args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", s.Addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	var b strings.Builder
+	b.WriteString("*" + strconv.Itoa(len(args)) + "\r\n")
+	for _, a := range args {
+		b.WriteString("$" + strconv.Itoa(len(a)) + "\r\n" + a + "\r\n")
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimRight(line, "\r\n"), err
+}
+
+// Stop kills the server and waits for it.
+func (s *Server) Stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	}
+}
+
+// Signal sends sig to the server (SIGSTOP pauses it, SIGCONT resumes).
+func (s *Server) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig) }
+
+// Cluster is a Redis Cluster of three masters, no replicas.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// Addrs returns the nodes' addresses.
+func (c *Cluster) Addrs() []string {
+	var out []string
+	for _, n := range c.Nodes {
+		out = append(out, n.Addr)
+	}
+	return out
+}
+
+// StartCluster starts three cluster-enabled servers, joins them with
+// redis-cli --cluster create, and waits until the cluster is ok.
+func StartCluster(dir string) (*Cluster, error) {
+	c := &Cluster{}
+	for i := 0; i < 3; i++ {
+		s, err := Start(dir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, s)
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("redis-cli not found on PATH (it ships with redis-server): %w", err)
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("redis-cli --cluster create: %v: %s", err, out)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		ok := 0
+		for _, n := range c.Nodes {
+			if out, err := exec.Command(cli, "-p", strconv.Itoa(n.Port), "cluster", "info").Output(); err == nil &&
+				strings.Contains(string(out), "cluster_state:ok") {
+				ok++
+			}
+		}
+		if ok == len(c.Nodes) {
+			return c, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.Stop()
+	return nil, fmt.Errorf("redis cluster on %v did not reach cluster_state:ok", c.Addrs())
+}
+
+// Stop kills every node.
+func (c *Cluster) Stop() {
+	for _, n := range c.Nodes {
+		n.Stop()
+	}
+}
