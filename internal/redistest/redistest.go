@@ -23,6 +23,8 @@ type Server struct {
 	Port int
 	Dir  string
 	cmd  *exec.Cmd
+	bin  string
+	args []string
 }
 
 // Binary returns the redis-server path, or an error that says how to get it.
@@ -63,19 +65,26 @@ func Start(dir string, extra ...string) (*Server, error) {
 		}
 		args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 			"--dir", sdir, "--logfile", filepath.Join(sdir, "redis.log")}, extra...)
-		cmd := exec.Command(bin, args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: sdir, cmd: cmd}
-		if lastErr = s.waitPing(5 * time.Second); lastErr == nil {
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: sdir, bin: bin, args: args}
+		if lastErr = s.run(); lastErr == nil {
 			return s, nil
 		}
 		s.Stop()
 	}
 	return nil, lastErr
 }
+
+func (s *Server) run() error {
+	s.cmd = exec.Command(s.bin, s.args...)
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	return s.waitPing(5 * time.Second)
+}
+
+// Restart starts the stopped server again on the same port.
+func (s *Server) Restart() error { return s.run() }
 
 func (s *Server) waitPing(limit time.Duration) error {
 	deadline := time.Now().Add(limit)

@@ -262,3 +262,14 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 }
 
 var _ core.Store = (*Store)(nil)
+
+// Ping checks that Redis answers (every node, for a Cluster), within the
+// store's timeout.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if c, ok := s.client.(*goredis.ClusterClient); ok {
+		return c.ForEachShard(ctx, func(ctx context.Context, n *goredis.Client) error { return n.Ping(ctx).Err() })
+	}
+	return s.client.Ping(ctx).Err()
+}

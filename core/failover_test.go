@@ -1,0 +1,125 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// flakyStore fails while down is set; it is the unit-test double for a
+// shared store (the Redis store's tests stop a real redis-server).
+type flakyStore struct {
+	down  atomic.Bool
+	calls atomic.Int64
+	local Store
+}
+
+func (f *flakyStore) Decide(ctx context.Context, p *Policy, key string, cost int64, d *Decision) error {
+	f.calls.Add(1)
+	if f.down.Load() {
+		return errors.New("connection refused")
+	}
+	return f.local.Decide(ctx, p, key, cost, d)
+}
+
+func (f *flakyStore) Ping(context.Context) error {
+	if f.down.Load() {
+		return errors.New("connection refused")
+	}
+	return nil
+}
+
+// mapStore is a minimal correct store over Policy.Apply, for these tests.
+type mapStore struct {
+	mu sync.Mutex
+	m  map[string][]State
+}
+
+func (s *mapStore) Decide(_ context.Context, p *Policy, key string, cost int64, d *Decision) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string][]State{}
+	}
+	st, ok := s.m[p.Scope()+key]
+	if !ok {
+		st = make([]State, len(p.Limits()))
+		s.m[p.Scope()+key] = st
+	}
+	p.Apply(st, time.Now().UnixMicro(), cost, d)
+	return nil
+}
+
+func TestFailoverOpensOnceFallsBackAndCloses(t *testing.T) {
+	shared := &flakyStore{local: &mapStore{}}
+	var changes []bool
+	var mu sync.Mutex
+	f, err := NewFailoverStore(shared, FailoverOptions{Local: &mapStore{}, ProbeEvery: 20 * time.Millisecond,
+		OnStateChange: func(open bool, err error) { mu.Lock(); changes = append(changes, open); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p := MustPolicy("p", PolicyOptions{}, Limit{Count: 3, Window: time.Hour, Algorithm: FixedWindow})
+	var d Decision
+	shared.down.Store(true)
+	allowed := 0
+	for i := 0; i < 10; i++ {
+		if err := f.Decide(context.Background(), p, "k", 1, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 3 {
+		t.Fatalf("local fallback allowed %d, want the policy's 3", allowed)
+	}
+	if !f.Open() || shared.calls.Load() != 3 {
+		t.Fatalf("breaker open %v after %d calls to the dead store, want open after 3", f.Open(), shared.calls.Load())
+	}
+	shared.down.Store(false)
+	deadline := time.Now().Add(time.Second)
+	for f.Open() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if f.Open() {
+		t.Fatal("breaker did not close after the store came back")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(changes) != 2 || !changes[0] || changes[1] {
+		t.Fatalf("state changes %v, want [open, closed] once each", changes)
+	}
+}
+
+func TestFailoverAllowDenyFail(t *testing.T) {
+	p := MustPolicy("p", PolicyOptions{}, Limit{Count: 3, Window: time.Minute})
+	for _, c := range []struct {
+		on      OnError
+		allowed bool
+		err     bool
+	}{{OnErrorAllow, true, false}, {OnErrorDeny, false, false}, {OnErrorFail, false, true}} {
+		shared := &flakyStore{}
+		shared.down.Store(true)
+		f, _ := NewFailoverStore(shared, FailoverOptions{OnError: c.on})
+		var d Decision
+		err := f.Decide(context.Background(), p, "k", 1, &d)
+		if (err != nil) != c.err || (!c.err && d.Allowed != c.allowed) {
+			t.Errorf("%v: allowed %v err %v", c.on, d.Allowed, err)
+		}
+		if c.on == OnErrorDeny && d.RetryAfter < time.Second {
+			t.Errorf("deny: RetryAfter %v", d.RetryAfter)
+		}
+		f.Close()
+	}
+	if _, err := NewFailoverStore(&flakyStore{}, FailoverOptions{}); err == nil || err.Error() != "on_error: local needs a local store" {
+		t.Errorf("missing local store: %v", err)
+	}
+	if _, err := ParseOnError("ignore"); err == nil || err.Error() != `on_error: unknown value "ignore" (want local, allow, deny or fail)` {
+		t.Errorf("parse: %v", err)
+	}
+}

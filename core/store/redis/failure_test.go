@@ -1,0 +1,107 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store/memory"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// A steady load through a FailoverStore over its own redis-server, while
+// the server is killed and restarted, or paused with SIGSTOP: no decision
+// waits past the timeout, the local fallback keeps every request decided, and
+// shared limiting resumes within 1s of Redis coming back.
+func TestStoppedAndPausedRedisNeverHangsTheGateway(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	for _, fault := range []string{"kill", "sigstop"} {
+		t.Run(fault, func(t *testing.T) {
+			srv, err := redistest.Start(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Stop()
+			shared := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: timeout})
+			var changes atomic.Int64
+			f, err := core.NewFailoverStore(shared, core.FailoverOptions{
+				Local: memory.MustNew(memory.Options{}), ProbeEvery: 100 * time.Millisecond,
+				OnStateChange: func(bool, error) { changes.Add(1) },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			p := core.MustPolicy("fail", core.PolicyOptions{}, core.Limit{Count: 1_000_000, Window: time.Hour, Algorithm: core.SlidingCounter})
+
+			var slowest atomic.Int64
+			var errs atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := 0; g < 4; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var d core.Decision
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						start := time.Now()
+						if err := f.Decide(context.Background(), p, "k", 1, &d); err != nil || !d.Allowed {
+							errs.Add(1)
+						}
+						if el := int64(time.Since(start)); el > slowest.Load() {
+							slowest.Store(el)
+						}
+						time.Sleep(time.Millisecond)
+					}
+				}()
+			}
+			time.Sleep(200 * time.Millisecond)
+			switch fault {
+			case "kill":
+				srv.Stop()
+				time.Sleep(time.Second)
+				if !f.Open() {
+					t.Error("breaker still closed with Redis down")
+				}
+				if err := srv.Restart(); err != nil {
+					t.Fatal(err)
+				}
+			case "sigstop":
+				_ = srv.Signal(syscall.SIGSTOP)
+				time.Sleep(2 * time.Second)
+				_ = srv.Signal(syscall.SIGCONT)
+			}
+			healed := time.Now()
+			for f.Open() && time.Since(healed) < 3*time.Second {
+				time.Sleep(5 * time.Millisecond)
+			}
+			back := time.Since(healed)
+			time.Sleep(100 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			t.Logf("%s: slowest decision %v (timeout %v), shared again after %v, %d failed decisions, %d fallback decisions, %d state changes",
+				fault, time.Duration(slowest.Load()), timeout, back, errs.Load(), f.FallbackDecisions(), changes.Load())
+			if time.Duration(slowest.Load()) > timeout+50*time.Millisecond {
+				t.Errorf("a decision took %v, above timeout %v + 50ms", time.Duration(slowest.Load()), timeout)
+			}
+			if back > time.Second {
+				t.Errorf("shared limiting resumed %v after Redis came back, want ≤ 1s", back)
+			}
+			if errs.Load() != 0 {
+				t.Errorf("%d decisions failed or denied: the local fallback should have allowed them", errs.Load())
+			}
+			if f.FallbackDecisions() == 0 || changes.Load() != 2 {
+				t.Errorf("fallback decisions %d, state changes %d (want >0 and exactly open+close)", f.FallbackDecisions(), changes.Load())
+			}
+		})
+	}
+}
