@@ -41,8 +41,9 @@ fuzz:
 	$(GO) test ./core -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
 
 # Peers are measured in the same run, in the bench/ module.
-bench: bench-core
+bench: bench-core deps
 	cd bench && $(GO) run ./compare
+	cd bench && $(GO) run ./rediscompare
 
 bench-core:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/store/memory/

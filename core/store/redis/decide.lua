@@ -4,11 +4,14 @@
 -- Lua's doubles compute exactly what Go's int64s do, and the sliding
 -- counter's double expressions are evaluated in the same order.
 --
--- KEYS[i]  state of limit i (a string "a b c", or a sorted set for sliding_log)
+-- KEYS[1]   a hash holding every limit's state but sliding logs': field
+--           <limit id>, value "a b c"
+-- KEYS[1+i] limit i's sorted set, when it is a sliding_log
 -- ARGV[1]  now in µs, or -1 to use the server's TIME
 -- ARGV[2]  cost
 -- ARGV[3]  number of limits
--- then per limit, 6 values: algorithm, count, window µs, burst, max delay µs, ttl ms
+-- ARGV[4]  ttl ms of every key (the policy's idle time)
+-- then per limit, 6 values: algorithm, count, window µs, burst, max delay µs, limit id
 -- Returns: now, then per limit: allowed (0/1), remaining, reset µs, retry µs, delay µs.
 
 local FIXED, LOG, COUNTER, BUCKET, GCRA, SHAPER = 1, 2, 3, 4, 5, 6
@@ -20,6 +23,7 @@ if now < 0 then
 end
 local cost = tonumber(ARGV[2])
 local nlimits = tonumber(ARGV[3])
+local ttl = tonumber(ARGV[4])
 
 -- Integer division truncating toward zero, exact for |a| < 2^53.
 local function idiv(a, b)
@@ -33,8 +37,7 @@ end
 local function ceildiv(a, b) return idiv(a + b - 1, b) end
 local function fmt(x) return string.format('%.0f', x) end
 
-local function load(key)
-  local v = redis.call('GET', key)
+local function parse(v)
   if not v then return {0, 0, 0} end
   local a, b, c = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
   return {tonumber(a), tonumber(b), tonumber(c)}
@@ -191,36 +194,48 @@ end
 local steps = {[FIXED] = fixed, [COUNTER] = counter, [BUCKET] = bucket, [GCRA] = gcra, [SHAPER] = shaper}
 
 local limits, states, nexts, results = {}, {}, {}, {}
+local fields = {}
+for i = 1, nlimits do
+  local base = 4 + (i - 1) * 6
+  limits[i] = {alg = tonumber(ARGV[base + 1]), n = tonumber(ARGV[base + 2]), w = tonumber(ARGV[base + 3]),
+               b = tonumber(ARGV[base + 4]), d = tonumber(ARGV[base + 5]), id = ARGV[base + 6]}
+  fields[i] = limits[i].id
+end
+local stored = redis.call('HMGET', KEYS[1], unpack(fields))
 local all = true
 for i = 1, nlimits do
-  local base = 3 + (i - 1) * 6
-  local l = {alg = tonumber(ARGV[base + 1]), n = tonumber(ARGV[base + 2]), w = tonumber(ARGV[base + 3]),
-             b = tonumber(ARGV[base + 4]), d = tonumber(ARGV[base + 5]), ttl = tonumber(ARGV[base + 6])}
-  limits[i] = l
+  local l = limits[i]
   if l.alg == LOG then
-    states[i], results[i] = log_step(l, KEYS[i], now, cost)
+    states[i], results[i] = log_step(l, KEYS[1 + i], now, cost)
   else
-    states[i] = load(KEYS[i])
+    states[i] = parse(stored[i])
     nexts[i], results[i] = steps[l.alg](l, states[i], now, cost)
   end
   if results[i][1] == 0 then all = false end
 end
 
 if all then
+  local hset = {}
   for i = 1, nlimits do
     local l = limits[i]
     if l.alg == LOG then
-      redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', fmt(now - l.w))
+      local key = KEYS[1 + i]
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - l.w))
       -- Members are unique: the live count only grows between two requests
       -- at the same µs, so "<now>:<position>" never repeats while live.
       for k = 1, cost do
-        redis.call('ZADD', KEYS[i], now, fmt(now) .. ':' .. fmt(states[i] + k))
+        redis.call('ZADD', key, now, fmt(now) .. ':' .. fmt(states[i] + k))
       end
-      if cost > 0 then redis.call('PEXPIRE', KEYS[i], l.ttl) end
+      if cost > 0 then redis.call('PEXPIRE', key, ttl) end
     else
       local s = nexts[i]
-      redis.call('SET', KEYS[i], fmt(s[1]) .. ' ' .. fmt(s[2]) .. ' ' .. fmt(s[3]), 'PX', l.ttl)
+      hset[#hset + 1] = l.id
+      hset[#hset + 1] = fmt(s[1]) .. ' ' .. fmt(s[2]) .. ' ' .. fmt(s[3])
     end
+  end
+  if #hset > 0 then
+    redis.call('HSET', KEYS[1], unpack(hset))
+    redis.call('PEXPIRE', KEYS[1], ttl)
   end
 else
   -- Nothing is consumed: limits that would have allowed report what they
@@ -229,7 +244,7 @@ else
     if results[i][1] == 1 then
       local l = limits[i]
       if l.alg == LOG then
-        local _, r = log_step(l, KEYS[i], now, 0)
+        local _, r = log_step(l, KEYS[1 + i], now, 0)
         results[i] = r
       else
         local _, r = steps[l.alg](l, states[i], now, 0)

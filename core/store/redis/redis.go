@@ -69,6 +69,11 @@ type Options struct {
 	Prefix string
 	// Clock, if set, replaces the server's TIME (for tests).
 	Clock core.Clock
+	// Batch is the most decisions sent in one pipeline; 0 means 64, and 1
+	// sends each decision alone (one EVALSHA per round trip).
+	Batch int
+	// Lanes is how many pipelines may be in flight at once; 0 means 4.
+	Lanes int
 }
 
 // Store is the Redis store.
@@ -78,6 +83,7 @@ type Store struct {
 	clock   core.Clock
 	owned   bool
 	timeout time.Duration
+	batch   *batcher // nil: one EVALSHA per decision
 }
 
 // New validates opts, connects lazily and returns the store. Errors name the
@@ -104,7 +110,18 @@ func NewFromClient(c goredis.UniversalClient, opts Options) *Store {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	return &Store{client: c, prefix: prefix, clock: opts.Clock, timeout: timeout}
+	s := &Store{client: c, prefix: prefix, clock: opts.Clock, timeout: timeout}
+	batch, lanes := opts.Batch, opts.Lanes
+	if batch == 0 {
+		batch = 64
+	}
+	if lanes <= 0 {
+		lanes = 4
+	}
+	if batch > 1 {
+		s.batch = newBatcher(c, lanes, batch, timeout)
+	}
+	return s
 }
 
 func universalOptions(o Options) (*goredis.UniversalOptions, error) {
@@ -144,6 +161,9 @@ func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 	}
 	if o.PoolSize < 0 {
 		return nil, fmt.Errorf("pool_size: %d must not be negative", o.PoolSize)
+	}
+	if o.Batch < 0 {
+		return nil, fmt.Errorf("batch: %d must not be negative", o.Batch)
 	}
 	if o.Username != "" {
 		uo.Username = o.Username
@@ -198,22 +218,28 @@ func redactURL(raw string) string {
 // Client returns the underlying go-redis client.
 func (s *Store) Client() goredis.UniversalClient { return s.client }
 
-// Close closes the client if New created it.
+// Close stops the pipelines and closes the client if New created it.
 func (s *Store) Close() error {
+	if s.batch != nil {
+		s.batch.close()
+	}
 	if s.owned {
 		return s.client.Close()
 	}
 	return nil
 }
 
-// Keys returns the Redis keys holding key's state under p, one per limit:
-// "<prefix>{<policy>:<key>}:<limit id>". The braces are a Cluster hash tag, so
-// a request's keys share one slot and one script may touch them all.
+// Keys returns the Redis keys holding key's state under p: first a hash
+// "<prefix>{<policy>:<key>}" with one field per limit (named by its limit
+// id), then per limit "<prefix>{<policy>:<key>}:<limit id>", the sorted set
+// of a sliding_log limit (unused for the others). The braces are a Cluster
+// hash tag, so a request's keys share one slot and one script touches them
+// all.
 func (s *Store) Keys(p *core.Policy, key string) []string {
-	keys := make([]string, len(p.Limits()))
-	base := s.prefix + "{" + p.Name() + ":" + key + "}:"
-	for i := range keys {
-		keys[i] = base + p.LimitID(i)
+	keys := make([]string, 1+len(p.Limits()))
+	keys[0] = s.prefix + "{" + p.Name() + ":" + key + "}"
+	for i := range p.Limits() {
+		keys[1+i] = keys[0] + ":" + p.LimitID(i)
 	}
 	return keys
 }
@@ -225,18 +251,23 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 	if s.clock != nil {
 		now = s.clock.NowMicros()
 	}
-	args := make([]any, 0, 3+6*len(limits))
-	args = append(args, now, cost, len(limits))
+	args := make([]any, 0, 4+6*len(limits))
+	args = append(args, now, cost, len(limits), (p.IdleMicros()+999)/1000+1)
 	for i := range limits {
 		l := &limits[i]
-		ttlMS := (p.IdleMicros()+999)/1000 + 1
 		args = append(args, int(l.Algorithm), l.Count, int64(l.Window/time.Microsecond),
-			l.EffectiveBurst(), int64(l.MaxDelay/time.Microsecond), ttlMS)
+			l.EffectiveBurst(), int64(l.MaxDelay/time.Microsecond), p.LimitID(i))
 	}
 	// The deadline bounds the whole decision, NOSCRIPT reload included.
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	reply, err := decideScript.Run(ctx, s.client, s.Keys(p, key), args...).Int64Slice()
+	var reply []int64
+	var err error
+	if s.batch != nil {
+		reply, err = s.batch.do(ctx, s.Keys(p, key), args)
+	} else {
+		reply, err = decideScript.Run(ctx, s.client, s.Keys(p, key), args...).Int64Slice()
+	}
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}

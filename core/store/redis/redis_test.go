@@ -68,6 +68,12 @@ func TestConformanceCluster(t *testing.T) {
 	})
 }
 
+func TestConformanceUnbatched(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
+		return newStore(t, Options{Addrs: []string{standalone.Addr}, Batch: 1, Clock: clock})
+	})
+}
+
 func TestConformanceURL(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
 		return newStore(t, Options{URL: "redis://" + standalone.Addr + "/3", Clock: clock})
@@ -157,6 +163,9 @@ func TestKeysShareAClusterSlot(t *testing.T) {
 	var d core.Decision
 	if err := s.Decide(context.Background(), p, "client}{weird", 1, &d); err != nil || !d.Allowed {
 		t.Fatalf("decide on the cluster: %v %+v", err, d)
+	}
+	if got := s.Client().Exists(context.Background(), keys[0], keys[3]).Val(); got != 2 {
+		t.Fatalf("%d of the state hash and the sliding log's set exist, want 2", got)
 	}
 	ttl := s.Client().PTTL(context.Background(), keys[0]).Val()
 	if ttl <= 0 || ttl > 2*time.Hour+2*time.Second {
