@@ -190,3 +190,32 @@ func (c *Cluster) Stop() {
 		n.Stop()
 	}
 }
+
+// StartSentinel starts a redis-sentinel (redis-server --sentinel) that
+// monitors master under name, with a quorum of 1.
+func StartSentinel(dir, name string, master *Server) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	sdir := filepath.Join(dir, "sentinel-"+strconv.Itoa(port))
+	if err := os.MkdirAll(sdir, 0o755); err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(sdir, "sentinel.conf")
+	text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 2000\n",
+		port, sdir, filepath.Join(sdir, "redis.log"), name, master.Port, name)
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		return nil, err
+	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: sdir, bin: bin, args: []string{conf, "--sentinel"}}
+	if err := s.run(); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}

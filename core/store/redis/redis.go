@@ -74,6 +74,9 @@ type Options struct {
 	Batch int
 	// Lanes is how many pipelines may be in flight at once; 0 means 4.
 	Lanes int
+	// NoDenyCache turns off the local deny cache, which denies a key Redis
+	// just denied without asking Redis again until its RetryAfter passes.
+	NoDenyCache bool
 }
 
 // Store is the Redis store.
@@ -84,6 +87,8 @@ type Store struct {
 	owned   bool
 	timeout time.Duration
 	batch   *batcher // nil: one EVALSHA per decision
+	denies  *denyCache
+	local   core.Clock // the deny cache's clock
 }
 
 // New validates opts, connects lazily and returns the store. Errors name the
@@ -110,7 +115,13 @@ func NewFromClient(c goredis.UniversalClient, opts Options) *Store {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	s := &Store{client: c, prefix: prefix, clock: opts.Clock, timeout: timeout}
+	s := &Store{client: c, prefix: prefix, clock: opts.Clock, timeout: timeout, local: opts.Clock}
+	if s.local == nil {
+		s.local = core.NewMonotonicClock()
+	}
+	if !opts.NoDenyCache {
+		s.denies = newDenyCache()
+	}
 	batch, lanes := opts.Batch, opts.Lanes
 	if batch == 0 {
 		batch = 64
@@ -244,8 +255,35 @@ func (s *Store) Keys(p *core.Policy, key string) []string {
 	return keys
 }
 
-// Decide applies p to key in one round trip.
+// LocalDenials returns how many decisions the deny cache answered without
+// Redis.
+func (s *Store) LocalDenials() int64 {
+	if s.denies == nil {
+		return 0
+	}
+	return s.denies.hitCount()
+}
+
+// Decide applies p to key in one round trip, or none when the deny cache
+// knows the key is over its limit.
 func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
+	var localNow int64
+	if s.denies != nil {
+		localNow = s.local.NowMicros()
+		if s.denies.lookup(p, key, cost, localNow, d) {
+			return nil
+		}
+	}
+	if err := s.decide(ctx, p, key, cost, d); err != nil {
+		return err
+	}
+	if s.denies != nil {
+		s.denies.remember(p, key, cost, localNow, d)
+	}
+	return nil
+}
+
+func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
 	limits := p.Limits()
 	now := int64(-1)
 	if s.clock != nil {

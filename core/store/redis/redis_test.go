@@ -211,3 +211,48 @@ func TestDeadRedisFailsWithinTimeout(t *testing.T) {
 		t.Fatalf("took %v with a 100ms timeout", el)
 	}
 }
+
+func TestDenyCacheAnswersLocallyUntilRetryAfter(t *testing.T) {
+	clock := &core.ManualClock{Micros: storetest.T0}
+	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
+	p := core.MustPolicy("deny", core.PolicyOptions{}, core.Limit{Count: 2, Window: time.Second, Algorithm: core.FixedWindow})
+	ctx := context.Background()
+	var d core.Decision
+	for i := 0; i < 3; i++ {
+		if err := s.Decide(ctx, p, "k", 1, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("third request: %+v", d)
+	}
+	// Forget the key in Redis: only the deny cache can still deny it.
+	s.Client().Del(ctx, s.Keys(p, "k")...)
+	clock.Advance(400 * time.Millisecond)
+	_ = s.Decide(ctx, p, "k", 1, &d)
+	if d.Allowed || d.RetryAfter != 600*time.Millisecond || s.LocalDenials() != 1 {
+		t.Fatalf("within RetryAfter: allowed %v retry %v, %d local denials", d.Allowed, d.RetryAfter, s.LocalDenials())
+	}
+	// A request of another cost goes to Redis.
+	_ = s.Decide(ctx, p, "k", 0, &d)
+	if !d.Allowed || s.LocalDenials() != 1 {
+		t.Fatal("a cost-0 request was answered from the cache")
+	}
+	clock.Advance(600 * time.Millisecond)
+	_ = s.Decide(ctx, p, "k", 1, &d)
+	if !d.Allowed {
+		t.Fatal("still denied after RetryAfter")
+	}
+}
+
+// Sentinel: the store finds the master through a real redis-sentinel.
+func TestConformanceSentinel(t *testing.T) {
+	sentinel, err := redistest.StartSentinel(t.TempDir(), "tollgate-master", standalone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sentinel.Stop()
+	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
+		return newStore(t, Options{MasterName: "tollgate-master", Addrs: []string{sentinel.Addr}, Clock: clock})
+	})
+}
