@@ -95,7 +95,8 @@ func stepFixedWindow(l *Limit, s State, now, cost int64) (State, Result) {
 		r.Remaining = n - s.B
 		return s, r
 	}
-	r.Remaining = n - s.B
+	// Counts shared eventually (redis.EventualStore) may pass n.
+	r.Remaining = max(0, n-s.B)
 	r.RetryAfter = reset
 	if cost > n {
 		r.RetryAfter = l.Window

@@ -55,7 +55,7 @@ local function fixed(l, s, t, c)
   end
   local retry = reset
   if c > n then retry = w end
-  return s, {0, n - s[2], reset, retry, 0}
+  return s, {0, math.max(0, n - s[2]), reset, retry, 0}
 end
 
 local function estimate(prev, curr, w, el) return prev * (w - el) / w + curr end

@@ -1,0 +1,124 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+)
+
+func newEventual(t *testing.T, prefix string, every time.Duration, clock core.Clock) *EventualStore {
+	t.Helper()
+	s, err := New(Options{Addrs: []string{standalone.Addr}, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEventual(s, EventualOptions{SyncInterval: every, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(); s.Close() })
+	return e
+}
+
+func TestEventualNodesLearnEachOthersCounts(t *testing.T) {
+	prefix := fmt.Sprintf("ev%d:", time.Now().UnixNano())
+	clock := &core.ManualClock{Micros: 1_700_006_400_000_000}
+	a := newEventual(t, prefix, time.Hour, clock) // synced by hand below
+	b := newEventual(t, prefix, time.Hour, clock)
+	p := core.MustPolicy("ev", core.PolicyOptions{}, core.Limit{Count: 10, Window: time.Minute, Algorithm: core.FixedWindow})
+	ctx := context.Background()
+	var d core.Decision
+	for i := 0; i < 10; i++ {
+		_ = a.Decide(ctx, p, "k", 1, &d)
+	}
+	_ = b.Decide(ctx, p, "k", 1, &d)
+	if !d.Allowed {
+		t.Fatal("b denied before any sync: it cannot know a's counts yet")
+	}
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Decide(ctx, p, "k", 1, &d)
+	if d.Allowed || d.Remaining != 0 {
+		t.Fatalf("b after sync: %+v, want denied (11 of 10 counted)", d)
+	}
+}
+
+// Three nodes at a steady rate: the measured overshoot per window stays
+// within the documented bound, k × per-node rate × sync interval.
+func TestEventualOvershootWithinBound(t *testing.T) {
+	const (
+		nodes   = 3
+		n       = 400
+		window  = time.Second
+		every   = 50 * time.Millisecond
+		perNode = 800 // requests per second each node receives
+		run     = 4 * time.Second
+	)
+	for _, alg := range []core.Algorithm{core.FixedWindow, core.SlidingCounter} {
+		t.Run(alg.String(), func(t *testing.T) {
+			prefix := fmt.Sprintf("over%d:", time.Now().UnixNano())
+			p := core.MustPolicy("over", core.PolicyOptions{}, core.Limit{Count: n, Window: window, Algorithm: alg})
+			var mu sync.Mutex
+			perWindow := map[int64]int{}
+			clock := core.NewMonotonicClock()
+			var wg sync.WaitGroup
+			for i := 0; i < nodes; i++ {
+				e := newEventual(t, prefix, every, clock)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					tick := time.NewTicker(time.Second / perNode)
+					defer tick.Stop()
+					stop := time.Now().Add(run)
+					var d core.Decision
+					for time.Now().Before(stop) {
+						<-tick.C
+						_ = e.Decide(context.Background(), p, "hot", 1, &d)
+						if d.Allowed {
+							now := clock.NowMicros()
+							mu.Lock()
+							perWindow[now-now%int64(window/time.Microsecond)]++
+							mu.Unlock()
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			bound := int(float64(nodes*perNode) * every.Seconds())
+			worst := 0
+			var counts []string
+			for _, c := range perWindow {
+				worst = max(worst, c-n)
+				counts = append(counts, fmt.Sprint(c))
+			}
+			t.Logf("%v: allowed per window %s (limit %d); worst overshoot %d, bound %d nodes × %d/s × %v = %d",
+				alg, strings.Join(counts, " "), n, max(worst, 0), nodes, perNode, every, bound)
+			if worst > bound {
+				t.Fatalf("overshoot %d above the bound %d", worst, bound)
+			}
+		})
+	}
+}
+
+func TestEventualRefusesOtherAlgorithms(t *testing.T) {
+	e := newEventual(t, "refuse:", time.Second, nil)
+	p := core.MustPolicy("gc", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second, Algorithm: core.GCRA})
+	var d core.Decision
+	err := e.Decide(context.Background(), p, "k", 1, &d)
+	if err == nil || !strings.Contains(err.Error(), "needs fixed_window or sliding_counter, not gcra") {
+		t.Fatalf("error %v", err)
+	}
+	if _, err := NewEventual(nil, EventualOptions{SyncInterval: 10 * time.Millisecond}); err == nil ||
+		err.Error() != "sync_interval: 10ms must be at least 20ms" {
+		t.Fatalf("sync interval error %v", err)
+	}
+}
