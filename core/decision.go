@@ -29,6 +29,9 @@ type Decision struct {
 	Delay time.Duration
 	// Cost is the units of cost the request asked for.
 	Cost int64
+	// At is when the store decided, in µs on the store's clock (for Redis,
+	// the server's TIME).
+	At int64
 	// Results holds each limit's verdict; only the first N are set.
 	Results [MaxLimits]Result
 	// N is how many entries of Results are set.

@@ -136,6 +136,7 @@ func (p *Policy) IdleMicros() int64 { return p.idleUS }
 // under its lock for one key.
 func (p *Policy) Apply(states []State, now, cost int64, d *Decision) {
 	d.reset(p, cost)
+	d.At = now
 	if len(p.limits) == 1 {
 		// One limit: a denied Step's state only forgets what expired, so it
 		// is always the one to keep.

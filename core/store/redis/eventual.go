@@ -120,6 +120,7 @@ func (e *EventualStore) Decide(_ context.Context, p *core.Policy, key string, co
 	}
 	ent.lastUsed = now
 	d.Start(p, cost)
+	d.At = now
 	allowed := true
 	for i := range limits {
 		l := &limits[i]

@@ -313,6 +313,7 @@ func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int
 		return fmt.Errorf("redis: script answered %d values, want %d", len(reply), 1+5*len(limits))
 	}
 	d.Start(p, cost)
+	d.At = reply[0]
 	allowed := true
 	for i := range limits {
 		v := reply[1+5*i:]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -147,6 +148,57 @@ func TestManyNodesShareOneExactLimit(t *testing.T) {
 			}
 			t.Logf("%v: allowed %d of 5120 in %v", c.limit.Algorithm, allowed.Load(), time.Since(start))
 		})
+	}
+}
+
+// The exact scenario: 8 nodes × 64 goroutines on one key under
+// sliding_log 100/1s for 2.5s. Every allowed request's server time is
+// recorded; no window (t-1s, t] holds more than 100 of them.
+func TestManyNodesSlidingLogPerWindow(t *testing.T) {
+	p := core.MustPolicy("perwindow", core.PolicyOptions{}, core.Limit{Count: 100, Window: time.Second, Algorithm: core.SlidingLog})
+	prefix := fmt.Sprintf("pw%d:", time.Now().UnixNano())
+	var mu sync.Mutex
+	var times []int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(2500 * time.Millisecond)
+	for node := 0; node < 8; node++ {
+		s, err := New(Options{Addrs: []string{standalone.Addr}, Prefix: prefix, PoolSize: 16, NoDenyCache: node%2 == 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		for g := 0; g < 64; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var d core.Decision
+				for time.Now().Before(stop) {
+					if err := s.Decide(context.Background(), p, "hot", 1, &d); err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						mu.Lock()
+						times = append(times, d.At)
+						mu.Unlock()
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
+	worst := 0
+	for i, j := 0, 0; i < len(times); i++ {
+		for times[j] <= times[i]-1_000_000 {
+			j++
+		}
+		worst = max(worst, i-j+1)
+	}
+	t.Logf("%d allowed in 2.5s; the busiest 1s window held %d (limit 100)", len(times), worst)
+	if worst > 100 || len(times) < 200 {
+		t.Fatalf("busiest window %d (limit 100), %d allowed in all", worst, len(times))
 	}
 }
 
