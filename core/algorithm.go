@@ -32,7 +32,7 @@ const (
 // DefaultAlgorithm is used when a Limit leaves Algorithm unset.
 const DefaultAlgorithm = SlidingCounter
 
-var algorithmNames = [...]string{
+var algorithmNames = []string{
 	FixedWindow:    "fixed_window",
 	SlidingLog:     "sliding_log",
 	SlidingCounter: "sliding_counter",
@@ -45,19 +45,12 @@ var algorithmNames = [...]string{
 var Algorithms = []Algorithm{FixedWindow, SlidingLog, SlidingCounter, TokenBucket, GCRA, LeakyBucket}
 
 // String returns the configuration name of a, such as "sliding_log".
-func (a Algorithm) String() string {
-	if int(a) < len(algorithmNames) && algorithmNames[a] != "" {
-		return algorithmNames[a]
-	}
-	return fmt.Sprintf("Algorithm(%d)", a)
-}
+func (a Algorithm) String() string { return enumName(algorithmNames, a, "Algorithm") }
 
 // ParseAlgorithm returns the algorithm named s (as Algorithm.String prints it).
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for a, name := range algorithmNames {
-		if name != "" && name == s {
-			return Algorithm(a), nil
-		}
+	if a, ok := parseEnum[Algorithm](algorithmNames, s); ok {
+		return a, nil
 	}
 	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_log, sliding_counter, token_bucket, gcra or leaky_bucket)", s)
 }

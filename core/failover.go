@@ -24,22 +24,15 @@ const (
 	OnErrorFail
 )
 
-var onErrorNames = [...]string{OnErrorLocal: "local", OnErrorAllow: "allow", OnErrorDeny: "deny", OnErrorFail: "fail"}
+var onErrorNames = []string{OnErrorLocal: "local", OnErrorAllow: "allow", OnErrorDeny: "deny", OnErrorFail: "fail"}
 
 // String returns the configuration name of o.
-func (o OnError) String() string {
-	if int(o) < len(onErrorNames) {
-		return onErrorNames[o]
-	}
-	return fmt.Sprintf("OnError(%d)", o)
-}
+func (o OnError) String() string { return enumName(onErrorNames, o, "OnError") }
 
 // ParseOnError reads "local", "allow", "deny" or "fail".
 func ParseOnError(s string) (OnError, error) {
-	for i, name := range onErrorNames {
-		if name == s {
-			return OnError(i), nil
-		}
+	if o, ok := parseEnum[OnError](onErrorNames, s); ok {
+		return o, nil
 	}
 	return 0, fmt.Errorf("on_error: unknown value %q (want local, allow, deny or fail)", s)
 }

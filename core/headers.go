@@ -28,22 +28,15 @@ const (
 	HeadersNone
 )
 
-var headerStyleNames = [...]string{HeadersBoth: "both", HeadersIETF: "ietf", HeadersXRateLimit: "xratelimit", HeadersNone: "none"}
+var headerStyleNames = []string{HeadersBoth: "both", HeadersIETF: "ietf", HeadersXRateLimit: "xratelimit", HeadersNone: "none"}
 
 // String returns the configuration name of s.
-func (s HeaderStyle) String() string {
-	if int(s) < len(headerStyleNames) {
-		return headerStyleNames[s]
-	}
-	return fmt.Sprintf("HeaderStyle(%d)", s)
-}
+func (s HeaderStyle) String() string { return enumName(headerStyleNames, s, "HeaderStyle") }
 
 // ParseHeaderStyle reads "ietf", "xratelimit", "both" or "none".
 func ParseHeaderStyle(s string) (HeaderStyle, error) {
-	for i, name := range headerStyleNames {
-		if name == s {
-			return HeaderStyle(i), nil
-		}
+	if style, ok := parseEnum[HeaderStyle](headerStyleNames, s); ok {
+		return style, nil
 	}
 	return 0, fmt.Errorf("unknown header style %q (want ietf, xratelimit, both or none)", s)
 }

@@ -117,32 +117,13 @@ func TestManyNodesShareOneExactLimit(t *testing.T) {
 			p := core.MustPolicy("shared", core.PolicyOptions{}, c.limit)
 			prefix := fmt.Sprintf("shared%d:", time.Now().UnixNano())
 			var allowed atomic.Int64
-			var wg sync.WaitGroup
 			start := time.Now()
-			for node := 0; node < 8; node++ {
-				s, err := New(Options{Addrs: []string{standalone.Addr}, Prefix: prefix, PoolSize: 16})
-				if err != nil {
-					t.Fatal(err)
+			hammer(t, prefix, func(d *core.Decision, s *Store, i int) bool {
+				if d.Allowed {
+					allowed.Add(1)
 				}
-				defer s.Close()
-				for g := 0; g < 64; g++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						var d core.Decision
-						for i := 0; i < 10; i++ {
-							if err := s.Decide(context.Background(), p, "hot", 1, &d); err != nil {
-								t.Error(err)
-								return
-							}
-							if d.Allowed {
-								allowed.Add(1)
-							}
-						}
-					}()
-				}
-			}
-			wg.Wait()
+				return i < 9
+			}, p)
 			if got, max := allowed.Load(), c.maxPer(time.Since(start)); got > max || got < c.limit.Count/2 {
 				t.Fatalf("allowed %d of 5120, bound %d", got, max)
 			}
@@ -159,35 +140,16 @@ func TestManyNodesSlidingLogPerWindow(t *testing.T) {
 	prefix := fmt.Sprintf("pw%d:", time.Now().UnixNano())
 	var mu sync.Mutex
 	var times []int64
-	var wg sync.WaitGroup
 	stop := time.Now().Add(2500 * time.Millisecond)
-	for node := 0; node < 8; node++ {
-		s, err := New(Options{Addrs: []string{standalone.Addr}, Prefix: prefix, PoolSize: 16, NoDenyCache: node%2 == 0})
-		if err != nil {
-			t.Fatal(err)
+	hammer(t, prefix, func(d *core.Decision, s *Store, i int) bool {
+		if d.Allowed {
+			mu.Lock()
+			times = append(times, d.At)
+			mu.Unlock()
 		}
-		defer s.Close()
-		for g := 0; g < 64; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var d core.Decision
-				for time.Now().Before(stop) {
-					if err := s.Decide(context.Background(), p, "hot", 1, &d); err != nil {
-						t.Error(err)
-						return
-					}
-					if d.Allowed {
-						mu.Lock()
-						times = append(times, d.At)
-						mu.Unlock()
-					}
-					time.Sleep(time.Millisecond)
-				}
-			}()
-		}
-	}
-	wg.Wait()
+		time.Sleep(time.Millisecond)
+		return time.Now().Before(stop)
+	}, p)
 	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
 	worst := 0
 	for i, j := 0, 0; i < len(times); i++ {
@@ -200,6 +162,38 @@ func TestManyNodesSlidingLogPerWindow(t *testing.T) {
 	if worst > 100 || len(times) < 200 {
 		t.Fatalf("busiest window %d (limit 100), %d allowed in all", worst, len(times))
 	}
+}
+
+// hammer runs 8 gateway nodes (separate stores and clients on one Redis,
+// half without the deny cache) × 64 goroutines deciding key "hot" under p;
+// each goroutine calls seen after every decision until it returns false.
+func hammer(t *testing.T, prefix string, seen func(d *core.Decision, s *Store, i int) bool, p *core.Policy) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for node := 0; node < 8; node++ {
+		s, err := New(Options{Addrs: []string{standalone.Addr}, Prefix: prefix, PoolSize: 16, NoDenyCache: node%2 == 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		for g := 0; g < 64; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var d core.Decision
+				for i := 0; ; i++ {
+					if err := s.Decide(context.Background(), p, "hot", 1, &d); err != nil {
+						t.Error(err)
+						return
+					}
+					if !seen(&d, s, i) {
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
 }
 
 func TestKeysShareAClusterSlot(t *testing.T) {
