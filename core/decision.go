@@ -59,6 +59,18 @@ func (d *Decision) DecidingLimit() *Limit {
 // Summarize fills d's summary fields from Results[:N]; allowed is whether
 // every limit allowed the request. Stores call it after filling Results.
 func (d *Decision) Summarize(allowed bool) {
+	if d.N == 1 && (allowed || d.Policy == nil || !d.Policy.shadow) {
+		// One limit, no shadow: its result is the decision.
+		r := &d.Results[0]
+		d.Allowed, d.Shadowed, d.Index = allowed, false, 0
+		d.Limit, d.Remaining, d.Reset, d.RetryAfter, d.Delay = r.Limit, r.Remaining, r.Reset, r.RetryAfter, r.Delay
+		if !allowed {
+			d.Delay = 0
+		} else {
+			d.RetryAfter = 0
+		}
+		return
+	}
 	d.Allowed, d.Shadowed, d.Delay = allowed, false, 0
 	best := -1
 	for i := 0; i < d.N; i++ {

@@ -321,7 +321,7 @@ func TestModelResetRestoresFullQuota(t *testing.T) {
 
 func clone(s State) State {
 	if s.Log != nil {
-		s.Log = append([]int64(nil), s.Log...)
+		s.Log = &Ring{Times: append([]int64(nil), s.Log.Times...)}
 	}
 	return s
 }
@@ -354,7 +354,7 @@ func TestDroppedStepLeavesNoTrace(t *testing.T) {
 func snapshot(l *Limit, s State) string {
 	out := []int64{s.A, s.B, s.C}
 	for i := int64(0); i < s.B && l.Algorithm == SlidingLog; i++ {
-		out = append(out, s.Log[(s.A+i)%l.Count])
+		out = append(out, s.Log.Times[(s.A+i)%l.Count])
 	}
 	return fmtInts(out)
 }

@@ -29,11 +29,13 @@ type Policy struct {
 	ietfNames  []string
 	ietfPolicy string
 	scopeHash  uint64
+	scopeHash2 uint64
 	limitIDs   []string
 }
 
-// scopeSeed hashes policy scopes, once per policy, for the stores' maps.
-var scopeSeed = maphash.MakeSeed()
+// scopeSeed and scopeSeed2 hash policy scopes, once per policy, for the
+// stores' indexes.
+var scopeSeed, scopeSeed2 = maphash.MakeSeed(), maphash.MakeSeed()
 
 // PolicyOptions holds a Policy's optional settings.
 type PolicyOptions struct {
@@ -72,6 +74,7 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 	}
 	p.scope = sig.String()
 	p.scopeHash = maphash.String(scopeSeed, p.scope)
+	p.scopeHash2 = maphash.String(scopeSeed2, p.scope)
 	p.ietfNames = limitItemNames(name, p.limits)
 	p.ietfPolicy = ietfPolicyField(p.ietfNames, p.limits)
 	return p, nil
@@ -122,6 +125,9 @@ func (p *Policy) LimitID(i int) string { return p.limitIDs[i] }
 // ScopeHash returns a hash of Scope(), fixed for the process's life, for
 // stores that index state by it.
 func (p *Policy) ScopeHash() uint64 { return p.scopeHash }
+
+// ScopeHash2 is a second hash of Scope(), independent of ScopeHash.
+func (p *Policy) ScopeHash2() uint64 { return p.scopeHash2 }
 
 // IdleTTL returns how long after its last request a key's state is
 // equivalent to a fresh one, so a store may forget it.

@@ -1,5 +1,10 @@
 // Package memory is tollgate's in-process store, the embedded default.
 //
+// A (policy, key) pair is identified by a 128-bit hash of both (two
+// independent 64-bit hashes with a per-store random seed): the chance that
+// two of a million tracked keys ever share one is below 10^-26, and storing
+// no key bytes keeps a key's hot state in one cache line.
+//
 // Keys are spread over shards. A shard's index is an open-addressed table
 // that readers probe without a lock (entries are published atomically and
 // never change identity), and each entry has its own lock, so a decision on a
@@ -19,7 +24,6 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/tollgate/tollgate/core"
 )
@@ -50,6 +54,7 @@ type Store struct {
 	shards   [shardCount]shard
 	clock    core.Clock
 	seed     maphash.Seed
+	seed2    maphash.Seed
 	perShard int
 	evicted  atomic.Int64
 }
@@ -80,35 +85,27 @@ type slot struct {
 // tombstone marks a slot whose entry was dropped.
 var tombstone = &entry{}
 
-// entry is one (policy, key)'s state. Its first cache line holds what a
-// decision touches: the lock, the identity to confirm, the times and a short
-// key's bytes, so a lookup costs one miss for the slot and one for the entry.
+// entry is one (policy, key)'s state. A decision on a one-limit policy
+// touches only its first cache line: the lock, the identity, the time and the
+// state. Entries are 128 bytes, a size class whose objects start on a line.
 type entry struct {
-	mu sync.Mutex
-	// hash, key and scope never change once the entry is published.
-	hash uint64
-	key  string // points into keyBytes when the key fits there
-	// Guarded by mu.
-	dead      bool  // dropped from the table: look the key up again
-	lastUsed  int64 // µs
-	expiresAt int64 // µs; after it the states equal fresh ones
-	keyBytes  [inlineKeyLen]byte
-	scope     string // Policy.Scope()
-	states    []core.State
-	inline    [1]core.State // states of a one-limit policy, saving a pointer chase
+	// Line 1.
+	mu       sync.Mutex
+	id1, id2 uint64 // the 128-bit identity; never change once published
+	lastUsed int64  // µs; dropped once it is dead; guarded by mu
+	inline   [1]core.State
+	// Line 2: read on insert and sweep only.
+	idle   int64        // µs after lastUsed when the states equal fresh ones
+	states []core.State // e.inline[:] for one limit
+	_      [32]byte
 }
 
-// inlineKeyLen is the longest key stored inside its entry (an IPv6 address
-// in text is at most 39 bytes).
-const inlineKeyLen = 40
+// dead marks an entry dropped from its table in lastUsed: a decision that
+// finds it looks the key up again.
+const dead = -1
 
-// newEntry returns an entry for key, with the key's bytes copied inside it
-// when they fit.
-func newEntry(h uint64, scope, key string, limits int, now int64) *entry {
-	e := &entry{hash: h, scope: scope, key: key, lastUsed: now, expiresAt: now}
-	if n := copy(e.keyBytes[:], key); n == len(key) && n > 0 {
-		e.key = unsafe.String(&e.keyBytes[0], n)
-	}
+func newEntry(id1, id2 uint64, limits int, idle, now int64) *entry {
+	e := &entry{id1: id1, id2: id2, lastUsed: now, idle: idle}
 	if limits == 1 {
 		e.states = e.inline[:]
 	} else {
@@ -123,23 +120,23 @@ func newTable(size int) *table {
 
 // put stores e in the first free slot of its probe chain. sh.mu is held.
 func (t *table) put(e *entry) {
-	i := e.hash & t.mask
+	i := e.id1 & t.mask
 	for t.slots[i].entry.Load() != nil {
 		i = (i + 1) & t.mask
 	}
 	t.slots[i].entry.Store(e)
-	t.slots[i].hash.Store(e.hash)
+	t.slots[i].hash.Store(e.id1)
 	t.used++
 }
 
-// find returns the live-table entry for (h, scope, key), or nil.
-func (t *table) find(h uint64, scope, key string) *entry {
-	for i := h & t.mask; ; i = (i + 1) & t.mask {
+// find returns the entry with identity (id1, id2), or nil.
+func (t *table) find(id1, id2 uint64) *entry {
+	for i := id1 & t.mask; ; i = (i + 1) & t.mask {
 		e := t.slots[i].entry.Load()
 		if e == nil {
 			return nil
 		}
-		if t.slots[i].hash.Load() == h && e != tombstone && e.key == key && e.scope == scope {
+		if t.slots[i].hash.Load() == id1 && e != tombstone && e.id2 == id2 {
 			return e
 		}
 	}
@@ -156,7 +153,7 @@ func New(opts Options) (*Store, error) {
 	if opts.Clock == nil {
 		opts.Clock = core.NewMonotonicClock()
 	}
-	s := &Store{clock: opts.Clock, seed: maphash.MakeSeed()}
+	s := &Store{clock: opts.Clock, seed: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
 	s.perShard = max(1, (opts.MaxKeys+shardCount-1)/shardCount)
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -184,43 +181,46 @@ func (s *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 // backwards: a request that read the clock just before a later one that took
 // the key's lock first is decided at the later time.
 func (s *Store) DecideAt(p *core.Policy, key string, cost, now int64, d *core.Decision) {
-	h := maphash.String(s.seed, key) ^ p.ScopeHash()
-	sh := &s.shards[(h>>32)%shardCount]
-	scope := p.Scope()
+	id1 := maphash.String(s.seed, key) ^ p.ScopeHash()
+	id2 := maphash.String(s.seed2, key) ^ p.ScopeHash2()
+	sh := &s.shards[(id1>>32)%shardCount]
 	for {
-		e := sh.table.Load().find(h, scope, key)
+		e := sh.table.Load().find(id1, id2)
 		if e == nil {
-			e = s.insert(sh, h, scope, key, len(p.Limits()), now)
+			e = s.insert(sh, id1, id2, len(p.Limits()), p.IdleMicros(), now)
 		}
 		e.mu.Lock()
-		if e.dead {
+		if e.lastUsed == dead {
 			// Evicted between the lookup and the lock: look again.
 			e.mu.Unlock()
 			continue
 		}
 		now = max(now, e.lastUsed)
-		p.Apply(e.states, now, cost, d)
+		if len(p.Limits()) == 1 {
+			p.Apply(e.inline[:], now, cost, d) // e.states, without reading line 2
+		} else {
+			p.Apply(e.states, now, cost, d)
+		}
 		e.lastUsed = now
-		e.expiresAt = now + p.IdleMicros()
 		e.mu.Unlock()
 		return
 	}
 }
 
-// insert returns the entry for the key, adding a fresh one if no other
+// insert returns the entry for the identity, adding a fresh one if no other
 // insert did meanwhile, after making room.
-func (s *Store) insert(sh *shard, h uint64, scope, key string, limits int, now int64) *entry {
+func (s *Store) insert(sh *shard, id1, id2 uint64, limits int, idle, now int64) *entry {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := sh.table.Load()
-	if e := t.find(h, scope, key); e != nil {
+	if e := t.find(id1, id2); e != nil {
 		return e
 	}
 	s.sweep(sh, t, now)
 	if 4*(t.used+1) > 3*len(t.slots) {
 		t = s.rebuild(sh, t)
 	}
-	e := newEntry(h, scope, key, limits, now)
+	e := newEntry(id1, id2, limits, idle, now)
 	t.put(e)
 	sh.n++
 	return e
@@ -261,7 +261,7 @@ func (s *Store) sweep(sh *shard, t *table, now int64) {
 			continue
 		}
 		seen++
-		if e.expiresAt <= now {
+		if e.lastUsed+e.idle <= now {
 			s.drop(sh, t, i, e)
 		} else if oldest == nil || e.lastUsed < oldestUsed {
 			oldest, oldestSlot, oldestUsed = e, i, e.lastUsed
@@ -276,7 +276,7 @@ func (s *Store) sweep(sh *shard, t *table, now int64) {
 
 // drop removes e from slot i of t. sh.mu and e.mu are held.
 func (s *Store) drop(sh *shard, t *table, i uint64, e *entry) {
-	e.dead = true
+	e.lastUsed = dead
 	t.slots[i].entry.Store(tombstone)
 	sh.n--
 	s.evicted.Add(1)
