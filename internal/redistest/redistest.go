@@ -89,7 +89,8 @@ func (s *Server) Restart() error { return s.run() }
 func (s *Server) waitPing(limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
-		if out, err := s.Do("PING"); err == nil && out == "+PONG" {
+		// A server with requirepass answers NOAUTH: it is up all the same.
+		if out, err := s.Do("PING"); err == nil && (out == "+PONG" || strings.HasPrefix(out, "-NOAUTH")) {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)

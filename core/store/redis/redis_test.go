@@ -302,3 +302,23 @@ func TestConformanceSentinel(t *testing.T) {
 		return newStore(t, Options{MasterName: "tollgate-master", Addrs: []string{sentinel.Addr}, Clock: clock})
 	})
 }
+
+// A password-protected server: the URL's password authenticates, a wrong
+// one is an error, not a panic or a hang.
+func TestPasswordFromURL(t *testing.T) {
+	srv, err := redistest.Start(t.TempDir(), "--requirepass", "s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	p := core.MustPolicy("auth", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second})
+	var d core.Decision
+	good := newStore(t, Options{URL: "redis://:s3cret@" + srv.Addr + "/0"})
+	if err := good.Decide(context.Background(), p, "k", 1, &d); err != nil || !d.Allowed {
+		t.Fatalf("with the password: %v %+v", err, d)
+	}
+	bad := newStore(t, Options{URL: "redis://:wrong@" + srv.Addr + "/0"})
+	if err := bad.Decide(context.Background(), p, "k", 1, &d); err == nil {
+		t.Fatal("a wrong password decided")
+	}
+}
