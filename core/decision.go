@@ -27,6 +27,9 @@ type Decision struct {
 	// Delay is how long to hold an allowed request (shaping); the longest
 	// delay any limit asks for.
 	Delay time.Duration
+	// Fallback reports a decision the store's failure policy made because the
+	// shared store (Redis) failed or its breaker was open.
+	Fallback bool
 	// Cost is the units of cost the request asked for.
 	Cost int64
 	// At is when the store decided, in µs on the store's clock (for Redis,
@@ -41,7 +44,7 @@ type Decision struct {
 // reset readies d for p. Results past N are left as they are: nothing reads
 // them, and a Decision is reused per request in the hot path.
 func (d *Decision) reset(p *Policy, cost int64) {
-	d.Policy, d.N, d.Cost = p, len(p.limits), cost
+	d.Policy, d.N, d.Cost, d.Fallback = p, len(p.limits), cost, false
 }
 
 // Start readies d for a request of cost units under p: a store that does not

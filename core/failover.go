@@ -77,6 +77,7 @@ type FailoverStore struct {
 	probing  bool
 	closed   bool
 	fallback atomic.Int64 // decisions taken by the fallback
+	errs     atomic.Int64 // failed calls to the shared store
 }
 
 // NewFailoverStore wraps shared. shared should implement Pinger for the
@@ -110,6 +111,10 @@ func (f *FailoverStore) Open() bool { return f.open.Load() }
 // FallbackDecisions returns how many decisions the fallback took so far.
 func (f *FailoverStore) FallbackDecisions() int64 { return f.fallback.Load() }
 
+// SharedErrors returns how many calls to the shared store failed so far
+// (timeouts included; calls the caller cancelled are not counted).
+func (f *FailoverStore) SharedErrors() int64 { return f.errs.Load() }
+
 // Decide decides on the shared store, or on the fallback when the breaker
 // is open or the shared store fails.
 func (f *FailoverStore) Decide(ctx context.Context, p *Policy, key string, cost int64, d *Decision) error {
@@ -132,12 +137,15 @@ func (f *FailoverStore) Decide(ctx context.Context, p *Policy, key string, cost 
 	f.fallback.Add(1)
 	switch f.opts.OnError {
 	case OnErrorLocal:
-		return f.opts.Local.Decide(ctx, p, key, cost, d)
+		if err := f.opts.Local.Decide(ctx, p, key, cost, d); err != nil {
+			return err
+		}
 	case OnErrorAllow:
 		fixedDecision(p, cost, d, true, 0)
 	default:
 		fixedDecision(p, cost, d, false, f.opts.ProbeEvery)
 	}
+	d.Fallback = true
 	return nil
 }
 
@@ -168,6 +176,7 @@ func (f *FailoverStore) succeeded() {
 }
 
 func (f *FailoverStore) failed(err error) {
+	f.errs.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.failing.Store(true)

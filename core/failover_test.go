@@ -74,9 +74,15 @@ func TestFailoverOpensOnceFallsBackAndCloses(t *testing.T) {
 		if d.Allowed {
 			allowed++
 		}
+		if !d.Fallback {
+			t.Fatalf("decision %d while the store is down is not marked Fallback", i)
+		}
 	}
 	if allowed != 3 {
 		t.Fatalf("local fallback allowed %d, want the policy's 3", allowed)
+	}
+	if got := f.SharedErrors(); got != 3 {
+		t.Fatalf("SharedErrors %d, want the 3 failed calls before the breaker opened", got)
 	}
 	if !f.Open() || shared.calls.Load() != 3 {
 		t.Fatalf("breaker open %v after %d calls to the dead store, want open after 3", f.Open(), shared.calls.Load())
@@ -88,6 +94,9 @@ func TestFailoverOpensOnceFallsBackAndCloses(t *testing.T) {
 	}
 	if f.Open() {
 		t.Fatal("breaker did not close after the store came back")
+	}
+	if err := f.Decide(context.Background(), p, "k", 1, &d); err != nil || d.Fallback {
+		t.Fatalf("after recovery: err %v, Fallback %v; want the shared store deciding", err, d.Fallback)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -23,9 +23,10 @@ type EventualOptions struct {
 	// Clock tells local time; nil means the monotonic clock. Windows are
 	// aligned to it, so nodes' clocks must agree to well under a window.
 	Clock core.Clock
-	// OnSyncError, if set, is called when a sync fails (counts stay local
-	// and are pushed at the next sync).
-	OnSyncError func(error)
+	// OnStateChange, if set, is called once when syncs start failing (failing
+	// true, with the error; counts stay local and are pushed at the next
+	// sync) and once when a sync succeeds again (false, nil).
+	OnStateChange func(failing bool, err error)
 }
 
 // EventualStore decides every request locally, from the fleet's counts as of
@@ -179,16 +180,21 @@ func (e *EventualStore) loop() {
 	defer close(e.done)
 	t := time.NewTicker(e.opts.SyncInterval)
 	defer t.Stop()
+	wasFailing := false
 	for {
 		select {
 		case <-e.stop:
 			e.Sync(context.Background()) // push what is left
 			return
 		case <-t.C:
-			if err := e.Sync(context.Background()); err != nil {
+			err := e.Sync(context.Background())
+			if err != nil {
 				e.failures.Add(1)
-				if e.opts.OnSyncError != nil {
-					e.opts.OnSyncError(err)
+			}
+			if failing := err != nil; failing != wasFailing {
+				wasFailing = failing
+				if e.opts.OnStateChange != nil {
+					e.opts.OnStateChange(failing, err)
 				}
 			}
 		}

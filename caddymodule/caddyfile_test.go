@@ -1,0 +1,164 @@
+package caddymodule
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/caddytest"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// TestAdaptGolden adapts each testdata/*.caddyfile and compares Caddy's JSON
+// with the .json beside it.
+func TestAdaptGolden(t *testing.T) {
+	for _, name := range []string{"full", "redis", "cluster_sentinel"} {
+		t.Run(name, func(t *testing.T) {
+			in, err := os.ReadFile("testdata/" + name + ".caddyfile")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *update {
+				adapter := caddyfile.Adapter{ServerType: httpcaddyfile.ServerType{}}
+				out, _, err := adapter.Adapt(in, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var buf bytes.Buffer
+				if err := json.Indent(&buf, out, "", "\t"); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile("testdata/"+name+".json", append(buf.Bytes(), '\n'), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile("testdata/" + name + ".json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			caddytest.AssertAdapt(t, string(in), "caddyfile", strings.TrimSuffix(string(want), "\n"))
+		})
+	}
+}
+
+// TestExampleAdapts keeps Caddyfile.example valid.
+func TestExampleAdapts(t *testing.T) {
+	in, err := os.ReadFile("../Caddyfile.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adapter := caddyfile.Adapter{ServerType: httpcaddyfile.ServerType{}}
+	out, _, err := adapter.Adapt(in, nil)
+	if err != nil {
+		t.Fatalf("Caddyfile.example: %v", err)
+	}
+	if !json.Valid(out) || !strings.Contains(string(out), `"handler":"tollgate"`) {
+		t.Fatalf("Caddyfile.example adapted to %s", out)
+	}
+}
+
+// TestCaddyfileErrors checks that each bad Caddyfile is refused with an
+// error naming the field, the value and the line.
+func TestCaddyfileErrors(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`limit 10/1m`, `unknown subdirective "limit"`},
+		{`policy a {
+			limit 0/1m
+		}`, `policy "a" limit "0/1m": rate "0/1m": count "0" must be a whole number of at least 1`},
+		{`policy a {
+			limit 10/0s
+		}`, `window`},
+		{`policy a {
+			limit 10/fortnight
+		}`, `policy "a" limit "10/fortnight"`},
+		{`policy a {
+			limit 10/1m token_bucket burst 0
+		}`, `burst: "0" is not a count of at least 1`},
+		{`policy a {
+			limit 10/1m leaky_bucket
+		}`, `max_delay: 0s must be above 0 for leaky_bucket`},
+		{`policy a {
+			limit 10/1m bogus_algorithm
+		}`, `"bogus_algorithm" is neither an algorithm`},
+		{`policy a {
+			limit 10/1m max_delay soon
+		}`, `max_delay: "soon" is not a positive duration`},
+		{`policy a {
+		}`, `policy "a": needs at least one limit`},
+		{`policy a {
+			limit 10/1m
+			colour blue
+		}`, `policy "a": unknown option "colour"`},
+		{`policy a {
+			limit 10/1m
+			empty_key drop
+		}`, `empty_key: unknown "drop"`},
+		{`policy a {
+			limit 10/1m
+			cost -2
+		}`, `cost: -2 must not be negative`},
+		{`policy a {
+			limit 10/1m
+			key
+		}`, `key: missing value`},
+		{`policy a {
+			limit 10/1m
+			key a b
+		}`, `unexpected "b" after the value "a"`},
+		{`policy a {
+			limit 10/1m
+			match {
+				nosuchmatcher x
+			}
+		}`, `getting matcher module 'nosuchmatcher'`},
+		{`policy a {
+			limit 10/1m
+		}
+		status 200`, `status: 200 is not a 4xx or 5xx code`},
+		{`policy a {
+			limit 10/1m
+		}
+		headers fancy`, `headers: unknown header style "fancy"`},
+		{`policy a {
+			limit 10/1m
+		}
+		jitter 2`, `jitter: "2" is not a fraction`},
+		{`store disk`, `store: unknown type "disk"`},
+		{`store redis`, `store redis: want one URL`},
+		{`store redis redis://x:6379 {
+			on_error panic
+		}`, `store on_error: unknown value "panic" (want local, allow, deny or fail)`},
+		{`store redis redis://x:6379 {
+			mode sometimes
+		}`, `store mode: want exact, eventual or eventual sync <duration>`},
+		{`store redis redis://x:6379 {
+			timeout -1s
+		}`, `store timeout: "-1s" is not a positive duration`},
+		{`store memory max_keys lots`, `store memory max_keys: "lots" is not a count`},
+		{`store sentinel mymaster`, `store sentinel: want the master name and the sentinels'`},
+		{`store memory
+		store memory`, `store: given twice`},
+		{``, `tollgate: needs at least one policy block`},
+	} {
+		src := ":8080 {\n\ttollgate {\n\t\t" + tc.body + "\n\t}\n}\n"
+		adapter := caddyfile.Adapter{ServerType: httpcaddyfile.ServerType{}}
+		_, _, err := adapter.Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
+		if err == nil {
+			t.Errorf("%q: adapted without error; want %q", tc.body, tc.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q:\n got %v\nwant %q", tc.body, err, tc.want)
+		}
+		if !strings.Contains(err.Error(), "Caddyfile:") {
+			t.Errorf("%q: error %q does not name the Caddyfile line", tc.body, err)
+		}
+	}
+}

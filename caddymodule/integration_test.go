@@ -1,0 +1,453 @@
+package caddymodule_test
+
+// These tests run the real xcaddy-built Caddy (bin/caddy) on loopback ports
+// and send it real HTTP requests.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/caddyproc"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// expectHeaders checks resp's headers: an exact value, or "a..b" for an
+// integer in [a, b], or "" for absent.
+func expectHeaders(t *testing.T, label string, resp *http.Response, want map[string]string) {
+	t.Helper()
+	for name, w := range want {
+		got := resp.Header.Get(name)
+		if lo, hi, ok := strings.Cut(w, ".."); ok {
+			n, err := strconv.Atoi(got)
+			a, _ := strconv.Atoi(lo)
+			b, _ := strconv.Atoi(hi)
+			if err != nil || n < a || n > b {
+				t.Errorf("%s: %s = %q, want an integer in [%s, %s]", label, name, got, lo, hi)
+			}
+			continue
+		}
+		if got != w {
+			t.Errorf("%s: %s = %q, want %q", label, name, got, w)
+		}
+	}
+}
+
+func TestCaddyPerKeyLimitAndHeaders(t *testing.T) {
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy per-key {
+			key {http.request.header.X-Key}
+			limit 3/1m sliding_log
+		}
+	}
+	respond "ok {http.tollgate.remaining}"`)
+	for i := 1; i <= 3; i++ {
+		resp, body := c.Get("/", "X-Key", "alice")
+		if resp.StatusCode != 200 || body != fmt.Sprintf("ok %d", 3-i) {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+		}
+		expectHeaders(t, fmt.Sprint("request ", i), resp, map[string]string{
+			"X-Ratelimit-Limit": "3", "X-Ratelimit-Remaining": strconv.Itoa(3 - i), "X-Ratelimit-Reset": "59..60",
+			"Ratelimit-Policy": `"per-key";q=3;w=60`, "Ratelimit": fmt.Sprintf(`"per-key";r=%d;t=60`, 3-i),
+			"Retry-After": "",
+		})
+	}
+	resp, body := c.Get("/", "X-Key", "alice")
+	if resp.StatusCode != http.StatusTooManyRequests || body != "rate limit exceeded\n" {
+		t.Fatalf("4th request: %d %q, want 429 and the default body", resp.StatusCode, body)
+	}
+	expectHeaders(t, "denied", resp, map[string]string{
+		"Retry-After": "59..60", "X-Ratelimit-Remaining": "0", "Content-Type": "text/plain; charset=utf-8",
+		"Ratelimit": `"per-key";r=0;t=60`,
+	})
+	// Another key has its own quota; a request without the key header is
+	// not limited (empty_key skip) and carries no rate-limit headers.
+	if resp, body := c.Get("/", "X-Key", "bob"); resp.StatusCode != 200 || body != "ok 2" {
+		t.Fatalf("other key: %d %q", resp.StatusCode, body)
+	}
+	for i := 0; i < 5; i++ {
+		resp, _ := c.Get("/")
+		if resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Limit") != "" {
+			t.Fatalf("keyless request %d: %d, X-Ratelimit-Limit %q", i, resp.StatusCode, resp.Header.Get("X-Ratelimit-Limit"))
+		}
+	}
+
+	metrics := c.Metrics()
+	for _, want := range []string{
+		`tollgate_decisions_total{limit="3/1m",policy="per-key",result="allowed"} 4`,
+		`tollgate_decisions_total{limit="3/1m",policy="per-key",result="denied"} 1`,
+		`tollgate_store_duration_seconds_count{policy="per-key"} 5`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(metrics, "alice") {
+		t.Error("a request key appears in the metrics")
+	}
+}
+
+func TestCaddyStackedLimits(t *testing.T) {
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy stacked {
+			key {http.request.header.X-Key}
+			limit 2/1s sliding_log name second
+			limit 5/1m sliding_log name minute
+		}
+	}
+	respond ok`)
+	allowed := 0
+	get := func() *http.Response {
+		resp, _ := c.Get("/", "X-Key", "k")
+		if resp.StatusCode == 200 {
+			allowed++
+		}
+		return resp
+	}
+	for round := 0; round < 3; round++ {
+		for get().StatusCode == 200 {
+		}
+		if allowed < 5 {
+			if l := get().Header.Get("X-Ratelimit-Limit"); l != "2" {
+				t.Fatalf("after %d allowed the per-second limit should deny, X-Ratelimit-Limit %q", allowed, l)
+			}
+			time.Sleep(1100 * time.Millisecond)
+		}
+	}
+	// Denied requests took nothing from the minute's quota: exactly 5 passed.
+	if allowed != 5 {
+		t.Fatalf("%d requests allowed in the minute, want exactly 5", allowed)
+	}
+	resp := get()
+	expectHeaders(t, "after the minute's quota", resp, map[string]string{
+		"X-Ratelimit-Limit": "5", "X-Ratelimit-Remaining": "0", "Retry-After": "55..60",
+		"Ratelimit-Policy": `"second";q=2;w=1, "minute";q=5;w=60`,
+	})
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("status %d, want 429", resp.StatusCode)
+	}
+}
+
+func TestCaddyStatusBodyHeaderStyles(t *testing.T) {
+	c := caddyproc.Start(t, `
+	route /x* {
+		tollgate {
+			policy x {
+				limit 1/1m fixed_window
+			}
+			status 503
+			body "busy, come back later"
+			headers xratelimit
+		}
+		respond ok
+	}
+	route /none* {
+		tollgate {
+			policy none {
+				limit 1/1m fixed_window
+			}
+			headers none
+		}
+		respond ok
+	}
+	route /ietf* {
+		tollgate {
+			policy ietf {
+				limit 1/1m fixed_window
+			}
+			headers ietf
+		}
+		respond ok
+	}`)
+	c.Get("/x")
+	resp, body := c.Get("/x")
+	if resp.StatusCode != 503 || body != "busy, come back later" {
+		t.Fatalf("/x denied: %d %q", resp.StatusCode, body)
+	}
+	expectHeaders(t, "xratelimit", resp, map[string]string{"X-Ratelimit-Limit": "1", "Ratelimit-Policy": "", "Ratelimit": "", "Retry-After": "1..60"})
+	c.Get("/none")
+	resp, _ = c.Get("/none")
+	expectHeaders(t, "none", resp, map[string]string{"X-Ratelimit-Limit": "", "Ratelimit": "", "Retry-After": ""})
+	if resp.StatusCode != 429 {
+		t.Fatalf("/none denied with %d", resp.StatusCode)
+	}
+	c.Get("/ietf")
+	resp, _ = c.Get("/ietf")
+	expectHeaders(t, "ietf", resp, map[string]string{"X-Ratelimit-Limit": "", "Ratelimit-Policy": `"ietf";q=1;w=60`, "Retry-After": "1..60"})
+}
+
+func TestCaddyShadowMatchersAndEmptyKey(t *testing.T) {
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy api {
+			match {
+				path /api/*
+			}
+			key {http.request.header.X-Api-Key}
+			empty_key shared
+			limit 2/1m
+		}
+		policy watch {
+			match {
+				path /watch
+			}
+			limit 1/1m
+			shadow
+		}
+	}
+	respond "{http.tollgate.policy} denied={http.tollgate.denied}"`)
+	// Keyless /api requests share one bucket.
+	c.Get("/api/a")
+	c.Get("/api/b")
+	if resp, _ := c.Get("/api/c"); resp.StatusCode != 429 {
+		t.Fatalf("third keyless /api request: %d, want 429 (shared bucket)", resp.StatusCode)
+	}
+	if resp, _ := c.Get("/api/c", "X-Api-Key", "k1"); resp.StatusCode != 200 {
+		t.Fatalf("keyed /api request: %d", resp.StatusCode)
+	}
+	// Paths no policy matches are not limited.
+	for i := 0; i < 4; i++ {
+		if resp, body := c.Get("/elsewhere"); resp.StatusCode != 200 || resp.Header.Get("Ratelimit") != "" {
+			t.Fatalf("/elsewhere: %d %q", resp.StatusCode, body)
+		}
+	}
+	// Shadow: always served, but the headers tell the truth.
+	for i := 0; i < 3; i++ {
+		resp, body := c.Get("/watch")
+		if resp.StatusCode != 200 || body != "watch denied=false" {
+			t.Fatalf("shadowed request %d: %d %q", i, resp.StatusCode, body)
+		}
+		if i > 0 && resp.Header.Get("X-Ratelimit-Remaining") != "0" {
+			t.Fatalf("shadowed request %d: remaining %q, want 0", i, resp.Header.Get("X-Ratelimit-Remaining"))
+		}
+	}
+	if m := c.Metrics(); !strings.Contains(m, `tollgate_decisions_total{limit="1/1m",policy="watch",result="shadowed"} 2`) {
+		t.Error("metrics do not count the 2 shadowed requests")
+	}
+}
+
+func TestCaddyHandleErrorsAndPlaceholders(t *testing.T) {
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy p {
+			limit 1/1m fixed_window
+		}
+		handle_errors
+	}
+	respond ok
+	handle_errors {
+		respond "limited by {http.tollgate.policy}, retry in {http.tollgate.retry_after}s" {err.status_code}
+	}`)
+	c.Get("/")
+	resp, body := c.Get("/")
+	if resp.StatusCode != 429 || !regexp.MustCompile(`^limited by p, retry in \d+s$`).MatchString(body) {
+		t.Fatalf("denied through handle_errors: %d %q", resp.StatusCode, body)
+	}
+	expectHeaders(t, "handle_errors", resp, map[string]string{"Retry-After": "1..60", "X-Ratelimit-Limit": "1"})
+}
+
+// TestCaddyShapingDelays sends a burst at a leaky bucket: requests are held,
+// not refused, released no faster than the rate, never held past max_delay,
+// and those beyond the queue are refused.
+func TestCaddyShapingDelays(t *testing.T) {
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy shaped {
+			limit 10/1s leaky_bucket max_delay 500ms
+		}
+	}
+	respond ok`)
+	const n = 12
+	took := make([]time.Duration, n)
+	status := make([]int, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			resp, _ := c.Get("/")
+			took[i], status[i] = time.Since(start), resp.StatusCode
+		}(i)
+	}
+	wg.Wait()
+	var served []time.Duration
+	refused := 0
+	for i := range took {
+		switch status[i] {
+		case 200:
+			served = append(served, took[i])
+		case 429:
+			refused++
+		default:
+			t.Fatalf("status %d", status[i])
+		}
+	}
+	sort.Slice(served, func(i, j int) bool { return served[i] < served[j] })
+	// 10/s is one every 100ms; max_delay 500ms holds 5 behind the first.
+	if len(served) != 6 || refused != n-6 {
+		t.Fatalf("served %d, refused %d; want 6 and %d", len(served), refused, n-6)
+	}
+	last := served[len(served)-1]
+	if last < 450*time.Millisecond || last > 800*time.Millisecond {
+		t.Errorf("last shaped request answered after %s, want about 500ms (never past max_delay plus slack)", last)
+	}
+	for i := 1; i < len(served); i++ {
+		if gap := served[i] - served[0]; gap < time.Duration(i)*100*time.Millisecond-30*time.Millisecond {
+			t.Errorf("request %d released %s after the first: faster than 10/s", i, gap)
+		}
+	}
+	t.Logf("released at %v", served)
+	if m := c.Metrics(); !strings.Contains(m, `tollgate_decisions_total{limit="10/1s",policy="shaped",result="delayed"} 5`) {
+		t.Error("metrics do not count 5 delayed requests")
+	}
+}
+
+// TestCaddyReloadKeepsCounters reloads through the admin API: the same
+// policy keeps its counters; a refused config leaves the old one running.
+func TestCaddyReloadKeepsCounters(t *testing.T) {
+	site := func(text string, count int) string {
+		return fmt.Sprintf(`
+	tollgate {
+		policy p {
+			limit %d/1m sliding_log
+		}
+	}
+	respond %q`, count, text)
+	}
+	c := caddyproc.Start(t, site("v1", 3))
+	c.Get("/")
+	c.Get("/")
+	if code, body := c.Load(site("v2", 3)); code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	resp, body := c.Get("/")
+	if resp.StatusCode != 200 || body != "v2" || resp.Header.Get("X-Ratelimit-Remaining") != "0" {
+		t.Fatalf("after reload: %d %q remaining %q; want the 3rd and last request of the old counter", resp.StatusCode, body, resp.Header.Get("X-Ratelimit-Remaining"))
+	}
+	if resp, _ := c.Get("/"); resp.StatusCode != 429 {
+		t.Fatalf("after reload the quota should be spent: %d", resp.StatusCode)
+	}
+	code, body := c.Load(site("v3", 0))
+	if code == 200 || !strings.Contains(body, `count`) {
+		t.Fatalf("bad config: %d %s; want a refusal naming count", code, body)
+	}
+	if resp, body := c.Get("/"); resp.StatusCode != 429 || body == "v3" {
+		t.Fatalf("after a refused reload: %d %q; want the old config, still limiting", resp.StatusCode, body)
+	}
+	// A changed limit is a new policy: fresh counters.
+	if code, body := c.Load(site("v4", 5)); code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	if resp, _ := c.Get("/"); resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Remaining") != "4" {
+		t.Fatalf("changed limit: %d remaining %q, want a fresh 5/1m", resp.StatusCode, resp.Header.Get("X-Ratelimit-Remaining"))
+	}
+}
+
+// TestCaddyClientIPTrustedProxies: {client_ip} follows trusted_proxies; a
+// client that is not a trusted proxy cannot pick its key with
+// X-Forwarded-For.
+func TestCaddyClientIPTrustedProxies(t *testing.T) {
+	body := `
+	tollgate {
+		policy ip {
+			limit 1/1m
+		}
+	}
+	respond "{client_ip}"`
+	untrusted := caddyproc.Start(t, body)
+	untrusted.Get("/", "X-Forwarded-For", "203.0.113.1")
+	if resp, ip := untrusted.Get("/", "X-Forwarded-For", "203.0.113.2"); resp.StatusCode != 429 {
+		t.Fatalf("spoofed X-Forwarded-For from an untrusted peer changed the key: %d %q", resp.StatusCode, ip)
+	}
+	trusted := caddyproc.StartGlobal(t, "\tservers {\n\t\ttrusted_proxies static 127.0.0.1/32\n\t}", body)
+	for _, ip := range []string{"203.0.113.1", "203.0.113.2"} {
+		resp, got := trusted.Get("/", "X-Forwarded-For", ip)
+		if resp.StatusCode != 200 || got != ip {
+			t.Fatalf("behind a trusted proxy, client %s: %d %q", ip, resp.StatusCode, got)
+		}
+	}
+	if resp, _ := trusted.Get("/", "X-Forwarded-For", "203.0.113.1"); resp.StatusCode != 429 {
+		t.Fatalf("second request of client 203.0.113.1: %d, want 429", resp.StatusCode)
+	}
+}
+
+// TestTwoCaddiesShareRedis: two Caddy processes on one redis-server enforce
+// one sliding-log limit: in no 1 s window (of Redis time) do they allow
+// more than N together.
+func TestTwoCaddiesShareRedis(t *testing.T) {
+	srv, err := redistest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	const n = 20
+	body := fmt.Sprintf(`
+	tollgate {
+		store redis redis://%s
+		policy shared {
+			key all
+			limit %d/1s sliding_log
+		}
+	}
+	respond "{http.tollgate.decided_at}"`, srv.Addr, n)
+	nodes := []*caddyproc.Caddy{caddyproc.Start(t, body), caddyproc.Start(t, body)}
+	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cancel()
+	var mu sync.Mutex
+	var at []int64
+	denied := 0
+	var wg sync.WaitGroup
+	for _, node := range nodes {
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func(node *caddyproc.Caddy) {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, node.URL+"/", nil)
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						return
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					mu.Lock()
+					if resp.StatusCode == 200 {
+						us, err := strconv.ParseInt(string(b), 10, 64)
+						if err != nil {
+							t.Errorf("body %q is not a decision time", b)
+						}
+						at = append(at, us)
+					} else {
+						denied++
+					}
+					mu.Unlock()
+				}
+			}(node)
+		}
+	}
+	wg.Wait()
+	sort.Slice(at, func(i, j int) bool { return at[i] < at[j] })
+	worst := 0
+	for i := range at {
+		j := sort.Search(len(at), func(j int) bool { return at[j] > at[i]-1_000_000 })
+		worst = max(worst, i-j+1)
+	}
+	t.Logf("allowed %d, denied %d; most allowed in any 1s window: %d (limit %d)", len(at), denied, worst, n)
+	if worst > n {
+		t.Fatalf("%d allowed within 1s across two Caddies, limit %d", worst, n)
+	}
+	if len(at) < 2*n || denied == 0 {
+		t.Fatalf("allowed %d, denied %d: the load did not reach the limit", len(at), denied)
+	}
+}

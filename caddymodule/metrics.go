@@ -1,0 +1,139 @@
+package caddymodule
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/stores"
+)
+
+// metrics are the handler's Prometheus series, registered in Caddy's
+// metrics registry (served by the admin API at /metrics). Labels are
+// policy, limit and result names only: never a request key.
+type metrics struct {
+	decisions     *prometheus.CounterVec   // policy, limit, result
+	storeErrors   *prometheus.CounterVec   // policy
+	storeDuration *prometheus.HistogramVec // policy
+}
+
+// The results a decision is counted under.
+const (
+	resultAllowed  = "allowed"
+	resultDenied   = "denied"
+	resultShadowed = "shadowed" // denied by the limits, let through by shadow mode
+	resultDelayed  = "delayed"  // allowed after a shaping delay
+)
+
+func newMetrics(reg *prometheus.Registry, policies []*policy, store *stores.Handle) (*metrics, error) {
+	if reg == nil {
+		// A context without a registry (tests): count into one nobody reads.
+		reg = prometheus.NewRegistry()
+	}
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tollgate", Name: "decisions_total",
+			Help: "Rate-limit decisions by policy, deciding limit and result (allowed, denied, shadowed, delayed).",
+		}, []string{"policy", "limit", "result"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tollgate", Name: "store_errors_total",
+			Help: "Decisions the shared store (Redis) could not make, so its failure policy made them.",
+		}, []string{"policy"}),
+		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "tollgate", Name: "store_duration_seconds",
+			Help:    "Time the store took to decide one request, in seconds.",
+			Buckets: []float64{.00001, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"policy"}),
+	}
+	var err error
+	if m.decisions, err = register(reg, m.decisions); err != nil {
+		return nil, err
+	}
+	if m.storeErrors, err = register(reg, m.storeErrors); err != nil {
+		return nil, err
+	}
+	if m.storeDuration, err = register(reg, m.storeDuration); err != nil {
+		return nil, err
+	}
+	if store.Failover != nil {
+		for _, p := range policies {
+			breaker := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: "tollgate", Name: "breaker_open",
+				Help:        "1 while the shared store's breaker is open (Redis skipped, the failure policy decides), else 0.",
+				ConstLabels: prometheus.Labels{"policy": p.cfg.Name},
+			}, func() float64 {
+				if store.Failover.Open() {
+					return 1
+				}
+				return 0
+			})
+			if _, err := register(reg, breaker); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// register registers c, or returns the equal collector registered before (by
+// another tollgate handler in the same config).
+func register[C prometheus.Collector](reg *prometheus.Registry, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, err
+	}
+	return c, nil
+}
+
+// policyMetrics are one policy's series, resolved once so a request does
+// not look labels up.
+type policyMetrics struct {
+	decisions   [][4]prometheus.Counter // [limit][result]
+	storeErrors prometheus.Counter
+	duration    prometheus.Observer
+}
+
+var resultNames = [4]string{resultAllowed, resultDenied, resultShadowed, resultDelayed}
+
+func (m *metrics) forPolicy(p *policy) *policyMetrics {
+	pm := &policyMetrics{
+		storeErrors: m.storeErrors.WithLabelValues(p.cfg.Name),
+		duration:    m.storeDuration.WithLabelValues(p.cfg.Name),
+	}
+	for _, id := range p.limitIDs {
+		var byResult [4]prometheus.Counter
+		for r, name := range resultNames {
+			byResult[r] = m.decisions.WithLabelValues(p.cfg.Name, id, name)
+		}
+		pm.decisions = append(pm.decisions, byResult)
+	}
+	return pm
+}
+
+// observe counts one decision.
+func (pm *policyMetrics) observe(d *core.Decision, err error, took time.Duration) {
+	pm.duration.Observe(took.Seconds())
+	if err != nil || d.Fallback {
+		pm.storeErrors.Inc()
+	}
+	if err != nil {
+		return
+	}
+	result := 0 // allowed
+	switch {
+	case !d.Allowed:
+		result = 1
+	case d.Shadowed:
+		result = 2
+	case d.Delay > 0:
+		result = 3
+	}
+	pm.decisions[d.Index][result].Inc()
+}

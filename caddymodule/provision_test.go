@@ -1,0 +1,105 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/tollgate/tollgate/core/stores"
+)
+
+// provision loads h from JSON as Caddy would (Provision, then Validate).
+func provision(t *testing.T, raw string) (*Handler, error) {
+	t.Helper()
+	var h Handler
+	if err := json.Unmarshal([]byte(raw), &h); err != nil {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	t.Cleanup(cancel)
+	err := h.Provision(ctx)
+	if err == nil {
+		err = h.Validate()
+	}
+	if err != nil {
+		_ = h.Cleanup() // as Caddy does when provisioning fails
+	}
+	return &h, err
+}
+
+// TestJSONErrors checks that bad Caddy JSON is refused at load with an
+// error naming the field and value.
+func TestJSONErrors(t *testing.T) {
+	before := stores.Live()
+	for _, tc := range []struct{ json, want string }{
+		{`{}`, `policies: need at least one policy`},
+		{`{"policies":[{"name":"","limits":[{"count":1,"window":1000000000}]}]}`, `policy name: must not be empty`},
+		{`{"policies":[{"name":"a","limits":[]}]}`, `policy "a": needs at least one limit`},
+		{`{"policies":[{"name":"a","limits":[{"count":0,"window":1000000000}]}]}`, `policy "a" limit 1: count: 0 must be at least 1`},
+		{`{"policies":[{"name":"a","limits":[{"count":5,"window":0}]}]}`, `policy "a" limit 1: window: 0s must be at least 1µs`},
+		{`{"policies":[{"name":"a","limits":[{"count":5,"window":"1m","algorithm":"magic"}]}]}`, `policy "a" limit 1: algorithm: unknown algorithm "magic"`},
+		{`{"policies":[{"name":"a","limits":[{"count":5,"window":"1m","algorithm":"leaky_bucket"}]}]}`, `policy "a" limit 1: max_delay: 0s must be above 0 for leaky_bucket`},
+		{`{"policies":[{"name":"a","limits":[{"count":5,"window":"1m","burst":-1,"algorithm":"token_bucket"}]}]}`, `burst: -1 must be at least 1`},
+		{`{"policies":[{"name":"a","cost":-1,"limits":[{"count":5,"window":"1m"}]}]}`, `policy "a" cost: -1 must not be negative`},
+		{`{"policies":[{"name":"a","empty_key":"x","limits":[{"count":5,"window":"1m"}]}]}`, `policy "a" empty_key: unknown "x"`},
+		{`{"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]},{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `policy "a": name used twice`},
+		{`{"status":302,"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `status: 302 is not a 4xx or 5xx code`},
+		{`{"headers":"loud","policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `headers: unknown header style "loud"`},
+		{`{"jitter":1.5,"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `jitter: 1.5 must be between 0 and 1`},
+		{`{"store":{"type":"disk"},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store type: unknown "disk"`},
+		{`{"store":{"type":"redis"},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store redis: needs a url`},
+		{`{"store":{"type":"redis","url":"http://x"},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `url: "http://x"`},
+		{`{"store":{"type":"redis","addrs":["nohost"]},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `addrs: "nohost" is not host:port`},
+		{`{"store":{"type":"redis","url":"redis://x:1","on_error":"pray"},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store on_error: unknown value "pray"`},
+		{`{"store":{"type":"redis","url":"redis://x:1","mode":"eventual","sync":"5ms"},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store sync: 5ms must be at least 20ms`},
+		{`{"store":{"type":"redis","url":"redis://x:1","mode":"eventual"},"policies":[{"name":"a","limits":[{"count":5,"window":"1m","algorithm":"gcra"}]}]}`, `eventual mode counts requests, so it needs fixed_window or sliding_counter, not gcra`},
+		{`{"store":{"type":"memory","url":"redis://x:1"},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store memory: url, addrs`},
+		{`{"store":{"type":"cluster","addrs":["a:1"],"db":3},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `db: 3, but Redis Cluster has only database 0`},
+		{`{"store":{"max_keys":-5},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store max_keys: -5 must not be negative`},
+	} {
+		_, err := provision(t, tc.json)
+		if err == nil {
+			t.Errorf("%s: provisioned; want error %q", tc.json, tc.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s:\n got %v\nwant %q", tc.json, err, tc.want)
+		}
+	}
+	if after := stores.Live(); after != before {
+		t.Errorf("refused configs left %d stores open", after-before)
+	}
+}
+
+// TestReloadSharesStore: a second handler with the same store config gets
+// the same store (counters survive a reload), and the store closes with
+// the last handler.
+func TestReloadSharesStore(t *testing.T) {
+	before := stores.Live()
+	const cfg = `{"store":{"max_keys":777},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`
+	old, err := provision(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reloaded, err := provision(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.store != reloaded.store {
+		t.Fatal("equal store configs got different stores")
+	}
+	if got := stores.Live(); got != before+1 {
+		t.Fatalf("%d stores open, want %d", got, before+1)
+	}
+	_ = old.Cleanup()
+	if got := stores.Live(); got != before+1 {
+		t.Fatalf("store closed while a handler still uses it")
+	}
+	_ = reloaded.Cleanup()
+	if got := stores.Live(); got != before {
+		t.Fatalf("store still open after its last handler's cleanup")
+	}
+}

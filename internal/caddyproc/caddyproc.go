@@ -1,0 +1,212 @@
+// Package caddyproc runs the xcaddy-built Caddy (bin/caddy, with tollgate)
+// as a real process on free loopback ports for tests, and talks to its admin
+// API.
+package caddyproc
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// Binary returns the Caddy to test: $TOLLGATE_CADDY, else bin/caddy at the
+// repository root. Without one the test is skipped, unless
+// TOLLGATE_REQUIRE_CADDY=1 (set by `make test`, which builds it) makes that
+// a failure.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("TOLLGATE_CADDY"); p != "" {
+		return p
+	}
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(root, "bin", "caddy")
+	if _, err := os.Stat(p); err != nil {
+		msg := "bin/caddy is not built: run `make bin/caddy` (xcaddy, about 3 minutes cold) or `make test`"
+		if os.Getenv("TOLLGATE_REQUIRE_CADDY") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return p
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/tollgate/tollgate\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no tollgate go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Caddy is one running Caddy process.
+type Caddy struct {
+	// URL is the base URL of its HTTP site, such as http://127.0.0.1:41234.
+	URL string
+	// Port is the site's port; AdminURL the admin API's base URL.
+	Port     int
+	AdminURL string
+	dir      string
+	cmd      *exec.Cmd
+	log      string
+	global   string
+	t        testing.TB
+}
+
+// Caddyfile returns a whole Caddyfile: global options (admin on its port,
+// no HTTPS, no persisted config, and the global options Start was given) and
+// one site on c's port with body.
+func (c *Caddy) Caddyfile(body string) string {
+	return fmt.Sprintf("{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n%s\n}\n\n:%d {\n%s\n}\n",
+		strings.TrimPrefix(c.AdminURL, "http://"), c.global, c.Port, body)
+}
+
+// Start runs Caddy serving a site with the given Caddyfile body (what goes
+// inside `:<port> { ... }`), waits until it serves, and stops it when the
+// test ends.
+func Start(t testing.TB, body string) *Caddy {
+	t.Helper()
+	return StartGlobal(t, "", body)
+}
+
+// StartGlobal is Start with extra global options.
+func StartGlobal(t testing.TB, global, body string) *Caddy {
+	t.Helper()
+	bin := Binary(t)
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	c := &Caddy{URL: "http://127.0.0.1:" + strconv.Itoa(port), Port: port,
+		AdminURL: "http://127.0.0.1:" + strconv.Itoa(admin), dir: dir, log: filepath.Join(dir, "caddy.log"), global: global, t: t}
+	cfg := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(cfg, []byte(c.Caddyfile(body)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(c.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cmd = exec.Command(bin, "run", "--config", cfg, "--adapter", "caddyfile")
+	c.cmd.Stdout, c.cmd.Stderr = logf, logf
+	c.cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); logf.Close(); close(exited) }()
+	t.Cleanup(func() {
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = c.cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("caddy log (last 3000 bytes):\n%s", c.LogTail(3000))
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		select {
+		case <-exited:
+			t.Fatalf("caddy exited at start:\n%s", c.LogTail(3000))
+		default:
+		}
+		// Dial the site rather than GET it: a request would use up quota.
+		if resp, err := http.Get(c.AdminURL + "/config/"); err == nil {
+			resp.Body.Close()
+			if conn, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+				conn.Close()
+				return c
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("caddy did not serve within 15s:\n%s", c.LogTail(3000))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// LogTail returns the last n bytes of Caddy's log.
+func (c *Caddy) LogTail(n int) string {
+	b, _ := os.ReadFile(c.log)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// Load replaces the running config with a Caddyfile body (as Start takes)
+// through the admin API's POST /load, and returns the API's status and body.
+func (c *Caddy) Load(body string) (int, string) {
+	c.t.Helper()
+	resp, err := http.Post(c.AdminURL+"/load", "text/caddyfile", strings.NewReader(c.Caddyfile(body)))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// Metrics returns the admin API's /metrics page.
+func (c *Caddy) Metrics() string {
+	c.t.Helper()
+	resp, err := http.Get(c.AdminURL + "/metrics")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// Get sends GET path with the given header pairs (name, value, ...).
+func (c *Caddy) Get(path string, header ...string) (*http.Response, string) {
+	c.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, c.URL+path, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
