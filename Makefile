@@ -58,6 +58,18 @@ fuzz:
 bench: bench-core deps
 	cd bench && $(GO) run ./compare
 	cd bench && $(GO) run ./rediscompare
+	$(MAKE) bench-caddy
+
+# wrk against Caddy with tollgate and with mholt/caddy-ratelimit v0.1.0, both
+# built into one Caddy so the same binary serves every contender.
+bench-caddy: bin/caddy-bench
+	@command -v wrk >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; }
+	cd bench && $(GO) run ./caddycompare
+
+bin/caddy-bench: $(CADDY_SRC)
+	@mkdir -p bin
+	$(GO) tool xcaddy build $(CADDY_VERSION) --output $@ --with github.com/tollgate/tollgate@v0.0.0=$(CURDIR) \
+	  --with github.com/mholt/caddy-ratelimit@v0.1.0
 
 bench-core:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/store/memory/

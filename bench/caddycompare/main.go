@@ -1,0 +1,228 @@
+// Command caddycompare measures tollgate and mholt/caddy-ratelimit inside the
+// same Caddy binary (bin/caddy-bench, built by `make bench-caddy`) with wrk,
+// alternating contenders round by round, and prints the median requests/s
+// and p99 latency of each, then one line per comparison:
+//
+//	vs <peer> <workload> <factor>
+//
+// with factor = tollgate's requests/s ÷ the peer's (> 1: tollgate faster).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// site is one contender: a Caddyfile site body serving "ok" behind a limiter.
+type site struct {
+	name string
+	body string // %d: the limit's count per second
+	port int
+}
+
+var sites = []*site{
+	{name: "no limiter", body: "respond ok"},
+	{name: "tollgate sliding_log", body: `tollgate {
+		policy p {
+			key {http.request.header.X-Key}
+			limit %d/1s sliding_log
+		}
+	}
+	respond ok`},
+	{name: "tollgate sliding_counter", body: `tollgate {
+		policy p {
+			key {http.request.header.X-Key}
+			limit %d/1s sliding_counter
+		}
+	}
+	respond ok`},
+	// The same decision without writing rate-limit headers: what the five
+	// headers per response cost (caddy-ratelimit sends none when allowing).
+	{name: "tollgate sliding_log nohdr", body: `tollgate {
+		policy p {
+			key {http.request.header.X-Key}
+			limit %d/1s sliding_log
+		}
+		headers none
+	}
+	respond ok`},
+	{name: "caddy-ratelimit", body: `rate_limit {
+		zone p {
+			key {http.request.header.X-Key}
+			events %d
+			window 1s
+		}
+	}
+	respond ok`},
+}
+
+// workload is a key pattern and a limit.
+type workload struct {
+	name  string
+	keys  int // distinct X-Key values, rotated per request
+	limit int // per key per second
+}
+
+var workloads = []workload{
+	// Every request allowed: the cost of deciding on many live keys.
+	{name: "10k-keys-allowed", keys: 10000, limit: 100},
+	// One key far over its limit: the cost of denying.
+	{name: "1key-denied", keys: 1, limit: 100},
+}
+
+func main() {
+	caddy := flag.String("caddy", "../bin/caddy-bench", "Caddy with tollgate and caddy-ratelimit")
+	dur := flag.Duration("d", 4*time.Second, "wrk duration per measurement")
+	conns := flag.Int("c", 64, "wrk connections")
+	rounds := flag.Int("rounds", 3, "measurements per contender (median kept)")
+	flag.Parse()
+	if _, err := exec.LookPath("wrk"); err != nil {
+		log.Fatal("wrk not found: apt-get install -y wrk")
+	}
+	dir, err := os.MkdirTemp("", "caddycompare")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	fmt.Printf("wrk -t2 -c%d -d%s, %d rounds alternating, median kept; Caddy and wrk share the machine\n\n", *conns, *dur, *rounds)
+	fmt.Printf("%-18s %-26s %12s %10s\n", "workload", "contender", "requests/s", "p99")
+	type result struct{ rps, p99 float64 }
+	var lines []string
+	for _, w := range workloads {
+		stop := startCaddy(*caddy, dir, w)
+		script := filepath.Join(dir, "keys.lua")
+		must(os.WriteFile(script, []byte(fmt.Sprintf(`local n = 0
+request = function()
+  n = n + 1
+  return wrk.format("GET", "/", {["X-Key"] = "k" .. (n %% %d)})
+end
+`, w.keys)), 0o644))
+		samples := map[string][]result{}
+		for r := 0; r < *rounds; r++ {
+			for _, s := range sites {
+				rps, p99 := runWrk(s.port, script, *conns, *dur)
+				samples[s.name] = append(samples[s.name], result{rps, p99})
+			}
+		}
+		stop()
+		med := map[string]result{}
+		for _, s := range sites {
+			rs := samples[s.name]
+			sort.Slice(rs, func(i, j int) bool { return rs[i].rps < rs[j].rps })
+			m := rs[len(rs)/2]
+			med[s.name] = m
+			fmt.Printf("%-18s %-26s %12.0f %9.2fms\n", w.name, s.name, m.rps, m.p99*1000)
+		}
+		// A limiter's own cost per request: its time per request minus the
+		// time without a limiter (µs; wrk's rate over 2 threads).
+		overhead := func(name string) float64 { return 1e6/med[name].rps - 1e6/med["no limiter"].rps }
+		peer := med["caddy-ratelimit"]
+		for _, ours := range []string{"tollgate sliding_log", "tollgate sliding_counter", "tollgate sliding_log nohdr"} {
+			alg := strings.ReplaceAll(strings.TrimPrefix(ours, "tollgate "), " ", "-")
+			fmt.Printf("%-18s %-26s %9.2f µs/request over no limiter (caddy-ratelimit %.2f)\n", w.name, ours, overhead(ours), overhead("caddy-ratelimit"))
+			lines = append(lines,
+				fmt.Sprintf("vs caddy-ratelimit %s-%s %.2f", w.name, alg, med[ours].rps/peer.rps),
+				fmt.Sprintf("vs caddy-ratelimit %s-%s-p99 %.2f", w.name, alg, peer.p99/med[ours].p99),
+				fmt.Sprintf("vs caddy-ratelimit %s-%s-overhead %.2f", w.name, alg, overhead("caddy-ratelimit")/overhead(ours)))
+		}
+	}
+	fmt.Println()
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+}
+
+// startCaddy serves every site for workload w on its own port.
+func startCaddy(bin, dir string, w workload) (stop func()) {
+	var cfg strings.Builder
+	admin := freePort()
+	fmt.Fprintf(&cfg, "{\n\tadmin 127.0.0.1:%d\n\tauto_https off\n\tpersist_config off\n\tlog {\n\t\tlevel ERROR\n\t}\n}\n", admin)
+	for _, s := range sites {
+		s.port = freePort()
+		body := s.body
+		if strings.Contains(body, "%d") {
+			body = fmt.Sprintf(body, w.limit)
+		}
+		fmt.Fprintf(&cfg, "\n:%d {\n\t%s\n}\n", s.port, body)
+	}
+	path := filepath.Join(dir, "Caddyfile")
+	must(os.WriteFile(path, []byte(cfg.String()), 0o644))
+	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
+	logf, err := os.Create(filepath.Join(dir, "caddy.log"))
+	must(err)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	must(cmd.Start())
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/config/", admin))
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(dir, "caddy.log"))
+			log.Fatalf("caddy did not start: %s", b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+}
+
+var (
+	rpsRe = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	p99Re = regexp.MustCompile(`\n\s+99%\s+([0-9.]+)(us|ms|s)`)
+)
+
+// runWrk loads port for dur and returns requests/s and p99 latency (s).
+func runWrk(port int, script string, conns int, dur time.Duration) (rps, p99 float64) {
+	out, err := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(conns), "-d"+dur.String(), "--latency", "-s", script,
+		fmt.Sprintf("http://127.0.0.1:%d/", port)).CombinedOutput()
+	if err != nil {
+		log.Fatalf("wrk: %v\n%s", err, out)
+	}
+	m := rpsRe.FindSubmatch(out)
+	l := p99Re.FindSubmatch(out)
+	if m == nil || l == nil {
+		log.Fatalf("cannot read wrk's output:\n%s", out)
+	}
+	rps, _ = strconv.ParseFloat(string(m[1]), 64)
+	p99, _ = strconv.ParseFloat(string(l[1]), 64)
+	switch string(l[2]) {
+	case "us":
+		p99 /= 1e6
+	case "ms":
+		p99 /= 1e3
+	}
+	return rps, p99
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func must(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
+}

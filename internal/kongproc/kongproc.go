@@ -1,0 +1,371 @@
+// Package kongproc plays Kong's side of the Go plugin protocol for tests: it
+// builds and starts the real plugin binary (kongplugin/cmd/tollgate), dials
+// its Unix socket and speaks go-pdk's protobuf framing exactly as Kong does
+// (RpcCall frames; during an event, answers each PDK call the plugin makes).
+package kongproc
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/Kong/go-pdk/bridge"
+	pb "github.com/Kong/go-pdk/server/kong_plugin_protocol"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// Binary builds the plugin server once per test process and returns it.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tollgate-kong")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "tollgate")
+		out, err := exec.Command("go", "build", "-o", buildPath, "github.com/tollgate/tollgate/kongplugin/cmd/tollgate").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("building the plugin: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// Server is a running plugin server.
+type Server struct {
+	// Prefix is its Kong prefix (-kong-prefix); Socket its Unix socket.
+	Prefix, Socket string
+	cmd            *exec.Cmd
+	log            string
+	exited         chan struct{}
+	t              testing.TB
+}
+
+// Start runs the plugin server as Kong does (`tollgate -kong-prefix
+// <dir>`), waits for its socket, and kills it when the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{Prefix: t.TempDir(), t: t}
+	s.Socket = filepath.Join(s.Prefix, "tollgate.socket")
+	s.log = filepath.Join(s.Prefix, "plugin.log")
+	s.start()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	logf, err := os.OpenFile(s.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.cmd = exec.Command(Binary(s.t), "-kong-prefix", s.Prefix)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) { _ = cmd.Wait(); logf.Close(); close(exited) }(s.cmd, s.exited)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("unix", s.Socket); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("plugin socket %s did not appear:\n%s", s.Socket, s.Log())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Kill stops the plugin server with SIGKILL.
+func (s *Server) Kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// Restart kills the plugin server and starts it again, as Kong does when
+// its plugin server dies.
+func (s *Server) Restart() {
+	s.Kill()
+	s.start()
+}
+
+// Log returns what the plugin server wrote to stderr.
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(s.log)
+	return string(b)
+}
+
+// Client is Kong's side of the socket. Like Kong's socket pool it
+// reconnects when the plugin closes the connection (after
+// kong.response.exit, or a refused config).
+type Client struct {
+	s    *Server
+	conn net.Conn
+	seq  int64
+}
+
+// Dial returns a client of s.
+func (s *Server) Dial() *Client { return &Client{s: s} }
+
+func (c *Client) connect() error {
+	if c.conn != nil {
+		return nil
+	}
+	conn, err := net.Dial("unix", c.s.Socket)
+	if err != nil {
+		return err
+	}
+	c.conn = conn
+	return nil
+}
+
+func (c *Client) drop() {
+	if c.conn != nil {
+		c.conn.Close()
+		c.conn = nil
+	}
+}
+
+// Close closes the connection.
+func (c *Client) Close() { c.drop() }
+
+// ErrRefused is returned when the plugin closes the connection instead of
+// answering a call (go-pdk does so when a config does not decode).
+var ErrRefused = errors.New("plugin closed the connection")
+
+func (c *Client) call(call *pb.RpcCall) (*pb.RpcReturn, error) {
+	if err := c.connect(); err != nil {
+		return nil, err
+	}
+	c.seq++
+	call.Sequence = c.seq
+	b, err := proto.Marshal(call)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFrame(c.conn, b); err != nil {
+		c.drop()
+		return nil, err
+	}
+	reply, err := readFrame(c.conn)
+	if err != nil {
+		c.drop()
+		return nil, ErrRefused
+	}
+	var ret pb.RpcReturn
+	if err := proto.Unmarshal(reply, &ret); err != nil {
+		return nil, err
+	}
+	return &ret, nil
+}
+
+// StartInstance starts a plugin instance with config (marshalled to JSON
+// as Kong sends it) and returns its id.
+func (c *Client) StartInstance(config any) (int32, error) {
+	raw, err := json.Marshal(config)
+	if err != nil {
+		return 0, err
+	}
+	ret, err := c.call(&pb.RpcCall{Call: &pb.RpcCall_CmdStartInstance{CmdStartInstance: &pb.CmdStartInstance{Name: "tollgate", Config: raw}}})
+	if err != nil {
+		return 0, err
+	}
+	return ret.GetInstanceStatus().GetInstanceId(), nil
+}
+
+// Request is what Kong knows of a request, as the PDK reports it.
+type Request struct {
+	ForwardedIP  string // kong.client.get_forwarded_ip (after trusted_ips)
+	ConsumerID   string
+	CredentialID string
+	ServiceID    string
+	RouteID      string
+	Path         string
+	Headers      http.Header
+}
+
+// Result is what the plugin did with a request.
+type Result struct {
+	// Exited is true when the plugin called kong.response.exit.
+	Exited bool
+	Status int
+	Body   string
+	// Headers are the response headers it set (or exited with).
+	Headers http.Header
+	// Logs are its kong.log.* lines.
+	Logs []string
+	// Calls are the PDK methods it called, in order.
+	Calls []string
+}
+
+// Access runs the access phase of instance id for req.
+func (c *Client) Access(id int32, req Request) (*Result, error) {
+	return c.event(id, "access", req)
+}
+
+func (c *Client) event(id int32, name string, req Request) (*Result, error) {
+	if err := c.connect(); err != nil {
+		return nil, err
+	}
+	c.seq++
+	b, _ := proto.Marshal(&pb.RpcCall{Sequence: c.seq, Call: &pb.RpcCall_CmdHandleEvent{CmdHandleEvent: &pb.CmdHandleEvent{InstanceId: id, EventName: name}}})
+	if err := writeFrame(c.conn, b); err != nil {
+		c.drop()
+		return nil, err
+	}
+	res := &Result{Headers: http.Header{}}
+	for {
+		method, err := readFrame(c.conn)
+		if err != nil {
+			c.drop()
+			if res.Exited {
+				return res, nil // exit closes the connection, as in Kong
+			}
+			return res, fmt.Errorf("connection lost during %s: %w", name, err)
+		}
+		if len(method) == 0 {
+			// The handler returned: the RpcReturn follows.
+			if _, err := readFrame(c.conn); err != nil {
+				c.drop()
+				return res, err
+			}
+			return res, nil
+		}
+		args, err := readFrame(c.conn)
+		if err != nil {
+			c.drop()
+			return res, err
+		}
+		res.Calls = append(res.Calls, string(method))
+		out, err := answer(string(method), args, req, res)
+		if err != nil {
+			c.drop()
+			return res, err
+		}
+		var reply []byte
+		if out != nil {
+			if reply, err = proto.Marshal(out); err != nil {
+				return res, err
+			}
+		}
+		if err := writeFrame(c.conn, reply); err != nil {
+			c.drop()
+			return res, err
+		}
+	}
+}
+
+// answer replies to one PDK call as Kong would for req.
+func answer(method string, args []byte, req Request, res *Result) (proto.Message, error) {
+	switch method {
+	case "kong.client.get_forwarded_ip", "kong.client.get_ip":
+		return bridge.WrapString(req.ForwardedIP), nil
+	case "kong.client.get_consumer":
+		return &pb.Consumer{Id: req.ConsumerID}, nil
+	case "kong.client.get_credential":
+		return &pb.AuthenticatedCredential{Id: req.CredentialID, ConsumerId: req.ConsumerID}, nil
+	case "kong.router.get_service":
+		return &pb.Service{Id: req.ServiceID}, nil
+	case "kong.router.get_route":
+		return &pb.Route{Id: req.RouteID}, nil
+	case "kong.request.get_path":
+		return bridge.WrapString(req.Path), nil
+	case "kong.request.get_header":
+		var name pb.String
+		if err := proto.Unmarshal(args, &name); err != nil {
+			return nil, err
+		}
+		return bridge.WrapString(req.Headers.Get(name.V)), nil
+	case "kong.response.set_header":
+		var kv pb.KV
+		if err := proto.Unmarshal(args, &kv); err != nil {
+			return nil, err
+		}
+		res.Headers.Set(kv.K, kv.V.GetStringValue())
+		return nil, nil
+	case "kong.response.set_headers":
+		var st structpb.Struct
+		if err := proto.Unmarshal(args, &st); err != nil {
+			return nil, err
+		}
+		for k, v := range bridge.UnwrapHeaders(&st) {
+			res.Headers[http.CanonicalHeaderKey(k)] = v
+		}
+		return nil, nil
+	case "kong.response.exit":
+		var ex pb.ExitArgs
+		if err := proto.Unmarshal(args, &ex); err != nil {
+			return nil, err
+		}
+		res.Exited, res.Status, res.Body = true, int(ex.Status), string(ex.Body)
+		if ex.Headers != nil {
+			for k, v := range bridge.UnwrapHeaders(ex.Headers) {
+				res.Headers[http.CanonicalHeaderKey(k)] = v
+			}
+		}
+		return nil, nil
+	}
+	if strings.HasPrefix(method, "kong.log.") {
+		var l structpb.ListValue
+		if err := proto.Unmarshal(args, &l); err != nil {
+			return nil, err
+		}
+		var parts []string
+		for _, v := range l.AsSlice() {
+			parts = append(parts, fmt.Sprint(v))
+		}
+		res.Logs = append(res.Logs, strings.TrimPrefix(method, "kong.log.")+": "+strings.Join(parts, " "))
+		return nil, nil
+	}
+	return nil, fmt.Errorf("the test's Kong does not implement PDK method %s", method)
+}
+
+func readFrame(r io.Reader) ([]byte, error) {
+	var n uint32
+	if err := binary.Read(r, binary.LittleEndian, &n); err != nil {
+		return nil, err
+	}
+	b := make([]byte, n)
+	_, err := io.ReadFull(r, b)
+	return b, err
+}
+
+func writeFrame(w io.Writer, b []byte) error {
+	if err := binary.Write(w, binary.LittleEndian, uint32(len(b))); err != nil {
+		return err
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	_, err := w.Write(b)
+	return err
+}

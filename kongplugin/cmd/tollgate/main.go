@@ -1,0 +1,18 @@
+// Command tollgate is the Kong plugin server: Kong starts it (pluginserver
+// config) and names the plugin after this executable. `tollgate -dump`
+// prints the plugin's info and schema for Kong.
+package main
+
+import (
+	"log"
+
+	"github.com/Kong/go-pdk/server"
+
+	"github.com/tollgate/tollgate/kongplugin"
+)
+
+func main() {
+	if err := server.StartServer(kongplugin.New, kongplugin.Version, kongplugin.Priority); err != nil {
+		log.Fatal(err)
+	}
+}

@@ -1,0 +1,145 @@
+package kongplugin
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Kong/go-pdk/test"
+)
+
+// kongNulls is every schema field null, as Kong sends an unset config, plus
+// the fields Kong adds.
+const kongNulls = `"second":null,"minute":null,"hour":null,"day":null,"month":null,"year":null,
+"limit_by":null,"header_name":null,"path":null,"policy":null,"fault_tolerant":null,
+"hide_client_headers":null,"error_code":null,"error_message":null,"sync_rate":null,"redis":null,
+"algorithm":null,"limits":null,"cost":null,"shadow":null,"headers":null,"namespace":null,"on_error":null,
+"route_id":"r-1","service_id":null,"consumer_id":null,"__plugin_id":"p-1","__seq__":3`
+
+func decode(t *testing.T, fields string) (*Config, error) {
+	t.Helper()
+	var c Config
+	err := json.Unmarshal([]byte("{"+kongNulls+","+fields+"}"), &c)
+	return &c, err
+}
+
+func TestConfigDefaultsSurviveNulls(t *testing.T) {
+	c, err := decode(t, `"minute":5`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := c.compiled
+	if inst.limitBy != "consumer" || inst.status != 429 || inst.message != "API rate limit exceeded" ||
+		inst.headers != "kong" || inst.cost != 1 || inst.hide || inst.storeConfig.Redis != nil {
+		t.Fatalf("defaults: %+v", inst)
+	}
+	l := inst.policy.Limits()[0]
+	if l.Count != 5 || l.Window != time.Minute || l.Algorithm.String() != "fixed_window" {
+		t.Fatalf("limit %+v, want 5/1m fixed_window as Kong", l)
+	}
+	if inst.scope != "route=r-1,service=|" {
+		t.Fatalf("scope %q, want the attached route", inst.scope)
+	}
+}
+
+func TestConfigRedisFlatAndNested(t *testing.T) {
+	c, err := decode(t, `"minute":5,"policy":"redis","redis_host":"old","redis_port":6380,"redis_timeout":100`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.compiled.storeConfig.Redis
+	if r.Addrs[0] != "old:6380" || r.Timeout != 100*time.Millisecond {
+		t.Fatalf("flat names: %+v", r)
+	}
+	c, err = decode(t, `"minute":5,"policy":"redis","redis_host":"old","redis":{"host":"new","port":null,"database":2,"timeout":null,"ssl":true,"ssl_verify":true,"server_name":"r.internal"},"sync_rate":0.5`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := c.compiled.storeConfig
+	if sc.Redis.Addrs[0] != "new:6379" || sc.Redis.DB != 2 || sc.Redis.Timeout != 2*time.Second || !sc.Redis.TLS ||
+		sc.Redis.TLSInsecureSkipVerify || sc.Redis.TLSServerName != "r.internal" || !sc.Eventual || sc.SyncInterval != 500*time.Millisecond {
+		t.Fatalf("nested record: %+v %+v", sc, sc.Redis)
+	}
+	c, err = decode(t, `"minute":5,"policy":"redis","redis":{"cluster_addresses":["a:1","b:2"]}`)
+	if err != nil || !c.compiled.storeConfig.Redis.Cluster {
+		t.Fatalf("cluster: %v", err)
+	}
+	c, err = decode(t, `"minute":5,"policy":"redis","redis":{"sentinel_master":"m","sentinel_addresses":["a:1"],"sentinel_role":"master"}`)
+	if err != nil || c.compiled.storeConfig.Redis.MasterName != "m" {
+		t.Fatalf("sentinel: %v", err)
+	}
+}
+
+func TestConfigErrorsNameFieldAndValue(t *testing.T) {
+	for _, tc := range []struct{ fields, want string }{
+		{`"policy":"local"`, `at least one limit is required`},
+		{`"minute":0`, `minute: 0 must be a whole number from 1`},
+		{`"minute":2.5`, `minute: 2.5 must be a whole number`},
+		{`"second":10,"minute":5`, `minute: 5 is below second's 10`},
+		{`"minute":5,"limit_by":"cookie"`, `limit_by: unknown "cookie"`},
+		{`"minute":5,"limit_by":"header"`, `header_name: required when limit_by is header`},
+		{`"minute":5,"limit_by":"path"`, `path: required when limit_by is path`},
+		{`"minute":5,"policy":"cluster"`, `policy: "cluster" keeps counters in Kong's database`},
+		{`"minute":5,"policy":"carrier-pigeon"`, `policy: unknown "carrier-pigeon"`},
+		{`"minute":5,"policy":"redis"`, `redis.host: required when policy is redis`},
+		{`"minute":5,"policy":"redis","redis":{"host":"h","port":70000}`, `redis.port: 70000 must be a whole number from 1 to 65535`},
+		{`"minute":5,"policy":"redis","redis":{"host":"h","timeout":0}`, `redis.timeout: 0 ms must be above 0`},
+		{`"minute":5,"policy":"redis","redis":{"sentinel_master":"m","sentinel_addresses":["a:1"],"sentinel_role":"slave"}`, `redis.sentinel_role: "slave"`},
+		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":0.01`, `sync_rate: 0.01 must be -1 (synchronous) or at least 0.02`},
+		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":1,"algorithm":"gcra"`, `sync_rate: policy "tollgate" limit 1 (5/1m): eventual mode counts requests`},
+		{`"minute":5,"error_code":200`, `error_code: 200 must be a whole number from 400 to 599`},
+		{`"minute":5,"algorithm":"quantum"`, `algorithm: unknown algorithm "quantum"`},
+		{`"minute":5,"headers":"loud"`, `headers: unknown "loud"`},
+		{`"minute":5,"on_error":"shrug"`, `on_error: unknown value "shrug"`},
+		{`"minute":5,"cost":-1`, `cost: -1 must be a whole number`},
+		{`"limits":[{"count":5,"window":"soon"}]`, `limits[0].window: window "soon": not a duration`},
+		{`"limits":[{"count":5,"window":null}]`, `limits[0].window: required`},
+		{`"limits":[{"count":0,"window":"10s"}]`, `limits[0].count: 0 must be a whole number from 1`},
+		{`"limits":[{"count":5,"window":"10s","algorithm":"leaky_bucket"}]`, `limits[0]: max_delay: 0s must be above 0 for leaky_bucket`},
+		{`"limits":[{"count":5,"window":true}]`, `true is neither a duration string nor a number of seconds`},
+		{`"minute":"five"`, `cannot unmarshal string`},
+	} {
+		_, err := decode(t, tc.fields)
+		if err == nil {
+			t.Errorf("%s: accepted; want %q", tc.fields, tc.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s:\n got %v\nwant %q", tc.fields, err, tc.want)
+		}
+	}
+}
+
+func TestExtraLimitsWindows(t *testing.T) {
+	c, err := decode(t, `"limits":[{"count":5,"window":"10s","algorithm":"sliding_log"},{"count":100,"window":90,"burst":10,"algorithm":"token_bucket"}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := c.compiled.policy.Limits()
+	if ls[0].Window != 10*time.Second || ls[1].Window != 90*time.Second || ls[1].Burst != 10 || c.compiled.headerNames[1] != "1m30s" {
+		t.Fatalf("limits %+v names %v", ls, c.compiled.headerNames)
+	}
+}
+
+// TestPDKTestEnv runs the access phase in go-pdk's own test environment
+// (its fixed consumer and IP), in addition to the socket tests.
+func TestPDKTestEnv(t *testing.T) {
+	c, err := decode(t, `"minute":2,"namespace":"pdk-test-env"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{200, 200, 429} {
+		env, err := test.New(t, test.Request{Method: "GET", Url: "http://example.com/x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.DoHttp(c)
+		if env.ClientRes.Status != want {
+			t.Fatalf("request %d: status %d, want %d", i+1, env.ClientRes.Status, want)
+		}
+		if got := env.ClientRes.Headers.Get("X-RateLimit-Remaining-Minute"); got != []string{"1", "0", "0"}[i] {
+			t.Fatalf("request %d: X-RateLimit-Remaining-Minute %q", i+1, got)
+		}
+	}
+}

@@ -1,0 +1,202 @@
+// Package kongplugin is tollgate as a Kong Go plugin (run by Kong as a
+// plugin server, github.com/Kong/go-pdk). Its config is a superset of Kong's
+// bundled rate-limiting plugin; it turns a Kong request into a core decision
+// and the decision into Kong's headers or kong.response.exit.
+package kongplugin
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/Kong/go-pdk"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/stores"
+)
+
+// Version is the plugin's version, reported to Kong.
+const Version = "0.1.0"
+
+// Priority runs the plugin where Kong runs rate-limiting (910): after
+// authentication, so the consumer is known.
+const Priority = 910
+
+// New returns an empty config: go-pdk's constructor.
+func New() interface{} { return &Config{} }
+
+// instance is a validated config, ready for requests.
+type instance struct {
+	policy      *core.Policy
+	storeConfig stores.Config
+	scope       string // prefixed to every identifier
+	limitBy     string
+	headerName  string
+	path        string
+	hide        bool
+	status      int
+	message     string
+	cost        int64
+	headers     string // kong, or a core header style name
+	style       core.HeaderOptions
+	headerNames []string // per limit: Second..Year, or the extra limit's name
+
+	once    sync.Once
+	limiter *core.Limiter
+	openErr error
+}
+
+// store opens (or joins) the shared store on first use; a Kong instance has
+// no close event, so the handle stays with the process (one per distinct
+// store config).
+func (inst *instance) limiterOrErr() (*core.Limiter, error) {
+	inst.once.Do(func() {
+		h, err := stores.Acquire(inst.storeConfig)
+		if err != nil {
+			inst.openErr = err
+			return
+		}
+		inst.limiter = core.NewLimiter(inst.policy, h.Store)
+	})
+	return inst.limiter, inst.openErr
+}
+
+// Access decides the request in Kong's access phase: headers on the way
+// through, or kong.response.exit with error_code and error_message.
+func (c *Config) Access(kong *pdk.PDK) {
+	inst := c.compiled
+	if inst == nil {
+		// Never decoded through UnmarshalJSON: validate now.
+		var err error
+		if inst, err = compile(c); err != nil {
+			kong.Log.Err("tollgate: " + err.Error())
+			return
+		}
+		c.compiled = inst
+	}
+	limiter, err := inst.limiterOrErr()
+	if err != nil {
+		kong.Log.Err("tollgate: opening the store: " + err.Error())
+		exitJSON(kong, http.StatusInternalServerError, "An unexpected error occurred", nil)
+		return
+	}
+	var d core.Decision
+	if err := limiter.Decide(context.Background(), inst.scope+identifier(kong, inst), inst.cost, &d); err != nil {
+		// Only fault_tolerant false (on_error fail) gets here.
+		kong.Log.Err("tollgate: store failed: " + err.Error())
+		exitJSON(kong, http.StatusInternalServerError, "An unexpected error occurred", nil)
+		return
+	}
+	headers := inst.render(&d)
+	if !d.Allowed {
+		exitJSON(kong, inst.status, inst.message, headers)
+		return
+	}
+	if len(headers) > 0 {
+		_ = kong.Response.SetHeaders(headers)
+	}
+	if d.Delay > 0 {
+		holdFor(d.Delay)
+	}
+}
+
+// identifier computes the key as Kong's rate-limiting does, falling back to
+// the client IP (Kong's trusted_ips logic) when the identifier is missing.
+func identifier(kong *pdk.PDK, inst *instance) string {
+	var id string
+	switch inst.limitBy {
+	case "consumer":
+		if c, err := kong.Client.GetConsumer(); err == nil && c.Id != "" {
+			id = c.Id
+		} else if cr, err := kong.Client.GetCredential(); err == nil {
+			id = cr.Id
+		}
+	case "credential":
+		if cr, err := kong.Client.GetCredential(); err == nil {
+			id = cr.Id
+		}
+	case "service":
+		if s, err := kong.Router.GetService(); err == nil {
+			id = s.Id
+		}
+	case "header":
+		id, _ = kong.Request.GetHeader(inst.headerName)
+	case "path":
+		if p, err := kong.Request.GetPath(); err == nil && p == inst.path {
+			id = p
+		}
+	}
+	if id == "" {
+		id, _ = kong.Client.GetForwardedIp()
+	}
+	return id
+}
+
+// exitJSON ends the request as kong.response.error does:
+// {"message": ...} as JSON.
+func exitJSON(kong *pdk.PDK, status int, message string, headers map[string][]string) {
+	body, _ := json.Marshal(struct {
+		Message string `json:"message"`
+	}{message})
+	if headers == nil {
+		headers = map[string][]string{}
+	}
+	headers["Content-Type"] = []string{"application/json; charset=utf-8"}
+	kong.Response.Exit(status, body, headers)
+}
+
+// Kong's header names.
+const (
+	kongLimitPrefix     = "X-RateLimit-Limit-"
+	kongRemainingPrefix = "X-RateLimit-Remaining-"
+	kongLimit           = "RateLimit-Limit"
+	kongRemaining       = "RateLimit-Remaining"
+	kongReset           = "RateLimit-Reset"
+)
+
+// render returns the response headers for d, nil when hidden.
+func (inst *instance) render(d *core.Decision) map[string][]string {
+	if inst.hide {
+		return nil
+	}
+	h := map[string][]string{}
+	if inst.headers != "kong" {
+		core.RenderHeaders(d, inst.style, func(name, value string) { h[name] = []string{value} })
+		return h
+	}
+	// Kong's set: every period's limit and remaining, then RateLimit-* for
+	// the period with the least remaining (ties to the longer window).
+	best := -1
+	var bestRemaining int64
+	for i := 0; i < d.N; i++ {
+		r := &d.Results[i]
+		remaining := max(0, r.Remaining)
+		h[kongLimitPrefix+inst.headerNames[i]] = []string{strconv.FormatInt(r.Limit, 10)}
+		h[kongRemainingPrefix+inst.headerNames[i]] = []string{strconv.FormatInt(remaining, 10)}
+		if best < 0 || remaining < bestRemaining || (remaining == bestRemaining && inst.policy.Limits()[i].Window >= inst.policy.Limits()[best].Window) {
+			best, bestRemaining = i, remaining
+		}
+	}
+	r := &d.Results[best]
+	// Kong: reset = seconds left in that period's window, at least 1, and
+	// Retry-After the same. With fixed windows that is never shorter than the
+	// wait; other algorithms can need longer, so a denial never says less.
+	reset := max(1, core.Seconds(r.Reset))
+	if !d.Allowed {
+		reset = max(reset, core.Seconds(d.RetryAfter))
+	}
+	h[kongLimit] = []string{strconv.FormatInt(r.Limit, 10)}
+	h[kongRemaining] = []string{strconv.FormatInt(bestRemaining, 10)}
+	h[kongReset] = []string{strconv.FormatInt(reset, 10)}
+	if !d.Allowed {
+		h["Retry-After"] = []string{strconv.FormatInt(reset, 10)}
+	}
+	return h
+}
+
+// holdFor delays a shaped request in the access phase: Kong waits for the
+// plugin's answer before proxying.
+func holdFor(d time.Duration) { time.Sleep(d) }

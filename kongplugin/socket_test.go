@@ -1,0 +1,288 @@
+package kongplugin_test
+
+// These tests run the real plugin server binary and drive it over its Unix
+// socket with go-pdk's protobuf protocol, as Kong does.
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/kongproc"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// kongConfig is a config as Kong sends it: the user's fields, every other
+// schema field null, and Kong's own additions.
+func kongConfig(fields map[string]any) map[string]any {
+	c := map[string]any{}
+	for _, f := range []string{"second", "minute", "hour", "day", "month", "year", "limit_by", "header_name", "path",
+		"policy", "fault_tolerant", "hide_client_headers", "error_code", "error_message", "sync_rate", "redis",
+		"algorithm", "limits", "cost", "shadow", "headers", "namespace", "on_error"} {
+		c[f] = nil
+	}
+	c["route_id"], c["service_id"], c["consumer_id"], c["__plugin_id"] = "route-1", "service-1", nil, "plugin-1"
+	for k, v := range fields {
+		c[k] = v
+	}
+	return c
+}
+
+func start(t *testing.T, c *kongproc.Client, fields map[string]any) int32 {
+	t.Helper()
+	id, err := c.StartInstance(kongConfig(fields))
+	if err != nil {
+		t.Fatalf("StartInstance: %v", err)
+	}
+	return id
+}
+
+func access(t *testing.T, c *kongproc.Client, id int32, req kongproc.Request) *kongproc.Result {
+	t.Helper()
+	res, err := c.Access(id, req)
+	if err != nil {
+		t.Fatalf("access: %v", err)
+	}
+	return res
+}
+
+func header(t *testing.T, label string, res *kongproc.Result, want map[string]string) {
+	t.Helper()
+	for name, w := range want {
+		got := res.Headers.Get(name)
+		if lo, hi, ok := strings.Cut(w, ".."); ok {
+			n, err := strconv.Atoi(got)
+			a, _ := strconv.Atoi(lo)
+			b, _ := strconv.Atoi(hi)
+			if err != nil || n < a || n > b {
+				t.Errorf("%s: %s = %q, want [%s, %s]", label, name, got, lo, hi)
+			}
+		} else if got != w {
+			t.Errorf("%s: %s = %q, want %q", label, name, got, w)
+		}
+	}
+}
+
+// TestKongDropIn: a config written for Kong's rate-limiting plugin works
+// unchanged, with Kong's headers and Kong's denial.
+func TestKongDropIn(t *testing.T) {
+	srv := kongproc.Start(t)
+	c := srv.Dial()
+	defer c.Close()
+	id := start(t, c, map[string]any{"minute": 3, "hour": 10, "policy": "local", "limit_by": "consumer", "fault_tolerant": true})
+	alice := kongproc.Request{ConsumerID: "alice", ForwardedIP: "198.51.100.7"}
+	for i := 1; i <= 3; i++ {
+		res := access(t, c, id, alice)
+		if res.Exited {
+			t.Fatalf("request %d exited with %d", i, res.Status)
+		}
+		header(t, fmt.Sprint("request ", i), res, map[string]string{
+			"X-RateLimit-Limit-Minute": "3", "X-RateLimit-Remaining-Minute": strconv.Itoa(3 - i),
+			"X-RateLimit-Limit-Hour": "10", "X-RateLimit-Remaining-Hour": strconv.Itoa(10 - i),
+			"RateLimit-Limit": "3", "RateLimit-Remaining": strconv.Itoa(3 - i), "RateLimit-Reset": "1..60",
+			"Retry-After": "",
+		})
+	}
+	res := access(t, c, id, alice)
+	if !res.Exited || res.Status != 429 || res.Body != `{"message":"API rate limit exceeded"}` {
+		t.Fatalf("4th request: exited %v status %d body %q", res.Exited, res.Status, res.Body)
+	}
+	header(t, "denied", res, map[string]string{
+		"Content-Type": "application/json; charset=utf-8", "X-RateLimit-Remaining-Minute": "0",
+		"X-RateLimit-Remaining-Hour": "7", "RateLimit-Remaining": "0", "Retry-After": res.Headers.Get("RateLimit-Reset"),
+	})
+	// kong.response.exit closed the connection; the client reconnected, and
+	// another consumer has its own counters.
+	if res := access(t, c, id, kongproc.Request{ConsumerID: "bob"}); res.Exited || res.Headers.Get("X-RateLimit-Remaining-Minute") != "2" {
+		t.Fatalf("bob: exited %v remaining %q", res.Exited, res.Headers.Get("X-RateLimit-Remaining-Minute"))
+	}
+}
+
+// TestKongIdentifierFallback: consumer → credential → ip, a missing header
+// or a non-matching path → ip, as Kong computes the identifier.
+func TestKongIdentifierFallback(t *testing.T) {
+	srv := kongproc.Start(t)
+	c := srv.Dial()
+	defer c.Close()
+	remaining := func(id int32, req kongproc.Request) string {
+		return access(t, c, id, req).Headers.Get("X-RateLimit-Remaining-Minute")
+	}
+	byConsumer := start(t, c, map[string]any{"minute": 5, "namespace": "fallback-consumer"})
+	remaining(byConsumer, kongproc.Request{CredentialID: "cred-1", ForwardedIP: "192.0.2.1"})
+	if got := remaining(byConsumer, kongproc.Request{CredentialID: "cred-1", ForwardedIP: "192.0.2.2"}); got != "3" {
+		t.Errorf("no consumer: keyed by credential, remaining %q, want 3", got)
+	}
+	remaining(byConsumer, kongproc.Request{ForwardedIP: "192.0.2.9"})
+	if got := remaining(byConsumer, kongproc.Request{ForwardedIP: "192.0.2.9"}); got != "3" {
+		t.Errorf("no consumer or credential: keyed by ip, remaining %q, want 3", got)
+	}
+	byHeader := start(t, c, map[string]any{"minute": 5, "limit_by": "header", "header_name": "X-Tenant", "namespace": "fallback-header"})
+	remaining(byHeader, kongproc.Request{Headers: http.Header{"X-Tenant": {"t1"}}, ForwardedIP: "192.0.2.1"})
+	if got := remaining(byHeader, kongproc.Request{Headers: http.Header{"X-Tenant": {"t1"}}, ForwardedIP: "192.0.2.2"}); got != "3" {
+		t.Errorf("header: remaining %q, want 3 (same tenant, two IPs)", got)
+	}
+	if got := remaining(byHeader, kongproc.Request{ForwardedIP: "192.0.2.1"}); got != "4" {
+		t.Errorf("missing header: keyed by ip, remaining %q, want 4", got)
+	}
+	byPath := start(t, c, map[string]any{"minute": 5, "limit_by": "path", "path": "/login", "namespace": "fallback-path"})
+	remaining(byPath, kongproc.Request{Path: "/login", ForwardedIP: "192.0.2.1"})
+	if got := remaining(byPath, kongproc.Request{Path: "/login", ForwardedIP: "192.0.2.2"}); got != "3" {
+		t.Errorf("path: remaining %q, want 3", got)
+	}
+	if got := remaining(byPath, kongproc.Request{Path: "/other", ForwardedIP: "192.0.2.3"}); got != "4" {
+		t.Errorf("other path: keyed by ip, remaining %q, want 4", got)
+	}
+	byService := start(t, c, map[string]any{"minute": 5, "limit_by": "service", "namespace": "fallback-service"})
+	remaining(byService, kongproc.Request{ServiceID: "s1", ForwardedIP: "192.0.2.1"})
+	if got := remaining(byService, kongproc.Request{ServiceID: "s1", ForwardedIP: "192.0.2.2"}); got != "3" {
+		t.Errorf("service: remaining %q, want 3", got)
+	}
+}
+
+// TestKongScopesAndOptions: counters per route the plugin is attached to
+// unless a namespace shares them; hide_client_headers, error_code and
+// error_message, other header styles, extra limits.
+func TestKongScopesAndOptions(t *testing.T) {
+	srv := kongproc.Start(t)
+	c := srv.Dial()
+	defer c.Close()
+	req := kongproc.Request{ConsumerID: "alice"}
+	cfgA := kongConfig(map[string]any{"minute": 5})
+	cfgB := kongConfig(map[string]any{"minute": 5})
+	cfgB["route_id"] = "route-2"
+	a, _ := c.StartInstance(cfgA)
+	b, _ := c.StartInstance(cfgB)
+	access(t, c, a, req)
+	if got := access(t, c, b, req).Headers.Get("X-RateLimit-Remaining-Minute"); got != "4" {
+		t.Errorf("another route: remaining %q, want its own 4", got)
+	}
+	cfgA["namespace"], cfgB["namespace"] = "shared", "shared"
+	a, _ = c.StartInstance(cfgA)
+	b, _ = c.StartInstance(cfgB)
+	access(t, c, a, req)
+	if got := access(t, c, b, req).Headers.Get("X-RateLimit-Remaining-Minute"); got != "3" {
+		t.Errorf("shared namespace: remaining %q, want 3", got)
+	}
+
+	hidden := start(t, c, map[string]any{"second": 1, "hide_client_headers": true, "error_code": 403, "error_message": "slow down", "namespace": "hidden"})
+	if res := access(t, c, hidden, req); len(res.Headers) != 0 {
+		t.Errorf("hide_client_headers: headers %v", res.Headers)
+	}
+	res := access(t, c, hidden, req)
+	if res.Status != 403 || res.Body != `{"message":"slow down"}` || res.Headers.Get("Retry-After") != "" {
+		t.Errorf("custom denial: %d %q headers %v", res.Status, res.Body, res.Headers)
+	}
+
+	ietf := start(t, c, map[string]any{"headers": "ietf", "namespace": "ietf",
+		"limits": []map[string]any{{"count": 4, "window": "10s", "algorithm": "sliding_log", "name": "burst"}, {"count": 100, "window": 3600}}})
+	header(t, "ietf", access(t, c, ietf, req), map[string]string{
+		"Ratelimit-Policy": `"burst";q=4;w=10, "1h";q=100;w=3600`, "Ratelimit": `"burst";r=3;t=10`, "X-RateLimit-Limit-Minute": "",
+	})
+}
+
+// TestKongRefusedConfigs: a bad config is refused when the instance starts
+// (go-pdk closes the connection) and the plugin's log names field and value.
+func TestKongRefusedConfigs(t *testing.T) {
+	srv := kongproc.Start(t)
+	c := srv.Dial()
+	defer c.Close()
+	for _, tc := range []struct {
+		fields map[string]any
+		want   string
+	}{
+		{map[string]any{"minute": 0}, "minute: 0 must be a whole number"},
+		{map[string]any{"second": 10, "minute": 5}, "minute: 5 is below second's 10"},
+		{map[string]any{"minute": 5, "policy": "cluster"}, `policy: "cluster" keeps counters in Kong's database`},
+		{map[string]any{"minute": 5, "limit_by": "header"}, "header_name: required"},
+		{map[string]any{"minute": 5, "policy": "redis", "redis": map[string]any{"host": "h", "port": 0}}, "redis.port: 0"},
+	} {
+		_, err := c.StartInstance(kongConfig(tc.fields))
+		if !errors.Is(err, kongproc.ErrRefused) {
+			t.Errorf("%v: %v, want the connection closed", tc.fields, err)
+			continue
+		}
+		deadline := time.Now().Add(time.Second)
+		for !strings.Contains(srv.Log(), tc.want) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !strings.Contains(srv.Log(), tc.want) {
+			t.Errorf("%v: plugin log lacks %q:\n%s", tc.fields, tc.want, srv.Log())
+		}
+	}
+	// The server still serves good configs.
+	id := start(t, c, map[string]any{"minute": 1})
+	if res := access(t, c, id, kongproc.Request{ForwardedIP: "192.0.2.1"}); res.Exited {
+		t.Fatal("good config after refusals: denied")
+	}
+}
+
+// TestKongRedisSharedAndFaults: two plugin servers (two Kong nodes) share
+// one Redis limit; with Redis stopped, fault_tolerant true keeps limiting
+// locally and fault_tolerant false answers 500; a restarted plugin server
+// finds its counters in Redis.
+func TestKongRedisSharedAndFaults(t *testing.T) {
+	rs, err := redistest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Stop)
+	host, port, _ := strings.Cut(rs.Addr, ":")
+	portNum, _ := strconv.Atoi(port)
+	cfg := map[string]any{"minute": 10, "policy": "redis", "redis": map[string]any{"host": host, "port": portNum, "timeout": 200}, "limit_by": "ip"}
+	node1, node2 := kongproc.Start(t), kongproc.Start(t)
+	c1, c2 := node1.Dial(), node2.Dial()
+	defer c1.Close()
+	defer c2.Close()
+	id1, id2 := start(t, c1, cfg), start(t, c2, cfg)
+	req := kongproc.Request{ForwardedIP: "203.0.113.5"}
+	allowed := 0
+	for i := 0; i < 8; i++ {
+		for _, n := range []struct {
+			c  *kongproc.Client
+			id int32
+		}{{c1, id1}, {c2, id2}} {
+			if !access(t, n.c, n.id, req).Exited {
+				allowed++
+			}
+		}
+	}
+	if allowed != 10 {
+		t.Fatalf("two nodes allowed %d of 16, want exactly the shared 10", allowed)
+	}
+
+	// A restarted plugin server finds the counters in Redis.
+	node1.Restart()
+	c1 = node1.Dial()
+	id1 = start(t, c1, cfg)
+	if res := access(t, c1, id1, req); !res.Exited || res.Status != 429 {
+		t.Fatalf("after a plugin server restart: exited %v status %d, want 429 from the counters in Redis", res.Exited, res.Status)
+	}
+
+	// Redis hangs (SIGSTOP): fault tolerant keeps limiting on the node.
+	if err := rs.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rs.Signal(syscall.SIGCONT) }()
+	tolerant := start(t, c1, map[string]any{"minute": 2, "policy": "redis", "redis": map[string]any{"host": host, "port": portNum, "timeout": 100}, "namespace": "tolerant"})
+	strict := start(t, c2, map[string]any{"minute": 2, "policy": "redis", "fault_tolerant": false, "redis": map[string]any{"host": host, "port": portNum, "timeout": 100}, "namespace": "strict"})
+	var statuses []int
+	for i := 0; i < 4; i++ {
+		began := time.Now()
+		res := access(t, c1, tolerant, req)
+		if took := time.Since(began); took > 300*time.Millisecond {
+			t.Errorf("decision with Redis hung took %s, want at most the 100ms timeout plus margin", took)
+		}
+		statuses = append(statuses, map[bool]int{false: 200, true: res.Status}[res.Exited])
+	}
+	if fmt.Sprint(statuses) != "[200 200 429 429]" {
+		t.Errorf("fault tolerant with Redis hung: %v, want the local fallback's 2 allowed then 429", statuses)
+	}
+	if res := access(t, c2, strict, req); !res.Exited || res.Status != 500 {
+		t.Errorf("fault_tolerant false with Redis hung: exited %v status %d, want 500", res.Exited, res.Status)
+	}
+}
