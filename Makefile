@@ -11,7 +11,7 @@ CADDY_VERSION := v2.11.9
 # What bin/caddy is built from: rebuilt when any of it changes.
 CADDY_SRC := $(shell find core caddymodule -name '*.go' ! -name '*_test.go') tollgate.go go.mod go.sum
 
-.PHONY: test vet fmt unit fuzz bench bench-core bench-caddy run clean deps
+.PHONY: test vet fmt unit fuzz bench bench-core bench-caddy bench-kong run clean deps
 
 # Caddy with tollgate on the memory store, serving Caddyfile.example on
 # http://localhost:8080 (admin API on localhost:2019).
@@ -58,6 +58,7 @@ fuzz:
 bench: bench-core deps
 	cd bench && $(GO) run ./compare
 	cd bench && $(GO) run ./rediscompare
+	$(MAKE) bench-kong
 	$(MAKE) bench-caddy
 
 # wrk against Caddy with tollgate and with mholt/caddy-ratelimit v0.1.0, both
@@ -70,6 +71,10 @@ bin/caddy-bench: $(CADDY_SRC)
 	@mkdir -p bin
 	$(GO) tool xcaddy build $(CADDY_VERSION) --output $@ --with github.com/tollgate/tollgate@v0.0.0=$(CURDIR) \
 	  --with github.com/mholt/caddy-ratelimit@v0.1.0
+
+# One access event over the plugin server's socket, as Kong sends it.
+bench-kong: deps
+	$(GO) test -run '^$$' -bench AccessOverSocket -benchtime 3s ./kongplugin/
 
 bench-core:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/store/memory/

@@ -17,28 +17,14 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/caddyproc"
+	"github.com/tollgate/tollgate/internal/headercheck"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
-// expectHeaders checks resp's headers: an exact value, or "a..b" for an
-// integer in [a, b], or "" for absent.
+// expectHeaders checks resp's headers (see headercheck.Expect).
 func expectHeaders(t *testing.T, label string, resp *http.Response, want map[string]string) {
 	t.Helper()
-	for name, w := range want {
-		got := resp.Header.Get(name)
-		if lo, hi, ok := strings.Cut(w, ".."); ok {
-			n, err := strconv.Atoi(got)
-			a, _ := strconv.Atoi(lo)
-			b, _ := strconv.Atoi(hi)
-			if err != nil || n < a || n > b {
-				t.Errorf("%s: %s = %q, want an integer in [%s, %s]", label, name, got, lo, hi)
-			}
-			continue
-		}
-		if got != w {
-			t.Errorf("%s: %s = %q, want %q", label, name, got, w)
-		}
-	}
+	headercheck.Expect(t, label, resp.Header, want)
 }
 
 func TestCaddyPerKeyLimitAndHeaders(t *testing.T) {

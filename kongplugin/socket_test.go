@@ -4,15 +4,18 @@ package kongplugin_test
 // socket with go-pdk's protobuf protocol, as Kong does.
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/headercheck"
 	"github.com/tollgate/tollgate/internal/kongproc"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
@@ -53,19 +56,7 @@ func access(t *testing.T, c *kongproc.Client, id int32, req kongproc.Request) *k
 
 func header(t *testing.T, label string, res *kongproc.Result, want map[string]string) {
 	t.Helper()
-	for name, w := range want {
-		got := res.Headers.Get(name)
-		if lo, hi, ok := strings.Cut(w, ".."); ok {
-			n, err := strconv.Atoi(got)
-			a, _ := strconv.Atoi(lo)
-			b, _ := strconv.Atoi(hi)
-			if err != nil || n < a || n > b {
-				t.Errorf("%s: %s = %q, want [%s, %s]", label, name, got, lo, hi)
-			}
-		} else if got != w {
-			t.Errorf("%s: %s = %q, want %q", label, name, got, w)
-		}
-	}
+	headercheck.Expect(t, label, res.Headers, want)
 }
 
 // TestKongDropIn: a config written for Kong's rate-limiting plugin works
@@ -284,5 +275,112 @@ func TestKongRedisSharedAndFaults(t *testing.T) {
 	}
 	if res := access(t, c2, strict, req); !res.Exited || res.Status != 500 {
 		t.Errorf("fault_tolerant false with Redis hung: exited %v status %d, want 500", res.Exited, res.Status)
+	}
+}
+
+// TestKongDump checks what Kong's query command reads: name, phases,
+// priority and the schema's fields and types.
+func TestKongDump(t *testing.T) {
+	var info struct {
+		Protocol string
+		Plugins  []struct {
+			Name     string
+			Phases   []string
+			Priority int
+			Schema   struct {
+				Fields []map[string]struct {
+					Type   string
+					Fields []map[string]map[string]any
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(kongproc.Dump(t), &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Protocol != "ProtoBuf:1" || len(info.Plugins) != 1 {
+		t.Fatalf("dump: %+v", info)
+	}
+	p := info.Plugins[0]
+	if p.Name != "tollgate" || fmt.Sprint(p.Phases) != "[access]" || p.Priority != 910 {
+		t.Fatalf("plugin info: name %q phases %v priority %d", p.Name, p.Phases, p.Priority)
+	}
+	types := map[string]string{}
+	for _, f := range p.Schema.Fields[0]["config"].Fields {
+		for name, decl := range f {
+			types[name], _ = decl["type"].(string)
+		}
+	}
+	for name, want := range map[string]string{"second": "number", "minute": "number", "year": "number", "limit_by": "string",
+		"policy": "string", "fault_tolerant": "boolean", "error_code": "number", "sync_rate": "number", "redis": "record",
+		"redis_host": "string", "limits": "array", "algorithm": "string", "headers": "string", "namespace": "string", "on_error": "string"} {
+		if types[name] != want {
+			t.Errorf("schema field %s: type %q, want %q", name, types[name], want)
+		}
+	}
+	for _, kongs := range []string{"route_id", "service_id", "consumer_id"} {
+		if _, ok := types[kongs]; ok {
+			t.Errorf("schema declares %s, which Kong adds itself", kongs)
+		}
+	}
+}
+
+// TestKongInstancesAndConnections: Kong closes and restarts instances on
+// every config change; counters survive. Several connections decide at
+// once and together never exceed the limit. PDK calls per allowed request
+// are counted.
+func TestKongInstancesAndConnections(t *testing.T) {
+	srv := kongproc.Start(t)
+	c := srv.Dial()
+	defer c.Close()
+	cfg := map[string]any{"minute": 50, "limit_by": "ip", "namespace": "instances"}
+	id := start(t, c, cfg)
+	req := kongproc.Request{ForwardedIP: "192.0.2.10"}
+	res := access(t, c, id, req)
+	if fmt.Sprint(res.Calls) != "[kong.client.get_forwarded_ip kong.response.set_headers]" {
+		t.Errorf("PDK calls for an allowed request: %v, want get_forwarded_ip and set_headers", res.Calls)
+	}
+	if st, err := c.InstanceStatus(id); err != nil || st.InstanceId != id {
+		t.Fatalf("instance status: %v %v", st, err)
+	}
+	if err := c.CloseInstance(id); err != nil {
+		t.Fatal(err)
+	}
+	id = start(t, c, cfg)
+	if got := access(t, c, id, req).Headers.Get("X-RateLimit-Remaining-Minute"); got != "48" {
+		t.Fatalf("after the instance restarted: remaining %q, want 48", got)
+	}
+	byConsumer := start(t, c, map[string]any{"minute": 5, "namespace": "calls"})
+	if res := access(t, c, byConsumer, kongproc.Request{ConsumerID: "alice"}); len(res.Calls) != 2 {
+		t.Errorf("PDK calls with a consumer: %v, want 2", res.Calls)
+	}
+
+	// 8 connections, 10 requests each, on the 48 left.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	allowed := 0
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn := srv.Dial()
+			defer conn.Close()
+			for i := 0; i < 10; i++ {
+				res, err := conn.Access(id, req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if !res.Exited {
+					allowed++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if allowed != 48 {
+		t.Fatalf("8 connections allowed %d, want exactly the 48 left", allowed)
 	}
 }

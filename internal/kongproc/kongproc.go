@@ -202,6 +202,32 @@ func (c *Client) StartInstance(config any) (int32, error) {
 	return ret.GetInstanceStatus().GetInstanceId(), nil
 }
 
+// InstanceStatus asks for instance id's status (GetInstanceStatus).
+func (c *Client) InstanceStatus(id int32) (*pb.InstanceStatus, error) {
+	ret, err := c.call(&pb.RpcCall{Call: &pb.RpcCall_CmdGetInstanceStatus{CmdGetInstanceStatus: &pb.CmdGetInstanceStatus{InstanceId: id}}})
+	if err != nil {
+		return nil, err
+	}
+	return ret.GetInstanceStatus(), nil
+}
+
+// CloseInstance closes instance id (CloseInstance), as Kong does when the
+// plugin's config changes.
+func (c *Client) CloseInstance(id int32) error {
+	_, err := c.call(&pb.RpcCall{Call: &pb.RpcCall_CmdCloseInstance{CmdCloseInstance: &pb.CmdCloseInstance{InstanceId: id}}})
+	return err
+}
+
+// Dump runs `tollgate -dump` (Kong's query command) and returns its output.
+func Dump(t testing.TB) []byte {
+	t.Helper()
+	out, err := exec.Command(Binary(t), "-dump").Output()
+	if err != nil {
+		t.Fatalf("tollgate -dump: %v", err)
+	}
+	return out
+}
+
 // Request is what Kong knows of a request, as the PDK reports it.
 type Request struct {
 	ForwardedIP  string // kong.client.get_forwarded_ip (after trusted_ips)
