@@ -11,7 +11,7 @@ CADDY_VERSION := v2.11.9
 # What bin/caddy is built from: rebuilt when any of it changes.
 CADDY_SRC := $(shell find core caddymodule -name '*.go' ! -name '*_test.go') tollgate.go go.mod go.sum
 
-.PHONY: test vet fmt unit fuzz bench bench-core bench-caddy bench-kong run clean deps
+.PHONY: test vet fmt unit fuzz bench bench-core bench-caddy bench-kong chaos run clean deps
 
 # Caddy with tollgate on the memory store, serving Caddyfile.example on
 # http://localhost:8080 (admin API on localhost:2019).
@@ -47,12 +47,21 @@ deps:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } || { \
 	    echo "make test needs redis-server and redis-cli: apt-get install -y redis-server"; exit 1; }; }
 
+# The fault and hostile-input tests in their long form (make test runs them
+# short): Redis killed and paused for 5 s under load through a real Caddy,
+# 10 million rotating keys, a Cluster master killed, plugin server restarts.
+chaos: deps bin/caddy
+	TOLLGATE_CHAOS=long TOLLGATE_REQUIRE_CADDY=1 $(GO) test -count=1 -v \
+	  -run 'Outage|Hostile|ClusterMasterFailover|StoppedAndPaused|KongRedisSharedAndFaults|ClientIPTrustedProxies|RefusedConfigs|ReloadKeepsCounters' \
+	  ./caddymodule/ ./core/... ./kongplugin/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:'
+
 # Each fuzz target briefly, from its seed corpus (go test runs one target per call).
 fuzz:
 	$(GO) test ./core -run '^$$' -fuzz '^FuzzStep$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./core -run '^$$' -fuzz '^FuzzParseRate$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./core -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./caddymodule -run '^$$' -fuzz '^FuzzCaddyfile$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./kongplugin -run '^$$' -fuzz '^FuzzKongConfig$$' -fuzztime $(FUZZTIME)
 
 # Peers are measured in the same run, in the bench/ module.
 bench: bench-core deps

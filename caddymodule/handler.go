@@ -232,6 +232,9 @@ const (
 	// PlaceholderDecidedAt is when the store decided, in µs since the Unix
 	// epoch on the store's clock (Redis's TIME for the Redis store).
 	PlaceholderDecidedAt = "http.tollgate.decided_at"
+	// PlaceholderStore is "shared" when the store decided, or "fallback"
+	// when Redis failed and the failure policy decided.
+	PlaceholderStore = "http.tollgate.store"
 )
 
 // ServeHTTP applies every matching policy, then denies, delays or passes the
@@ -310,6 +313,11 @@ func (h *Handler) setPlaceholders(repl *caddy.Replacer, d *core.Decision) {
 	}
 	repl.Set(PlaceholderRetryAfter, retry)
 	repl.Set(PlaceholderDecidedAt, d.At)
+	store := "shared"
+	if d.Fallback {
+		store = "fallback"
+	}
+	repl.Set(PlaceholderStore, store)
 }
 
 // Interface guards.

@@ -423,12 +423,7 @@ func TestTwoCaddiesShareRedis(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	sort.Slice(at, func(i, j int) bool { return at[i] < at[j] })
-	worst := 0
-	for i := range at {
-		j := sort.Search(len(at), func(j int) bool { return at[j] > at[i]-1_000_000 })
-		worst = max(worst, i-j+1)
-	}
+	worst := mostInWindow(at, time.Second)
 	t.Logf("allowed %d, denied %d; most allowed in any 1s window: %d (limit %d)", len(at), denied, worst, n)
 	if worst > n {
 		t.Fatalf("%d allowed within 1s across two Caddies, limit %d", worst, n)

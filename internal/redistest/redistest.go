@@ -130,7 +130,7 @@ func (s *Server) Stop() {
 // Signal sends sig to the server (SIGSTOP pauses it, SIGCONT resumes).
 func (s *Server) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig) }
 
-// Cluster is a Redis Cluster of three masters, no replicas.
+// Cluster is a Redis Cluster of three masters, with or without replicas.
 type Cluster struct {
 	Nodes []*Server
 }
@@ -146,10 +146,19 @@ func (c *Cluster) Addrs() []string {
 
 // StartCluster starts three cluster-enabled servers, joins them with
 // redis-cli --cluster create, and waits until the cluster is ok.
-func StartCluster(dir string) (*Cluster, error) {
+func StartCluster(dir string) (*Cluster, error) { return startCluster(dir, 0, 2000) }
+
+// StartClusterWithReplicas starts three masters with one replica each, and
+// a short node timeout (ms) so a replica takes over a dead master quickly.
+// MasterOf finds which node is a key's master.
+func StartClusterWithReplicas(dir string, nodeTimeoutMS int) (*Cluster, error) {
+	return startCluster(dir, 1, nodeTimeoutMS)
+}
+
+func startCluster(dir string, replicas, nodeTimeoutMS int) (*Cluster, error) {
 	c := &Cluster{}
-	for i := 0; i < 3; i++ {
-		s, err := Start(dir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+	for i := 0; i < 3*(1+replicas); i++ {
+		s, err := Start(dir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(nodeTimeoutMS))
 		if err != nil {
 			c.Stop()
 			return nil, err
@@ -162,7 +171,7 @@ func StartCluster(dir string) (*Cluster, error) {
 		return nil, fmt.Errorf("redis-cli not found on PATH (it ships with redis-server): %w", err)
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		c.Stop()
 		return nil, fmt.Errorf("redis-cli --cluster create: %v: %s", err, out)
@@ -176,13 +185,74 @@ func StartCluster(dir string) (*Cluster, error) {
 				ok++
 			}
 		}
-		if ok == len(c.Nodes) {
+		if ok == len(c.Nodes) && (replicas == 0 || c.replicasSynced(cli)) {
 			return c, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	c.Stop()
 	return nil, fmt.Errorf("redis cluster on %v did not reach cluster_state:ok", c.Addrs())
+}
+
+// replicasSynced reports whether every replica is connected to its master.
+func (c *Cluster) replicasSynced(cli string) bool {
+	for _, n := range c.Nodes {
+		out, err := exec.Command(cli, "-p", strconv.Itoa(n.Port), "info", "replication").Output()
+		if err != nil {
+			return false
+		}
+		if strings.Contains(string(out), "role:slave") && !strings.Contains(string(out), "master_link_status:up") {
+			return false
+		}
+	}
+	return true
+}
+
+// MasterOf returns the node that serves key's slot as master.
+func (c *Cluster) MasterOf(key string) (*Server, error) {
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range c.Nodes {
+		role, err := exec.Command(cli, "-p", strconv.Itoa(n.Port), "role").Output()
+		if err != nil || !strings.HasPrefix(string(role), "master") {
+			continue
+		}
+		slot, err := exec.Command(cli, "-p", strconv.Itoa(n.Port), "cluster", "keyslot", key).Output()
+		if err != nil {
+			return nil, err
+		}
+		s, _ := strconv.Atoi(strings.TrimSpace(string(slot)))
+		nodes, err := exec.Command(cli, "-p", strconv.Itoa(n.Port), "cluster", "nodes").Output()
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range strings.Split(string(nodes), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 9 || !strings.Contains(f[2], "master") || strings.Contains(f[2], "fail") {
+				continue
+			}
+			for _, r := range f[8:] {
+				lo, hi, ok := strings.Cut(r, "-")
+				if !ok {
+					hi = lo
+				}
+				a, _ := strconv.Atoi(lo)
+				b, _ := strconv.Atoi(hi)
+				if s >= a && s <= b {
+					addr, _, _ := strings.Cut(f[1], "@")
+					for _, m := range c.Nodes {
+						if m.Addr == addr {
+							return m, nil
+						}
+					}
+				}
+			}
+		}
+		break
+	}
+	return nil, fmt.Errorf("no master found for %q", key)
 }
 
 // Stop kills every node.

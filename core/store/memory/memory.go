@@ -42,8 +42,9 @@ const sampleSize = 8
 // Options configures a Store.
 type Options struct {
 	// MaxKeys caps the (policy, key) pairs tracked at once; 0 means
-	// DefaultMaxKeys. The cap is split evenly over the shards, so a shard may
-	// evict slightly before MaxKeys keys are tracked in all.
+	// DefaultMaxKeys. The cap is split evenly over the 256 shards, rounded up
+	// to a multiple of 256 (Store.MaxKeys reports it), and a shard may evict
+	// before the whole store is full.
 	MaxKeys int
 	// Clock tells the time; nil means the process's monotonic clock.
 	Clock core.Clock

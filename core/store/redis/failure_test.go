@@ -105,3 +105,78 @@ func TestStoppedAndPausedRedisNeverHangsTheGateway(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterMasterFailover kills the master serving a key in a Redis
+// Cluster with one replica per master: the client follows the replica's
+// promotion, no decision fails (the local fallback covers the gap), and
+// decisions are shared again once the cluster has failed over.
+func TestClusterMasterFailover(t *testing.T) {
+	c, err := redistest.StartClusterWithReplicas(t.TempDir(), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	shared := newStore(t, Options{Addrs: c.Addrs(), Cluster: true, Timeout: 200 * time.Millisecond})
+	f, err := core.NewFailoverStore(shared, core.FailoverOptions{Local: memory.MustNew(memory.Options{}), ProbeEvery: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p := core.MustPolicy("failover", core.PolicyOptions{}, core.Limit{Count: 1_000_000, Window: time.Hour, Algorithm: core.SlidingCounter})
+	master, err := c.MasterOf(shared.Keys(p, "k")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errs, fallback, total atomic.Int64
+	var lastFallback atomic.Int64 // ns since start of the last fallback decision
+	start := time.Now()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var d core.Decision
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				total.Add(1)
+				if err := f.Decide(context.Background(), p, "k", 1, &d); err != nil {
+					errs.Add(1)
+				} else if d.Fallback {
+					fallback.Add(1)
+					lastFallback.Store(int64(time.Since(start)))
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	killed := time.Since(start)
+	master.Stop()
+	// Wait until decisions have been shared again for a while.
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		if lf := time.Duration(lastFallback.Load()); lf > killed && time.Since(start)-lf > time.Second {
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+	recovered := time.Duration(lastFallback.Load()) - killed
+	t.Logf("cluster master killed: %d decisions, %d errors, %d by the local fallback; shared again %s after the kill (node timeout 1 s)",
+		total.Load(), errs.Load(), fallback.Load(), recovered.Round(time.Millisecond))
+	if errs.Load() != 0 {
+		t.Fatalf("%d decisions failed", errs.Load())
+	}
+	if fallback.Load() == 0 {
+		t.Fatal("no decision fell back: the master's death went unseen")
+	}
+	if time.Since(start)-time.Duration(lastFallback.Load()) <= time.Second {
+		t.Fatalf("decisions still falling back 20 s after the master died")
+	}
+}

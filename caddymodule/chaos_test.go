@@ -1,0 +1,213 @@
+package caddymodule_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/caddyproc"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// outageLength is how long Redis stays down: short in `make test`, 5 s in
+// `make chaos` (TOLLGATE_CHAOS=long).
+func outageLength() time.Duration {
+	if os.Getenv("TOLLGATE_CHAOS") == "long" {
+		return 5 * time.Second
+	}
+	return 1500 * time.Millisecond
+}
+
+// sample is one request of the load.
+type sample struct {
+	sent    time.Time
+	took    time.Duration
+	status  int
+	store   string // shared or fallback
+	decided int64  // µs, the deciding store's clock
+}
+
+// TestCaddyRedisOutage runs a steady load through a real Caddy whose
+// tollgate store is a real redis-server, kills (or SIGSTOPs) Redis, brings
+// it back, and measures: 5xx answers, latency during the outage, the time to
+// return to shared limiting, and requests allowed above the fallback's
+// limit.
+func TestCaddyRedisOutage(t *testing.T) {
+	const (
+		timeout = 100 * time.Millisecond
+		limit   = 50 // per second, sliding_log
+	)
+	for _, fault := range []string{"kill", "sigstop"} {
+		t.Run(fault, func(t *testing.T) {
+			srv, err := redistest.Start(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(srv.Stop)
+			c := caddyproc.Start(t, fmt.Sprintf(`
+	tollgate {
+		store redis redis://%s {
+			timeout %s
+			on_error local
+		}
+		policy p {
+			key {http.request.header.X-Key}
+			limit %d/1s sliding_log
+		}
+	}
+	respond "{http.tollgate.store} {http.tollgate.decided_at}"`, srv.Addr, timeout, limit))
+
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: 10 * time.Second}
+			var mu sync.Mutex
+			var samples []sample
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := 0; g < 8; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						req, _ := http.NewRequest(http.MethodGet, c.URL+"/", nil)
+						req.Header.Set("X-Key", "k")
+						s := sample{sent: time.Now()}
+						resp, err := client.Do(req)
+						if err != nil {
+							s.status = -1
+						} else {
+							b, _ := io.ReadAll(resp.Body)
+							resp.Body.Close()
+							s.status = resp.StatusCode
+							if store, at, ok := strings.Cut(string(b), " "); ok && s.status == 200 {
+								s.store = store
+								s.decided, _ = strconv.ParseInt(at, 10, 64)
+							}
+						}
+						s.took = time.Since(s.sent)
+						mu.Lock()
+						samples = append(samples, s)
+						mu.Unlock()
+					}
+				}()
+			}
+			time.Sleep(time.Second)
+			down := time.Now()
+			switch fault {
+			case "kill":
+				srv.Stop()
+			case "sigstop":
+				if err := srv.Signal(syscall.SIGSTOP); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(outageLength())
+			up := time.Now()
+			switch fault {
+			case "kill":
+				if err := srv.Restart(); err != nil {
+					t.Fatal(err)
+				}
+			case "sigstop":
+				if err := srv.Signal(syscall.SIGCONT); err != nil {
+					t.Fatal(err)
+				}
+			}
+			up = time.Now() // Redis answers from here
+			time.Sleep(2 * time.Second)
+			close(stop)
+			wg.Wait()
+
+			var errors5xx, failed int
+			var outage []time.Duration
+			backShared := time.Duration(-1)
+			var fallbackAllowed []int64
+			for _, s := range samples {
+				switch {
+				case s.status < 0:
+					failed++
+				case s.status >= 500:
+					errors5xx++
+				}
+				if s.sent.After(down) && s.sent.Before(up) {
+					outage = append(outage, s.took)
+				}
+				if s.store == "shared" && s.sent.After(up) && (backShared < 0 || s.sent.Sub(up) < backShared) {
+					backShared = s.sent.Sub(up)
+				}
+				if s.store == "fallback" {
+					fallbackAllowed = append(fallbackAllowed, s.decided)
+				}
+			}
+			sort.Slice(outage, func(i, j int) bool { return outage[i] < outage[j] })
+			p99 := outage[len(outage)*99/100]
+			worst := mostInWindow(fallbackAllowed, time.Second)
+			t.Logf("chaos %s (outage %s): %d requests, 5xx %d, transport errors %d; during the outage %d requests, p99 %s, max %s; shared again %s after Redis came back; fallback allowed at most %d in any 1 s (limit %d)",
+				fault, outageLength(), len(samples), errors5xx, failed, len(outage), p99.Round(time.Millisecond/10), outage[len(outage)-1].Round(time.Millisecond/10),
+				backShared.Round(time.Millisecond), worst, limit)
+			if errors5xx != 0 || failed != 0 {
+				t.Errorf("%d 5xx answers and %d failed requests, want none", errors5xx, failed)
+			}
+			// Target: timeout + 5 ms. The client, Caddy and Redis share 2
+			// cores here, so the bound checked leaves 20 ms for scheduling.
+			if p99 > timeout+20*time.Millisecond {
+				t.Errorf("p99 latency during the outage %s, want at most the store timeout %s plus margin", p99, timeout)
+			}
+			if backShared < 0 || backShared > time.Second {
+				t.Errorf("shared limiting resumed %s after Redis came back, want within 1 s", backShared)
+			}
+			if worst > limit {
+				t.Errorf("the local fallback allowed %d in 1 s, above the policy's %d", worst, limit)
+			}
+		})
+	}
+}
+
+// mostInWindow returns the most times (µs) within any window of length w.
+func mostInWindow(at []int64, w time.Duration) int {
+	sort.Slice(at, func(i, j int) bool { return at[i] < at[j] })
+	worst := 0
+	for i := range at {
+		j := sort.Search(len(at), func(j int) bool { return at[j] > at[i]-w.Microseconds() })
+		worst = max(worst, i-j+1)
+	}
+	return worst
+}
+
+// TestCaddyHostileKeys: a 16 KB header value and non-ASCII bytes as keys
+// are limited like any key (long keys are hashed); a 1 MB header is refused
+// by Caddy itself (431) before any handler runs; Caddy keeps serving.
+func TestCaddyHostileKeys(t *testing.T) {
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy p {
+			key {http.request.header.X-Key}
+			limit 2/1m
+		}
+	}
+	respond ok`)
+	if resp, _ := c.Get("/", "X-Key", strings.Repeat("A", 1<<20)); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("1 MB header: %d, want Caddy's 431", resp.StatusCode)
+	}
+	for _, key := range []string{strings.Repeat("A", 16<<10), "\x80\xff\xfe binary"} {
+		for i, want := range []int{200, 200, 429} {
+			if resp, _ := c.Get("/", "X-Key", key); resp.StatusCode != want {
+				t.Fatalf("key of %d bytes, request %d: %d, want %d", len(key), i+1, resp.StatusCode, want)
+			}
+		}
+	}
+	if resp, body := c.Get("/", "X-Key", "ordinary"); resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("after hostile keys: %d %q", resp.StatusCode, body)
+	}
+}

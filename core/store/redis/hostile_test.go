@@ -1,0 +1,57 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+)
+
+// TestHostileKeysBoundedInRedis sends rotating keys, some 1 MB long and some
+// binary, through the Redis store: no error, every Redis key stays short
+// (long request keys are hashed), and idle keys expire, so the key count
+// falls back to zero.
+func TestHostileKeysBoundedInRedis(t *testing.T) {
+	s := newStore(t, Options{Addrs: []string{standalone.Addr}})
+	lim := core.NewLimiter(core.MustPolicy("hostile", core.PolicyOptions{},
+		core.Limit{Count: 5, Window: time.Second, Algorithm: core.SlidingLog},
+		core.Limit{Count: 50, Window: time.Second, Algorithm: core.FixedWindow}), s)
+	huge := strings.Repeat("k", 1<<20)
+	binary := string([]byte{0, 0xff, '\r', '\n', '{', '}'})
+	var d core.Decision
+	for i := 0; i < 2000; i++ {
+		key := "ip-" + strconv.Itoa(i)
+		switch i % 10 {
+		case 0:
+			key = huge + key
+		case 1:
+			key = binary + key
+		}
+		if err := lim.Decide(context.Background(), key, 1, &d); err != nil || !d.Allowed {
+			t.Fatalf("key %d: err %v allowed %v", i, err, d.Allowed)
+		}
+	}
+	keys, err := s.Client().Keys(context.Background(), s.prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	longest := 0
+	for _, k := range keys {
+		longest = max(longest, len(k))
+	}
+	t.Logf("2000 request keys (200 of 1 MB): %d Redis keys, longest %d bytes", len(keys), longest)
+	if longest > len(s.prefix)+core.MaxKeyLen+64 {
+		t.Fatalf("a Redis key is %d bytes long: request keys are not bounded", longest)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(keys) > 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		keys, _ = s.Client().Keys(context.Background(), s.prefix+"*").Result()
+	}
+	if len(keys) > 0 {
+		t.Fatalf("%d keys still in Redis 5 s after their 1 s windows: idle keys do not expire", len(keys))
+	}
+}

@@ -1,0 +1,32 @@
+package kongplugin
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// FuzzKongConfig feeds arbitrary JSON to the config decoder Kong's
+// StartInstance runs: it must never panic, an accepted config is compiled,
+// and a refused one says why.
+func FuzzKongConfig(f *testing.F) {
+	for _, seed := range []string{
+		`{"minute":5}`,
+		`{"second":1,"hour":100,"limit_by":"header","header_name":"X-Key","policy":"local"}`,
+		`{"minute":5,"policy":"redis","redis":{"host":"h","port":6379,"timeout":100},"sync_rate":0.5}`,
+		`{"limits":[{"count":5,"window":"10s","algorithm":"leaky_bucket","max_delay":"1s"}],"headers":"ietf"}`,
+		`{"minute":null,"hour":3,"redis_host":"x","redis_port":1,"fault_tolerant":false,"error_code":503}`,
+		`{"limits":[{"count":1e300,"window":1e300}]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var c Config
+		err := json.Unmarshal(b, &c)
+		if err == nil && c.compiled == nil {
+			t.Fatalf("accepted %s without compiling it", b)
+		}
+		if err != nil && err.Error() == "" {
+			t.Fatalf("refused %s without a reason", b)
+		}
+	})
+}
