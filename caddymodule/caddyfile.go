@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -297,14 +298,72 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 				return nil, d.ArgErr()
 			}
 			p.Shadow = true
+		case "adaptive":
+			a, err := parseAdaptive(d, p.Name)
+			if err != nil {
+				return nil, err
+			}
+			p.Adaptive = a
 		default:
-			return nil, d.Errf("policy %q: unknown option %q (want match, key, empty_key, limit, cost or shadow)", p.Name, d.Val())
+			return nil, d.Errf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow or adaptive)", p.Name, d.Val())
 		}
 	}
 	if len(p.Limits) == 0 {
 		return nil, d.Errf("policy %q: needs at least one limit <count>/<window>", p.Name)
 	}
 	return p, nil
+}
+
+// parseAdaptive reads `adaptive { min <fraction> error_rate <fraction>
+// latency <duration> quantile <fraction> interval <duration> decrease
+// <fraction> increase <fraction> min_samples <n> }`; every option is
+// optional, and so is the block.
+func parseAdaptive(d *caddyfile.Dispenser, policy string) (*AdaptiveConfig, error) {
+	a := new(AdaptiveConfig)
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		v, err := lineArg(d)
+		if err != nil {
+			return nil, err
+		}
+		field := "policy " + strconv.Quote(policy) + " adaptive " + opt
+		switch opt {
+		case "latency", "interval":
+			dur, err := caddy.ParseDuration(v)
+			if err != nil || dur <= 0 {
+				return nil, d.Errf("%s: %q is not a positive duration", field, v)
+			}
+			if opt == "latency" {
+				a.Latency = caddy.Duration(dur)
+			} else {
+				a.Interval = caddy.Duration(dur)
+			}
+		case "min_samples":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1 {
+				return nil, d.Errf("%s: %q is not a count of at least 1", field, v)
+			}
+			a.MinSamples = n
+		case "min", "error_rate", "quantile", "decrease", "increase":
+			f, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
+			if err != nil {
+				return nil, d.Errf("%s: %q is not a fraction", field, v)
+			}
+			if strings.HasSuffix(v, "%") {
+				f /= 100
+			}
+			*map[string]*float64{"min": &a.Min, "error_rate": &a.ErrorRate, "quantile": &a.Quantile, "decrease": &a.Decrease, "increase": &a.Increase}[opt] = f
+		default:
+			return nil, d.Errf("policy %q adaptive: unknown option %q (want min, error_rate, latency, quantile, interval, decrease, increase or min_samples)", policy, opt)
+		}
+	}
+	if err := a.options().Validate(); err != nil {
+		return nil, d.Errf("policy %q %v", policy, err)
+	}
+	return a, nil
 }
 
 // parseLimit reads `limit <count>/<window> [<algorithm>] [burst <n>]

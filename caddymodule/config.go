@@ -147,6 +147,40 @@ type PolicyConfig struct {
 	Cost int64 `json:"cost,omitempty"`
 	// Shadow decides and reports (headers, metrics, logs) but never denies.
 	Shadow bool `json:"shadow,omitempty"`
+	// Adaptive, if set, scales the policy's limits with the upstream's
+	// health: down when its errors or latency pass their targets, back up
+	// while it is healthy.
+	Adaptive *AdaptiveConfig `json:"adaptive,omitempty"`
+}
+
+// AdaptiveConfig tunes adaptive limiting; zero fields take the defaults.
+type AdaptiveConfig struct {
+	// Min is the lowest fraction of the configured counts; default 0.1.
+	Min float64 `json:"min,omitempty"`
+	// ErrorRate is the upstream error fraction (5xx, 429, timeouts) per
+	// interval above which limits shrink; default 0.05.
+	ErrorRate float64 `json:"error_rate,omitempty"`
+	// Latency is the target for the Quantile of upstream latency; 0 ignores
+	// latency.
+	Latency caddy.Duration `json:"latency,omitempty"`
+	// Quantile is the latency quantile; default 0.9.
+	Quantile float64 `json:"quantile,omitempty"`
+	// Interval is how often signals are judged; default 1s.
+	Interval caddy.Duration `json:"interval,omitempty"`
+	// Decrease multiplies the limits when the upstream struggles; default 0.7.
+	Decrease float64 `json:"decrease,omitempty"`
+	// Increase is added to the factor per healthy interval; default 0.05.
+	Increase float64 `json:"increase,omitempty"`
+	// MinSamples is the fewest responses per interval that can show
+	// trouble; default 10.
+	MinSamples int64 `json:"min_samples,omitempty"`
+}
+
+func (c *AdaptiveConfig) options() core.AdaptiveOptions {
+	return core.AdaptiveOptions{
+		MinFactor: c.Min, ErrorRate: c.ErrorRate, LatencyTarget: time.Duration(c.Latency), Quantile: c.Quantile,
+		Interval: time.Duration(c.Interval), Decrease: c.Decrease, Increase: c.Increase, MinSamples: c.MinSamples,
+	}
 }
 
 // LimitConfig is one limit: Count units per Window.
@@ -181,8 +215,8 @@ func (c *LimitConfig) limit() (core.Limit, error) {
 	return l, l.Validate()
 }
 
-// policy validates c into a core policy.
-func (c *PolicyConfig) policy() (*core.Policy, error) {
+// policy validates c into a core policy, adaptive over a (nil if not).
+func (c *PolicyConfig) policy(a *core.Adaptive) (*core.Policy, error) {
 	if strings.TrimSpace(c.Name) == "" {
 		return nil, fmt.Errorf("policy name: must not be empty")
 	}
@@ -202,5 +236,5 @@ func (c *PolicyConfig) policy() (*core.Policy, error) {
 		}
 		limits[i] = l
 	}
-	return core.NewPolicy(c.Name, core.PolicyOptions{Shadow: c.Shadow}, limits...)
+	return core.NewPolicy(c.Name, core.PolicyOptions{Shadow: c.Shadow, Adaptive: a}, limits...)
 }

@@ -51,11 +51,12 @@ type Handler struct {
 	// the status and the rate-limit headers set) instead of writing Body.
 	HandleErrors bool `json:"handle_errors,omitempty"`
 
-	policies []*policy
-	headers  core.HeaderOptions
-	store    *stores.Handle
-	stopLog  func()
-	logger   *zap.Logger
+	policies  []*policy
+	headers   core.HeaderOptions
+	store     *stores.Handle
+	stopLog   func()
+	adaptives []*core.Adaptive
+	logger    *zap.Logger
 }
 
 // policy is a provisioned PolicyConfig.
@@ -132,6 +133,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return err
 		}
 		p.limiter = core.NewLimiter(p.limiter.Policy(), h.store.Store)
+		if a := p.limiter.Policy().Adaptive(); a != nil {
+			// With Redis, every node's controller moves one shared factor.
+			a.SetSync(h.store.FactorSync(p.limiter.Policy().Scope()))
+		}
 	}
 	h.stopLog = h.store.OnStateChange(func(open bool, err error) {
 		if open {
@@ -152,7 +157,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 }
 
 func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy, error) {
-	cp, err := pc.policy()
+	var adaptive *core.Adaptive
+	if pc.Adaptive != nil {
+		var err error
+		if adaptive, err = core.NewAdaptive(pc.Adaptive.options()); err != nil {
+			return nil, fmt.Errorf("policy %q %w", pc.Name, err)
+		}
+		h.adaptives = append(h.adaptives, adaptive)
+	}
+	cp, err := pc.policy(adaptive)
 	if err != nil {
 		return nil, err
 	}
@@ -208,6 +221,9 @@ func (h *Handler) Cleanup() error {
 	if h.stopLog != nil {
 		h.stopLog()
 	}
+	for _, a := range h.adaptives {
+		_ = a.Close()
+	}
 	if h.store == nil {
 		return nil
 	}
@@ -246,6 +262,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	var shown, d core.Decision
 	var delay time.Duration
+	var watch []*core.Adaptive // controllers of the policies that applied
 	for _, p := range h.policies {
 		match, err := p.matchers.AnyMatchWithError(r)
 		if err != nil {
@@ -275,6 +292,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		if !d.Allowed {
 			break
 		}
+		if a := p.limiter.Policy().Adaptive(); a != nil {
+			watch = append(watch, a)
+		}
 		delay = max(delay, d.Delay)
 	}
 	if shown.Policy == nil {
@@ -299,8 +319,58 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if delay > 0 && !httplimit.Sleep(r.Context(), delay) {
 		return r.Context().Err() // the client left while its request was held
 	}
+	if len(watch) > 0 {
+		return observeUpstream(watch, w, r, next)
+	}
 	return next.ServeHTTP(w, r)
 }
+
+// observeUpstream serves the request and reports its status and duration
+// to the adaptive controllers. An error a later handler returns (such as
+// reverse_proxy's 502 or 504) counts with its status.
+func observeUpstream(watch []*core.Adaptive, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	rec := &statusRecorder{ResponseWriter: w}
+	began := time.Now()
+	err := next.ServeHTTP(rec, r)
+	took := time.Since(began)
+	status := rec.status
+	if err != nil {
+		status = http.StatusInternalServerError
+		var he caddyhttp.HandlerError
+		if errors.As(err, &he) && he.StatusCode != 0 {
+			status = he.StatusCode
+		}
+	} else if status == 0 {
+		status = http.StatusOK
+	}
+	for _, a := range watch {
+		a.Observe(status, took)
+	}
+	return err
+}
+
+// statusRecorder remembers the status a handler writes.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 && code >= 200 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 func (h *Handler) setPlaceholders(repl *caddy.Replacer, d *core.Decision) {
 	repl.Set(PlaceholderPolicy, d.Policy.Name())

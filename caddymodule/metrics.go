@@ -57,6 +57,31 @@ func newMetrics(reg *prometheus.Registry, policies []*policy, store *stores.Hand
 	if m.storeDuration, err = register(reg, m.storeDuration); err != nil {
 		return nil, err
 	}
+	for _, p := range policies {
+		a := p.limiter.Policy().Adaptive()
+		if a == nil {
+			continue
+		}
+		pol := p.limiter.Policy()
+		factor := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "tollgate", Name: "adaptive_factor",
+			Help:        "Fraction of the configured limits an adaptive policy allows now (1: all of it).",
+			ConstLabels: prometheus.Labels{"policy": p.cfg.Name},
+		}, a.Factor)
+		if _, err := register(reg, factor); err != nil {
+			return nil, err
+		}
+		for i, id := range p.limitIDs {
+			effective := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: "tollgate", Name: "effective_limit",
+				Help:        "Count per window an adaptive policy's limit allows now.",
+				ConstLabels: prometheus.Labels{"policy": p.cfg.Name, "limit": id},
+			}, func() float64 { return float64(pol.Limits()[i].Count) })
+			if _, err := register(reg, effective); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if store.Failover != nil {
 		for _, p := range policies {
 			breaker := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

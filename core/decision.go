@@ -53,10 +53,14 @@ func (d *Decision) Start(p *Policy, cost int64) { d.reset(p, cost) }
 
 // DecidingLimit returns the limit that decided, or nil if d is empty.
 func (d *Decision) DecidingLimit() *Limit {
-	if d.Policy == nil || d.Index >= len(d.Policy.limits) {
+	if d.Policy == nil {
 		return nil
 	}
-	return &d.Policy.limits[d.Index]
+	limits := d.Policy.Limits()
+	if d.Index >= len(limits) {
+		return nil
+	}
+	return &limits[d.Index]
 }
 
 // Summarize fills d's summary fields from Results[:N]; allowed is whether

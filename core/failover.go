@@ -153,7 +153,7 @@ func (f *FailoverStore) Decide(ctx context.Context, p *Policy, key string, cost 
 // the full quota, or denied with retry.
 func fixedDecision(p *Policy, cost int64, d *Decision, allowed bool, retry time.Duration) {
 	d.Start(p, cost)
-	for i, l := range p.limits {
+	for i, l := range p.Limits() {
 		r := Result{Allowed: allowed, Limit: l.Count}
 		if allowed {
 			r.Remaining = l.Count

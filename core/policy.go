@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,8 +17,12 @@ const MaxLimits = 8
 // only if every limit allows it, and a denied request consumes nothing from
 // any of them.
 type Policy struct {
-	name   string
+	name string
+	// limits are the configured limits; cur the ones in force (scaled by an
+	// adaptive controller, else limits).
 	limits []Limit
+	cur    atomic.Pointer[limitSet]
+	adapt  *Adaptive
 	shadow bool
 	// scope names the policy's state in a store: its name plus the limits'
 	// signature, so a reloaded policy with the same name and limits finds its
@@ -27,7 +32,6 @@ type Policy struct {
 	// ietfNames quotes each limit's name; ietfPolicy is the constant
 	// RateLimit-Policy field.
 	ietfNames  []string
-	ietfPolicy string
 	scopeHash  uint64
 	scopeHash2 uint64
 	limitIDs   []string
@@ -37,10 +41,20 @@ type Policy struct {
 // stores' indexes.
 var scopeSeed, scopeSeed2 = maphash.MakeSeed(), maphash.MakeSeed()
 
+// limitSet is a set of limits in force and its RateLimit-Policy field.
+type limitSet struct {
+	limits     []Limit
+	ietfPolicy string
+}
+
 // PolicyOptions holds a Policy's optional settings.
 type PolicyOptions struct {
 	// Shadow makes the policy decide and report but always allow.
 	Shadow bool
+	// Adaptive, if set, scales every limit's count (and explicit burst) by
+	// the controller's factor. Counters carry over as the factor moves: the
+	// policy's identity in stores is its configured limits.
+	Adaptive *Adaptive
 }
 
 // NewPolicy validates limits and returns a policy named name. Errors name the
@@ -55,7 +69,7 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 	if len(limits) > MaxLimits {
 		return nil, fmt.Errorf("policy %q: %d limits, at most %d may be stacked", name, len(limits), MaxLimits)
 	}
-	p := &Policy{name: name, shadow: opts.Shadow, limits: make([]Limit, len(limits))}
+	p := &Policy{name: name, shadow: opts.Shadow, adapt: opts.Adaptive, limits: make([]Limit, len(limits))}
 	var sig strings.Builder
 	sig.WriteString(name)
 	for i, l := range limits {
@@ -76,9 +90,24 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 	p.scopeHash = maphash.String(scopeSeed, p.scope)
 	p.scopeHash2 = maphash.String(scopeSeed2, p.scope)
 	p.ietfNames = limitItemNames(name, p.limits)
-	p.ietfPolicy = ietfPolicyField(p.ietfNames, p.limits)
+	p.use(p.limits)
+	if p.adapt != nil {
+		p.adapt.onChange(func(f float64) { p.use(scaleLimits(p.limits, f)) })
+		p.use(scaleLimits(p.limits, p.adapt.Factor()))
+	}
 	return p, nil
 }
+
+// use puts limits in force.
+func (p *Policy) use(limits []Limit) {
+	p.cur.Store(&limitSet{limits: limits, ietfPolicy: ietfPolicyField(p.ietfNames, limits)})
+}
+
+// Adaptive returns the policy's controller, or nil.
+func (p *Policy) Adaptive() *Adaptive { return p.adapt }
+
+// Configured returns the limits as configured, before adaptive scaling.
+func (p *Policy) Configured() []Limit { return p.limits }
 
 // Dropped returns the state to keep for limit l when a request of cost that
 // Step allowed (turning before into after) is not committed, because another
@@ -106,9 +135,9 @@ func MustPolicy(name string, opts PolicyOptions, limits ...Limit) *Policy {
 // Name returns the policy's name.
 func (p *Policy) Name() string { return p.name }
 
-// Limits returns the policy's validated limits (defaults filled in). The
-// caller must not modify them.
-func (p *Policy) Limits() []Limit { return p.limits }
+// Limits returns the limits in force (defaults filled in; scaled by the
+// adaptive factor, if any). The caller must not modify them.
+func (p *Policy) Limits() []Limit { return p.cur.Load().limits }
 
 // Shadow reports whether the policy only reports and always allows.
 func (p *Policy) Shadow() bool { return p.shadow }
@@ -143,17 +172,18 @@ func (p *Policy) IdleMicros() int64 { return p.idleUS }
 func (p *Policy) Apply(states []State, now, cost int64, d *Decision) {
 	d.reset(p, cost)
 	d.At = now
-	if len(p.limits) == 1 {
+	limits := p.Limits()
+	if len(limits) == 1 {
 		// One limit: a denied Step's state only forgets what expired, so it
 		// is always the one to keep.
-		states[0], d.Results[0] = Step(&p.limits[0], states[0], now, cost)
+		states[0], d.Results[0] = Step(&limits[0], states[0], now, cost)
 		d.Summarize(d.Results[0].Allowed)
 		return
 	}
 	var next [MaxLimits]State
 	allowed := true
-	for i := range p.limits {
-		next[i], d.Results[i] = Step(&p.limits[i], states[i], now, cost)
+	for i := range limits {
+		next[i], d.Results[i] = Step(&limits[i], states[i], now, cost)
 		allowed = allowed && d.Results[i].Allowed
 	}
 	if !allowed {
@@ -162,14 +192,14 @@ func (p *Policy) Apply(states []State, now, cost int64, d *Decision) {
 		// reports what it still has. A sliding log's ring may hold the
 		// dropped request's times past its live part; keeping the older state
 		// instead would count them.
-		for i := range p.limits {
+		for i := range limits {
 			if d.Results[i].Allowed {
-				l := &p.limits[i]
+				l := &limits[i]
 				next[i], d.Results[i] = Step(l, Dropped(l, states[i], next[i], cost), now, 0)
 				d.Results[i].Allowed = true
 			}
 		}
 	}
-	copy(states, next[:len(p.limits)])
+	copy(states, next[:len(limits)])
 	d.Summarize(allowed)
 }

@@ -112,6 +112,9 @@ func stepFixedWindow(l *Limit, s State, now, cost int64) (State, Result) {
 
 func stepSlidingLog(l *Limit, s State, now, cost int64) (State, Result) {
 	w, n := l.windowUS, l.Count
+	if s.B > 0 && int64(len(s.Log.Times)) != n {
+		s = relayoutLog(s, n)
+	}
 	// Forget requests at or before now-w: they left the window (now-w, now].
 	for s.B > 0 && s.Log.Times[s.A] <= now-w {
 		s.A++
@@ -149,6 +152,21 @@ func stepSlidingLog(l *Limit, s State, now, cost int64) (State, Result) {
 		r.RetryAfter = l.Window
 	}
 	return s, r
+}
+
+// relayoutLog moves a sliding log's live entries into a ring of n, after
+// an adaptive policy changed the count. Only the newest n are kept: while
+// more than n are live every request is denied anyway, and a request fits
+// once all but the newest n-cost have left, which the newest n tell.
+func relayoutLog(s State, n int64) State {
+	old := s.Log.Times
+	m := int64(len(old))
+	keep := min(s.B, n)
+	ring := make([]int64, n)
+	for i := int64(0); i < keep; i++ {
+		ring[i] = old[(s.A+s.B-keep+i)%m]
+	}
+	return State{A: 0, B: keep, C: s.C, Log: &Ring{Times: ring}}
 }
 
 // slidingEstimate is Cloudflare's estimate of the requests in the sliding

@@ -55,6 +55,8 @@ type Handle struct {
 	Failover *core.FailoverStore
 	// Eventual is the eventual-mode store, nil otherwise.
 	Eventual *redis.EventualStore
+	// Redis is the Redis store underneath, nil for the memory store.
+	Redis *redis.Store
 
 	key     string
 	refs    int
@@ -110,6 +112,7 @@ func open(c Config) (*Handle, error) {
 		return nil, err
 	}
 	h.closers = append(h.closers, shared.Close)
+	h.Redis = shared
 	if c.Eventual {
 		ev, err := redis.NewEventual(shared, redis.EventualOptions{
 			SyncInterval: c.SyncInterval, MaxKeys: c.MaxKeys,
@@ -142,6 +145,16 @@ func (h *Handle) CheckPolicy(p *core.Policy) error {
 		return redis.CheckPolicy(p)
 	}
 	return nil
+}
+
+// FactorSync returns how an adaptive policy's factor is shared: through
+// Redis for a Redis store (the fleet tightens together), nil in memory (each
+// node on its own).
+func (h *Handle) FactorSync(scope string) core.FactorSync {
+	if h.Redis == nil {
+		return nil
+	}
+	return h.Redis.FactorSync(scope)
 }
 
 // OnStateChange registers f to hear when the Redis breaker opens (with the

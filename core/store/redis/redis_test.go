@@ -322,3 +322,29 @@ func TestPasswordFromURL(t *testing.T) {
 		t.Fatal("a wrong password decided")
 	}
 }
+
+// TestAdaptiveFactorSharedByNodes: three nodes judging the same intervals
+// move one shared factor once per interval, and all read the same value.
+func TestAdaptiveFactorSharedByNodes(t *testing.T) {
+	s := newStore(t, Options{Addrs: []string{standalone.Addr}})
+	o := core.AdaptiveOptions{MinFactor: 0.1, Decrease: 0.5, Increase: 0.25, Interval: 300 * time.Millisecond}
+	sync := s.FactorSync("api")
+	ctx := context.Background()
+	var got []float64
+	for node := 0; node < 3; node++ {
+		f, err := sync.SyncFactor(ctx, true, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, f)
+	}
+	if fmt.Sprint(got) != "[0.5 0.5 0.5]" {
+		t.Fatalf("three congested nodes in one interval: %v, want one decrease to 0.5 seen by all", got)
+	}
+	time.Sleep(350 * time.Millisecond)
+	f, _ := sync.SyncFactor(ctx, false, o)
+	f2, _ := sync.SyncFactor(ctx, true, o)
+	if f != 0.75 || f2 != 0.375 {
+		t.Fatalf("next interval: healthy → %g, congested → %g; want 0.75 then 0.375 (a decrease overrides)", f, f2)
+	}
+}
