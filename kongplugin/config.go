@@ -82,6 +82,9 @@ type Config struct {
 	// OnError overrides fault_tolerant: local, allow (Kong OSS: no limiting
 	// while Redis is down), deny or fail (500).
 	OnError *string `json:"on_error"`
+	// Adaptive scales the limits with the upstream's health, reported from
+	// Kong's log phase.
+	Adaptive *AdaptiveConfig `json:"adaptive"`
 
 	// Kong adds route_id, service_id, consumer_id and __plugin_id to the
 	// config it sends; they are not schema fields, but counters are scoped
@@ -117,6 +120,46 @@ type RedisConfig struct {
 	SentinelRole      *string  `json:"sentinel_role"`
 	SentinelUsername  *string  `json:"sentinel_username"`
 	SentinelPassword  *string  `json:"sentinel_password"`
+}
+
+// AdaptiveConfig tunes adaptive limiting; null fields take the defaults.
+type AdaptiveConfig struct {
+	// Enabled turns adaptive limiting on (default true when the record is set).
+	Enabled *bool `json:"enabled"`
+	// Min is the lowest fraction of the configured limits (default 0.1).
+	Min *float64 `json:"min"`
+	// ErrorRate is the upstream error fraction per interval above which
+	// limits shrink (default 0.05).
+	ErrorRate *float64 `json:"error_rate"`
+	// Latency is the upstream latency target in ms for Quantile (default:
+	// latency ignored).
+	Latency *float64 `json:"latency"`
+	// Quantile is the latency quantile (default 0.9).
+	Quantile *float64 `json:"quantile"`
+	// Interval is how often signals are judged, in seconds (default 1).
+	Interval *float64 `json:"interval"`
+	// Decrease multiplies the limits when the upstream struggles (0.7).
+	Decrease *float64 `json:"decrease"`
+	// Increase is added to the factor per healthy interval (0.05).
+	Increase *float64 `json:"increase"`
+	// MinSamples is the fewest responses per interval that can show
+	// trouble (10).
+	MinSamples *float64 `json:"min_samples"`
+}
+
+func (a *AdaptiveConfig) options() (core.AdaptiveOptions, error) {
+	o := core.AdaptiveOptions{
+		MinFactor: num(a.Min, 0), ErrorRate: num(a.ErrorRate, 0), Quantile: num(a.Quantile, 0),
+		Decrease: num(a.Decrease, 0), Increase: num(a.Increase, 0),
+		LatencyTarget: time.Duration(num(a.Latency, 0) * float64(time.Millisecond)),
+		Interval:      time.Duration(num(a.Interval, 0) * float64(time.Second)),
+	}
+	n, err := wholeNumber("adaptive.min_samples", num(a.MinSamples, 10), 1, 1<<30)
+	if err != nil {
+		return o, err
+	}
+	o.MinSamples = n
+	return o, o.Validate()
 }
 
 // LimitConfig is an extra limit: Count per Window.
@@ -343,6 +386,14 @@ func compile(c *Config) (*instance, error) {
 
 	// Counters are per route and service the plugin is attached to, as
 	// Kong's, unless a namespace shares them.
+	var adaptive *core.Adaptive
+	if c.Adaptive != nil && flag(c.Adaptive.Enabled, true) {
+		o, err := c.Adaptive.options()
+		if err != nil {
+			return nil, err
+		}
+		inst.adaptiveOptions = &o
+	}
 	inst.scope = "route=" + str(c.attached.RouteID, "") + ",service=" + str(c.attached.ServiceID, "") + "|"
 	name := "tollgate"
 	if c.Namespace != nil && *c.Namespace != "" {
@@ -350,6 +401,12 @@ func compile(c *Config) (*instance, error) {
 	}
 	if inst.policy, err = core.NewPolicy(name, core.PolicyOptions{Shadow: flag(c.Shadow, false)}, limits...); err != nil {
 		return nil, err
+	}
+	if inst.adaptiveOptions != nil {
+		// One controller per scope and settings for the process's life, so
+		// the factor survives Kong restarting the instance.
+		adaptive = sharedAdaptive(inst.scope+inst.policy.Scope(), *inst.adaptiveOptions)
+		inst.policy, _ = core.NewPolicy(name, core.PolicyOptions{Shadow: flag(c.Shadow, false), Adaptive: adaptive}, limits...)
 	}
 	if inst.storeConfig, err = storeConfig(c); err != nil {
 		return nil, err

@@ -7,8 +7,10 @@ package kongplugin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,6 +46,8 @@ type instance struct {
 	style       core.HeaderOptions
 	headerNames []string // per limit: Second..Year, or the extra limit's name
 
+	adaptiveOptions *core.AdaptiveOptions
+
 	once    sync.Once
 	limiter *core.Limiter
 	openErr error
@@ -60,6 +64,10 @@ func (inst *instance) limiterOrErr() (*core.Limiter, error) {
 			return
 		}
 		inst.limiter = core.NewLimiter(inst.policy, h.Store)
+		if a := inst.policy.Adaptive(); a != nil {
+			// With Redis the fleet shares one factor per policy.
+			a.SetSync(h.FactorSync(inst.scope + inst.policy.Scope()))
+		}
 	})
 	return inst.limiter, inst.openErr
 }
@@ -101,6 +109,62 @@ func (c *Config) Access(kong *pdk.PDK) {
 	if d.Delay > 0 {
 		holdFor(d.Delay)
 	}
+}
+
+var (
+	adaptivesMu sync.Mutex
+	adaptives   = map[string]*core.Adaptive{}
+)
+
+// sharedAdaptive returns the process's controller for key, starting it on
+// first use.
+func sharedAdaptive(key string, o core.AdaptiveOptions) *core.Adaptive {
+	key += fmt.Sprintf("|%+v", o)
+	adaptivesMu.Lock()
+	defer adaptivesMu.Unlock()
+	if a, ok := adaptives[key]; ok {
+		return a
+	}
+	a, err := core.NewAdaptive(o)
+	if err != nil {
+		panic(err) // o was validated by compile
+	}
+	adaptives[key] = a
+	return a
+}
+
+// Log reports the upstream's answer to an adaptive policy, in Kong's log
+// phase (after the response went out): its status and
+// upstream_response_time. Requests Kong answered itself (tollgate's own
+// denials, other plugins' exits) are not the upstream's doing and are
+// skipped.
+func (c *Config) Log(kong *pdk.PDK) {
+	inst := c.compiled
+	if inst == nil || inst.policy.Adaptive() == nil {
+		return
+	}
+	source, err := kong.Response.GetSource()
+	if err != nil || source == "exit" {
+		return
+	}
+	status, err := kong.Response.GetStatus()
+	if err != nil {
+		return
+	}
+	if source == "error" && status < 500 {
+		status = 0 // Kong could not get an answer: a timeout or refusal
+	}
+	var took time.Duration
+	if v, err := kong.Nginx.GetVar("upstream_response_time"); err == nil {
+		// "0.012", or "0.010, 0.020" after retries: the total is what the
+		// client waited on the upstream.
+		for _, part := range strings.Split(v, ",") {
+			if secs, err := strconv.ParseFloat(strings.TrimSpace(part), 64); err == nil {
+				took += time.Duration(secs * float64(time.Second))
+			}
+		}
+	}
+	inst.policy.Adaptive().Observe(status, took)
 }
 
 // identifier computes the key as Kong's rate-limiting does, falling back to

@@ -302,7 +302,7 @@ func TestKongDump(t *testing.T) {
 		t.Fatalf("dump: %+v", info)
 	}
 	p := info.Plugins[0]
-	if p.Name != "tollgate" || fmt.Sprint(p.Phases) != "[access]" || p.Priority != 910 {
+	if p.Name != "tollgate" || fmt.Sprint(p.Phases) != "[access log]" || p.Priority != 910 {
 		t.Fatalf("plugin info: name %q phases %v priority %d", p.Name, p.Phases, p.Priority)
 	}
 	types := map[string]string{}
@@ -313,7 +313,8 @@ func TestKongDump(t *testing.T) {
 	}
 	for name, want := range map[string]string{"second": "number", "minute": "number", "year": "number", "limit_by": "string",
 		"policy": "string", "fault_tolerant": "boolean", "error_code": "number", "sync_rate": "number", "redis": "record",
-		"redis_host": "string", "limits": "array", "algorithm": "string", "headers": "string", "namespace": "string", "on_error": "string"} {
+		"redis_host": "string", "limits": "array", "algorithm": "string", "headers": "string", "namespace": "string", "on_error": "string",
+		"adaptive": "record"} {
 		if types[name] != want {
 			t.Errorf("schema field %s: type %q, want %q", name, types[name], want)
 		}

@@ -237,6 +237,11 @@ type Request struct {
 	RouteID      string
 	Path         string
 	Headers      http.Header
+	// For the log phase: the response's status, its source (service, exit
+	// or error) and nginx's upstream_response_time (seconds).
+	Status       int
+	Source       string
+	UpstreamTime string
 }
 
 // Result is what the plugin did with a request.
@@ -256,6 +261,11 @@ type Result struct {
 // Access runs the access phase of instance id for req.
 func (c *Client) Access(id int32, req Request) (*Result, error) {
 	return c.event(id, "access", req)
+}
+
+// Log runs the log phase of instance id for req (after the response).
+func (c *Client) Log(id int32, req Request) (*Result, error) {
+	return c.event(id, "log", req)
 }
 
 func (c *Client) event(id int32, name string, req Request) (*Result, error) {
@@ -323,6 +333,19 @@ func answer(method string, args []byte, req Request, res *Result) (proto.Message
 		return &pb.Service{Id: req.ServiceID}, nil
 	case "kong.router.get_route":
 		return &pb.Route{Id: req.RouteID}, nil
+	case "kong.response.get_status":
+		return &pb.Int{V: int32(req.Status)}, nil
+	case "kong.response.get_source":
+		return bridge.WrapString(req.Source), nil
+	case "kong.nginx.get_var":
+		var name pb.String
+		if err := proto.Unmarshal(args, &name); err != nil {
+			return nil, err
+		}
+		if name.V == "upstream_response_time" {
+			return bridge.WrapString(req.UpstreamTime), nil
+		}
+		return bridge.WrapString(""), nil
 	case "kong.request.get_path":
 		return bridge.WrapString(req.Path), nil
 	case "kong.request.get_header":
