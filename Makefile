@@ -11,7 +11,7 @@ CADDY_VERSION := v2.11.9
 # What bin/caddy is built from: rebuilt when any of it changes.
 CADDY_SRC := $(shell find core caddymodule -name '*.go' ! -name '*_test.go') tollgate.go go.mod go.sum
 
-.PHONY: test vet fmt unit fuzz bench bench-core bench-caddy bench-kong chaos run clean deps
+.PHONY: test vet fmt unit fuzz bench bench-core bench-caddy bench-kong chaos plots run clean deps
 
 # Caddy with tollgate on the memory store, serving Caddyfile.example on
 # http://localhost:8080 (admin API on localhost:2019).
@@ -54,6 +54,10 @@ chaos: deps bin/caddy
 	TOLLGATE_CHAOS=long TOLLGATE_REQUIRE_CADDY=1 $(GO) test -count=1 -v \
 	  -run 'Outage|Hostile|ClusterMasterFailover|StoppedAndPaused|KongRedisSharedAndFaults|ClientIPTrustedProxies|RefusedConfigs|ReloadKeepsCounters' \
 	  ./caddymodule/ ./core/... ./kongplugin/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:'
+
+# docs/algorithms.svg: one bursty trace through every algorithm.
+plots:
+	$(GO) run ./examples/plots -o docs/algorithms.svg
 
 # Each fuzz target briefly, from its seed corpus (go test runs one target per call).
 fuzz:
