@@ -177,6 +177,9 @@ func (c *Caddy) Load(body string) (int, string) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	// The old config's servers close their connections as they stop: do
+	// not send the next request on one of them.
+	http.DefaultClient.CloseIdleConnections()
 	return resp.StatusCode, string(b)
 }
 

@@ -40,30 +40,15 @@ func TestStoppedAndPausedRedisNeverHangsTheGateway(t *testing.T) {
 
 			var slowest atomic.Int64
 			var errs atomic.Int64
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for g := 0; g < 4; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					var d core.Decision
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						start := time.Now()
-						if err := f.Decide(context.Background(), p, "k", 1, &d); err != nil || !d.Allowed {
-							errs.Add(1)
-						}
-						if el := int64(time.Since(start)); el > slowest.Load() {
-							slowest.Store(el)
-						}
-						time.Sleep(time.Millisecond)
-					}
-				}()
-			}
+			stopLoad := steadyLoad(func(d *core.Decision) {
+				start := time.Now()
+				if err := f.Decide(context.Background(), p, "k", 1, d); err != nil || !d.Allowed {
+					errs.Add(1)
+				}
+				if el := int64(time.Since(start)); el > slowest.Load() {
+					slowest.Store(el)
+				}
+			})
 			time.Sleep(200 * time.Millisecond)
 			switch fault {
 			case "kill":
@@ -86,8 +71,7 @@ func TestStoppedAndPausedRedisNeverHangsTheGateway(t *testing.T) {
 			}
 			back := time.Since(healed)
 			time.Sleep(100 * time.Millisecond)
-			close(stop)
-			wg.Wait()
+			stopLoad()
 			t.Logf("%s: slowest decision %v (timeout %v), shared again after %v, %d failed decisions, %d fallback decisions, %d state changes",
 				fault, time.Duration(slowest.Load()), timeout, back, errs.Load(), f.FallbackDecisions(), changes.Load())
 			if time.Duration(slowest.Load()) > timeout+50*time.Millisecond {
@@ -130,30 +114,15 @@ func TestClusterMasterFailover(t *testing.T) {
 	var errs, fallback, total atomic.Int64
 	var lastFallback atomic.Int64 // ns since start of the last fallback decision
 	start := time.Now()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := 0; g < 4; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var d core.Decision
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				total.Add(1)
-				if err := f.Decide(context.Background(), p, "k", 1, &d); err != nil {
-					errs.Add(1)
-				} else if d.Fallback {
-					fallback.Add(1)
-					lastFallback.Store(int64(time.Since(start)))
-				}
-				time.Sleep(time.Millisecond)
-			}
-		}()
-	}
+	stopLoad := steadyLoad(func(d *core.Decision) {
+		total.Add(1)
+		if err := f.Decide(context.Background(), p, "k", 1, d); err != nil {
+			errs.Add(1)
+		} else if d.Fallback {
+			fallback.Add(1)
+			lastFallback.Store(int64(time.Since(start)))
+		}
+	})
 	time.Sleep(500 * time.Millisecond)
 	killed := time.Since(start)
 	master.Stop()
@@ -165,8 +134,7 @@ func TestClusterMasterFailover(t *testing.T) {
 			break
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stopLoad()
 	recovered := time.Duration(lastFallback.Load()) - killed
 	t.Logf("cluster master killed: %d decisions, %d errors, %d by the local fallback; shared again %s after the kill (node timeout 1 s)",
 		total.Load(), errs.Load(), fallback.Load(), recovered.Round(time.Millisecond))
@@ -179,4 +147,28 @@ func TestClusterMasterFailover(t *testing.T) {
 	if time.Since(start)-time.Duration(lastFallback.Load()) <= time.Second {
 		t.Fatalf("decisions still falling back 20 s after the master died")
 	}
+}
+
+// steadyLoad runs decide in 4 goroutines, each once per millisecond, until
+// the returned stop is called; stop waits for them.
+func steadyLoad(decide func(d *core.Decision)) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var d core.Decision
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				decide(&d)
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	return func() { close(done); wg.Wait() }
 }
