@@ -25,11 +25,13 @@ import (
 	"time"
 )
 
-// site is one contender: a Caddyfile site body serving "ok" behind a limiter.
+// site is one contender: a Caddyfile site body serving "ok" behind a
+// limiter, in a Caddy process of its own (so its memory can be read).
 type site struct {
 	name string
 	body string // %d: the limit's count per second
 	port int
+	pid  int
 }
 
 var sites = []*site{
@@ -77,7 +79,7 @@ type workload struct {
 
 var workloads = []workload{
 	// Every request allowed: the cost of deciding on many live keys.
-	{name: "10k-keys-allowed", keys: 10000, limit: 100},
+	{name: "100k-keys-allowed", keys: 100000, limit: 100},
 	// One key far over its limit: the cost of denying.
 	{name: "1key-denied", keys: 1, limit: 100},
 }
@@ -98,7 +100,7 @@ func main() {
 	defer os.RemoveAll(dir)
 
 	fmt.Printf("wrk -t2 -c%d -d%s, %d rounds alternating, median kept; Caddy and wrk share the machine\n\n", *conns, *dur, *rounds)
-	fmt.Printf("%-18s %-26s %12s %10s\n", "workload", "contender", "requests/s", "p99")
+	fmt.Printf("%-18s %-26s %12s %10s %10s\n", "workload", "contender", "requests/s", "p99", "RSS")
 	type result struct{ rps, p99 float64 }
 	var lines []string
 	for _, w := range workloads {
@@ -117,6 +119,10 @@ end
 				samples[s.name] = append(samples[s.name], result{rps, p99})
 			}
 		}
+		rss := map[string]float64{}
+		for _, s := range sites {
+			rss[s.name] = rssMB(s.pid)
+		}
 		stop()
 		med := map[string]result{}
 		for _, s := range sites {
@@ -124,8 +130,13 @@ end
 			sort.Slice(rs, func(i, j int) bool { return rs[i].rps < rs[j].rps })
 			m := rs[len(rs)/2]
 			med[s.name] = m
-			fmt.Printf("%-18s %-26s %12.0f %9.2fms\n", w.name, s.name, m.rps, m.p99*1000)
+			fmt.Printf("%-18s %-26s %12.0f %9.2fms %8.1fMB\n", w.name, s.name, m.rps, m.p99*1000, rss[s.name])
 		}
+		base := rss["no limiter"]
+		lines = append(lines, fmt.Sprintf("vs plain-caddy %s-sliding_counter %.2f", w.name, med["tollgate sliding_counter"].rps/med["no limiter"].rps),
+			fmt.Sprintf("vs plain-caddy %s-sliding_log %.2f", w.name, med["tollgate sliding_log"].rps/med["no limiter"].rps),
+			fmt.Sprintf("vs caddy-ratelimit %s-sliding_counter-rss %.2f", w.name, rss["caddy-ratelimit"]/rss["tollgate sliding_counter"]),
+			fmt.Sprintf("vs caddy-ratelimit %s-sliding_counter-rss-above-plain %.2f", w.name, (rss["caddy-ratelimit"]-base)/max(0.1, rss["tollgate sliding_counter"]-base)))
 		// A limiter's own cost per request: its time per request minus the
 		// time without a limiter (µs; wrk's rate over 2 threads).
 		overhead := func(name string) float64 { return 1e6/med[name].rps - 1e6/med["no limiter"].rps }
@@ -145,45 +156,65 @@ end
 	}
 }
 
-// startCaddy serves every site for workload w on its own port.
+// startCaddy starts one Caddy per site for workload w.
 func startCaddy(bin, dir string, w workload) (stop func()) {
-	var cfg strings.Builder
-	admin := freePort()
-	fmt.Fprintf(&cfg, "{\n\tadmin 127.0.0.1:%d\n\tauto_https off\n\tpersist_config off\n\tlog {\n\t\tlevel ERROR\n\t}\n}\n", admin)
-	for _, s := range sites {
+	var cmds []*exec.Cmd
+	for i, s := range sites {
+		admin := freePort()
 		s.port = freePort()
 		body := s.body
 		if strings.Contains(body, "%d") {
 			body = fmt.Sprintf(body, w.limit)
 		}
-		fmt.Fprintf(&cfg, "\n:%d {\n\t%s\n}\n", s.port, body)
-	}
-	path := filepath.Join(dir, "Caddyfile")
-	must(os.WriteFile(path, []byte(cfg.String()), 0o644))
-	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
-	logf, err := os.Create(filepath.Join(dir, "caddy.log"))
-	must(err)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	must(cmd.Start())
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/config/", admin))
-		if err == nil {
-			resp.Body.Close()
-			break
+		cfg := fmt.Sprintf("{\n\tadmin 127.0.0.1:%d\n\tauto_https off\n\tpersist_config off\n\tlog {\n\t\tlevel ERROR\n\t}\n}\n\n:%d {\n\t%s\n}\n", admin, s.port, body)
+		sdir := filepath.Join(dir, strconv.Itoa(i))
+		must(os.MkdirAll(sdir, 0o755))
+		path := filepath.Join(sdir, "Caddyfile")
+		must(os.WriteFile(path, []byte(cfg), 0o644))
+		cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
+		logf, err := os.Create(filepath.Join(sdir, "caddy.log"))
+		must(err)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.Env = append(os.Environ(), "HOME="+sdir, "XDG_DATA_HOME="+sdir, "XDG_CONFIG_HOME="+sdir)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		must(cmd.Start())
+		s.pid = cmd.Process.Pid
+		cmds = append(cmds, cmd)
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/config/", admin))
+			if err == nil {
+				resp.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				b, _ := os.ReadFile(filepath.Join(sdir, "caddy.log"))
+				log.Fatalf("caddy did not start: %s", b)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(dir, "caddy.log"))
-			log.Fatalf("caddy did not start: %s", b)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	return func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
+		for _, cmd := range cmds {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+		}
 	}
+}
+
+// rssMB reads a process's resident set size in MB.
+func rssMB(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
 }
 
 var (
