@@ -372,22 +372,49 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
+// setPlaceholders offers d's values to the replacer. They are computed when
+// a placeholder is used, not per request: most requests use none.
 func (h *Handler) setPlaceholders(repl *caddy.Replacer, d *core.Decision) {
-	repl.Set(PlaceholderPolicy, d.Policy.Name())
-	repl.Set(PlaceholderLimit, d.DecidingLimit().Rate())
-	repl.Set(PlaceholderRemaining, d.Remaining)
-	repl.Set(PlaceholderDenied, strconv.FormatBool(!d.Allowed))
-	retry := int64(0)
+	ph := &placeholders{policy: d.Policy.Name(), limit: d.DecidingLimit(), remaining: d.Remaining,
+		denied: !d.Allowed, at: d.At, fallback: d.Fallback}
 	if !d.Allowed {
-		retry = core.Seconds(d.RetryAfter)
+		ph.retry = core.Seconds(d.RetryAfter)
 	}
-	repl.Set(PlaceholderRetryAfter, retry)
-	repl.Set(PlaceholderDecidedAt, d.At)
-	store := "shared"
-	if d.Fallback {
-		store = "fallback"
+	repl.Map(ph.lookup)
+}
+
+// placeholders are one decision's values for the http.tollgate.* names.
+type placeholders struct {
+	policy    string
+	limit     *core.Limit
+	remaining int64
+	retry     int64
+	at        int64
+	denied    bool
+	fallback  bool
+}
+
+func (p *placeholders) lookup(key string) (any, bool) {
+	switch key {
+	case PlaceholderPolicy:
+		return p.policy, true
+	case PlaceholderLimit:
+		return p.limit.Rate(), true
+	case PlaceholderRemaining:
+		return p.remaining, true
+	case PlaceholderDenied:
+		return strconv.FormatBool(p.denied), true
+	case PlaceholderRetryAfter:
+		return p.retry, true
+	case PlaceholderDecidedAt:
+		return p.at, true
+	case PlaceholderStore:
+		if p.fallback {
+			return "fallback", true
+		}
+		return "shared", true
 	}
-	repl.Set(PlaceholderStore, store)
+	return nil, false
 }
 
 // Interface guards.

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -158,5 +159,29 @@ func TestAdaptivePolicyScalesLimits(t *testing.T) {
 	}
 	if h := p.cur.Load().ietfPolicy; h != `"adapt";q=7;w=1` {
 		t.Fatalf("RateLimit-Policy %q, want the tightened quota", h)
+	}
+}
+
+// TestSlidingLogRingGrowsWithUse: a sliding log holds 8 bytes per request
+// in its window, not per request its limit allows: a key of a 100,000/1h
+// limit that made 5 requests keeps a ring of 8 times.
+func TestSlidingLogRingGrowsWithUse(t *testing.T) {
+	l := Limit{Count: 100_000, Window: time.Hour, Algorithm: SlidingLog}
+	if err := l.validate(); err != nil {
+		t.Fatal(err)
+	}
+	var s State
+	now := int64(1_000_000_000)
+	sizes := []int{}
+	for i := 0; i < 5; i++ {
+		var r Result
+		s, r = Step(&l, s, now+int64(i), 1)
+		if !r.Allowed || r.Remaining != int64(100_000-1-i) {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+		sizes = append(sizes, len(s.Log.Times))
+	}
+	if got := fmt.Sprint(sizes); got != "[4 4 4 4 8]" {
+		t.Fatalf("ring sizes %s, want [4 4 4 4 8]", got)
 	}
 }

@@ -107,8 +107,26 @@ func RenderHeaders(d *Decision, o HeaderOptions, set func(name, value string)) {
 
 // WriteHeaders sets d's headers (see RenderHeaders) on h.
 func WriteHeaders(h http.Header, d *Decision, o HeaderOptions) {
-	RenderHeaders(d, o, func(name, value string) { h[name] = []string{value} })
+	// Collect first, so every value shares one backing array: one
+	// allocation instead of one per header.
+	var names, values [maxHeaders]string
+	n := 0
+	RenderHeaders(d, o, func(name, value string) {
+		names[n], values[n] = name, value
+		n++
+	})
+	if n == 0 {
+		return
+	}
+	backing := make([]string, n)
+	copy(backing, values[:n])
+	for i := 0; i < n; i++ {
+		h[names[i]] = backing[i : i+1 : i+1]
+	}
 }
+
+// maxHeaders is the most headers RenderHeaders sets.
+const maxHeaders = 6
 
 // sfString renders s as a structured-field string (RFC 9651): printable
 // ASCII in quotes, with quote and backslash escaped; other bytes become '_'.

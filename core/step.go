@@ -110,43 +110,55 @@ func stepFixedWindow(l *Limit, s State, now, cost int64) (State, Result) {
 	return s, r
 }
 
+// stepSlidingLog keeps the times of the requests in the window in a ring
+// that grows (doubling, up to n) as it fills, so a key costs 8 bytes per
+// request it holds, not per request its limit allows.
 func stepSlidingLog(l *Limit, s State, now, cost int64) (State, Result) {
 	w, n := l.windowUS, l.Count
-	if s.B > 0 && int64(len(s.Log.Times)) != n {
-		s = relayoutLog(s, n)
+	if s.B > n {
+		// The count shrank below the live entries (adaptive limits).
+		s = relayoutLog(s, n, n)
 	}
 	// Forget requests at or before now-w: they left the window (now-w, now].
 	for s.B > 0 && s.Log.Times[s.A] <= now-w {
 		s.A++
-		if s.A == n {
+		if s.A == int64(len(s.Log.Times)) {
 			s.A = 0
 		}
 		s.B--
 	}
 	r := Result{Limit: n}
 	if s.B+cost <= n {
-		if s.Log == nil || int64(len(s.Log.Times)) != n {
-			// A fresh key (nothing live): take a ring of n times.
-			s.Log = &Ring{Times: make([]int64, n)}
+		if need := s.B + cost; s.Log == nil || int64(len(s.Log.Times)) < need {
+			size := int64(4)
+			if s.Log != nil {
+				size = 2 * int64(len(s.Log.Times))
+			}
+			s = relayoutLog(s, min(n, max(size, need)), s.B)
 		}
+		c := int64(len(s.Log.Times))
 		for i := int64(0); i < cost; i++ {
-			s.Log.Times[(s.A+s.B)%n] = now
+			s.Log.Times[(s.A+s.B)%c] = now
 			s.B++
 		}
 		r.Allowed = true
 		r.Remaining = n - s.B
 		if s.B > 0 {
-			r.Reset = us(s.Log.Times[(s.A+s.B-1)%n] + w - now)
+			r.Reset = us(s.Log.Times[(s.A+s.B-1)%c] + w - now)
 		}
 		return s, r
 	}
 	r.Remaining = n - s.B
-	if s.B > 0 {
-		r.Reset = us(s.Log.Times[(s.A+s.B-1)%n] + w - now)
+	if s.B == 0 {
+		// Nothing live, so only a cost above n is refused.
+		r.RetryAfter = l.Window
+		return s, r
 	}
+	c := int64(len(s.Log.Times))
+	r.Reset = us(s.Log.Times[(s.A+s.B-1)%c] + w - now)
 	if cost <= n {
 		// The request fits once the oldest s.B+cost-n entries have left.
-		oldest := s.Log.Times[(s.A+s.B+cost-n-1)%n]
+		oldest := s.Log.Times[(s.A+s.B+cost-n-1)%c]
 		r.RetryAfter = us(oldest + w - now)
 	} else {
 		r.RetryAfter = l.Window
@@ -154,17 +166,19 @@ func stepSlidingLog(l *Limit, s State, now, cost int64) (State, Result) {
 	return s, r
 }
 
-// relayoutLog moves a sliding log's live entries into a ring of n, after
-// an adaptive policy changed the count. Only the newest n are kept: while
-// more than n are live every request is denied anyway, and a request fits
-// once all but the newest n-cost have left, which the newest n tell.
-func relayoutLog(s State, n int64) State {
-	old := s.Log.Times
-	m := int64(len(old))
-	keep := min(s.B, n)
-	ring := make([]int64, n)
-	for i := int64(0); i < keep; i++ {
-		ring[i] = old[(s.A+s.B-keep+i)%m]
+// relayoutLog moves the newest keep live entries of a sliding log into a
+// new ring of size entries, oldest first. Keeping only the newest n when an
+// adaptive policy shrank the count below the live entries is exact: while
+// more than n are live every request is denied, and a request fits once
+// all but the newest n-cost have left, which the newest n tell.
+func relayoutLog(s State, size, keep int64) State {
+	ring := make([]int64, size)
+	if s.Log != nil {
+		old := s.Log.Times
+		m := int64(len(old))
+		for i := int64(0); i < keep; i++ {
+			ring[i] = old[(s.A+s.B-keep+i)%m]
+		}
 	}
 	return State{A: 0, B: keep, C: s.C, Log: &Ring{Times: ring}}
 }
