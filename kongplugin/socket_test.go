@@ -334,6 +334,9 @@ func TestKongInstancesAndConnections(t *testing.T) {
 	srv := kongproc.Start(t)
 	c := srv.Dial()
 	defer c.Close()
+	if _, err := c.PluginInfo(); err != nil {
+		t.Fatalf("GetPluginInfo: %v", err)
+	}
 	cfg := map[string]any{"minute": 50, "limit_by": "ip", "namespace": "instances"}
 	id := start(t, c, cfg)
 	req := kongproc.Request{ForwardedIP: "192.0.2.10"}

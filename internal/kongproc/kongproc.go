@@ -202,6 +202,18 @@ func (c *Client) StartInstance(config any) (int32, error) {
 	return ret.GetInstanceStatus().GetInstanceId(), nil
 }
 
+// PluginInfo sends GetPluginInfo, as Kong's pluginserver may. go-pdk
+// v0.11.2 answers it with an empty return (Kong takes the info from the
+// query command, -dump), so this checks the call is answered and the
+// connection stays usable.
+func (c *Client) PluginInfo() (*pb.PluginInfo, error) {
+	ret, err := c.call(&pb.RpcCall{Call: &pb.RpcCall_CmdGetPluginInfo{CmdGetPluginInfo: &pb.CmdGetPluginInfo{Name: "tollgate"}}})
+	if err != nil {
+		return nil, err
+	}
+	return ret.GetPluginInfo(), nil
+}
+
 // InstanceStatus asks for instance id's status (GetInstanceStatus).
 func (c *Client) InstanceStatus(id int32) (*pb.InstanceStatus, error) {
 	ret, err := c.call(&pb.RpcCall{Call: &pb.RpcCall_CmdGetInstanceStatus{CmdGetInstanceStatus: &pb.CmdGetInstanceStatus{InstanceId: id}}})
