@@ -5,6 +5,7 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -51,12 +52,12 @@ type Handler struct {
 	// the status and the rate-limit headers set) instead of writing Body.
 	HandleErrors bool `json:"handle_errors,omitempty"`
 
-	policies  []*policy
-	headers   core.HeaderOptions
-	store     *stores.Handle
-	stopLog   func()
-	adaptives []*core.Adaptive
-	logger    *zap.Logger
+	policies []*policy
+	headers  core.HeaderOptions
+	store    *stores.Handle
+	stopLog  func()
+	releases []func() // adaptive controllers acquired
+	logger   *zap.Logger
 }
 
 // policy is a provisioned PolicyConfig.
@@ -159,11 +160,14 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy, error) {
 	var adaptive *core.Adaptive
 	if pc.Adaptive != nil {
-		var err error
-		if adaptive, err = core.NewAdaptive(pc.Adaptive.options()); err != nil {
+		// Shared by policy name and limits across reloads, like counters.
+		raw, _ := json.Marshal(pc.Limits)
+		a, release, err := core.AcquireAdaptive("caddy|"+pc.Name+"|"+string(raw), pc.Adaptive.options())
+		if err != nil {
 			return nil, fmt.Errorf("policy %q %w", pc.Name, err)
 		}
-		h.adaptives = append(h.adaptives, adaptive)
+		adaptive = a
+		h.releases = append(h.releases, release)
 	}
 	cp, err := pc.policy(adaptive)
 	if err != nil {
@@ -221,9 +225,10 @@ func (h *Handler) Cleanup() error {
 	if h.stopLog != nil {
 		h.stopLog()
 	}
-	for _, a := range h.adaptives {
-		_ = a.Close()
+	for _, release := range h.releases {
+		release()
 	}
+	h.releases = nil
 	if h.store == nil {
 		return nil
 	}

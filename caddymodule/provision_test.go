@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -102,4 +103,31 @@ func TestReloadSharesStore(t *testing.T) {
 	if got := stores.Live(); got != before {
 		t.Fatalf("store still open after its last handler's cleanup")
 	}
+}
+
+// TestReloadKeepsAdaptiveFactor: a reloaded config with the same adaptive
+// policy keeps its controller (and so its factor); the last cleanup stops it.
+func TestReloadKeepsAdaptiveFactor(t *testing.T) {
+	const cfg = `{"policies":[{"name":"adapt-reload","limits":[{"count":100,"window":"1s"}],"adaptive":{"interval":"1h"}}]}`
+	old, err := provision(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := old.policies[0].limiter.Policy().Adaptive()
+	for i := 0; i < 50; i++ {
+		a.Observe(503, time.Millisecond)
+	}
+	a.Judge()
+	reloaded, err := provision(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = old.Cleanup()
+	if got := reloaded.policies[0].limiter.Policy().Adaptive(); got != a || got.Factor() != 0.7 {
+		t.Fatalf("after reload: same controller %v, factor %g; want the old one at 0.7", got == a, got.Factor())
+	}
+	if got := reloaded.policies[0].limiter.Policy().Limits()[0].Count; got != 70 {
+		t.Fatalf("after reload the count is %d, want the adapted 70", got)
+	}
+	_ = reloaded.Cleanup()
 }

@@ -113,7 +113,6 @@ type Adaptive struct {
 
 	factorBits atomic.Uint64
 	mu         sync.Mutex
-	listeners  []func(float64)
 	sync       FactorSync
 	stop       chan struct{}
 	stopped    sync.Once
@@ -170,13 +169,6 @@ func (a *Adaptive) LastQuantile() time.Duration {
 	return time.Duration(a.lastQuantile.Load()) * time.Microsecond
 }
 
-// onChange registers f to be called with every new factor.
-func (a *Adaptive) onChange(f func(float64)) {
-	a.mu.Lock()
-	a.listeners = append(a.listeners, f)
-	a.mu.Unlock()
-}
-
 func (a *Adaptive) loop() {
 	t := time.NewTicker(a.opts.Interval)
 	defer t.Stop()
@@ -228,18 +220,7 @@ func AIMDStep(f float64, congested bool, o AdaptiveOptions) float64 {
 	return min(1, f+o.Increase)
 }
 
-func (a *Adaptive) set(f float64) {
-	if f == a.Factor() {
-		return
-	}
-	a.factorBits.Store(math.Float64bits(f))
-	a.mu.Lock()
-	ls := append([]func(float64){}, a.listeners...)
-	a.mu.Unlock()
-	for _, l := range ls {
-		l(f)
-	}
-}
+func (a *Adaptive) set(f float64) { a.factorBits.Store(math.Float64bits(f)) }
 
 // quantile returns the upper bound (µs) of the bucket holding quantile q.
 func quantile(counts []int64, total int64, q float64) int64 {
@@ -283,4 +264,49 @@ func scaleLimits(base []Limit, f float64) []Limit {
 		out[i] = l
 	}
 	return out
+}
+
+var (
+	sharedMu        sync.Mutex
+	sharedAdaptives = map[string]*sharedAdaptive{}
+)
+
+type sharedAdaptive struct {
+	a    *Adaptive
+	refs int
+}
+
+// AcquireAdaptive returns the process's controller for key and opts,
+// starting it on first use, so a policy keeps its factor across config
+// reloads. Call release when the config that acquired it is unloaded; the
+// last release stops the controller.
+func AcquireAdaptive(key string, opts AdaptiveOptions) (a *Adaptive, release func(), err error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, nil, err
+	}
+	key += fmt.Sprintf("|%+v", o)
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	s, ok := sharedAdaptives[key]
+	if !ok {
+		a, err := NewAdaptive(o)
+		if err != nil {
+			return nil, nil, err
+		}
+		s = &sharedAdaptive{a: a}
+		sharedAdaptives[key] = s
+	}
+	s.refs++
+	var once sync.Once
+	return s.a, func() {
+		once.Do(func() {
+			sharedMu.Lock()
+			defer sharedMu.Unlock()
+			if s.refs--; s.refs == 0 {
+				delete(sharedAdaptives, key)
+				s.a.Close()
+			}
+		})
+	}, nil
 }

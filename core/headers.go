@@ -91,7 +91,7 @@ func RenderHeaders(d *Decision, o HeaderOptions, set func(name, value string)) {
 		return
 	}
 	if o.Style == HeadersBoth || o.Style == HeadersIETF {
-		set(HeaderRateLimitPolicy, d.Policy.cur.Load().ietfPolicy)
+		set(HeaderRateLimitPolicy, d.Policy.current().ietfPolicy)
 		set(HeaderRateLimit, d.Policy.ietfNames[d.Index]+";r="+strconv.FormatInt(max(0, d.Remaining), 10)+
 			";t="+strconv.FormatInt(Seconds(d.Reset), 10))
 	}

@@ -60,7 +60,7 @@ func TestRetryAfterJitter(t *testing.T) {
 
 func TestSingleLimitUsesPolicyNameAndEscapes(t *testing.T) {
 	p := MustPolicy(`a "b"\c`, PolicyOptions{}, Limit{Count: 5, Window: 500 * time.Millisecond})
-	if p.cur.Load().ietfPolicy != `"a \"b\"\\c";q=5;w=1` {
-		t.Fatalf("got %s", p.cur.Load().ietfPolicy)
+	if p.current().ietfPolicy != `"a \"b\"\\c";q=5;w=1` {
+		t.Fatalf("got %s", p.current().ietfPolicy)
 	}
 }

@@ -44,6 +44,7 @@ var scopeSeed, scopeSeed2 = maphash.MakeSeed(), maphash.MakeSeed()
 // limitSet is a set of limits in force and its RateLimit-Policy field.
 type limitSet struct {
 	limits     []Limit
+	factor     float64 // the adaptive factor they were scaled by
 	ietfPolicy string
 }
 
@@ -90,17 +91,30 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 	p.scopeHash = maphash.String(scopeSeed, p.scope)
 	p.scopeHash2 = maphash.String(scopeSeed2, p.scope)
 	p.ietfNames = limitItemNames(name, p.limits)
-	p.use(p.limits)
-	if p.adapt != nil {
-		p.adapt.onChange(func(f float64) { p.use(scaleLimits(p.limits, f)) })
-		p.use(scaleLimits(p.limits, p.adapt.Factor()))
-	}
+	p.use(p.limits, 1)
 	return p, nil
 }
 
-// use puts limits in force.
-func (p *Policy) use(limits []Limit) {
-	p.cur.Store(&limitSet{limits: limits, ietfPolicy: ietfPolicyField(p.ietfNames, limits)})
+// use puts limits, the configured ones scaled by factor, in force.
+func (p *Policy) use(limits []Limit, factor float64) *limitSet {
+	set := &limitSet{limits: limits, factor: factor, ietfPolicy: ietfPolicyField(p.ietfNames, limits)}
+	p.cur.Store(set)
+	return set
+}
+
+// current returns the limits in force, rescaled first if the adaptive
+// factor moved. Rescaling on read, not on the controller's signal, leaves
+// nothing registered with a controller that outlives the policy (it is
+// shared across config reloads).
+func (p *Policy) current() *limitSet {
+	set := p.cur.Load()
+	if p.adapt != nil {
+		if f := p.adapt.Factor(); f != set.factor {
+			// Concurrent rescales build equal sets; the last one stays.
+			set = p.use(scaleLimits(p.limits, f), f)
+		}
+	}
+	return set
 }
 
 // Adaptive returns the policy's controller, or nil.
@@ -137,7 +151,7 @@ func (p *Policy) Name() string { return p.name }
 
 // Limits returns the limits in force (defaults filled in; scaled by the
 // adaptive factor, if any). The caller must not modify them.
-func (p *Policy) Limits() []Limit { return p.cur.Load().limits }
+func (p *Policy) Limits() []Limit { return p.current().limits }
 
 // Shadow reports whether the policy only reports and always allows.
 func (p *Policy) Shadow() bool { return p.shadow }

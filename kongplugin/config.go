@@ -405,7 +405,11 @@ func compile(c *Config) (*instance, error) {
 	if inst.adaptiveOptions != nil {
 		// One controller per scope and settings for the process's life, so
 		// the factor survives Kong restarting the instance.
-		adaptive = sharedAdaptive(inst.scope+inst.policy.Scope(), *inst.adaptiveOptions)
+		// Kong has no instance-close hook, so the controller is never
+		// released: one per scope and settings lives with the process.
+		if adaptive, _, err = core.AcquireAdaptive("kong|"+inst.scope+inst.policy.Scope(), *inst.adaptiveOptions); err != nil {
+			return nil, err
+		}
 		inst.policy, _ = core.NewPolicy(name, core.PolicyOptions{Shadow: flag(c.Shadow, false), Adaptive: adaptive}, limits...)
 	}
 	if inst.storeConfig, err = storeConfig(c); err != nil {

@@ -7,7 +7,6 @@ package kongplugin
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -109,28 +108,6 @@ func (c *Config) Access(kong *pdk.PDK) {
 	if d.Delay > 0 {
 		holdFor(d.Delay)
 	}
-}
-
-var (
-	adaptivesMu sync.Mutex
-	adaptives   = map[string]*core.Adaptive{}
-)
-
-// sharedAdaptive returns the process's controller for key, starting it on
-// first use.
-func sharedAdaptive(key string, o core.AdaptiveOptions) *core.Adaptive {
-	key += fmt.Sprintf("|%+v", o)
-	adaptivesMu.Lock()
-	defer adaptivesMu.Unlock()
-	if a, ok := adaptives[key]; ok {
-		return a
-	}
-	a, err := core.NewAdaptive(o)
-	if err != nil {
-		panic(err) // o was validated by compile
-	}
-	adaptives[key] = a
-	return a
 }
 
 // Log reports the upstream's answer to an adaptive policy, in Kong's log
