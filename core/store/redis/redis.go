@@ -81,7 +81,11 @@ type Options struct {
 
 // Store is the Redis store.
 type Store struct {
-	client  goredis.UniversalClient
+	client goredis.UniversalClient
+	// prober answers Ping on connections of its own: a breaker probing a
+	// dead Redis must not run up the decision pool's dial errors, after
+	// which go-redis redials only once a second and recovery lags.
+	prober  goredis.UniversalClient
 	prefix  string
 	clock   core.Clock
 	owned   bool
@@ -99,6 +103,13 @@ func New(opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := NewFromClient(goredis.NewUniversalClient(uo), opts)
+	if !uo.IsClusterMode {
+		// (A Cluster client learns of failovers from its own failed calls,
+		// so it probes with itself.)
+		po := *uo
+		po.PoolSize, po.MinIdleConns = 1, 0
+		s.prober = goredis.NewUniversalClient(&po)
+	}
 	s.owned = true
 	s.timeout = uo.ReadTimeout
 	return s, nil
@@ -115,7 +126,7 @@ func NewFromClient(c goredis.UniversalClient, opts Options) *Store {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	s := &Store{client: c, prefix: prefix, clock: opts.Clock, timeout: timeout, local: opts.Clock}
+	s := &Store{client: c, prober: c, prefix: prefix, clock: opts.Clock, timeout: timeout, local: opts.Clock}
 	if s.local == nil {
 		s.local = core.NewMonotonicClock()
 	}
@@ -235,6 +246,9 @@ func (s *Store) Close() error {
 		s.batch.close()
 	}
 	if s.owned {
+		if s.prober != s.client {
+			return errors.Join(s.prober.Close(), s.client.Close())
+		}
 		return s.client.Close()
 	}
 	return nil
@@ -338,8 +352,8 @@ var _ core.Store = (*Store)(nil)
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if c, ok := s.client.(*goredis.ClusterClient); ok {
+	if c, ok := s.prober.(*goredis.ClusterClient); ok {
 		return c.ForEachShard(ctx, func(ctx context.Context, n *goredis.Client) error { return n.Ping(ctx).Err() })
 	}
-	return s.client.Ping(ctx).Err()
+	return s.prober.Ping(ctx).Err()
 }
