@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/caddyproc"
+	"github.com/tollgate/tollgate/internal/redistest"
 )
 
 // overloadableUpstream serves up to capacity requests per second quickly,
@@ -179,4 +180,43 @@ func metric(t *testing.T, c *caddyproc.Caddy, series string) float64 {
 	}
 	v, _ := strconv.ParseFloat(m[1], 64)
 	return v
+}
+
+// TestCaddyAdaptiveFleetSharesFactor: two Caddies on one redis-server with
+// the same adaptive policy; only the first carries traffic to a struggling
+// upstream, yet the second tightens with it (one factor in Redis).
+func TestCaddyAdaptiveFleetSharesFactor(t *testing.T) {
+	rs, err := redistest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Stop)
+	up := &overloadableUpstream{capacity: 50}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: up}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	body := fmt.Sprintf(`
+	tollgate {
+		store redis redis://%s
+		policy upstream {
+			key all
+			limit 400/1s sliding_counter
+			adaptive {
+				interval 500ms
+			}
+		}
+	}
+	reverse_proxy %s`, rs.Addr, l.Addr())
+	busy, idle := caddyproc.Start(t, body), caddyproc.Start(t, body)
+	offer(t, busy.URL+"/", 150, 3*time.Second)
+	fb := metric(t, busy, `tollgate_adaptive_factor{policy="upstream"}`)
+	fi := metric(t, idle, `tollgate_adaptive_factor{policy="upstream"}`)
+	t.Logf("after 3 s of overload through one node: factor %.2f on it, %.2f on the idle node", fb, fi)
+	if fb > 0.6 || fi > 0.6 {
+		t.Fatalf("factors %.2f (busy) and %.2f (idle): the fleet did not tighten together", fb, fi)
+	}
 }
