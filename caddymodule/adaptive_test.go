@@ -53,6 +53,21 @@ func (u *overloadableUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request)
 	w.WriteHeader(status)
 }
 
+// serveUpstream serves an overloadableUpstream of capacity on a loopback
+// port until the test ends.
+func serveUpstream(t *testing.T, capacity int) (*overloadableUpstream, string) {
+	t.Helper()
+	up := &overloadableUpstream{capacity: capacity}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: up}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return up, l.Addr().String()
+}
+
 // rate returns the requests per second the upstream received in [from, to)
 // and the fraction it failed.
 func (u *overloadableUpstream) rate(from, to time.Time) (float64, float64) {
@@ -112,14 +127,7 @@ func offer(t *testing.T, url string, rps int, d time.Duration) int {
 // stops failing; when the load drops, the limit climbs back to 400.
 func TestCaddyAdaptiveFollowsUpstream(t *testing.T) {
 	const capacity = 100
-	up := &overloadableUpstream{capacity: capacity}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: up}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+	up, upAddr := serveUpstream(t, capacity)
 
 	c := caddyproc.Start(t, fmt.Sprintf(`
 	tollgate {
@@ -134,7 +142,7 @@ func TestCaddyAdaptiveFollowsUpstream(t *testing.T) {
 			}
 		}
 	}
-	reverse_proxy %s`, l.Addr()))
+	reverse_proxy %s`, upAddr))
 
 	start := time.Now()
 	passed := offer(t, c.URL+"/", 3*capacity, 8*time.Second)
@@ -191,14 +199,7 @@ func TestCaddyAdaptiveFleetSharesFactor(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rs.Stop)
-	up := &overloadableUpstream{capacity: 50}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: up}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+	_, upAddr := serveUpstream(t, 50)
 	body := fmt.Sprintf(`
 	tollgate {
 		store redis redis://%s
@@ -210,7 +211,7 @@ func TestCaddyAdaptiveFleetSharesFactor(t *testing.T) {
 			}
 		}
 	}
-	reverse_proxy %s`, rs.Addr, l.Addr())
+	reverse_proxy %s`, rs.Addr, upAddr)
 	busy, idle := caddyproc.Start(t, body), caddyproc.Start(t, body)
 	offer(t, busy.URL+"/", 150, 3*time.Second)
 	fb := metric(t, busy, `tollgate_adaptive_factor{policy="upstream"}`)

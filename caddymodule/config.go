@@ -215,8 +215,8 @@ func (c *LimitConfig) limit() (core.Limit, error) {
 	return l, l.Validate()
 }
 
-// policy validates c into a core policy, adaptive over a (nil if not).
-func (c *PolicyConfig) policy(a *core.Adaptive) (*core.Policy, error) {
+// limits validates c (its adaptive settings aside) and returns its limits.
+func (c *PolicyConfig) limits() ([]core.Limit, error) {
 	if strings.TrimSpace(c.Name) == "" {
 		return nil, fmt.Errorf("policy name: must not be empty")
 	}
@@ -236,5 +236,5 @@ func (c *PolicyConfig) policy(a *core.Adaptive) (*core.Policy, error) {
 		}
 		limits[i] = l
 	}
-	return core.NewPolicy(c.Name, core.PolicyOptions{Shadow: c.Shadow, Adaptive: a}, limits...)
+	return limits, nil
 }

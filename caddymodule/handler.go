@@ -5,7 +5,6 @@
 package caddymodule
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -63,7 +62,8 @@ type Handler struct {
 // policy is a provisioned PolicyConfig.
 type policy struct {
 	cfg      *PolicyConfig
-	limiter  *core.Limiter
+	pol      *core.Policy
+	limiter  *core.Limiter // pol over the store, once it is open
 	matchers caddyhttp.MatcherSets
 	key      string
 	literal  string // key with every placeholder removed: an "empty" key
@@ -130,13 +130,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	for _, p := range h.policies {
-		if err := h.store.CheckPolicy(p.limiter.Policy()); err != nil {
+		if err := h.store.CheckPolicy(p.pol); err != nil {
 			return err
 		}
-		p.limiter = core.NewLimiter(p.limiter.Policy(), h.store.Store)
-		if a := p.limiter.Policy().Adaptive(); a != nil {
+		p.limiter = core.NewLimiter(p.pol, h.store.Store)
+		if a := p.pol.Adaptive(); a != nil {
 			// With Redis, every node's controller moves one shared factor.
-			a.SetSync(h.store.FactorSync(p.limiter.Policy().Scope()))
+			a.SetSync(h.store.FactorSync(p.pol.Scope()))
 		}
 	}
 	h.stopLog = h.store.OnStateChange(func(open bool, err error) {
@@ -158,22 +158,29 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 }
 
 func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy, error) {
-	var adaptive *core.Adaptive
-	if pc.Adaptive != nil {
-		// Shared by policy name and limits across reloads, like counters.
-		raw, _ := json.Marshal(pc.Limits)
-		a, release, err := core.AcquireAdaptive("caddy|"+pc.Name+"|"+string(raw), pc.Adaptive.options())
-		if err != nil {
-			return nil, fmt.Errorf("policy %q %w", pc.Name, err)
-		}
-		adaptive = a
-		h.releases = append(h.releases, release)
-	}
-	cp, err := pc.policy(adaptive)
+	limits, err := pc.limits()
 	if err != nil {
 		return nil, err
 	}
-	p := &policy{cfg: pc, key: orDefault(pc.Key, DefaultKey), shared: pc.EmptyKey == "shared", cost: pc.Cost}
+	opts := core.PolicyOptions{Shadow: pc.Shadow}
+	if pc.Adaptive != nil {
+		// Keyed like the counters, so a reload keeps the factor.
+		scope, err := core.PolicyScope(pc.Name, limits...)
+		if err != nil {
+			return nil, err
+		}
+		a, release, err := core.AcquireAdaptive("caddy|"+scope, pc.Adaptive.options())
+		if err != nil {
+			return nil, fmt.Errorf("policy %q %w", pc.Name, err)
+		}
+		opts.Adaptive = a
+		h.releases = append(h.releases, release)
+	}
+	cp, err := core.NewPolicy(pc.Name, opts, limits...)
+	if err != nil {
+		return nil, err
+	}
+	p := &policy{cfg: pc, pol: cp, key: orDefault(pc.Key, DefaultKey), shared: pc.EmptyKey == "shared", cost: pc.Cost}
 	if pc.Cost == 0 {
 		p.cost = 1
 	}
@@ -182,8 +189,6 @@ func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy,
 	for _, l := range cp.Limits() {
 		p.limitIDs = append(p.limitIDs, l.Label())
 	}
-	// The store is not open yet; the limiter is rebuilt over it in Provision.
-	p.limiter = core.NewLimiter(cp, nil)
 	if pc.MatcherSetsRaw != nil {
 		mods, err := ctx.LoadModule(pc, "MatcherSetsRaw")
 		if err != nil {
@@ -297,7 +302,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		if !d.Allowed {
 			break
 		}
-		if a := p.limiter.Policy().Adaptive(); a != nil {
+		if a := p.pol.Adaptive(); a != nil {
 			watch = append(watch, a)
 		}
 		delay = max(delay, d.Delay)

@@ -19,13 +19,16 @@ type metrics struct {
 	storeDuration *prometheus.HistogramVec // policy
 }
 
-// The results a decision is counted under.
+// The results a decision is counted under, indexes into resultNames.
 const (
-	resultAllowed  = "allowed"
-	resultDenied   = "denied"
-	resultShadowed = "shadowed" // denied by the limits, let through by shadow mode
-	resultDelayed  = "delayed"  // allowed after a shaping delay
+	resultAllowed  = iota
+	resultDenied   // denied by the limits
+	resultShadowed // denied by the limits, let through by shadow mode
+	resultDelayed  // allowed after a shaping delay
+	resultCount
 )
+
+var resultNames = [resultCount]string{"allowed", "denied", "shadowed", "delayed"}
 
 func newMetrics(reg *prometheus.Registry, policies []*policy, store *stores.Handle) (*metrics, error) {
 	if reg == nil {
@@ -58,11 +61,11 @@ func newMetrics(reg *prometheus.Registry, policies []*policy, store *stores.Hand
 		return nil, err
 	}
 	for _, p := range policies {
-		a := p.limiter.Policy().Adaptive()
+		pol := p.pol
+		a := pol.Adaptive()
 		if a == nil {
 			continue
 		}
-		pol := p.limiter.Policy()
 		factor := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "tollgate", Name: "adaptive_factor",
 			Help:        "Fraction of the configured limits an adaptive policy allows now (1: all of it).",
@@ -120,12 +123,10 @@ func register[C prometheus.Collector](reg *prometheus.Registry, c C) (C, error) 
 // policyMetrics are one policy's series, resolved once so a request does
 // not look labels up.
 type policyMetrics struct {
-	decisions   [][4]prometheus.Counter // [limit][result]
+	decisions   [][resultCount]prometheus.Counter // [limit][result]
 	storeErrors prometheus.Counter
 	duration    prometheus.Observer
 }
-
-var resultNames = [4]string{resultAllowed, resultDenied, resultShadowed, resultDelayed}
 
 func (m *metrics) forPolicy(p *policy) *policyMetrics {
 	pm := &policyMetrics{
@@ -133,7 +134,7 @@ func (m *metrics) forPolicy(p *policy) *policyMetrics {
 		duration:    m.storeDuration.WithLabelValues(p.cfg.Name),
 	}
 	for _, id := range p.limitIDs {
-		var byResult [4]prometheus.Counter
+		var byResult [resultCount]prometheus.Counter
 		for r, name := range resultNames {
 			byResult[r] = m.decisions.WithLabelValues(p.cfg.Name, id, name)
 		}
@@ -151,14 +152,14 @@ func (pm *policyMetrics) observe(d *core.Decision, err error, took time.Duration
 	if err != nil {
 		return
 	}
-	result := 0 // allowed
+	result := resultAllowed
 	switch {
 	case !d.Allowed:
-		result = 1
+		result = resultDenied
 	case d.Shadowed:
-		result = 2
+		result = resultShadowed
 	case d.Delay > 0:
-		result = 3
+		result = resultDelayed
 	}
 	pm.decisions[d.Index][result].Inc()
 }

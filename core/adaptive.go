@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/refcount"
 )
 
 // AdaptiveOptions tunes an Adaptive controller. Zero fields take the
@@ -133,9 +135,6 @@ func NewAdaptive(opts AdaptiveOptions) (*Adaptive, error) {
 	return a, nil
 }
 
-// Options returns the controller's options with defaults filled in.
-func (a *Adaptive) Options() AdaptiveOptions { return a.opts }
-
 // SetSync shares the factor through s (the Redis store's FactorSync); nil
 // keeps it on this node.
 func (a *Adaptive) SetSync(s FactorSync) {
@@ -208,7 +207,7 @@ func (a *Adaptive) Judge() {
 		}
 		cancel()
 	}
-	a.set(next)
+	a.factorBits.Store(math.Float64bits(next))
 }
 
 // AIMDStep is one interval of AIMD on factor f: multiply by Decrease when
@@ -219,8 +218,6 @@ func AIMDStep(f float64, congested bool, o AdaptiveOptions) float64 {
 	}
 	return min(1, f+o.Increase)
 }
-
-func (a *Adaptive) set(f float64) { a.factorBits.Store(math.Float64bits(f)) }
 
 // quantile returns the upper bound (µs) of the bucket holding quantile q.
 func quantile(counts []int64, total int64, q float64) int64 {
@@ -266,47 +263,22 @@ func scaleLimits(base []Limit, f float64) []Limit {
 	return out
 }
 
-var (
-	sharedMu        sync.Mutex
-	sharedAdaptives = map[string]*sharedAdaptive{}
-)
-
-type sharedAdaptive struct {
-	a    *Adaptive
-	refs int
-}
+// adaptives are the controllers acquired by key, shared across reloads.
+var adaptives refcount.Pool[*Adaptive]
 
 // AcquireAdaptive returns the process's controller for key and opts,
 // starting it on first use, so a policy keeps its factor across config
-// reloads. Call release when the config that acquired it is unloaded; the
-// last release stops the controller.
+// reloads (key it by PolicyScope). Call release when the config that
+// acquired it is unloaded; the last release stops the controller.
 func AcquireAdaptive(key string, opts AdaptiveOptions) (a *Adaptive, release func(), err error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, nil, err
 	}
 	key += fmt.Sprintf("|%+v", o)
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	s, ok := sharedAdaptives[key]
-	if !ok {
-		a, err := NewAdaptive(o)
-		if err != nil {
-			return nil, nil, err
-		}
-		s = &sharedAdaptive{a: a}
-		sharedAdaptives[key] = s
+	if a, err = adaptives.Acquire(key, func() (*Adaptive, error) { return NewAdaptive(o) }); err != nil {
+		return nil, nil, err
 	}
-	s.refs++
 	var once sync.Once
-	return s.a, func() {
-		once.Do(func() {
-			sharedMu.Lock()
-			defer sharedMu.Unlock()
-			if s.refs--; s.refs == 0 {
-				delete(sharedAdaptives, key)
-				s.a.Close()
-			}
-		})
-	}, nil
+	return a, func() { once.Do(func() { _ = adaptives.Release(key, (*Adaptive).Close) }) }, nil
 }

@@ -185,3 +185,17 @@ func TestSlidingLogRingGrowsWithUse(t *testing.T) {
 		t.Fatalf("ring sizes %s, want [4 4 4 4 8]", got)
 	}
 }
+
+func TestPolicyScopeMatchesPolicy(t *testing.T) {
+	limits := []Limit{{Count: 10, Window: time.Second}, {Count: 100, Window: time.Hour, Algorithm: GCRA, Burst: 5}}
+	scope, err := PolicyScope("api", limits...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := MustPolicy("api", PolicyOptions{}, limits...).Scope(); scope != want {
+		t.Fatalf("PolicyScope %q, policy's Scope %q", scope, want)
+	}
+	if _, err := PolicyScope("api", Limit{Count: 0, Window: time.Second}); err == nil {
+		t.Fatal("an invalid limit has a scope")
+	}
+}

@@ -79,9 +79,7 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 		}
 		p.limits[i] = l
 		p.idleUS = max(p.idleUS, l.idleUS())
-		limitSig := l.Algorithm.String() + ":" + strconv.FormatInt(l.Count, 10) + ":" +
-			strconv.FormatInt(l.windowUS, 10) + ":" + strconv.FormatInt(l.burst, 10) + ":" +
-			strconv.FormatInt(l.maxDelayUS, 10)
+		limitSig := l.signature()
 		sig.WriteString("|" + limitSig)
 		h := fnv.New64a()
 		h.Write([]byte(limitSig))
@@ -93,6 +91,27 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 	p.ietfNames = limitItemNames(name, p.limits)
 	p.use(p.limits, 1)
 	return p, nil
+}
+
+// signature identifies a validated limit's algorithm and parameters.
+func (l *Limit) signature() string {
+	return l.Algorithm.String() + ":" + strconv.FormatInt(l.Count, 10) + ":" +
+		strconv.FormatInt(l.windowUS, 10) + ":" + strconv.FormatInt(l.burst, 10) + ":" +
+		strconv.FormatInt(l.maxDelayUS, 10)
+}
+
+// PolicyScope returns the Scope of a policy named name with these limits
+// without building one, so state kept beside policies (an adaptive
+// controller shared across reloads) can be keyed like their counters.
+func PolicyScope(name string, limits ...Limit) (string, error) {
+	sig := name
+	for i, l := range limits {
+		if err := l.validate(); err != nil {
+			return "", fmt.Errorf("policy %q limit %d (%s): %w", name, i+1, l.Rate(), err)
+		}
+		sig += "|" + l.signature()
+	}
+	return sig, nil
 }
 
 // use puts limits, the configured ones scaled by factor, in force.

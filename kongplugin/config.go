@@ -341,7 +341,11 @@ func compile(c *Config) (*instance, error) {
 			return nil, fmt.Errorf("%s: %v is below %s's %v (a longer period must allow at least as many requests)", name, *v, prevName, prev)
 		}
 		prevName, prev = name, *v
-		limits = append(limits, core.Limit{Name: name, Count: count, Window: periods[i].window, Algorithm: alg})
+		l := core.Limit{Name: name, Count: count, Window: periods[i].window, Algorithm: alg}
+		if err := l.Validate(); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		limits = append(limits, l)
 		inst.headerNames = append(inst.headerNames, periods[i].header)
 	}
 	for i, lc := range c.Limits {
@@ -378,39 +382,33 @@ func compile(c *Config) (*instance, error) {
 	if len(limits) == 0 {
 		return nil, fmt.Errorf("second, minute, hour, day, month, year or limits: at least one limit is required")
 	}
-	for i := range limits {
-		if err := limits[i].Validate(); err != nil {
-			return nil, fmt.Errorf("%s: %w", limits[i].Name, err)
-		}
-	}
 
 	// Counters are per route and service the plugin is attached to, as
 	// Kong's, unless a namespace shares them.
-	var adaptive *core.Adaptive
-	if c.Adaptive != nil && flag(c.Adaptive.Enabled, true) {
-		o, err := c.Adaptive.options()
-		if err != nil {
-			return nil, err
-		}
-		inst.adaptiveOptions = &o
-	}
 	inst.scope = "route=" + str(c.attached.RouteID, "") + ",service=" + str(c.attached.ServiceID, "") + "|"
 	name := "tollgate"
 	if c.Namespace != nil && *c.Namespace != "" {
 		inst.scope, name = "ns="+*c.Namespace+"|", *c.Namespace
 	}
-	if inst.policy, err = core.NewPolicy(name, core.PolicyOptions{Shadow: flag(c.Shadow, false)}, limits...); err != nil {
-		return nil, err
-	}
-	if inst.adaptiveOptions != nil {
-		// One controller per scope and settings for the process's life, so
-		// the factor survives Kong restarting the instance.
-		// Kong has no instance-close hook, so the controller is never
-		// released: one per scope and settings lives with the process.
-		if adaptive, _, err = core.AcquireAdaptive("kong|"+inst.scope+inst.policy.Scope(), *inst.adaptiveOptions); err != nil {
+	opts := core.PolicyOptions{Shadow: flag(c.Shadow, false)}
+	if c.Adaptive != nil && flag(c.Adaptive.Enabled, true) {
+		o, err := c.Adaptive.options()
+		if err != nil {
 			return nil, err
 		}
-		inst.policy, _ = core.NewPolicy(name, core.PolicyOptions{Shadow: flag(c.Shadow, false), Adaptive: adaptive}, limits...)
+		scope, err := core.PolicyScope(name, limits...)
+		if err != nil {
+			return nil, err
+		}
+		// One controller per scope and settings, so the factor survives
+		// Kong restarting the instance. Kong has no instance-close hook, so
+		// it is never released: it lives with the process.
+		if opts.Adaptive, _, err = core.AcquireAdaptive("kong|"+inst.scope+scope, o); err != nil {
+			return nil, err
+		}
+	}
+	if inst.policy, err = core.NewPolicy(name, opts, limits...); err != nil {
+		return nil, err
 	}
 	if inst.storeConfig, err = storeConfig(c); err != nil {
 		return nil, err

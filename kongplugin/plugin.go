@@ -45,16 +45,14 @@ type instance struct {
 	style       core.HeaderOptions
 	headerNames []string // per limit: Second..Year, or the extra limit's name
 
-	adaptiveOptions *core.AdaptiveOptions
-
 	once    sync.Once
 	limiter *core.Limiter
 	openErr error
 }
 
-// store opens (or joins) the shared store on first use; a Kong instance has
-// no close event, so the handle stays with the process (one per distinct
-// store config).
+// limiterOrErr opens (or joins) the shared store on first use; a Kong
+// instance has no close event, so the handle stays with the process (one
+// per distinct store config).
 func (inst *instance) limiterOrErr() (*core.Limiter, error) {
 	inst.once.Do(func() {
 		h, err := stores.Acquire(inst.storeConfig)

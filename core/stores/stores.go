@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/store/memory"
 	"github.com/tollgate/tollgate/core/store/redis"
+	"github.com/tollgate/tollgate/internal/refcount"
 )
 
 // Config describes a store.
@@ -59,7 +60,6 @@ type Handle struct {
 	Redis *redis.Store
 
 	key     string
-	refs    int
 	closers []func() error
 
 	mu        sync.Mutex
@@ -67,28 +67,20 @@ type Handle struct {
 	nextID    int
 }
 
-var (
-	registryMu sync.Mutex
-	registry   = map[string]*Handle{}
-)
+// handles are the open stores, by config identity.
+var handles refcount.Pool[*Handle]
 
 // Acquire returns the shared store for c, opening it if no live handle has
 // the same config. Errors name the field and value at fault.
 func Acquire(c Config) (*Handle, error) {
 	key := c.identity()
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	if h, ok := registry[key]; ok {
-		h.refs++
-		return h, nil
-	}
-	h, err := open(c)
-	if err != nil {
-		return nil, err
-	}
-	h.key, h.refs = key, 1
-	registry[key] = h
-	return h, nil
+	return handles.Acquire(key, func() (*Handle, error) {
+		h, err := open(c)
+		if err == nil {
+			h.key = key
+		}
+		return h, err
+	})
 }
 
 func open(c Config) (*Handle, error) {
@@ -182,17 +174,9 @@ func (h *Handle) notify(open bool, err error) {
 }
 
 // Release gives the handle back; the last release closes the store.
-func (h *Handle) Release() error {
-	registryMu.Lock()
-	h.refs--
-	last := h.refs == 0
-	if last {
-		delete(registry, h.key)
-	}
-	registryMu.Unlock()
-	if !last {
-		return nil
-	}
+func (h *Handle) Release() error { return handles.Release(h.key, (*Handle).close) }
+
+func (h *Handle) close() error {
 	var errs []error
 	for _, c := range h.closers {
 		errs = append(errs, c())
@@ -201,8 +185,4 @@ func (h *Handle) Release() error {
 }
 
 // Live returns how many distinct stores are open (for tests).
-func Live() int {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	return len(registry)
-}
+func Live() int { return handles.Len() }
