@@ -186,7 +186,7 @@ func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy,
 	}
 	p.literal = caddy.NewEmptyReplacer().ReplaceAll(p.key, "")
 	p.constant = p.literal == p.key
-	for _, l := range cp.Limits() {
+	for _, l := range cp.Configured() { // stable labels: not the adapted counts
 		p.limitIDs = append(p.limitIDs, l.Label())
 	}
 	if pc.MatcherSetsRaw != nil {
