@@ -83,7 +83,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			if _, err := core.ParseHeaderStyle(v); err != nil {
-				return d.Errf("headers: %v", err)
+				return d.Err(err.Error())
 			}
 			h.Headers = v
 		case "status":

@@ -125,7 +125,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{`policy a {
 			limit 10/1m
 		}
-		headers fancy`, `headers: unknown header style "fancy"`},
+		headers fancy`, `headers: unknown style "fancy"`},
 		{`policy a {
 			limit 10/1m
 		}

@@ -9,8 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/tollgate/tollgate/core"
-	"github.com/tollgate/tollgate/core/store/redis"
-	"github.com/tollgate/tollgate/core/stores"
+	"github.com/tollgate/tollgate/core/store"
 )
 
 // DefaultKey is a policy's key when none is set: the client IP as Caddy's
@@ -57,8 +56,8 @@ type StoreConfig struct {
 }
 
 // storeConfig validates c and turns it into the core's store config.
-func (c *StoreConfig) storeConfig() (stores.Config, error) {
-	var sc stores.Config
+func (c *StoreConfig) storeConfig() (store.Config, error) {
+	var sc store.Config
 	if c == nil {
 		return sc, nil
 	}
@@ -70,7 +69,7 @@ func (c *StoreConfig) storeConfig() (stores.Config, error) {
 	if typ == "" {
 		typ = "memory"
 	}
-	ro := &redis.Options{
+	ro := &store.RedisConfig{
 		URL: c.URL, Addrs: c.Addrs, Username: c.Username, Password: c.Password, DB: c.DB,
 		SentinelPassword: c.SentinelPassword, TLS: c.TLS, TLSServerName: c.TLSServerName,
 		Timeout: time.Duration(c.Timeout), PoolSize: c.PoolSize, Prefix: c.Prefix,

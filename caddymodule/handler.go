@@ -17,7 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/httplimit"
-	"github.com/tollgate/tollgate/core/stores"
+	"github.com/tollgate/tollgate/core/store"
 )
 
 func init() {
@@ -53,7 +53,7 @@ type Handler struct {
 
 	policies []*policy
 	headers  core.HeaderOptions
-	store    *stores.Handle
+	store    *store.Handle
 	stopLog  func()
 	releases []func() // adaptive controllers acquired
 	logger   *zap.Logger
@@ -91,7 +91,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	style, err := core.ParseHeaderStyle(orDefault(h.Headers, "both"))
 	if err != nil {
-		return fmt.Errorf("headers: %w", err)
+		return err
 	}
 	if h.Jitter < 0 || h.Jitter > 1 {
 		return fmt.Errorf("jitter: %g must be between 0 and 1", h.Jitter)
@@ -125,7 +125,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		h.policies = append(h.policies, p)
 	}
-	h.store, err = stores.Acquire(sc)
+	h.store, err = store.Acquire(sc)
 	if err != nil {
 		return err
 	}

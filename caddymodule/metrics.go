@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate/core"
-	"github.com/tollgate/tollgate/core/stores"
+	"github.com/tollgate/tollgate/core/store"
 )
 
 // metrics are the handler's Prometheus series, registered in Caddy's
@@ -30,7 +30,7 @@ const (
 
 var resultNames = [resultCount]string{"allowed", "denied", "shadowed", "delayed"}
 
-func newMetrics(reg *prometheus.Registry, policies []*policy, store *stores.Handle) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, policies []*policy, store *store.Handle) (*metrics, error) {
 	if reg == nil {
 		// A context without a registry (tests): count into one nobody reads.
 		reg = prometheus.NewRegistry()

@@ -9,7 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/tollgate/tollgate/core/stores"
+	"github.com/tollgate/tollgate/core/store"
 )
 
 // provision loads h from JSON as Caddy would (Provision, then Validate).
@@ -34,7 +34,7 @@ func provision(t *testing.T, raw string) (*Handler, error) {
 // TestJSONErrors checks that bad Caddy JSON is refused at load with an
 // error naming the field and value.
 func TestJSONErrors(t *testing.T) {
-	before := stores.Live()
+	before := store.Live()
 	for _, tc := range []struct{ json, want string }{
 		{`{}`, `policies: need at least one policy`},
 		{`{"policies":[{"name":"","limits":[{"count":1,"window":1000000000}]}]}`, `policy name: must not be empty`},
@@ -48,7 +48,7 @@ func TestJSONErrors(t *testing.T) {
 		{`{"policies":[{"name":"a","empty_key":"x","limits":[{"count":5,"window":"1m"}]}]}`, `policy "a" empty_key: unknown "x"`},
 		{`{"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]},{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `policy "a": name used twice`},
 		{`{"status":302,"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `status: 302 is not a 4xx or 5xx code`},
-		{`{"headers":"loud","policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `headers: unknown header style "loud"`},
+		{`{"headers":"loud","policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `headers: unknown style "loud"`},
 		{`{"jitter":1.5,"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `jitter: 1.5 must be between 0 and 1`},
 		{`{"store":{"type":"disk"},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store type: unknown "disk"`},
 		{`{"store":{"type":"redis"},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store redis: needs a url`},
@@ -70,7 +70,7 @@ func TestJSONErrors(t *testing.T) {
 			t.Errorf("%s:\n got %v\nwant %q", tc.json, err, tc.want)
 		}
 	}
-	if after := stores.Live(); after != before {
+	if after := store.Live(); after != before {
 		t.Errorf("refused configs left %d stores open", after-before)
 	}
 }
@@ -79,7 +79,7 @@ func TestJSONErrors(t *testing.T) {
 // the same store (counters survive a reload), and the store closes with
 // the last handler.
 func TestReloadSharesStore(t *testing.T) {
-	before := stores.Live()
+	before := store.Live()
 	const cfg = `{"store":{"max_keys":777},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`
 	old, err := provision(t, cfg)
 	if err != nil {
@@ -92,15 +92,15 @@ func TestReloadSharesStore(t *testing.T) {
 	if old.store != reloaded.store {
 		t.Fatal("equal store configs got different stores")
 	}
-	if got := stores.Live(); got != before+1 {
+	if got := store.Live(); got != before+1 {
 		t.Fatalf("%d stores open, want %d", got, before+1)
 	}
 	_ = old.Cleanup()
-	if got := stores.Live(); got != before+1 {
+	if got := store.Live(); got != before+1 {
 		t.Fatalf("store closed while a handler still uses it")
 	}
 	_ = reloaded.Cleanup()
-	if got := stores.Live(); got != before {
+	if got := store.Live(); got != before {
 		t.Fatalf("store still open after its last handler's cleanup")
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tollgate/tollgate/internal/refcount"
+	"github.com/tollgate/tollgate/core/internal/refcount"
 )
 
 // AdaptiveOptions tunes an Adaptive controller. Zero fields take the
@@ -85,9 +85,9 @@ func (o AdaptiveOptions) withDefaults() (AdaptiveOptions, error) {
 }
 
 // FactorSync shares an adaptive factor across gateway nodes: given this
-// node's verdict for the interval, it applies AIMD to the shared factor
-// (at most one decrease, or one increase, per interval fleet-wide) and
-// returns the factor all nodes now use.
+// node's verdict for the interval, it applies AIMD's Lua twin (AIMDLua) to
+// the shared factor on the shared store's clock and returns the factor all
+// nodes now use.
 type FactorSync interface {
 	SyncFactor(ctx context.Context, congested bool, o AdaptiveOptions) (float64, error)
 }
@@ -116,8 +116,12 @@ type Adaptive struct {
 	factorBits atomic.Uint64
 	mu         sync.Mutex
 	sync       FactorSync
-	stop       chan struct{}
-	stopped    sync.Once
+	// state is the local AIMD state; judged counts the intervals judged,
+	// which is the local rule's clock (one Judge, one interval).
+	state   AIMDState
+	judged  int64
+	stop    chan struct{}
+	stopped sync.Once
 	// lastQuantile is the latency quantile of the last judged interval.
 	lastQuantile atomic.Int64
 }
@@ -196,27 +200,17 @@ func (a *Adaptive) Judge() {
 		(float64(errs) > a.opts.ErrorRate*float64(total) ||
 			(a.opts.LatencyTarget > 0 && q > a.opts.LatencyTarget.Microseconds()))
 	a.mu.Lock()
-	sync := a.sync
-	a.mu.Unlock()
-	f := a.Factor()
-	next := AIMDStep(f, congested, a.opts)
-	if sync != nil {
+	defer a.mu.Unlock()
+	a.judged++
+	a.state = AIMD(a.state, a.judged*a.opts.Interval.Microseconds(), congested, a.opts)
+	if a.sync != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), a.opts.Interval/2)
-		if shared, err := sync.SyncFactor(ctx, congested, a.opts); err == nil {
-			next = shared
+		if shared, err := a.sync.SyncFactor(ctx, congested, a.opts); err == nil {
+			a.state.Factor = shared
 		}
 		cancel()
 	}
-	a.factorBits.Store(math.Float64bits(next))
-}
-
-// AIMDStep is one interval of AIMD on factor f: multiply by Decrease when
-// congested, else add Increase, kept within [MinFactor, 1].
-func AIMDStep(f float64, congested bool, o AdaptiveOptions) float64 {
-	if congested {
-		return max(o.MinFactor, f*o.Decrease)
-	}
-	return min(1, f+o.Increase)
+	a.factorBits.Store(math.Float64bits(a.state.Factor))
 }
 
 // quantile returns the upper bound (µs) of the bucket holding quantile q.

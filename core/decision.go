@@ -51,9 +51,18 @@ func (d *Decision) reset(p *Policy, cost int64) {
 // run Policy.Apply calls it, fills Results[:N] and calls Summarize.
 func (d *Decision) Start(p *Policy, cost int64) { d.reset(p, cost) }
 
-// DecidingLimit returns the limit that decided, or nil if d is empty.
+// Undecided fills d with a verdict no limit made: allowed or not, with no
+// result (N is 0), so nothing reports a count, a reset or a retry-after it
+// does not know. A store's failure policy uses it when the shared store
+// cannot answer (on_error allow or deny); headers render nothing for it.
+func (d *Decision) Undecided(p *Policy, cost int64, allowed bool) {
+	*d = Decision{Policy: p, Cost: cost, Allowed: allowed}
+}
+
+// DecidingLimit returns the limit that decided, or nil if d is empty or
+// undecided.
 func (d *Decision) DecidingLimit() *Limit {
-	if d.Policy == nil {
+	if d.Policy == nil || d.N == 0 {
 		return nil
 	}
 	limits := d.Policy.Limits()

@@ -26,19 +26,27 @@ const (
 	HeadersXRateLimit
 	// HeadersNone sends no rate-limit header at all, not even Retry-After.
 	HeadersNone
+	// HeadersKong sends the fields Kong's rate-limiting plugin sends:
+	// X-RateLimit-Limit-<Name> and X-RateLimit-Remaining-<Name> for every
+	// limit (Name is the limit's label with its first letter upper-cased, so
+	// a limit named "minute" gives X-RateLimit-Limit-Minute), then
+	// RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset (whole
+	// seconds, at least 1) for the deciding limit, and on denial
+	// Retry-After equal to that reset, or to the retry-after if it is later.
+	HeadersKong
 )
 
-var headerStyleNames = []string{HeadersBoth: "both", HeadersIETF: "ietf", HeadersXRateLimit: "xratelimit", HeadersNone: "none"}
+var headerStyleNames = []string{HeadersBoth: "both", HeadersIETF: "ietf", HeadersXRateLimit: "xratelimit", HeadersNone: "none", HeadersKong: "kong"}
 
 // String returns the configuration name of s.
 func (s HeaderStyle) String() string { return enumName(headerStyleNames, s, "HeaderStyle") }
 
-// ParseHeaderStyle reads "ietf", "xratelimit", "both" or "none".
+// ParseHeaderStyle reads "ietf", "xratelimit", "both", "none" or "kong".
 func ParseHeaderStyle(s string) (HeaderStyle, error) {
 	if style, ok := parseEnum[HeaderStyle](headerStyleNames, s); ok {
 		return style, nil
 	}
-	return 0, fmt.Errorf("unknown header style %q (want ietf, xratelimit, both or none)", s)
+	return 0, fmt.Errorf("headers: unknown style %q (want ietf, xratelimit, both, none or kong)", s)
 }
 
 // HeaderOptions configures header rendering.
@@ -60,6 +68,10 @@ const (
 	HeaderXRemaining      = "X-Ratelimit-Remaining"
 	HeaderXReset          = "X-Ratelimit-Reset"
 	HeaderRetryAfter      = "Retry-After"
+	// Kong's names, in Kong's casing (HeadersKong).
+	HeaderKongLimit     = "RateLimit-Limit"
+	HeaderKongRemaining = "RateLimit-Remaining"
+	HeaderKongReset     = "RateLimit-Reset"
 )
 
 // Seconds rounds d up to whole seconds, never below 0.
@@ -87,7 +99,11 @@ func (o HeaderOptions) RetryAfterSeconds(d *Decision) int64 {
 // RenderHeaders calls set for every header d carries under o. Retry-After is
 // set only for a request that is denied (not for shadowed ones).
 func RenderHeaders(d *Decision, o HeaderOptions, set func(name, value string)) {
-	if o.Style == HeadersNone || d.Policy == nil {
+	if o.Style == HeadersNone || d.Policy == nil || d.N == 0 {
+		return
+	}
+	if o.Style == HeadersKong {
+		renderKong(d, set)
 		return
 	}
 	if o.Style == HeadersBoth || o.Style == HeadersIETF {
@@ -121,12 +137,51 @@ func WriteHeaders(h http.Header, d *Decision, o HeaderOptions) {
 	backing := make([]string, n)
 	copy(backing, values[:n])
 	for i := 0; i < n; i++ {
-		h[names[i]] = backing[i : i+1 : i+1]
+		name := names[i]
+		if o.Style == HeadersKong {
+			name = http.CanonicalHeaderKey(name) // Kong's casing is not net/http's
+		}
+		h[name] = backing[i : i+1 : i+1]
 	}
 }
 
-// maxHeaders is the most headers RenderHeaders sets.
-const maxHeaders = 6
+// renderKong sets Kong's header set for d (see HeadersKong).
+func renderKong(d *Decision, set func(name, value string)) {
+	names := d.Policy.kongNames
+	for i := 0; i < d.N; i++ {
+		r := &d.Results[i]
+		set(names[2*i], strconv.FormatInt(r.Limit, 10))
+		set(names[2*i+1], strconv.FormatInt(max(0, r.Remaining), 10))
+	}
+	reset := max(1, Seconds(d.Reset))
+	if !d.Allowed {
+		reset = max(reset, Seconds(d.RetryAfter))
+	}
+	set(HeaderKongLimit, strconv.FormatInt(d.Limit, 10))
+	set(HeaderKongRemaining, strconv.FormatInt(max(0, d.Remaining), 10))
+	set(HeaderKongReset, strconv.FormatInt(reset, 10))
+	if !d.Allowed {
+		set(HeaderRetryAfter, strconv.FormatInt(reset, 10))
+	}
+}
+
+// kongHeaderNames returns, per limit, Kong's X-RateLimit-Limit-<Name> and
+// X-RateLimit-Remaining-<Name> header names, in Kong's casing.
+func kongHeaderNames(limits []Limit) []string {
+	names := make([]string, 0, 2*len(limits))
+	for _, l := range limits {
+		suffix := l.Label()
+		if c := suffix[0]; c >= 'a' && c <= 'z' {
+			suffix = string(c-'a'+'A') + suffix[1:]
+		}
+		names = append(names, "X-RateLimit-Limit-"+suffix, "X-RateLimit-Remaining-"+suffix)
+	}
+	return names
+}
+
+// maxHeaders is the most headers RenderHeaders sets: Kong's set for
+// MaxLimits limits.
+const maxHeaders = 2*MaxLimits + 4
 
 // sfString renders s as a structured-field string (RFC 9651): printable
 // ASCII in quotes, with quote and backslash escaped; other bytes become '_'.

@@ -32,6 +32,7 @@ type Policy struct {
 	// ietfNames quotes each limit's name; ietfPolicy is the constant
 	// RateLimit-Policy field.
 	ietfNames  []string
+	kongNames  []string // per limit: Kong's limit and remaining header names
 	scopeHash  uint64
 	scopeHash2 uint64
 	limitIDs   []string
@@ -89,6 +90,7 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 	p.scopeHash = maphash.String(scopeSeed, p.scope)
 	p.scopeHash2 = maphash.String(scopeSeed2, p.scope)
 	p.ietfNames = limitItemNames(name, p.limits)
+	p.kongNames = kongHeaderNames(p.limits)
 	p.use(p.limits, 1)
 	return p, nil
 }

@@ -368,3 +368,37 @@ func shaperRoom(ahead, maxWait, queue, w int64) int64 {
 	}
 	return min((maxWait-ahead)/w+1, (queue-ahead)/w)
 }
+
+// WindowCount is one window of a counting algorithm's state: the window's
+// start (µs since the epoch) and the units of cost counted in it.
+type WindowCount struct {
+	Start, Count int64
+}
+
+// CountedWindows returns the windows a FixedWindow or SlidingCounter state
+// counts, newest first: the current window and, for SlidingCounter, the one
+// before it. n is 0 for the other algorithms, which do not count per window.
+// Eventual mode shares these counts between nodes (see WithCounts); the
+// window starts are the step function's own, so it never aligns a window
+// itself.
+func CountedWindows(l *Limit, s State) (windows [2]WindowCount, n int) {
+	switch l.Algorithm {
+	case FixedWindow:
+		return [2]WindowCount{{s.A, s.B}}, 1
+	case SlidingCounter:
+		return [2]WindowCount{{s.A, s.B}, {s.A - l.windowUS, s.C}}, 2
+	}
+	return windows, 0
+}
+
+// WithCounts returns s with the counts of the windows CountedWindows
+// reports replaced by counts, in the same order.
+func WithCounts(l *Limit, s State, counts [2]int64) State {
+	switch l.Algorithm {
+	case FixedWindow:
+		s.B = counts[0]
+	case SlidingCounter:
+		s.B, s.C = counts[0], counts[1]
+	}
+	return s
+}

@@ -86,3 +86,28 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	err := l.Decide(ctx, key, 1, &d)
 	return d, err
 }
+
+// SharedCount is one window's count of one counting limit (FixedWindow or
+// SlidingCounter) of one key, as eventual mode shares it between nodes.
+type SharedCount struct {
+	// Policy and Key name the state; Limit is the limit's index in
+	// Policy.Limits().
+	Policy *Policy
+	Key    string
+	Limit  int
+	// Start is the window's start in µs, as CountedWindows reports it.
+	Start int64
+	// Add is the units this node counted since it last shared them (0 to
+	// only read).
+	Add int64
+	// Total is set by AddCounts: the fleet's units in that window.
+	Total int64
+}
+
+// CountStore is a shared store that keeps plain per-window counts: eventual
+// mode pushes its nodes' counts to it and reads the fleet's back.
+type CountStore interface {
+	// AddCounts adds every count's Add to the shared count of its window and
+	// sets its Total, in one round trip.
+	AddCounts(ctx context.Context, counts []SharedCount) error
+}

@@ -9,8 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
-	"github.com/tollgate/tollgate/core/store/redis"
-	"github.com/tollgate/tollgate/core/stores"
+	"github.com/tollgate/tollgate/core/store"
 )
 
 // Config is the plugin's configuration as Kong sends it: a superset of
@@ -211,16 +210,15 @@ func (w Window) duration() (time.Duration, error) {
 
 // periods are Kong's limit fields, shortest first.
 var periods = []struct {
-	name   string // the field, lower case
-	header string // its name in X-RateLimit-*-<Period>
+	name   string // the field, and the limit's name (Kong's headers say Minute)
 	window time.Duration
 }{
-	{"second", "Second", time.Second},
-	{"minute", "Minute", time.Minute},
-	{"hour", "Hour", time.Hour},
-	{"day", "Day", 24 * time.Hour},
-	{"month", "Month", 30 * 24 * time.Hour},
-	{"year", "Year", 365 * 24 * time.Hour},
+	{"second", time.Second},
+	{"minute", time.Minute},
+	{"hour", time.Hour},
+	{"day", 24 * time.Hour},
+	{"month", 30 * 24 * time.Hour},
+	{"year", 365 * 24 * time.Hour},
 }
 
 func (c *Config) periodValues() []*float64 {
@@ -278,7 +276,7 @@ func wholeNumber(field string, v, lo, hi float64) (int64, error) {
 }
 
 // limitBys are the identifiers limit_by accepts.
-var limitBys = []string{"consumer", "credential", "ip", "service", "header", "path"}
+var limitBys = []string{"consumer", "ip", "service", "header", "path"}
 
 // compile validates c and builds what a request needs.
 func compile(c *Config) (*instance, error) {
@@ -308,14 +306,11 @@ func compile(c *Config) (*instance, error) {
 		return nil, err
 	}
 	inst.cost = cost
-	inst.headers = str(c.Headers, "kong")
-	if inst.headers != "kong" {
-		style, err := core.ParseHeaderStyle(inst.headers)
-		if err != nil {
-			return nil, fmt.Errorf("headers: unknown %q (want kong, ietf, xratelimit, both or none)", inst.headers)
-		}
-		inst.style = core.HeaderOptions{Style: style}
+	style, err := core.ParseHeaderStyle(str(c.Headers, "kong"))
+	if err != nil {
+		return nil, err
 	}
+	inst.style = core.HeaderOptions{Style: style}
 	alg := core.FixedWindow
 	if c.Algorithm != nil && *c.Algorithm != "" {
 		if alg, err = core.ParseAlgorithm(*c.Algorithm); err != nil {
@@ -346,7 +341,6 @@ func compile(c *Config) (*instance, error) {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		limits = append(limits, l)
-		inst.headerNames = append(inst.headerNames, periods[i].header)
 	}
 	for i, lc := range c.Limits {
 		field := fmt.Sprintf("limits[%d]", i)
@@ -377,7 +371,6 @@ func compile(c *Config) (*instance, error) {
 			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 		limits = append(limits, l)
-		inst.headerNames = append(inst.headerNames, l.Name)
 	}
 	if len(limits) == 0 {
 		return nil, fmt.Errorf("second, minute, hour, day, month, year or limits: at least one limit is required")
@@ -414,7 +407,7 @@ func compile(c *Config) (*instance, error) {
 		return nil, err
 	}
 	if inst.storeConfig.Eventual {
-		if err := redis.CheckPolicy(inst.policy); err != nil {
+		if err := inst.storeConfig.CheckPolicy(inst.policy); err != nil {
 			return nil, fmt.Errorf("sync_rate: %v", err)
 		}
 	}
@@ -431,8 +424,8 @@ func contains(list []string, s string) bool {
 }
 
 // storeConfig reads policy, redis, sync_rate, fault_tolerant and on_error.
-func storeConfig(c *Config) (stores.Config, error) {
-	var sc stores.Config
+func storeConfig(c *Config) (store.Config, error) {
+	var sc store.Config
 	policy := str(c.Policy, "local")
 	onError := core.OnErrorLocal
 	if !flag(c.FaultTolerant, true) {
@@ -485,7 +478,7 @@ func storeConfig(c *Config) (stores.Config, error) {
 	if timeoutMS <= 0 {
 		return sc, fmt.Errorf("redis.timeout: %v ms must be above 0", timeoutMS)
 	}
-	ro := &redis.Options{
+	ro := &store.RedisConfig{
 		Username: pick(r.Username, c.RedisUsername), Password: pick(r.Password, c.RedisPassword), DB: int(db),
 		Timeout: time.Duration(timeoutMS * float64(time.Millisecond)),
 		TLS:     pickFlag(r.SSL, c.RedisSSL, false), TLSServerName: pick(r.ServerName, c.RedisServerName),

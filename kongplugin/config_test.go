@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/Kong/go-pdk/test"
+
+	"github.com/tollgate/tollgate/core"
 )
 
 // kongNulls is every schema field null, as Kong sends an unset config, plus
@@ -31,7 +33,7 @@ func TestConfigDefaultsSurviveNulls(t *testing.T) {
 	}
 	inst := c.compiled
 	if inst.limitBy != "consumer" || inst.status != 429 || inst.message != "API rate limit exceeded" ||
-		inst.headers != "kong" || inst.cost != 1 || inst.hide || inst.storeConfig.Redis != nil {
+		inst.style.Style != core.HeadersKong || inst.cost != 1 || inst.hide || inst.storeConfig.Redis != nil {
 		t.Fatalf("defaults: %+v", inst)
 	}
 	l := inst.policy.Limits()[0]
@@ -90,7 +92,7 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":1,"algorithm":"gcra"`, `sync_rate: policy "tollgate" limit 1 (5/1m): eventual mode counts requests`},
 		{`"minute":5,"error_code":200`, `error_code: 200 must be a whole number from 400 to 599`},
 		{`"minute":5,"algorithm":"quantum"`, `algorithm: unknown algorithm "quantum"`},
-		{`"minute":5,"headers":"loud"`, `headers: unknown "loud"`},
+		{`"minute":5,"headers":"loud"`, `headers: unknown style "loud"`},
 		{`"minute":5,"on_error":"shrug"`, `on_error: unknown value "shrug"`},
 		{`"minute":5,"cost":-1`, `cost: -1 must be a whole number`},
 		{`"limits":[{"count":5,"window":"soon"}]`, `limits[0].window: window "soon": not a duration`},
@@ -117,8 +119,8 @@ func TestExtraLimitsWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	ls := c.compiled.policy.Limits()
-	if ls[0].Window != 10*time.Second || ls[1].Window != 90*time.Second || ls[1].Burst != 10 || c.compiled.headerNames[1] != "1m30s" {
-		t.Fatalf("limits %+v names %v", ls, c.compiled.headerNames)
+	if ls[0].Window != 10*time.Second || ls[1].Window != 90*time.Second || ls[1].Burst != 10 || ls[1].Name != "1m30s" {
+		t.Fatalf("limits %+v", ls)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/Kong/go-pdk"
 
 	"github.com/tollgate/tollgate/core"
-	"github.com/tollgate/tollgate/core/stores"
+	"github.com/tollgate/tollgate/core/store"
 )
 
 // Version is the plugin's version, reported to Kong.
@@ -32,7 +32,7 @@ func New() interface{} { return &Config{} }
 // instance is a validated config, ready for requests.
 type instance struct {
 	policy      *core.Policy
-	storeConfig stores.Config
+	storeConfig store.Config
 	scope       string // prefixed to every identifier
 	limitBy     string
 	headerName  string
@@ -41,9 +41,7 @@ type instance struct {
 	status      int
 	message     string
 	cost        int64
-	headers     string // kong, or a core header style name
 	style       core.HeaderOptions
-	headerNames []string // per limit: Second..Year, or the extra limit's name
 
 	once    sync.Once
 	limiter *core.Limiter
@@ -55,7 +53,7 @@ type instance struct {
 // per distinct store config).
 func (inst *instance) limiterOrErr() (*core.Limiter, error) {
 	inst.once.Do(func() {
-		h, err := stores.Acquire(inst.storeConfig)
+		h, err := store.Acquire(inst.storeConfig)
 		if err != nil {
 			inst.openErr = err
 			return
@@ -187,52 +185,13 @@ func exitJSON(kong *pdk.PDK, status int, message string, headers map[string][]st
 	kong.Response.Exit(status, body, headers)
 }
 
-// Kong's header names.
-const (
-	kongLimitPrefix     = "X-RateLimit-Limit-"
-	kongRemainingPrefix = "X-RateLimit-Remaining-"
-	kongLimit           = "RateLimit-Limit"
-	kongRemaining       = "RateLimit-Remaining"
-	kongReset           = "RateLimit-Reset"
-)
-
 // render returns the response headers for d, nil when hidden.
 func (inst *instance) render(d *core.Decision) map[string][]string {
 	if inst.hide {
 		return nil
 	}
 	h := map[string][]string{}
-	if inst.headers != "kong" {
-		core.RenderHeaders(d, inst.style, func(name, value string) { h[name] = []string{value} })
-		return h
-	}
-	// Kong's set: every period's limit and remaining, then RateLimit-* for
-	// the period with the least remaining (ties to the longer window).
-	best := -1
-	var bestRemaining int64
-	for i := 0; i < d.N; i++ {
-		r := &d.Results[i]
-		remaining := max(0, r.Remaining)
-		h[kongLimitPrefix+inst.headerNames[i]] = []string{strconv.FormatInt(r.Limit, 10)}
-		h[kongRemainingPrefix+inst.headerNames[i]] = []string{strconv.FormatInt(remaining, 10)}
-		if best < 0 || remaining < bestRemaining || (remaining == bestRemaining && inst.policy.Limits()[i].Window >= inst.policy.Limits()[best].Window) {
-			best, bestRemaining = i, remaining
-		}
-	}
-	r := &d.Results[best]
-	// Kong: reset = seconds left in that period's window, at least 1, and
-	// Retry-After the same. With fixed windows that is never shorter than the
-	// wait; other algorithms can need longer, so a denial never says less.
-	reset := max(1, core.Seconds(r.Reset))
-	if !d.Allowed {
-		reset = max(reset, core.Seconds(d.RetryAfter))
-	}
-	h[kongLimit] = []string{strconv.FormatInt(r.Limit, 10)}
-	h[kongRemaining] = []string{strconv.FormatInt(bestRemaining, 10)}
-	h[kongReset] = []string{strconv.FormatInt(reset, 10)}
-	if !d.Allowed {
-		h["Retry-After"] = []string{strconv.FormatInt(reset, 10)}
-	}
+	core.RenderHeaders(d, inst.style, func(name, value string) { h[name] = []string{value} })
 	return h
 }
 

@@ -290,3 +290,32 @@ func StartSentinel(dir, name string, master *Server) (*Server, error) {
 	}
 	return s, nil
 }
+
+// Main is a TestMain body for packages that test against real Redis: it
+// starts a standalone server into *standalone and, if cluster is not nil, a
+// three-master Cluster into *cluster, runs the tests and stops them. It
+// returns the exit code; a missing redis-server fails the package.
+func Main(m interface{ Run() int }, standalone **Server, cluster **Cluster) int {
+	dir, err := os.MkdirTemp("", "tollgate-redis-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if *standalone, err = Start(dir); err == nil && cluster != nil {
+		*cluster, err = StartCluster(dir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "these tests need a real redis-server:", err)
+		if *standalone != nil {
+			(*standalone).Stop()
+		}
+		return 1
+	}
+	code := m.Run()
+	(*standalone).Stop()
+	if cluster != nil {
+		(*cluster).Stop()
+	}
+	return code
+}

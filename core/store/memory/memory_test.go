@@ -9,14 +9,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
-	"github.com/tollgate/tollgate/core/storetest"
+	"github.com/tollgate/tollgate/core/store/storetest"
 )
-
-func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
-		return MustNew(Options{Clock: clock})
-	})
-}
 
 func fixed(n int64, w time.Duration) *core.Policy {
 	return core.MustPolicy("p", core.PolicyOptions{}, core.Limit{Count: n, Window: w, Algorithm: core.FixedWindow})

@@ -10,63 +10,62 @@ import (
 // denyCacheSize caps the keys the deny cache remembers.
 const denyCacheSize = 100_000
 
-// denyCache remembers keys Redis denied a request of cost 1 until its
-// RetryAfter passes, and denies their cost-1 requests locally meanwhile,
-// without a round trip. The verdict is exact: RetryAfter is the earliest time
-// the request could pass with nothing else arriving, and other nodes'
-// requests only push that time later; the deciding limit's Remaining stays
-// 0 throughout. Only the other limits of a stack report their Remaining as it
-// was at the denial (they may have refilled since).
+// denyCache holds the states of keys Redis just denied, as Redis holds them,
+// and answers their next requests by running Policy.Apply on those states:
+// while the step functions deny a request there, it is denied without a
+// round trip; once they would allow it, Redis decides. A local denial is
+// exact for this node: other nodes' requests only add to what Redis holds,
+// and more counted never turns a denial into an allowance. The values it
+// reports (remaining, reset, retry-after) are those of the states held, as
+// if nothing else arrived, which is what Redis reports too. An entry lives
+// until the RetryAfter of the denial that made it; a sliding log holding
+// more than 64 live times is not sent, so it is not cached.
 type denyCache struct {
 	mu      sync.Mutex
-	entries map[denyKey]denied
+	entries map[denyKey]*held
 	hits    int64
 }
 
 type denyKey struct{ scope, key string }
 
-type denied struct {
-	until    int64 // µs on the store's local clock
-	at       int64 // when Redis denied it
-	decision core.Decision
+type held struct {
+	states  []core.State
+	at      int64 // when Redis denied, on Redis's clock (µs)
+	localAt int64 // the same moment on the local clock
+	until   int64 // local µs after which Redis is asked again
 }
 
-func newDenyCache() *denyCache { return &denyCache{entries: map[denyKey]denied{}} }
+func newDenyCache() *denyCache { return &denyCache{entries: map[denyKey]*held{}} }
 
-// lookup fills d and returns true if key is known to be denied at now for a
-// request of cost.
+// lookup runs p on the states held for key, if any, at the local time now
+// translated to Redis's clock. It fills d and returns true if the limits
+// deny the request there; otherwise it drops the entry and returns false.
 func (c *denyCache) lookup(p *core.Policy, key string, cost, now int64, d *core.Decision) bool {
+	k := denyKey{p.Scope(), key}
 	c.mu.Lock()
-	e, ok := c.entries[denyKey{p.Scope(), key}]
-	if ok && now >= e.until {
-		delete(c.entries, denyKey{p.Scope(), key})
-		ok = false
-	}
-	if ok && cost == 1 {
-		c.hits++
-	}
-	c.mu.Unlock()
-	if !ok || cost != 1 {
+	defer c.mu.Unlock()
+	h, ok := c.entries[k]
+	if !ok {
 		return false
 	}
-	*d = e.decision
-	d.Policy, d.Cost = p, cost
-	passed := time.Duration(now-e.at) * time.Microsecond
-	d.RetryAfter -= passed
-	d.Reset = max(0, d.Reset-passed)
-	for i := 0; i < d.N; i++ {
-		r := &d.Results[i]
-		r.Reset = max(0, r.Reset-passed)
-		if !r.Allowed {
-			r.RetryAfter = max(0, r.RetryAfter-passed)
-		}
+	if now >= h.until || len(h.states) != len(p.Limits()) {
+		delete(c.entries, k)
+		return false
 	}
+	p.Apply(h.states, h.at+(now-h.localAt), cost, d)
+	if d.Allowed && !d.Shadowed {
+		// The step would allow it: Redis decides, and may have more to say.
+		delete(c.entries, k)
+		return false
+	}
+	c.hits++
 	return true
 }
 
-// remember records a denial decided by Redis at now.
-func (c *denyCache) remember(p *core.Policy, key string, cost, now int64, d *core.Decision) {
-	if d.Allowed || d.RetryAfter <= 0 || cost != 1 {
+// remember holds the states Redis returned with a denial it decided at the
+// local time now.
+func (c *denyCache) remember(p *core.Policy, key string, now int64, d *core.Decision, states []core.State) {
+	if d.Allowed && !d.Shadowed || d.RetryAfter <= 0 {
 		return
 	}
 	c.mu.Lock()
@@ -81,7 +80,8 @@ func (c *denyCache) remember(p *core.Policy, key string, cost, now int64, d *cor
 			clear(c.entries)
 		}
 	}
-	c.entries[denyKey{p.Scope(), key}] = denied{until: now + int64(d.RetryAfter/time.Microsecond), at: now, decision: *d}
+	c.entries[denyKey{p.Scope(), key}] = &held{states: states, at: d.At, localAt: now,
+		until: now + int64(d.RetryAfter/time.Microsecond)}
 }
 
 func (c *denyCache) hitCount() int64 {

@@ -2,7 +2,7 @@
 // against one Redis (standalone, Sentinel or Cluster) and so enforce one
 // exact limit together.
 //
-// Every decision is one EVALSHA of one Lua script (decide.lua) that runs the
+// Every decision is one EVALSHA of one Lua script (core.StepLua) that runs the
 // policy's stacked limits all or nothing, with the same arithmetic as the Go
 // step functions, so the conformance suite gets identical decisions from
 // this store and the memory store. Time comes from the Redis server's TIME,
@@ -12,7 +12,6 @@ package redis
 import (
 	"context"
 	"crypto/tls"
-	_ "embed"
 	"errors"
 	"fmt"
 	"net/url"
@@ -24,10 +23,8 @@ import (
 	"github.com/tollgate/tollgate/core"
 )
 
-//go:embed decide.lua
-var decideSource string
-
-var decideScript = goredis.NewScript(decideSource)
+// decideScript is core.StepLua: the step functions' Lua twin.
+var decideScript = goredis.NewScript(core.StepLua)
 
 // DefaultPrefix starts every key the store writes.
 const DefaultPrefix = "tollgate:"
@@ -262,7 +259,7 @@ func (s *Store) Close() error {
 // all.
 func (s *Store) Keys(p *core.Policy, key string) []string {
 	keys := make([]string, 1+len(p.Limits()))
-	keys[0] = s.prefix + "{" + p.Name() + ":" + key + "}"
+	keys[0] = s.stateKey(p, key)
 	for i := range p.Limits() {
 		keys[1+i] = keys[0] + ":" + p.LimitID(i)
 	}
@@ -279,7 +276,7 @@ func (s *Store) LocalDenials() int64 {
 }
 
 // Decide applies p to key in one round trip, or none when the deny cache
-// knows the key is over its limit.
+// holds the key's states and the step functions deny the request on them.
 func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
 	var localNow int64
 	if s.denies != nil {
@@ -288,16 +285,20 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 			return nil
 		}
 	}
-	if err := s.decide(ctx, p, key, cost, d); err != nil {
+	states, err := s.decide(ctx, p, key, cost, d)
+	if err != nil {
 		return err
 	}
-	if s.denies != nil {
-		s.denies.remember(p, key, cost, localNow, d)
+	if s.denies != nil && states != nil {
+		s.denies.remember(p, key, localNow, d, states)
 	}
 	return nil
 }
 
-func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
+// decide runs the script and fills d. On a denial it also returns the
+// limits' states as Redis holds them (nil when a sliding log holds too many
+// times to send).
+func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) ([]core.State, error) {
 	limits := p.Limits()
 	now := int64(-1)
 	if s.clock != nil {
@@ -321,10 +322,10 @@ func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int
 		reply, err = decideScript.Run(ctx, s.client, s.Keys(p, key), args...).Int64Slice()
 	}
 	if err != nil {
-		return fmt.Errorf("redis: %w", err)
+		return nil, fmt.Errorf("redis: %w", err)
 	}
-	if len(reply) != 1+5*len(limits) {
-		return fmt.Errorf("redis: script answered %d values, want %d", len(reply), 1+5*len(limits))
+	if len(reply) < 1+5*len(limits) {
+		return nil, fmt.Errorf("redis: script answered %d values, want at least %d", len(reply), 1+5*len(limits))
 	}
 	d.Start(p, cost)
 	d.At = reply[0]
@@ -342,6 +343,72 @@ func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int
 		allowed = allowed && v[0] == 1
 	}
 	d.Summarize(allowed)
+	if allowed {
+		return nil, nil
+	}
+	return parseStates(limits, reply[1+5*len(limits):])
+}
+
+// parseStates reads the states a denial's reply carries (see core.StepLua);
+// nil if a sliding log was too long to send.
+func parseStates(limits []core.Limit, v []int64) ([]core.State, error) {
+	states := make([]core.State, len(limits))
+	for i := range limits {
+		if limits[i].Algorithm == core.SlidingLog {
+			if len(v) < 1 {
+				return nil, errShortReply
+			}
+			k := v[0]
+			if k < 0 {
+				return nil, nil
+			}
+			if int64(len(v)) < 1+k {
+				return nil, errShortReply
+			}
+			states[i] = core.State{B: k, Log: &core.Ring{Times: append([]int64(nil), v[1:1+k]...)}}
+			v = v[1+k:]
+			continue
+		}
+		if len(v) < 3 {
+			return nil, errShortReply
+		}
+		states[i] = core.State{A: v[0], B: v[1], C: v[2]}
+		v = v[3:]
+	}
+	return states, nil
+}
+
+var errShortReply = errors.New("redis: script's reply ends early")
+
+// stateKey names the hash of key's state under p; its braces are the
+// Cluster hash tag every key of (p, key) shares.
+func (s *Store) stateKey(p *core.Policy, key string) string {
+	return s.prefix + "{" + p.Name() + ":" + key + "}"
+}
+
+// AddCounts adds each count to its window's shared count and reads the
+// fleet's totals back, in one pipeline (eventual mode's sync). Window counts
+// live beside the key's state, in its hash slot, and expire after twice the
+// policy's idle time.
+func (s *Store) AddCounts(ctx context.Context, counts []core.SharedCount) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	cmds := make([]*goredis.IntCmd, len(counts))
+	_, err := s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+		for i := range counts {
+			c := &counts[i]
+			key := s.stateKey(c.Policy, c.Key) + ":" + c.Policy.LimitID(c.Limit) + ":" + strconv.FormatInt(c.Start, 10)
+			cmds[i] = pipe.IncrBy(ctx, key, c.Add)
+			pipe.PExpire(ctx, key, 2*c.Policy.IdleTTL()+time.Second)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	for i := range counts {
+		counts[i].Total = cmds[i].Val()
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"sort"
 	"strings"
@@ -13,7 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/store/memory"
-	"github.com/tollgate/tollgate/core/storetest"
+	"github.com/tollgate/tollgate/core/store/storetest"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -23,26 +24,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "tollgate-redis-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if standalone, err = redistest.Start(dir); err == nil {
-		cluster, err = redistest.StartCluster(dir)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "redis store tests need a real redis-server:", err)
-		if standalone != nil {
-			standalone.Stop()
-		}
-		os.Exit(1)
-	}
-	code := m.Run()
-	standalone.Stop()
-	cluster.Stop()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(redistest.Main(m, &standalone, &cluster))
 }
 
 // newStore returns a store on a fresh key prefix, so tests never share state.
@@ -55,18 +37,6 @@ func newStore(t *testing.T, opts Options) *Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
-}
-
-func TestConformanceStandalone(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
-		return newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
-	})
-}
-
-func TestConformanceCluster(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
-		return newStore(t, Options{Addrs: cluster.Addrs(), Cluster: true, Clock: clock})
-	})
 }
 
 func TestConformanceUnbatched(t *testing.T) {
@@ -326,7 +296,8 @@ func TestPasswordFromURL(t *testing.T) {
 // TestAdaptiveFactorSharedByNodes: three nodes judging the same intervals
 // move one shared factor once per interval, and all read the same value.
 func TestAdaptiveFactorSharedByNodes(t *testing.T) {
-	s := newStore(t, Options{Addrs: []string{standalone.Addr}})
+	clock := &core.ManualClock{Micros: storetest.T0}
+	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
 	o := core.AdaptiveOptions{MinFactor: 0.1, Decrease: 0.5, Increase: 0.25, Interval: 300 * time.Millisecond}
 	sync := s.FactorSync("api")
 	ctx := context.Background()
@@ -341,10 +312,38 @@ func TestAdaptiveFactorSharedByNodes(t *testing.T) {
 	if fmt.Sprint(got) != "[0.5 0.5 0.5]" {
 		t.Fatalf("three congested nodes in one interval: %v, want one decrease to 0.5 seen by all", got)
 	}
-	time.Sleep(350 * time.Millisecond)
+	clock.Advance(350 * time.Millisecond)
 	f, _ := sync.SyncFactor(ctx, false, o)
 	f2, _ := sync.SyncFactor(ctx, true, o)
 	if f != 0.75 || f2 != 0.375 {
 		t.Fatalf("next interval: healthy → %g, congested → %g; want 0.75 then 0.375 (a decrease overrides)", f, f2)
+	}
+}
+
+// TestAIMDLuaTwin replays random interval traces (verdicts from several
+// nodes at jittered times) through core.AIMD and aimd.lua and requires the
+// very same factor after every verdict.
+func TestAIMDLuaTwin(t *testing.T) {
+	s := newStore(t, Options{Addrs: []string{standalone.Addr}})
+	ctx := context.Background()
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		o := core.AdaptiveOptions{MinFactor: 0.05 + rng.Float64()/4, Decrease: 0.3 + rng.Float64()*0.6,
+			Increase: 0.01 + rng.Float64()/5, Interval: time.Duration(10+rng.IntN(2000)) * time.Millisecond}
+		key := fmt.Sprintf("%stwin%d", s.prefix, seed)
+		now := storetest.T0
+		var state core.AIMDState
+		for step := 0; step < 200; step++ {
+			now += rng.Int64N(o.Interval.Microseconds())
+			congested := rng.IntN(3) == 0
+			state = core.AIMD(state, now, congested, o)
+			got, err := runAIMD(ctx, s, key, now, congested, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != state.Factor {
+				t.Fatalf("seed %d step %d (congested %v): Lua %v, Go %v", seed, step, congested, got, state.Factor)
+			}
+		}
 	}
 }

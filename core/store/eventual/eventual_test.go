@@ -1,23 +1,32 @@
-package redis
+package eventual
 
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store/redis"
+	"github.com/tollgate/tollgate/internal/redistest"
 )
 
-func newEventual(t *testing.T, prefix string, every time.Duration, clock core.Clock) *EventualStore {
+var standalone *redistest.Server
+
+func TestMain(m *testing.M) {
+	os.Exit(redistest.Main(m, &standalone, nil))
+}
+
+func newEventual(t *testing.T, prefix string, every time.Duration, clock core.Clock) *Store {
 	t.Helper()
-	s, err := New(Options{Addrs: []string{standalone.Addr}, Prefix: prefix})
+	s, err := redis.New(redis.Options{Addrs: []string{standalone.Addr}, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := NewEventual(s, EventualOptions{SyncInterval: every, Clock: clock})
+	e, err := New(s, Options{SyncInterval: every, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +126,8 @@ func TestEventualRefusesOtherAlgorithms(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "needs fixed_window or sliding_counter, not gcra") {
 		t.Fatalf("error %v", err)
 	}
-	if _, err := NewEventual(nil, EventualOptions{SyncInterval: 10 * time.Millisecond}); err == nil ||
-		err.Error() != "sync_interval: 10ms must be at least 20ms" {
+	if _, err := New(nil, Options{SyncInterval: 10 * time.Millisecond}); err == nil ||
+		err.Error() != "sync: 10ms must be at least 20ms" {
 		t.Fatalf("sync interval error %v", err)
 	}
 }

@@ -1,8 +1,13 @@
-// Package stores opens the store a gateway config describes (memory, or Redis
-// exact or eventual behind the failure policy) and shares it across the
-// config's reloads: equal configs get the same store, so counters survive a
-// reload and one Redis client serves every handler that names it.
-package stores
+// Package store opens the store a gateway config describes and shares it
+// across the config's reloads: equal configs get the same store, so counters
+// survive a reload and one Redis client serves every handler that names it.
+//
+// The stores are its children and each other's siblings, none importing
+// another: memory (in process), redis (exact, with its deny cache),
+// eventual (local decisions, counts synced through Redis) and failover (the
+// failure policy around Redis, falling back to a memory store). This
+// package composes them; adapters reach stores only through it.
+package store
 
 import (
 	"encoding/json"
@@ -12,15 +17,17 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/internal/refcount"
+	"github.com/tollgate/tollgate/core/store/eventual"
+	"github.com/tollgate/tollgate/core/store/failover"
 	"github.com/tollgate/tollgate/core/store/memory"
 	"github.com/tollgate/tollgate/core/store/redis"
-	"github.com/tollgate/tollgate/internal/refcount"
 )
 
 // Config describes a store.
 type Config struct {
 	// Redis, if set, makes the store Redis; nil means the memory store.
-	Redis *redis.Options
+	Redis *RedisConfig
 	// MaxKeys caps the keys the memory store tracks (also the local
 	// fallback's and eventual mode's); 0 means the memory store's default.
 	MaxKeys int
@@ -33,16 +40,48 @@ type Config struct {
 	SyncInterval time.Duration
 }
 
-// identity is what makes two configs the same store: every field but the
-// Redis clock, which only tests set.
-func (c *Config) identity() string {
-	shown := *c
-	if c.Redis != nil {
-		r := *c.Redis
-		r.Clock = nil
-		shown.Redis = &r
+// RedisConfig says how to reach Redis: set URL, or Addrs (with Cluster for
+// a Redis Cluster), or MasterName and the Sentinels' Addrs.
+type RedisConfig struct {
+	// URL is a redis:// or rediss:// URL (user, password, host:port, /db).
+	URL string
+	// Addrs are host:port addresses: the server, Cluster seeds or Sentinels.
+	Addrs []string
+	// Cluster makes Addrs the seeds of a Redis Cluster.
+	Cluster bool
+	// MasterName is the Sentinel master's name.
+	MasterName string
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels.
+	SentinelUsername, SentinelPassword string
+	// Username, Password and DB select the Redis user and database.
+	Username, Password string
+	DB                 int
+	// TLS turns TLS on; TLSServerName overrides the name verified;
+	// TLSInsecureSkipVerify turns verification off.
+	TLS                   bool
+	TLSServerName         string
+	TLSInsecureSkipVerify bool
+	// Timeout bounds one decision's round trip; 0 means 500ms.
+	Timeout time.Duration
+	// PoolSize is the connections per node; 0 means go-redis's default.
+	PoolSize int
+	// Prefix starts every key; empty means "tollgate:".
+	Prefix string
+}
+
+func (r *RedisConfig) options() redis.Options {
+	return redis.Options{
+		URL: r.URL, Addrs: r.Addrs, Cluster: r.Cluster, MasterName: r.MasterName,
+		SentinelUsername: r.SentinelUsername, SentinelPassword: r.SentinelPassword,
+		Username: r.Username, Password: r.Password, DB: r.DB,
+		TLS: r.TLS, TLSServerName: r.TLSServerName, TLSInsecureSkipVerify: r.TLSInsecureSkipVerify,
+		Timeout: r.Timeout, PoolSize: r.PoolSize, Prefix: r.Prefix,
 	}
-	b, _ := json.Marshal(shown)
+}
+
+// identity is what makes two configs the same store.
+func (c *Config) identity() string {
+	b, _ := json.Marshal(c)
 	return string(b)
 }
 
@@ -53,9 +92,9 @@ type Handle struct {
 	Store core.Store
 	// Failover is the failure-policy wrapper of a Redis store in exact mode,
 	// nil otherwise (for breaker state and error counts).
-	Failover *core.FailoverStore
+	Failover *failover.Store
 	// Eventual is the eventual-mode store, nil otherwise.
-	Eventual *redis.EventualStore
+	Eventual *eventual.Store
 	// Redis is the Redis store underneath, nil for the memory store.
 	Redis *redis.Store
 
@@ -99,14 +138,17 @@ func open(c Config) (*Handle, error) {
 		h.Store = local
 		return h, nil
 	}
-	shared, err := redis.New(*c.Redis)
+	if err := core.CheckSyncInterval(c.SyncInterval); err != nil {
+		return nil, err
+	}
+	shared, err := redis.New(c.Redis.options())
 	if err != nil {
 		return nil, err
 	}
 	h.closers = append(h.closers, shared.Close)
 	h.Redis = shared
 	if c.Eventual {
-		ev, err := redis.NewEventual(shared, redis.EventualOptions{
+		ev, err := eventual.New(shared, eventual.Options{
 			SyncInterval: c.SyncInterval, MaxKeys: c.MaxKeys,
 			OnStateChange: h.notify,
 		})
@@ -118,7 +160,7 @@ func open(c Config) (*Handle, error) {
 		h.closers = append([]func() error{ev.Close}, h.closers...)
 		return h, nil
 	}
-	fo, err := core.NewFailoverStore(shared, core.FailoverOptions{
+	fo, err := failover.New(shared, failover.Options{
 		OnError: c.OnError, Local: local, OnStateChange: h.notify,
 	})
 	if err != nil {
@@ -130,11 +172,19 @@ func open(c Config) (*Handle, error) {
 	return h, nil
 }
 
-// CheckPolicy reports whether the store can decide p (eventual mode counts
-// requests, so it takes only the counter algorithms).
+// CheckPolicy reports whether a store opened from c can decide p (eventual
+// mode counts requests, so it takes only the counting algorithms).
+func (c *Config) CheckPolicy(p *core.Policy) error {
+	if c.Eventual {
+		return eventual.CheckPolicy(p)
+	}
+	return nil
+}
+
+// CheckPolicy reports whether the store can decide p (see Config.CheckPolicy).
 func (h *Handle) CheckPolicy(p *core.Policy) error {
 	if h.Eventual != nil {
-		return redis.CheckPolicy(p)
+		return eventual.CheckPolicy(p)
 	}
 	return nil
 }

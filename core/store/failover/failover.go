@@ -1,4 +1,8 @@
-package core
+// Package failover is the failure policy around a shared store: while the
+// shared store (Redis) fails, a breaker skips it and a fallback decides:
+// another store running the same policy (on_error local, a memory store), or
+// a verdict no limit made (allow or deny), or the error itself (fail).
+package failover
 
 import (
 	"context"
@@ -6,48 +10,21 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate/tollgate/core"
 )
-
-// OnError says what a FailoverStore does with a request its shared store
-// could not decide (Redis down, slow or failing over).
-type OnError uint8
-
-const (
-	// OnErrorLocal decides on this node's fallback store with the same limits
-	// (the default): requests keep flowing and each node still limits.
-	OnErrorLocal OnError = iota
-	// OnErrorAllow lets every request through until the store is back.
-	OnErrorAllow
-	// OnErrorDeny refuses every request until the store is back.
-	OnErrorDeny
-	// OnErrorFail returns the store's error to the caller (Kong answers 500).
-	OnErrorFail
-)
-
-var onErrorNames = []string{OnErrorLocal: "local", OnErrorAllow: "allow", OnErrorDeny: "deny", OnErrorFail: "fail"}
-
-// String returns the configuration name of o.
-func (o OnError) String() string { return enumName(onErrorNames, o, "OnError") }
-
-// ParseOnError reads "local", "allow", "deny" or "fail".
-func ParseOnError(s string) (OnError, error) {
-	if o, ok := parseEnum[OnError](onErrorNames, s); ok {
-		return o, nil
-	}
-	return 0, fmt.Errorf("on_error: unknown value %q (want local, allow, deny or fail)", s)
-}
 
 // Pinger is a store that can be probed for health.
 type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// FailoverOptions configures a FailoverStore.
-type FailoverOptions struct {
+// Options configures a Store.
+type Options struct {
 	// OnError picks the fallback.
-	OnError OnError
-	// Local is the fallback store for OnErrorLocal (a memory store).
-	Local Store
+	OnError core.OnError
+	// Local is the fallback store for core.OnErrorLocal (a memory store).
+	Local core.Store
 	// Failures is how many consecutive failures open the breaker; 0 means 3.
 	Failures int
 	// ProbeEvery is how often an open breaker probes the shared store; 0
@@ -60,14 +37,14 @@ type FailoverOptions struct {
 	OnStateChange func(open bool, err error)
 }
 
-// FailoverStore decides on a shared store and, when it fails, on the
+// Store decides on a shared store and, when it fails, on the
 // fallback its options choose. A breaker opens after consecutive failures,
 // so a dead store stops adding its timeout to every request; while open, a
 // background probe pings the shared store and closes the breaker when it
 // answers.
-type FailoverStore struct {
-	shared Store
-	opts   FailoverOptions
+type Store struct {
+	shared core.Store
+	opts   Options
 
 	open     atomic.Bool
 	failing  atomic.Bool // a failure since the last success
@@ -80,14 +57,14 @@ type FailoverStore struct {
 	errs     atomic.Int64 // failed calls to the shared store
 }
 
-// NewFailoverStore wraps shared. shared should implement Pinger for the
+// NewStore wraps shared. shared should implement Pinger for the
 // breaker to close again; without it the breaker retries the store itself
 // once per ProbeEvery.
-func NewFailoverStore(shared Store, opts FailoverOptions) (*FailoverStore, error) {
-	if opts.OnError > OnErrorFail {
+func New(shared core.Store, opts Options) (*Store, error) {
+	if opts.OnError > core.OnErrorFail {
 		return nil, fmt.Errorf("on_error: unknown value %d", opts.OnError)
 	}
-	if opts.OnError == OnErrorLocal && opts.Local == nil {
+	if opts.OnError == core.OnErrorLocal && opts.Local == nil {
 		return nil, fmt.Errorf("on_error: local needs a local store")
 	}
 	if opts.Failures < 0 || opts.ProbeEvery < 0 || opts.ProbeTimeout < 0 {
@@ -102,22 +79,22 @@ func NewFailoverStore(shared Store, opts FailoverOptions) (*FailoverStore, error
 	if opts.ProbeTimeout == 0 {
 		opts.ProbeTimeout = opts.ProbeEvery
 	}
-	return &FailoverStore{shared: shared, opts: opts, stop: make(chan struct{})}, nil
+	return &Store{shared: shared, opts: opts, stop: make(chan struct{})}, nil
 }
 
 // Open reports whether the breaker is open (the shared store is skipped).
-func (f *FailoverStore) Open() bool { return f.open.Load() }
+func (f *Store) Open() bool { return f.open.Load() }
 
 // FallbackDecisions returns how many decisions the fallback took so far.
-func (f *FailoverStore) FallbackDecisions() int64 { return f.fallback.Load() }
+func (f *Store) FallbackDecisions() int64 { return f.fallback.Load() }
 
 // SharedErrors returns how many calls to the shared store failed so far
 // (timeouts included; calls the caller cancelled are not counted).
-func (f *FailoverStore) SharedErrors() int64 { return f.errs.Load() }
+func (f *Store) SharedErrors() int64 { return f.errs.Load() }
 
 // Decide decides on the shared store, or on the fallback when the breaker
 // is open or the shared store fails.
-func (f *FailoverStore) Decide(ctx context.Context, p *Policy, key string, cost int64, d *Decision) error {
+func (f *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
 	if !f.open.Load() {
 		err := f.shared.Decide(ctx, p, key, cost, d)
 		if err == nil {
@@ -128,44 +105,28 @@ func (f *FailoverStore) Decide(ctx context.Context, p *Policy, key string, cost 
 			return err // the caller gave up: not the store's fault
 		}
 		f.failed(err)
-		if f.opts.OnError == OnErrorFail {
+		if f.opts.OnError == core.OnErrorFail {
 			return err
 		}
-	} else if f.opts.OnError == OnErrorFail {
+	} else if f.opts.OnError == core.OnErrorFail {
 		return fmt.Errorf("shared store unavailable (breaker open)")
 	}
 	f.fallback.Add(1)
 	switch f.opts.OnError {
-	case OnErrorLocal:
+	case core.OnErrorLocal:
 		if err := f.opts.Local.Decide(ctx, p, key, cost, d); err != nil {
 			return err
 		}
-	case OnErrorAllow:
-		fixedDecision(p, cost, d, true, 0)
 	default:
-		fixedDecision(p, cost, d, false, f.opts.ProbeEvery)
+		// Allow or deny: no store knows the counts, so no limit decides
+		// and nothing claims a quota, a reset or a retry-after.
+		d.Undecided(p, cost, f.opts.OnError == core.OnErrorAllow)
 	}
 	d.Fallback = true
 	return nil
 }
 
-// fixedDecision fills d with the same verdict from every limit: allowed with
-// the full quota, or denied with retry.
-func fixedDecision(p *Policy, cost int64, d *Decision, allowed bool, retry time.Duration) {
-	d.Start(p, cost)
-	for i, l := range p.Limits() {
-		r := Result{Allowed: allowed, Limit: l.Count}
-		if allowed {
-			r.Remaining = l.Count
-		} else {
-			r.RetryAfter = max(retry, time.Second)
-		}
-		d.Results[i] = r
-	}
-	d.Summarize(allowed)
-}
-
-func (f *FailoverStore) succeeded() {
+func (f *Store) succeeded() {
 	// The common case, no failure since the last success, takes no lock.
 	if f.failing.Load() {
 		f.mu.Lock()
@@ -175,7 +136,7 @@ func (f *FailoverStore) succeeded() {
 	}
 }
 
-func (f *FailoverStore) failed(err error) {
+func (f *Store) failed(err error) {
 	f.errs.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -196,7 +157,7 @@ func (f *FailoverStore) failed(err error) {
 
 // probe pings the shared store every ProbeEvery until it answers, then
 // closes the breaker.
-func (f *FailoverStore) probe() {
+func (f *Store) probe() {
 	t := time.NewTicker(f.opts.ProbeEvery)
 	defer t.Stop()
 	for {
@@ -210,7 +171,7 @@ func (f *FailoverStore) probe() {
 		if pinger, ok := f.shared.(Pinger); ok {
 			err = pinger.Ping(ctx)
 		} else {
-			var d Decision
+			var d core.Decision
 			err = f.shared.Decide(ctx, probePolicy, "tollgate-probe", 0, &d)
 		}
 		cancel()
@@ -227,10 +188,10 @@ func (f *FailoverStore) probe() {
 	}
 }
 
-var probePolicy = MustPolicy("tollgate-probe", PolicyOptions{}, Limit{Count: 1, Window: time.Second, Algorithm: FixedWindow})
+var probePolicy = core.MustPolicy("tollgate-probe", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second, Algorithm: core.FixedWindow})
 
 // Close stops the background probe. The wrapped stores stay open.
-func (f *FailoverStore) Close() error {
+func (f *Store) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.closed {
@@ -240,4 +201,4 @@ func (f *FailoverStore) Close() error {
 	return nil
 }
 
-var _ Store = (*FailoverStore)(nil)
+var _ core.Store = (*Store)(nil)

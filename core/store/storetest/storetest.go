@@ -1,6 +1,10 @@
-// Package storetest is the conformance suite every tollgate store must pass:
-// the same traces, replayed with an injected clock, must give the same
-// decisions on every store, exactly as the core step functions define them.
+// Package storetest is the conformance suite every tollgate store and every
+// composition of stores must pass: the same traces, replayed with an
+// injected clock, must give decision for decision what the plain reference
+// model (Model) says. Golden traces pin each algorithm's boundaries; random
+// traces are deny-heavy (few keys, dense arrivals, costs above 1, stacked
+// limits, shadow mode, clock steps) so retry-after and all-or-nothing are
+// exercised on every run.
 package storetest
 
 import (
@@ -177,10 +181,44 @@ func Traces() []Trace {
 	}
 }
 
-// Run replays every trace of Traces on stores from newStore, then random
-// traces checked against the core step functions.
-func Run(t *testing.T, newStore Factory) {
+// Options narrows the suite to what a store supports.
+type Options struct {
+	// Algorithms, if set, are the only algorithms the store decides (eventual
+	// mode counts: fixed_window and sliding_counter); traces with others are
+	// skipped.
+	Algorithms []core.Algorithm
+	// Seeds is how many random traces to replay; 0 means 6.
+	Seeds int
+}
+
+func (o Options) supports(p *core.Policy) bool {
+	if len(o.Algorithms) == 0 {
+		return true
+	}
+	for _, l := range p.Limits() {
+		ok := false
+		for _, a := range o.Algorithms {
+			ok = ok || l.Algorithm == a
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Run replays every golden trace of Traces, then deny-heavy random traces
+// checked decision for decision against the reference model, on stores from
+// newStore.
+func Run(t *testing.T, newStore Factory, opts ...Options) {
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	for _, tr := range Traces() {
+		if !o.supports(tr.Policy) {
+			continue
+		}
 		t.Run(tr.Name, func(t *testing.T) {
 			clock := &core.ManualClock{}
 			store := newStore(t, clock)
@@ -207,10 +245,21 @@ func Run(t *testing.T, newStore Factory) {
 			}
 		})
 	}
-	t.Run("random_against_step_functions", func(t *testing.T) {
-		for seed := uint64(1); seed <= 6; seed++ {
-			RandomTrace(t, newStore, seed, 400)
+	t.Run("random_against_reference_model", func(t *testing.T) {
+		seeds := o.Seeds
+		if seeds == 0 {
+			seeds = 6
 		}
+		var total, denied int
+		for seed := uint64(1); seed <= uint64(seeds); seed++ {
+			n, d := RandomTrace(t, newStore, seed, 400, o)
+			total, denied = total+n, denied+d
+		}
+		// The suite must exercise denials, retry-after and all-or-nothing.
+		if 3*denied < total {
+			t.Fatalf("only %d of %d random requests denied: the traces must deny at least a third", denied, total)
+		}
+		t.Logf("%d random requests, %d denied by the limits", total, denied)
 	})
 }
 
@@ -232,7 +281,8 @@ func mismatch(d *core.Decision, w Want) string {
 	return ""
 }
 
-// RandomPolicies returns policies covering every algorithm alone and stacked.
+// RandomPolicies returns tight policies covering every algorithm alone,
+// stacked and in shadow mode.
 func RandomPolicies() []*core.Policy {
 	o := core.PolicyOptions{}
 	tb := lim(20, time.Second, core.TokenBucket)
@@ -249,51 +299,62 @@ func RandomPolicies() []*core.Policy {
 		core.MustPolicy("r-gcra", o, g),
 		core.MustPolicy("r-lb", o, lb),
 		core.MustPolicy("r-stack", o, lim(4, ms(200), core.SlidingLog), lim(9, time.Second, core.SlidingCounter), tb, lim(30, 3*time.Second, core.FixedWindow)),
+		core.MustPolicy("r-counters", o, lim(3, ms(100), core.FixedWindow), lim(8, ms(900), core.SlidingCounter)),
+		core.MustPolicy("r-shadow", core.PolicyOptions{Shadow: true}, lim(3, ms(250), core.SlidingCounter), lim(5, time.Second, core.FixedWindow)),
+		core.MustPolicy("r-shadow-log", core.PolicyOptions{Shadow: true}, lim(2, ms(300), core.SlidingLog)),
 	}
 }
 
-// RandomTrace replays n random requests (random policy, key among a few,
-// cost 0..3, time moving forward by 0..120ms) on a store and on the core step
-// functions applied to plain in-test state, and requires identical decisions.
-func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int) {
+// RandomTrace replays n random requests on a store and on the reference
+// model and requires identical decisions: a policy among those the store
+// supports, one of two keys, cost 0..3, time moving on by 0..3 ms and
+// now and then by a clock step of up to 3 s. It returns how many requests
+// it sent and how many the limits denied.
+func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) (sent, denied int) {
 	t.Helper()
 	clock := &core.ManualClock{Micros: T0}
 	store := newStore(t, clock)
-	policies := RandomPolicies()
-	model := map[string][]core.State{}
+	var policies []*core.Policy
+	for _, p := range RandomPolicies() {
+		if o.supports(p) {
+			policies = append(policies, p)
+		}
+	}
+	model := NewModel()
 	rng := rand.New(rand.NewPCG(seed, 42))
 	for i := 0; i < n; i++ {
-		clock.Micros += rng.Int64N(120_000)
+		if rng.IntN(150) == 0 {
+			clock.Micros += rng.Int64N(3_000_000)
+		} else {
+			clock.Micros += rng.Int64N(3_000)
+		}
 		p := policies[rng.IntN(len(policies))]
-		key := "key" + strconv.Itoa(rng.IntN(3))
+		key := "key" + strconv.Itoa(rng.IntN(2))
 		cost := rng.Int64N(4)
-		var got, want core.Decision
+		var got core.Decision
 		if err := store.Decide(context.Background(), p, key, cost, &got); err != nil {
 			t.Fatalf("seed %d step %d: %v", seed, i, err)
 		}
-		states, ok := model[p.Scope()+"\x00"+key]
-		if !ok {
-			states = make([]core.State, len(p.Limits()))
-			model[p.Scope()+"\x00"+key] = states
-		}
-		p.Apply(states, clock.Micros, cost, &want)
+		want := model.Decide(p, key, clock.Micros, cost)
 		if !sameDecision(&got, &want) {
-			t.Fatalf("seed %d step %d (policy %s key %s cost %d at +%dµs):\n got  %+v\n want %+v",
+			t.Fatalf("seed %d step %d (policy %s key %s cost %d at +%dµs):\n got  %s\n want %s",
 				seed, i, p.Name(), key, cost, clock.Micros-T0, summary(&got), summary(&want))
 		}
+		sent++
+		if !want.Allowed || want.Shadowed {
+			denied++
+		}
 	}
+	return sent, denied
 }
 
 func sameDecision(a, b *core.Decision) bool {
-	if a.N != b.N {
-		return false
-	}
-	return summary(a) == summary(b)
+	return a.N == b.N && summary(a) == summary(b)
 }
 
 func summary(d *core.Decision) string {
-	s := fmt.Sprintf("allowed=%v shadowed=%v index=%d limit=%d remaining=%d reset=%v retry=%v delay=%v |",
-		d.Allowed, d.Shadowed, d.Index, d.Limit, d.Remaining, d.Reset, d.RetryAfter, d.Delay)
+	s := fmt.Sprintf("allowed=%v shadowed=%v index=%d limit=%d remaining=%d reset=%v retry=%v delay=%v at=%d |",
+		d.Allowed, d.Shadowed, d.Index, d.Limit, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At-T0)
 	for i := 0; i < d.N; i++ {
 		s += fmt.Sprintf(" %+v", d.Results[i])
 	}

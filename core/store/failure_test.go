@@ -1,4 +1,4 @@
-package redis
+package store_test
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store/failover"
 	"github.com/tollgate/tollgate/core/store/memory"
+	"github.com/tollgate/tollgate/core/store/redis"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -26,9 +28,9 @@ func TestStoppedAndPausedRedisNeverHangsTheGateway(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer srv.Stop()
-			shared := newStore(t, Options{Addrs: []string{srv.Addr}, Timeout: timeout})
+			shared := newRedis(t, redis.Options{Addrs: []string{srv.Addr}, Timeout: timeout})
 			var changes atomic.Int64
-			f, err := core.NewFailoverStore(shared, core.FailoverOptions{
+			f, err := failover.New(shared, failover.Options{
 				Local: memory.MustNew(memory.Options{}), ProbeEvery: 100 * time.Millisecond,
 				OnStateChange: func(bool, error) { changes.Add(1) },
 			})
@@ -100,8 +102,8 @@ func TestClusterMasterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Stop()
-	shared := newStore(t, Options{Addrs: c.Addrs(), Cluster: true, Timeout: 200 * time.Millisecond})
-	f, err := core.NewFailoverStore(shared, core.FailoverOptions{Local: memory.MustNew(memory.Options{}), ProbeEvery: 100 * time.Millisecond})
+	shared := newRedis(t, redis.Options{Addrs: c.Addrs(), Cluster: true, Timeout: 200 * time.Millisecond})
+	f, err := failover.New(shared, failover.Options{Local: memory.MustNew(memory.Options{}), ProbeEvery: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

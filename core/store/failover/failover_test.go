@@ -1,4 +1,4 @@
-package core
+package failover
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/core"
 )
 
 // flakyStore fails while down is set; it is the unit-test double for a
@@ -14,10 +16,10 @@ import (
 type flakyStore struct {
 	down  atomic.Bool
 	calls atomic.Int64
-	local Store
+	local core.Store
 }
 
-func (f *flakyStore) Decide(ctx context.Context, p *Policy, key string, cost int64, d *Decision) error {
+func (f *flakyStore) Decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
 	f.calls.Add(1)
 	if f.down.Load() {
 		return errors.New("connection refused")
@@ -35,18 +37,18 @@ func (f *flakyStore) Ping(context.Context) error {
 // mapStore is a minimal correct store over Policy.Apply, for these tests.
 type mapStore struct {
 	mu sync.Mutex
-	m  map[string][]State
+	m  map[string][]core.State
 }
 
-func (s *mapStore) Decide(_ context.Context, p *Policy, key string, cost int64, d *Decision) error {
+func (s *mapStore) Decide(_ context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
-		s.m = map[string][]State{}
+		s.m = map[string][]core.State{}
 	}
 	st, ok := s.m[p.Scope()+key]
 	if !ok {
-		st = make([]State, len(p.Limits()))
+		st = make([]core.State, len(p.Limits()))
 		s.m[p.Scope()+key] = st
 	}
 	p.Apply(st, time.Now().UnixMicro(), cost, d)
@@ -57,14 +59,14 @@ func TestFailoverOpensOnceFallsBackAndCloses(t *testing.T) {
 	shared := &flakyStore{local: &mapStore{}}
 	var changes []bool
 	var mu sync.Mutex
-	f, err := NewFailoverStore(shared, FailoverOptions{Local: &mapStore{}, ProbeEvery: 20 * time.Millisecond,
+	f, err := New(shared, Options{Local: &mapStore{}, ProbeEvery: 20 * time.Millisecond,
 		OnStateChange: func(open bool, err error) { mu.Lock(); changes = append(changes, open); mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	p := MustPolicy("p", PolicyOptions{}, Limit{Count: 3, Window: time.Hour, Algorithm: FixedWindow})
-	var d Decision
+	p := core.MustPolicy("p", core.PolicyOptions{}, core.Limit{Count: 3, Window: time.Hour, Algorithm: core.FixedWindow})
+	var d core.Decision
 	shared.down.Store(true)
 	allowed := 0
 	for i := 0; i < 10; i++ {
@@ -88,10 +90,8 @@ func TestFailoverOpensOnceFallsBackAndCloses(t *testing.T) {
 		t.Fatalf("breaker open %v after %d calls to the dead store, want open after 3", f.Open(), shared.calls.Load())
 	}
 	shared.down.Store(false)
-	deadline := time.Now().Add(time.Second)
-	for f.Open() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	// The probe closes the breaker and then reports the change.
+	waitFor(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(changes) == 2 })
 	if f.Open() {
 		t.Fatal("breaker did not close after the store came back")
 	}
@@ -106,29 +106,49 @@ func TestFailoverOpensOnceFallsBackAndCloses(t *testing.T) {
 }
 
 func TestFailoverAllowDenyFail(t *testing.T) {
-	p := MustPolicy("p", PolicyOptions{}, Limit{Count: 3, Window: time.Minute})
+	p := core.MustPolicy("p", core.PolicyOptions{}, core.Limit{Count: 3, Window: time.Minute})
 	for _, c := range []struct {
-		on      OnError
+		on      core.OnError
 		allowed bool
 		err     bool
-	}{{OnErrorAllow, true, false}, {OnErrorDeny, false, false}, {OnErrorFail, false, true}} {
+	}{{core.OnErrorAllow, true, false}, {core.OnErrorDeny, false, false}, {core.OnErrorFail, false, true}} {
 		shared := &flakyStore{}
 		shared.down.Store(true)
-		f, _ := NewFailoverStore(shared, FailoverOptions{OnError: c.on})
-		var d Decision
+		f, _ := New(shared, Options{OnError: c.on})
+		var d core.Decision
 		err := f.Decide(context.Background(), p, "k", 1, &d)
 		if (err != nil) != c.err || (!c.err && d.Allowed != c.allowed) {
 			t.Errorf("%v: allowed %v err %v", c.on, d.Allowed, err)
 		}
-		if c.on == OnErrorDeny && d.RetryAfter < time.Second {
-			t.Errorf("deny: RetryAfter %v", d.RetryAfter)
+		// No store decided, so the verdict claims no count, reset or
+		// retry-after, and renders no header.
+		if !c.err && (d.N != 0 || d.Remaining != 0 || d.RetryAfter != 0 || d.Reset != 0 || !d.Fallback) {
+			t.Errorf("%v: invented values %+v", c.on, d)
+		}
+		if !c.err {
+			core.RenderHeaders(&d, core.HeaderOptions{}, func(name, value string) { t.Errorf("%v: header %s: %s", c.on, name, value) })
 		}
 		f.Close()
 	}
-	if _, err := NewFailoverStore(&flakyStore{}, FailoverOptions{}); err == nil || err.Error() != "on_error: local needs a local store" {
+	if _, err := New(&flakyStore{}, Options{}); err == nil || err.Error() != "on_error: local needs a local store" {
 		t.Errorf("missing local store: %v", err)
 	}
-	if _, err := ParseOnError("ignore"); err == nil || err.Error() != `on_error: unknown value "ignore" (want local, allow, deny or fail)` {
+	if _, err := core.ParseOnError("ignore"); err == nil || err.Error() != `on_error: unknown value "ignore" (want local, allow, deny or fail)` {
 		t.Errorf("parse: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test at the deadline.
+func waitFor(t *testing.T, deadline time.Duration, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(deadline)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-timeout:
+			t.Fatalf("condition not met within %v", deadline)
+		}
 	}
 }

@@ -12,7 +12,10 @@
 -- ARGV[3]  number of limits
 -- ARGV[4]  ttl ms of every key (the policy's idle time)
 -- then per limit, 6 values: algorithm, count, window µs, burst, max delay µs, limit id
--- Returns: now, then per limit: allowed (0/1), remaining, reset µs, retry µs, delay µs.
+-- Returns: now, then per limit: allowed (0/1), remaining, reset µs, retry µs, delay µs;
+-- when denied, then per limit its state as stored, so a deny cache can run
+-- the step on it: "a b c", or for a sliding log its live count k and its k
+-- live times oldest first (k = -1 and no times when more than 64 are live).
 
 local FIXED, LOG, COUNTER, BUCKET, GCRA, SHAPER = 1, 2, 3, 4, 5, 6
 
@@ -257,5 +260,23 @@ end
 local out = {now}
 for i = 1, nlimits do
   for k = 1, 5 do out[#out + 1] = results[i][k] end
+end
+if not all then
+  for i = 1, nlimits do
+    local l = limits[i]
+    if l.alg == LOG then
+      local live = redis.call('ZRANGEBYSCORE', KEYS[1 + i], '(' .. fmt(now - l.w), '+inf', 'WITHSCORES')
+      local k = #live / 2
+      if k > 64 then
+        out[#out + 1] = -1
+      else
+        out[#out + 1] = k
+        for j = 2, #live, 2 do out[#out + 1] = tonumber(live[j]) end
+      end
+    else
+      local s = states[i]
+      out[#out + 1], out[#out + 2], out[#out + 3] = s[1], s[2], s[3]
+    end
+  end
 end
 return out

@@ -1,0 +1,79 @@
+package core
+
+import (
+	"fmt"
+	"time"
+)
+
+// The checks of options every adapter offers, written once: the Caddy
+// module, the Kong plugin and the net/http middleware report these messages
+// with their own location (Caddyfile line, Kong field path).
+
+// DefaultDenyStatus is the status of a denied request when none is set.
+const DefaultDenyStatus = 429
+
+// CheckDenyStatus reports whether status can answer a denied request: a
+// 4xx or 5xx code.
+func CheckDenyStatus(status int) error {
+	if status < 400 || status > 599 {
+		return fmt.Errorf("status: %d is not a 4xx or 5xx code", status)
+	}
+	return nil
+}
+
+// CheckCost reports whether cost, the units one request takes, is usable.
+func CheckCost(cost int64) error {
+	if cost < 0 {
+		return fmt.Errorf("cost: %d must not be negative", cost)
+	}
+	return nil
+}
+
+// CheckJitter reports whether j, a fraction of Retry-After, is in [0, 1].
+func CheckJitter(j float64) error {
+	if j < 0 || j > 1 {
+		return fmt.Errorf("jitter: %g must be between 0 and 1", j)
+	}
+	return nil
+}
+
+// MinSyncInterval is the shortest interval eventual mode syncs at (Kong's
+// sync_rate floor).
+const MinSyncInterval = 20 * time.Millisecond
+
+// CheckSyncInterval reports whether d can be eventual mode's sync interval
+// (0 means the default).
+func CheckSyncInterval(d time.Duration) error {
+	if d != 0 && d < MinSyncInterval {
+		return fmt.Errorf("sync: %s must be at least %s", d, MinSyncInterval)
+	}
+	return nil
+}
+
+// EmptyKey says what a policy does with a request that has no key (every
+// placeholder of its key empty, or no identifier).
+type EmptyKey uint8
+
+const (
+	// EmptyKeySkip lets the request through this policy unlimited (the
+	// default).
+	EmptyKeySkip EmptyKey = iota
+	// EmptyKeyShared counts every keyless request in one shared bucket.
+	EmptyKeyShared
+)
+
+var emptyKeyNames = []string{EmptyKeySkip: "skip", EmptyKeyShared: "shared"}
+
+// String returns the configuration name of e.
+func (e EmptyKey) String() string { return enumName(emptyKeyNames, e, "EmptyKey") }
+
+// ParseEmptyKey reads "skip" or "shared"; "" is skip.
+func ParseEmptyKey(s string) (EmptyKey, error) {
+	if s == "" {
+		return EmptyKeySkip, nil
+	}
+	if e, ok := parseEnum[EmptyKey](emptyKeyNames, s); ok {
+		return e, nil
+	}
+	return 0, fmt.Errorf("empty_key: unknown %q (want skip or shared)", s)
+}

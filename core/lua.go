@@ -1,0 +1,17 @@
+package core
+
+import _ "embed" // the Lua twins of the Go rules, run by the Redis store
+
+// StepLua is the Lua twin of Step and Policy.Apply (step.lua beside
+// step.go): it decides one request for every stacked limit of a policy, all
+// or nothing, with the same integer arithmetic, in one Redis EVALSHA. Its
+// KEYS and ARGV are documented at its top.
+//
+//go:embed step.lua
+var StepLua string
+
+// AIMDLua is the Lua twin of AIMD (aimd.lua beside aimd.go): one node's
+// verdict applied to a policy's fleet-wide factor, kept in a Redis hash.
+//
+//go:embed aimd.lua
+var AIMDLua string

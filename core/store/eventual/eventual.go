@@ -1,0 +1,302 @@
+// Package eventual is tollgate's eventually consistent store: every request
+// is decided locally, by the same Policy.Apply the memory store runs, on
+// states that hold the fleet's counts as of the last sync plus what this
+// node counted since. Every sync interval (Kong's sync_rate) a node pushes
+// its counts to a shared count store (Redis) and reads the fleet's back.
+// Decisions never wait for the shared store.
+//
+// Only the counting algorithms can be shared this way: fixed_window and
+// sliding_counter, whose states are per-window counts (core.CountedWindows).
+// The sync moves counts and nothing else: the windows are the step
+// function's own.
+//
+// The price is overshoot: between two syncs each node only knows its own new
+// requests, so a fleet of k nodes can admit up to about k × (the requests
+// one node admits per sync interval) beyond the limit per window.
+package eventual
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+)
+
+// Options configures a Store.
+type Options struct {
+	// SyncInterval is how often a node pushes its counts and pulls the
+	// fleet's; 0 means 1s, and it must be at least core.MinSyncInterval.
+	SyncInterval time.Duration
+	// MaxKeys caps the keys tracked locally; 0 means 100,000.
+	MaxKeys int
+	// Clock tells local time; nil means the monotonic clock. Windows are
+	// aligned to it, so nodes' clocks must agree to well under a window.
+	Clock core.Clock
+	// Manual turns the sync loop off: the caller calls Sync (tests, and the
+	// conformance suite's sync after every decision).
+	Manual bool
+	// OnStateChange, if set, is called once when syncs start failing (failing
+	// true, with the error; counts stay local and are pushed at the next
+	// sync) and once when a sync succeeds again (false, nil).
+	OnStateChange func(failing bool, err error)
+}
+
+// Store is the eventually consistent store. Create it with New.
+type Store struct {
+	shared   core.CountStore
+	opts     Options
+	mu       sync.Mutex
+	entries  map[entryKey]*entry
+	stop     chan struct{}
+	done     chan struct{}
+	syncs    atomic.Int64
+	failures atomic.Int64
+}
+
+type entryKey struct{ scope, key string }
+
+// entry is one key's local view under one policy.
+type entry struct {
+	policy   *core.Policy
+	key      string
+	states   []core.State // the fleet's counts at the last sync plus pending
+	pending  []pending    // what this node counted and has not pushed
+	lastUsed int64
+}
+
+// pending is units this node counted in one window of one limit.
+type pending struct {
+	limit int
+	start int64
+	units int64
+}
+
+// add counts units in limit's window at start.
+func (e *entry) add(limit int, start, units int64) {
+	for i := range e.pending {
+		if p := &e.pending[i]; p.limit == limit && p.start == start {
+			p.units += units
+			return
+		}
+	}
+	e.pending = append(e.pending, pending{limit, start, units})
+}
+
+// unpushed returns the units counted in limit's window at start and not
+// yet pushed.
+func (e *entry) unpushed(limit int, start int64) int64 {
+	for _, p := range e.pending {
+		if p.limit == limit && p.start == start {
+			return p.units
+		}
+	}
+	return 0
+}
+
+// New returns an eventually consistent store over shared and, unless
+// opts.Manual, starts its sync loop; Close stops it.
+func New(shared core.CountStore, opts Options) (*Store, error) {
+	if opts.SyncInterval == 0 {
+		opts.SyncInterval = time.Second
+	}
+	if err := core.CheckSyncInterval(opts.SyncInterval); err != nil {
+		return nil, err
+	}
+	if opts.MaxKeys < 0 {
+		return nil, fmt.Errorf("max_keys: %d must not be negative", opts.MaxKeys)
+	}
+	if opts.MaxKeys == 0 {
+		opts.MaxKeys = 100_000
+	}
+	if opts.Clock == nil {
+		opts.Clock = core.NewMonotonicClock()
+	}
+	e := &Store{shared: shared, opts: opts, entries: map[entryKey]*entry{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if opts.Manual {
+		close(e.done)
+	} else {
+		go e.loop()
+	}
+	return e, nil
+}
+
+// CheckPolicy reports whether p can be decided eventually: every limit must
+// count per window.
+func CheckPolicy(p *core.Policy) error {
+	for i, l := range p.Limits() {
+		if _, n := core.CountedWindows(&l, core.State{}); n == 0 {
+			return fmt.Errorf("policy %q limit %d (%s): eventual mode counts requests, so it needs fixed_window or sliding_counter, not %s",
+				p.Name(), i+1, l.Rate(), l.Algorithm)
+		}
+	}
+	return nil
+}
+
+// Syncs returns how many syncs completed.
+func (e *Store) Syncs() int64 { return e.syncs.Load() }
+
+// Decide decides locally with Policy.Apply; it never calls the shared store.
+func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
+	if err := CheckPolicy(p); err != nil {
+		return err
+	}
+	now := e.opts.Clock.NowMicros()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := entryKey{p.Scope(), key}
+	ent := e.entries[k]
+	if ent == nil {
+		if len(e.entries) >= e.opts.MaxKeys {
+			e.evictOne()
+		}
+		ent = &entry{policy: p, key: key, states: make([]core.State, len(p.Configured()))}
+		e.entries[k] = ent
+	}
+	ent.lastUsed = now
+	p.Apply(ent.states, now, cost, d)
+	if d.Allowed && !d.Shadowed && cost > 0 {
+		// Committed: count it in the window each limit counted it in.
+		limits := p.Limits()
+		for i := range limits {
+			w, _ := core.CountedWindows(&limits[i], ent.states[i])
+			ent.add(i, w[0].Start, cost)
+		}
+	}
+	return nil
+}
+
+// evictOne drops an entry with nothing left to push. e.mu is held.
+func (e *Store) evictOne() {
+	for k, ent := range e.entries {
+		if len(ent.pending) == 0 {
+			delete(e.entries, k)
+			return
+		}
+	}
+}
+
+func (e *Store) loop() {
+	defer close(e.done)
+	t := time.NewTicker(e.opts.SyncInterval)
+	defer t.Stop()
+	wasFailing := false
+	for {
+		select {
+		case <-e.stop:
+			_ = e.Sync(context.Background()) // push what is left
+			return
+		case <-t.C:
+			err := e.Sync(context.Background())
+			if err != nil {
+				e.failures.Add(1)
+			}
+			if failing := err != nil; failing != wasFailing {
+				wasFailing = failing
+				if e.opts.OnStateChange != nil {
+					e.opts.OnStateChange(failing, err)
+				}
+			}
+		}
+	}
+}
+
+// slot names one window of one limit of one entry in a sync.
+type slot struct {
+	ent   *entry
+	limit int
+	start int64
+}
+
+// Sync pushes every pending count to the shared store and reads back the
+// fleet's counts of the windows the local states count, in one round trip.
+// Entries idle past their policy's idle time with nothing pending are
+// dropped.
+func (e *Store) Sync(ctx context.Context) error {
+	now := e.opts.Clock.NowMicros()
+	var work []core.SharedCount
+	index := map[slot]int{}
+	e.mu.Lock()
+	for k, ent := range e.entries {
+		if len(ent.pending) == 0 && now-ent.lastUsed >= ent.policy.IdleMicros() {
+			delete(e.entries, k)
+			continue
+		}
+		at := func(limit int, start int64) *core.SharedCount {
+			s := slot{ent, limit, start}
+			if i, ok := index[s]; ok {
+				return &work[i]
+			}
+			index[s] = len(work)
+			work = append(work, core.SharedCount{Policy: ent.policy, Key: ent.key, Limit: limit, Start: start})
+			return &work[len(work)-1]
+		}
+		for _, p := range ent.pending {
+			at(p.limit, p.start).Add += p.units
+		}
+		ent.pending = ent.pending[:0]
+		limits := ent.policy.Limits()
+		for i := range limits {
+			w, n := core.CountedWindows(&limits[i], ent.states[i])
+			for _, win := range w[:n] {
+				at(i, win.Start)
+			}
+		}
+	}
+	e.mu.Unlock()
+	if len(work) == 0 {
+		e.syncs.Add(1)
+		return nil
+	}
+	err := e.shared.AddCounts(ctx, work)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		// Nothing reached the fleet: keep the counts for the next sync.
+		for s, i := range index {
+			if work[i].Add > 0 {
+				s.ent.add(s.limit, s.start, work[i].Add)
+			}
+		}
+		return fmt.Errorf("eventual sync: %w", err)
+	}
+	// Each window the states count now takes the fleet's total plus what
+	// this node counted during the round trip. A window the state moved to
+	// meanwhile was not read: it keeps its local count until the next sync.
+	for s := range index {
+		ent := s.ent
+		if s.limit >= len(ent.states) {
+			continue
+		}
+		l := &ent.policy.Limits()[s.limit]
+		st := ent.states[s.limit]
+		w, n := core.CountedWindows(l, st)
+		counts := [2]int64{w[0].Count, w[1].Count}
+		for j := 0; j < n; j++ {
+			if i, ok := index[slot{ent, s.limit, w[j].Start}]; ok {
+				counts[j] = work[i].Total + ent.unpushed(s.limit, w[j].Start)
+			}
+		}
+		ent.states[s.limit] = core.WithCounts(l, st, counts)
+	}
+	e.syncs.Add(1)
+	return nil
+}
+
+// Close stops the sync loop after a last push.
+func (e *Store) Close() error {
+	select {
+	case <-e.stop:
+	default:
+		close(e.stop)
+	}
+	<-e.done
+	if e.opts.Manual {
+		return e.Sync(context.Background())
+	}
+	return nil
+}
+
+var _ core.Store = (*Store)(nil)

@@ -1,0 +1,358 @@
+package storetest
+
+import (
+	"math"
+	"math/big"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+)
+
+// Model is the conformance suite's oracle: each algorithm written plainly
+// from its definition, over plain history (the requests a sliding log holds,
+// a count per aligned window, token and arrival times as exact rationals),
+// sharing nothing with core's step functions but the limits' validated
+// parameters. A store passes when it answers every request exactly as the
+// model does. Time must not go backwards.
+type Model struct {
+	keys map[string][]modelLimit
+}
+
+// NewModel returns an empty model.
+func NewModel() *Model { return &Model{keys: map[string][]modelLimit{}} }
+
+// modelLimit is one limit's history for one key. decide returns the verdict
+// on a request of cost units at now and, if it is allowed, the change that
+// commits it.
+type modelLimit interface {
+	decide(now, cost int64) (core.Result, func())
+}
+
+// Decide is the model's answer to a request of cost units for key under p at
+// now (µs): every limit allows it or none consumes anything; the deciding
+// limit is, when allowed, the one with the least remaining (the longer window
+// on a tie, the first of equal windows), when denied, the denying one with
+// the longest retry-after (the first on a tie).
+func (m *Model) Decide(p *core.Policy, key string, now, cost int64) core.Decision {
+	limits := p.Limits()
+	id := p.Scope() + "\x00" + key
+	hist, ok := m.keys[id]
+	if !ok {
+		for i := range limits {
+			hist = append(hist, newModelLimit(&limits[i]))
+		}
+		m.keys[id] = hist
+	}
+	d := core.Decision{Policy: p, Cost: cost, At: now, N: len(limits)}
+	commits := make([]func(), len(limits))
+	allowed := true
+	for i := range limits {
+		d.Results[i], commits[i] = hist[i].decide(now, cost)
+		allowed = allowed && d.Results[i].Allowed
+	}
+	if allowed {
+		for _, c := range commits {
+			c()
+		}
+	} else {
+		// Nothing consumed: a limit that would have allowed reports what a
+		// request of cost 0 sees.
+		for i := range limits {
+			if d.Results[i].Allowed {
+				d.Results[i], _ = hist[i].decide(now, 0)
+			}
+		}
+	}
+	best := -1
+	for i := range limits {
+		r, w := d.Results[i], limits[i].Window
+		switch {
+		case allowed && (best < 0 || r.Remaining < d.Results[best].Remaining ||
+			r.Remaining == d.Results[best].Remaining && w > limits[best].Window):
+			best = i
+		case !allowed && !r.Allowed && (best < 0 || r.RetryAfter > d.Results[best].RetryAfter):
+			best = i
+		}
+	}
+	r := d.Results[best]
+	d.Index, d.Limit, d.Remaining, d.Reset = best, r.Limit, r.Remaining, r.Reset
+	if allowed {
+		for i := range limits {
+			d.Delay = max(d.Delay, d.Results[i].Delay)
+		}
+	} else {
+		d.RetryAfter = r.RetryAfter
+	}
+	d.Allowed = allowed
+	if !allowed && p.Shadow() {
+		d.Allowed, d.Shadowed = true, true
+	}
+	return d
+}
+
+func newModelLimit(l *core.Limit) modelLimit {
+	w, n := l.Window.Microseconds(), l.Count
+	switch l.Algorithm {
+	case core.FixedWindow:
+		return &fixedModel{w: w, n: n, counts: map[int64]int64{}}
+	case core.SlidingLog:
+		return &logModel{w: w, n: n}
+	case core.SlidingCounter:
+		return &counterModel{w: w, n: n, counts: map[int64]int64{}}
+	case core.TokenBucket:
+		return &bucketModel{w: w, n: n, b: l.EffectiveBurst()}
+	case core.GCRA:
+		return &meterModel{w: w, n: n, b: l.EffectiveBurst()}
+	case core.LeakyBucket:
+		return &meterModel{w: w, n: n, b: l.EffectiveBurst(), shaper: true, maxDelay: l.MaxDelay.Microseconds()}
+	}
+	panic("model: unknown algorithm " + l.Algorithm.String())
+}
+
+func us(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+
+// alignedStart is the start of the epoch-aligned window of length w holding t.
+func alignedStart(t, w int64) int64 { return t - ((t%w)+w)%w }
+
+// fixedModel: at most n units per window aligned to the epoch.
+type fixedModel struct {
+	w, n   int64
+	counts map[int64]int64
+}
+
+func (m *fixedModel) decide(now, cost int64) (core.Result, func()) {
+	start := alignedStart(now, m.w)
+	used := m.counts[start]
+	r := core.Result{Limit: m.n, Reset: us(start + m.w - now)}
+	if used+cost <= m.n {
+		r.Allowed, r.Remaining = true, m.n-used-cost
+		return r, func() { m.counts[start] += cost }
+	}
+	r.Remaining = max(0, m.n-used)
+	r.RetryAfter = r.Reset
+	if cost > m.n {
+		r.RetryAfter = us(m.w)
+	}
+	return r, nil
+}
+
+// logModel: at most n units in any window (t-w, t]; one time per unit.
+type logModel struct {
+	w, n  int64
+	times []int64 // every allowed unit, oldest first
+}
+
+func (m *logModel) live(now int64) []int64 {
+	for i, t := range m.times {
+		if t > now-m.w {
+			return m.times[i:]
+		}
+	}
+	return nil
+}
+
+func (m *logModel) decide(now, cost int64) (core.Result, func()) {
+	live := m.live(now)
+	k := int64(len(live))
+	r := core.Result{Limit: m.n}
+	if k+cost <= m.n {
+		r.Allowed, r.Remaining = true, m.n-k-cost
+		switch {
+		case cost > 0:
+			r.Reset = us(m.w)
+		case k > 0:
+			r.Reset = us(live[k-1] + m.w - now)
+		}
+		return r, func() {
+			for i := int64(0); i < cost; i++ {
+				m.times = append(m.live(now), now)
+			}
+		}
+	}
+	r.Remaining = m.n - k
+	r.RetryAfter = us(m.w)
+	if k > 0 {
+		r.Reset = us(live[k-1] + m.w - now)
+		if cost <= m.n {
+			// Enough units must leave for cost to fit: the (k+cost-n)th oldest.
+			r.RetryAfter = us(live[k+cost-m.n-1] + m.w - now)
+		}
+	}
+	return r, nil
+}
+
+// counterModel: Cloudflare's estimate, the previous aligned window's count
+// weighted by its overlap with the sliding window plus the current count,
+// must stay within n.
+type counterModel struct {
+	w, n   int64
+	counts map[int64]int64
+}
+
+// estimate is the definition's expression, in doubles (the one place the
+// model and the step function must agree to the bit).
+func estimate(prev, curr, w, el int64) float64 {
+	return float64(float64(prev)*float64(w-el))/float64(w) + float64(curr)
+}
+
+func (m *counterModel) decide(now, cost int64) (core.Result, func()) {
+	start := alignedStart(now, m.w)
+	prev, curr, el := m.counts[start-m.w], m.counts[start], now-start
+	est := estimate(prev, curr, m.w, el)
+	r := core.Result{Limit: m.n}
+	commit := func() {}
+	if est+float64(cost) <= float64(m.n) {
+		r.Allowed = true
+		r.Remaining = int64(math.Floor(float64(m.n) - (est + float64(cost))))
+		curr += cost
+		commit = func() { m.counts[start] += cost }
+	} else {
+		r.Remaining = max(0, int64(math.Floor(float64(m.n)-est)))
+		r.RetryAfter = us(m.wait(prev, curr, el, cost))
+		commit = nil
+	}
+	// The estimate reaches 0 when the newest counted window has faded.
+	switch {
+	case curr > 0:
+		r.Reset = us(start + 2*m.w - now)
+	case prev > 0:
+		r.Reset = us(start + m.w - now)
+	}
+	return r, commit
+}
+
+// wait is the first µs after el (into the current window) at which cost
+// fits, nothing else arriving: the estimate only falls within a window, so
+// a binary search finds it, in this window or the next.
+func (m *counterModel) wait(prev, curr, el, cost int64) int64 {
+	if cost > m.n {
+		return m.w
+	}
+	fits := func(p, c, at int64) bool { return estimate(p, c, m.w, at)+float64(cost) <= float64(m.n) }
+	first := func(p, c, from int64) (int64, bool) {
+		if !fits(p, c, m.w-1) {
+			return 0, false
+		}
+		lo, hi := from, m.w-1
+		for lo < hi {
+			mid := lo + (hi-lo)/2
+			if fits(p, c, mid) {
+				hi = mid
+			} else {
+				lo = mid + 1
+			}
+		}
+		return lo, true
+	}
+	if at, ok := first(prev, curr, el); ok {
+		return at - el
+	}
+	if at, ok := first(curr, 0, 0); ok {
+		return m.w + at - el
+	}
+	return 2*m.w - el
+}
+
+// rational helpers for the bucket models.
+func rat(v int64) *big.Rat { return new(big.Rat).SetInt64(v) }
+
+func floorRat(r *big.Rat) int64 {
+	q := new(big.Int).Div(r.Num(), r.Denom()) // Euclidean: floor for a positive denominator
+	return q.Int64()
+}
+
+func ceilRat(r *big.Rat) int64 { return -floorRat(new(big.Rat).Neg(r)) }
+
+// bucketModel: a bucket of b tokens refilled at n per w µs; a request takes
+// cost tokens.
+type bucketModel struct {
+	w, n, b int64
+	tokens  *big.Rat
+	last    int64
+}
+
+func (m *bucketModel) decide(now, cost int64) (core.Result, func()) {
+	if m.tokens == nil {
+		m.tokens, m.last = rat(m.b), now
+	}
+	// Refill since the last request, up to b.
+	refill := new(big.Rat).Mul(rat(now-m.last), big.NewRat(m.n, m.w))
+	tokens := new(big.Rat).Add(m.tokens, refill)
+	if tokens.Cmp(rat(m.b)) > 0 {
+		tokens = rat(m.b)
+	}
+	m.tokens, m.last = tokens, now
+	// Time to refill the missing tokens, in µs: missing × w / n.
+	refillTime := func(missing *big.Rat) int64 { return ceilRat(new(big.Rat).Mul(missing, big.NewRat(m.w, m.n))) }
+	r := core.Result{Limit: m.n}
+	if cost <= m.b && rat(cost).Cmp(tokens) <= 0 {
+		after := new(big.Rat).Sub(tokens, rat(cost))
+		r.Allowed, r.Remaining = true, floorRat(after)
+		r.Reset = us(refillTime(new(big.Rat).Sub(rat(m.b), after)))
+		return r, func() { m.tokens = after }
+	}
+	r.Remaining = floorRat(tokens)
+	r.Reset = us(refillTime(new(big.Rat).Sub(rat(m.b), tokens)))
+	r.RetryAfter = us(m.w)
+	if cost <= m.b {
+		r.RetryAfter = us(refillTime(new(big.Rat).Sub(rat(cost), tokens)))
+	}
+	return r, nil
+}
+
+// meterModel is GCRA (a virtual scheduling meter: each unit is due T = w/n
+// µs after the previous; up to b units may be early) and, with shaper, the
+// leaky bucket that holds a request until its turn (at most maxDelay, and
+// never more than b units queued).
+type meterModel struct {
+	w, n, b  int64
+	shaper   bool
+	maxDelay int64
+	tat      *big.Rat // the theoretical arrival time of the next unit, µs
+}
+
+func (m *meterModel) decide(now, cost int64) (core.Result, func()) {
+	t := rat(now)
+	interval := big.NewRat(m.w, m.n)
+	tat := t
+	if m.tat != nil && m.tat.Cmp(t) > 0 {
+		tat = m.tat
+	}
+	wait := new(big.Rat).Sub(tat, t) // how far the schedule runs ahead of now
+	newTat := new(big.Rat).Add(tat, new(big.Rat).Mul(rat(cost), interval))
+	ahead := new(big.Rat).Sub(newTat, t)
+	tolerance := new(big.Rat).Mul(rat(m.b), interval) // b units early at most
+	maxWait := rat(m.maxDelay)
+	// room: requests of cost 1 still admitted with the schedule a ahead.
+	room := func(a *big.Rat) int64 {
+		slack := floorRat(new(big.Rat).Quo(new(big.Rat).Sub(tolerance, a), interval))
+		if !m.shaper {
+			return slack
+		}
+		if a.Cmp(maxWait) > 0 || a.Cmp(tolerance) > 0 {
+			return 0
+		}
+		return min(floorRat(new(big.Rat).Quo(new(big.Rat).Sub(maxWait, a), interval))+1, slack)
+	}
+	fits := ahead.Cmp(tolerance) <= 0 && (!m.shaper || wait.Cmp(maxWait) <= 0)
+	r := core.Result{Limit: m.n}
+	if cost <= m.b && fits {
+		r.Allowed, r.Remaining, r.Reset = true, room(ahead), us(ceilRat(ahead))
+		if m.shaper {
+			r.Delay = us(ceilRat(wait))
+		}
+		return r, func() { m.tat = newTat }
+	}
+	r.Remaining, r.Reset = room(wait), us(ceilRat(wait))
+	r.RetryAfter = us(m.w)
+	if cost <= m.b {
+		over := new(big.Rat).Sub(ahead, tolerance)
+		if m.shaper {
+			if late := new(big.Rat).Sub(wait, maxWait); late.Cmp(over) > 0 {
+				over = late
+			}
+		}
+		r.RetryAfter = us(ceilRat(over))
+	}
+	return r, nil
+}
