@@ -11,7 +11,7 @@ CADDY_VERSION := v2.11.9
 # What bin/caddy is built from: rebuilt when any of it changes.
 CADDY_SRC := $(shell find core caddymodule -name '*.go' ! -name '*_test.go') tollgate.go go.mod go.sum
 
-.PHONY: test vet fmt unit fuzz bench bench-core bench-caddy bench-kong chaos plots run clean deps
+.PHONY: test vet fmt unit fuzz mutants bench bench-core bench-caddy bench-kong chaos plots run clean deps
 
 # Caddy with tollgate on the memory store, serving Caddyfile.example on
 # http://localhost:8080 (admin API on localhost:2019).
@@ -25,7 +25,9 @@ bin/caddy: $(CADDY_SRC)
 	@mkdir -p bin
 	$(GO) tool xcaddy build $(CADDY_VERSION) --output $@ --with github.com/tollgate/tollgate@v0.0.0=$(CURDIR)
 
-test: vet fmt unit fuzz
+# unit runs last: its final line counts every test of every package as
+# "N passed, N failed, N skipped".
+test: vet fmt fuzz mutants unit
 
 vet:
 	$(GO) vet $(PKGS)
@@ -38,7 +40,13 @@ fmt:
 # The Caddy integration tests run bin/caddy; TOLLGATE_REQUIRE_CADDY makes a
 # missing binary a failure rather than a skip.
 unit: deps bin/caddy
-	TOLLGATE_REQUIRE_CADDY=1 $(GO) test -race -count=1 $(PKGS)
+	@{ TOLLGATE_REQUIRE_CADDY=1 $(GO) test -race -count=1 -json $(PKGS) 2>&1; echo "go test exit $$?"; } | $(GO) run ./internal/testsummary
+
+# The conformance suite must fail: each planted bug in
+# core/store/storetest/mutants is caught by its whole traces and by its
+# random traces alone.
+mutants: deps
+	bash core/store/storetest/mutants/run.sh
 
 # The Redis store's tests start real redis-server processes on loopback.
 deps:
