@@ -91,8 +91,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return err
 			}
-			if n < 400 || n > 599 {
-				return d.Errf("status: %d is not a 4xx or 5xx code", n)
+			if err := core.CheckDenyStatus(n); err != nil {
+				return d.Errf("status: %v", err)
 			}
 			h.Status = n
 		case "body":
@@ -107,8 +107,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			f, err := strconv.ParseFloat(v, 64)
-			if err != nil || f < 0 || f > 1 {
+			if err != nil {
 				return d.Errf("jitter: %q is not a fraction between 0 and 1", v)
+			}
+			if err := core.CheckJitter(f); err != nil {
+				return d.Errf("jitter: %v", err)
 			}
 			h.Jitter = f
 		case "handle_errors":
@@ -195,6 +198,9 @@ func parseStore(d *caddyfile.Dispenser, s *StoreConfig) error {
 				if err != nil || dur <= 0 {
 					return d.Errf("store mode eventual sync: %q is not a positive duration", args[2])
 				}
+				if err := core.CheckSyncInterval(dur); err != nil {
+					return d.Errf("store sync: %v", err)
+				}
 				s.Sync = caddy.Duration(dur)
 			default:
 				return d.Errf("store mode: want exact, eventual or eventual sync <duration>, got %q", args)
@@ -274,8 +280,8 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 			if err != nil {
 				return nil, err
 			}
-			if v != "skip" && v != "shared" {
-				return nil, d.Errf("policy %q empty_key: unknown %q (want skip or shared)", p.Name, v)
+			if _, err := core.ParseEmptyKey(v); err != nil {
+				return nil, d.Errf("policy %q empty_key: %v", p.Name, err)
 			}
 			p.EmptyKey = v
 		case "limit":
@@ -289,8 +295,8 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 			if err != nil {
 				return nil, err
 			}
-			if n < 0 {
-				return nil, d.Errf("policy %q cost: %d must not be negative", p.Name, n)
+			if err := core.CheckCost(int64(n)); err != nil {
+				return nil, d.Errf("policy %q cost: %v", p.Name, err)
 			}
 			p.Cost = int64(n)
 		case "shadow":

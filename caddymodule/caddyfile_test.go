@@ -129,7 +129,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{`policy a {
 			limit 10/1m
 		}
-		jitter 2`, `jitter: "2" is not a fraction`},
+		jitter 2`, `jitter: 2 must be between 0 and 1, at Caddyfile:6`},
 		{`store disk`, `store: unknown type "disk"`},
 		{`store redis`, `store redis: want one URL`},
 		{`store redis redis://x:6379 {

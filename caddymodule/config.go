@@ -116,8 +116,8 @@ func (c *StoreConfig) storeConfig() (store.Config, error) {
 	case "eventual":
 		sc.Eventual = true
 		sc.SyncInterval = time.Duration(c.Sync)
-		if sc.SyncInterval != 0 && sc.SyncInterval < 20*time.Millisecond {
-			return sc, fmt.Errorf("store sync: %s must be at least 20ms", sc.SyncInterval)
+		if err := core.CheckSyncInterval(sc.SyncInterval); err != nil {
+			return sc, fmt.Errorf("store sync: %w", err)
 		}
 	default:
 		return sc, fmt.Errorf("store mode: unknown %q (want exact or eventual)", c.Mode)
@@ -219,13 +219,8 @@ func (c *PolicyConfig) limits() ([]core.Limit, error) {
 	if strings.TrimSpace(c.Name) == "" {
 		return nil, fmt.Errorf("policy name: must not be empty")
 	}
-	if c.Cost < 0 {
-		return nil, fmt.Errorf("policy %q cost: %d must not be negative", c.Name, c.Cost)
-	}
-	switch c.EmptyKey {
-	case "", "skip", "shared":
-	default:
-		return nil, fmt.Errorf("policy %q empty_key: unknown %q (want skip or shared)", c.Name, c.EmptyKey)
+	if err := core.CheckCost(c.Cost); err != nil {
+		return nil, fmt.Errorf("policy %q cost: %w", c.Name, err)
 	}
 	limits := make([]core.Limit, len(c.Limits))
 	for i := range c.Limits {

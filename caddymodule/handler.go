@@ -16,16 +16,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tollgate/tollgate/core"
-	"github.com/tollgate/tollgate/core/httplimit"
 	"github.com/tollgate/tollgate/core/store"
 )
 
 func init() {
 	caddy.RegisterModule(Handler{})
 }
-
-// DefaultBody is the body of a denied response when none is configured.
-const DefaultBody = "rate limit exceeded\n"
 
 // ErrRateLimited is the error a denial hands to Caddy's handle_errors routes
 // when Handler.HandleErrors is set.
@@ -43,7 +39,7 @@ type Handler struct {
 	Headers string `json:"headers,omitempty"`
 	// Status is the denial status code; default 429.
 	Status int `json:"status,omitempty"`
-	// Body is the denial body; default DefaultBody.
+	// Body is the denial body; default "rate limit exceeded\n".
 	Body string `json:"body,omitempty"`
 	// Jitter adds up to this fraction of Retry-After at random (0 to 1).
 	Jitter float64 `json:"jitter,omitempty"`
@@ -52,7 +48,7 @@ type Handler struct {
 	HandleErrors bool `json:"handle_errors,omitempty"`
 
 	policies []*policy
-	headers  core.HeaderOptions
+	gate     *core.Gate
 	store    *store.Handle
 	stopLog  func()
 	releases []func() // adaptive controllers acquired
@@ -63,12 +59,11 @@ type Handler struct {
 type policy struct {
 	cfg      *PolicyConfig
 	pol      *core.Policy
-	limiter  *core.Limiter // pol over the store, once it is open
 	matchers caddyhttp.MatcherSets
 	key      string
 	literal  string // key with every placeholder removed: an "empty" key
 	constant bool   // key has no placeholder: one bucket, never empty
-	shared   bool   // empty keys share one bucket instead of skipping
+	emptyKey core.EmptyKey
 	cost     int64
 	limitIDs []string // limits' labels, for metrics
 	metrics  *policyMetrics
@@ -93,19 +88,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	if h.Jitter < 0 || h.Jitter > 1 {
-		return fmt.Errorf("jitter: %g must be between 0 and 1", h.Jitter)
-	}
-	h.headers = core.HeaderOptions{Style: style, Jitter: h.Jitter}
-	if h.Status == 0 {
-		h.Status = http.StatusTooManyRequests
-	}
-	if h.Status < 400 || h.Status > 599 {
-		return fmt.Errorf("status: %d is not a 4xx or 5xx code", h.Status)
-	}
-	if h.Body == "" {
-		h.Body = DefaultBody
-	}
 	sc, err := h.Store.storeConfig()
 	if err != nil {
 		return err
@@ -129,15 +111,19 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	gc := core.GateConfig{Status: h.Status, Body: h.Body, Headers: core.HeaderOptions{Style: style, Jitter: h.Jitter}}
 	for _, p := range h.policies {
 		if err := h.store.CheckPolicy(p.pol); err != nil {
 			return err
 		}
-		p.limiter = core.NewLimiter(p.pol, h.store.Store)
+		gc.Rules = append(gc.Rules, core.Rule{Limiter: core.NewLimiter(p.pol, h.store.Store), EmptyKey: p.emptyKey})
 		if a := p.pol.Adaptive(); a != nil {
 			// With Redis, every node's controller moves one shared factor.
 			a.SetSync(h.store.FactorSync(p.pol.Scope()))
 		}
+	}
+	if h.gate, err = core.NewGate(gc); err != nil {
+		return err
 	}
 	h.stopLog = h.store.OnStateChange(func(open bool, err error) {
 		if open {
@@ -180,7 +166,10 @@ func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy,
 	if err != nil {
 		return nil, err
 	}
-	p := &policy{cfg: pc, pol: cp, key: orDefault(pc.Key, DefaultKey), shared: pc.EmptyKey == "shared", cost: pc.Cost}
+	p := &policy{cfg: pc, pol: cp, key: orDefault(pc.Key, DefaultKey), cost: pc.Cost}
+	if p.emptyKey, err = core.ParseEmptyKey(pc.EmptyKey); err != nil {
+		return nil, fmt.Errorf("policy %q empty_key: %w", pc.Name, err)
+	}
 	if pc.Cost == 0 {
 		p.cost = 1
 	}
@@ -263,74 +252,73 @@ const (
 	PlaceholderStore = "http.tollgate.store"
 )
 
-// ServeHTTP applies every matching policy, then denies, delays or passes the
-// request on.
+// request is one Caddy request as the gate sees it.
+type request struct {
+	h    *Handler
+	r    *http.Request
+	repl *caddy.Replacer
+}
+
+// Input is policy i's view of the request: its matchers and its key.
+func (q *request) Input(i int) (core.Input, error) {
+	p := q.h.policies[i]
+	match, err := p.matchers.AnyMatchWithError(q.r)
+	if err != nil || !match {
+		return core.Input{}, err
+	}
+	key := q.repl.ReplaceKnown(p.key, "")
+	return core.Input{Covered: true, Key: key, Empty: key == p.literal && !p.constant, Cost: p.cost}, nil
+}
+
+// Decided counts policy i's decision in its metrics.
+func (q *request) Decided(i int, d *core.Decision, err error, took time.Duration) {
+	q.h.policies[i].metrics.observe(d, err, took)
+}
+
+// ServeHTTP runs the gate, then denies, holds or passes the request on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if repl == nil {
 		repl = caddy.NewReplacer()
 	}
-	var shown, d core.Decision
-	var delay time.Duration
-	var watch []*core.Adaptive // controllers of the policies that applied
-	for _, p := range h.policies {
-		match, err := p.matchers.AnyMatchWithError(r)
-		if err != nil {
-			return caddyhttp.Error(http.StatusInternalServerError, err)
-		}
-		if !match {
-			continue
-		}
-		key := repl.ReplaceKnown(p.key, "")
-		if key == p.literal && !p.shared && !p.constant {
-			continue
-		}
-		start := time.Now()
-		err = p.limiter.Decide(r.Context(), key, p.cost, &d)
-		p.metrics.observe(&d, err, time.Since(start))
-		if err != nil {
-			if r.Context().Err() != nil {
-				return r.Context().Err()
-			}
+	var plan core.Plan
+	if err := h.gate.Decide(r.Context(), &request{h, r, repl}, &plan); err != nil {
+		var failed *core.StoreError
+		switch {
+		case r.Context().Err() != nil:
+			return r.Context().Err()
+		case errors.As(err, &failed):
 			// Only on_error fail gets here: the store could not decide.
-			h.logger.Warn("rate-limit store failed", zap.String("policy", p.cfg.Name), zap.Error(err))
+			h.logger.Warn("rate-limit store failed", zap.String("policy", failed.Policy), zap.Error(failed.Err))
 			return caddyhttp.Error(http.StatusServiceUnavailable, err)
 		}
-		if shown.Policy == nil || core.MoreRestrictive(&d, &shown) {
-			shown = d
-		}
-		if !d.Allowed {
-			break
-		}
-		if a := p.pol.Adaptive(); a != nil {
-			watch = append(watch, a)
-		}
-		delay = max(delay, d.Delay)
+		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
-	if shown.Policy == nil {
+	if !plan.Covered() {
 		return next.ServeHTTP(w, r)
 	}
-	h.setPlaceholders(repl, &shown)
-	core.WriteHeaders(w.Header(), &shown, h.headers)
-	if !shown.Allowed {
+	shown := &plan.Decision
+	h.setPlaceholders(repl, shown)
+	h.gate.WriteHeaders(w.Header(), &plan)
+	if !plan.Passes() {
 		if ce := h.logger.Check(zap.DebugLevel, "rate limited"); ce != nil {
-			ce.Write(zap.String("policy", shown.Policy.Name()), zap.String("limit", shown.DecidingLimit().Label()),
-				zap.Duration("retry_after", shown.RetryAfter), zap.String("remote", r.RemoteAddr))
+			ce.Write(zap.String("policy", shown.Policy.Name()), zap.Duration("retry_after", shown.RetryAfter),
+				zap.String("remote", r.RemoteAddr))
 		}
 		if h.HandleErrors {
-			return caddyhttp.Error(h.Status, ErrRateLimited)
+			return caddyhttp.Error(h.gate.Status(), ErrRateLimited)
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Content-Length", strconv.Itoa(len(h.Body)))
-		w.WriteHeader(h.Status)
-		_, err := w.Write([]byte(h.Body))
+		w.Header().Set("Content-Length", strconv.Itoa(len(h.gate.Body())))
+		w.WriteHeader(h.gate.Status())
+		_, err := w.Write([]byte(h.gate.Body()))
 		return err
 	}
-	if delay > 0 && !httplimit.Sleep(r.Context(), delay) {
+	if !core.Hold(r.Context(), plan.Delay) {
 		return r.Context().Err() // the client left while its request was held
 	}
-	if len(watch) > 0 {
-		return observeUpstream(watch, w, r, next)
+	if plan.Watching() {
+		return observeUpstream(&plan, w, r, next)
 	}
 	return next.ServeHTTP(w, r)
 }
@@ -338,7 +326,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // observeUpstream serves the request and reports its status and duration
 // to the adaptive controllers. An error a later handler returns (such as
 // reverse_proxy's 502 or 504) counts with its status.
-func observeUpstream(watch []*core.Adaptive, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+func observeUpstream(plan *core.Plan, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	rec := &statusRecorder{ResponseWriter: w}
 	began := time.Now()
 	err := next.ServeHTTP(rec, r)
@@ -353,9 +341,7 @@ func observeUpstream(watch []*core.Adaptive, w http.ResponseWriter, r *http.Requ
 	} else if status == 0 {
 		status = http.StatusOK
 	}
-	for _, a := range watch {
-		a.Observe(status, took)
-	}
+	plan.Observe(status, took)
 	return err
 }
 
@@ -409,6 +395,9 @@ func (p *placeholders) lookup(key string) (any, bool) {
 	case PlaceholderPolicy:
 		return p.policy, true
 	case PlaceholderLimit:
+		if p.limit == nil {
+			return "", true // no limit decided (the store's failure policy did)
+		}
 		return p.limit.Rate(), true
 	case PlaceholderRemaining:
 		return p.remaining, true

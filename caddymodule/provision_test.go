@@ -113,7 +113,7 @@ func TestReloadKeepsAdaptiveFactor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := old.policies[0].limiter.Policy().Adaptive()
+	a := old.policies[0].pol.Adaptive()
 	for i := 0; i < 50; i++ {
 		a.Observe(503, time.Millisecond)
 	}
@@ -123,10 +123,10 @@ func TestReloadKeepsAdaptiveFactor(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = old.Cleanup()
-	if got := reloaded.policies[0].limiter.Policy().Adaptive(); got != a || got.Factor() != 0.7 {
+	if got := reloaded.policies[0].pol.Adaptive(); got != a || got.Factor() != 0.7 {
 		t.Fatalf("after reload: same controller %v, factor %g; want the old one at 0.7", got == a, got.Factor())
 	}
-	if got := reloaded.policies[0].limiter.Policy().Limits()[0].Count; got != 70 {
+	if got := reloaded.policies[0].pol.Limits()[0].Count; got != 70 {
 		t.Fatalf("after reload the count is %d, want the adapted 70", got)
 	}
 	_ = reloaded.Cleanup()

@@ -5,9 +5,10 @@ import (
 	"time"
 )
 
-// The checks of options every adapter offers, written once: the Caddy
-// module, the Kong plugin and the net/http middleware report these messages
-// with their own location (Caddyfile line, Kong field path).
+// The checks of options every adapter offers, written once. Their messages
+// name the value, not the field: the Caddy module, the Kong plugin and the
+// net/http middleware prefix their own name and location (a Caddyfile
+// line, a Kong field path).
 
 // DefaultDenyStatus is the status of a denied request when none is set.
 const DefaultDenyStatus = 429
@@ -16,7 +17,7 @@ const DefaultDenyStatus = 429
 // 4xx or 5xx code.
 func CheckDenyStatus(status int) error {
 	if status < 400 || status > 599 {
-		return fmt.Errorf("status: %d is not a 4xx or 5xx code", status)
+		return fmt.Errorf("%d is not a 4xx or 5xx code", status)
 	}
 	return nil
 }
@@ -24,7 +25,7 @@ func CheckDenyStatus(status int) error {
 // CheckCost reports whether cost, the units one request takes, is usable.
 func CheckCost(cost int64) error {
 	if cost < 0 {
-		return fmt.Errorf("cost: %d must not be negative", cost)
+		return fmt.Errorf("%d must not be negative", cost)
 	}
 	return nil
 }
@@ -32,7 +33,7 @@ func CheckCost(cost int64) error {
 // CheckJitter reports whether j, a fraction of Retry-After, is in [0, 1].
 func CheckJitter(j float64) error {
 	if j < 0 || j > 1 {
-		return fmt.Errorf("jitter: %g must be between 0 and 1", j)
+		return fmt.Errorf("%g must be between 0 and 1", j)
 	}
 	return nil
 }
@@ -45,7 +46,7 @@ const MinSyncInterval = 20 * time.Millisecond
 // (0 means the default).
 func CheckSyncInterval(d time.Duration) error {
 	if d != 0 && d < MinSyncInterval {
-		return fmt.Errorf("sync: %s must be at least %s", d, MinSyncInterval)
+		return fmt.Errorf("%s must be at least %s", d, MinSyncInterval)
 	}
 	return nil
 }
@@ -75,5 +76,5 @@ func ParseEmptyKey(s string) (EmptyKey, error) {
 	if e, ok := parseEnum[EmptyKey](emptyKeyNames, s); ok {
 		return e, nil
 	}
-	return 0, fmt.Errorf("empty_key: unknown %q (want skip or shared)", s)
+	return 0, fmt.Errorf("unknown %q (want skip or shared)", s)
 }

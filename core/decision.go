@@ -132,8 +132,8 @@ func (d *Decision) window(i int) time.Duration {
 
 // MoreRestrictive reports whether a response should show a's headers rather
 // than b's when a request passed through both: a denial over a shadowed
-// denial over an allowance, then the longer RetryAfter, then the fewer
-// Remaining.
+// denial over an allowance over an undecided allowance (see Undecided), then
+// the longer RetryAfter, then the fewer Remaining.
 func MoreRestrictive(a, b *Decision) bool {
 	if ra, rb := a.severity(), b.severity(); ra != rb {
 		return ra > rb
@@ -150,6 +150,8 @@ func (d *Decision) severity() int {
 		return 2
 	case d.Shadowed:
 		return 1
+	case d.N == 0:
+		return -1
 	}
 	return 0
 }

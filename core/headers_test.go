@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"net/http"
 	"reflect"
 	"testing"
@@ -62,5 +63,16 @@ func TestSingleLimitUsesPolicyNameAndEscapes(t *testing.T) {
 	p := MustPolicy(`a "b"\c`, PolicyOptions{}, Limit{Count: 5, Window: 500 * time.Millisecond})
 	if p.current().ietfPolicy != `"a \"b\"\\c";q=5;w=1` {
 		t.Fatalf("got %s", p.current().ietfPolicy)
+	}
+}
+
+func TestHoldRespectsClientCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if Hold(ctx, time.Hour) {
+		t.Fatal("Hold ignored the cancelled context")
+	}
+	if !Hold(context.Background(), 0) {
+		t.Fatal("a zero hold did not pass")
 	}
 }

@@ -284,7 +284,6 @@ func compile(c *Config) (*instance, error) {
 		limitBy:    str(c.LimitBy, "consumer"),
 		headerName: str(c.HeaderName, ""),
 		path:       str(c.Path, ""),
-		hide:       flag(c.HideClientHeaders, false),
 		message:    str(c.ErrorMessage, "API rate limit exceeded"),
 	}
 	if !contains(limitBys, inst.limitBy) {
@@ -296,9 +295,12 @@ func compile(c *Config) (*instance, error) {
 	if inst.limitBy == "path" && inst.path == "" {
 		return nil, fmt.Errorf("path: required when limit_by is path")
 	}
-	code, err := wholeNumber("error_code", num(c.ErrorCode, 429), 400, 599)
+	code, err := wholeNumber("error_code", num(c.ErrorCode, core.DefaultDenyStatus), 0, 1<<30)
 	if err != nil {
 		return nil, err
+	}
+	if err := core.CheckDenyStatus(int(code)); err != nil {
+		return nil, fmt.Errorf("error_code: %w", err)
 	}
 	inst.status = int(code)
 	cost, err := wholeNumber("cost", num(c.Cost, 1), 0, 1<<30)
@@ -310,7 +312,10 @@ func compile(c *Config) (*instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	inst.style = core.HeaderOptions{Style: style}
+	if flag(c.HideClientHeaders, false) {
+		style = core.HeadersNone
+	}
+	inst.headers = core.HeaderOptions{Style: style}
 	alg := core.FixedWindow
 	if c.Algorithm != nil && *c.Algorithm != "" {
 		if alg, err = core.ParseAlgorithm(*c.Algorithm); err != nil {
@@ -451,11 +456,14 @@ func storeConfig(c *Config) (store.Config, error) {
 	}
 	switch {
 	case syncRate == -1 || syncRate == 0:
-	case syncRate >= 0.02:
+	case syncRate > 0:
 		sc.Eventual = true
 		sc.SyncInterval = time.Duration(syncRate * float64(time.Second))
+		if err := core.CheckSyncInterval(sc.SyncInterval); err != nil {
+			return sc, fmt.Errorf("sync_rate: %v seconds: %w", syncRate, err)
+		}
 	default:
-		return sc, fmt.Errorf("sync_rate: %v must be -1 (synchronous) or at least 0.02 seconds", syncRate)
+		return sc, fmt.Errorf("sync_rate: %v must be -1 (synchronous) or at least %v seconds", syncRate, core.MinSyncInterval.Seconds())
 	}
 	r := c.Redis
 	if r == nil {

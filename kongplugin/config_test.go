@@ -33,7 +33,7 @@ func TestConfigDefaultsSurviveNulls(t *testing.T) {
 	}
 	inst := c.compiled
 	if inst.limitBy != "consumer" || inst.status != 429 || inst.message != "API rate limit exceeded" ||
-		inst.style.Style != core.HeadersKong || inst.cost != 1 || inst.hide || inst.storeConfig.Redis != nil {
+		inst.headers.Style != core.HeadersKong || inst.cost != 1 || inst.storeConfig.Redis != nil {
 		t.Fatalf("defaults: %+v", inst)
 	}
 	l := inst.policy.Limits()[0]
@@ -88,9 +88,9 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{`"minute":5,"policy":"redis","redis":{"host":"h","port":70000}`, `redis.port: 70000 must be a whole number from 1 to 65535`},
 		{`"minute":5,"policy":"redis","redis":{"host":"h","timeout":0}`, `redis.timeout: 0 ms must be above 0`},
 		{`"minute":5,"policy":"redis","redis":{"sentinel_master":"m","sentinel_addresses":["a:1"],"sentinel_role":"slave"}`, `redis.sentinel_role: "slave"`},
-		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":0.01`, `sync_rate: 0.01 must be -1 (synchronous) or at least 0.02`},
+		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":0.01`, `sync_rate: 0.01 seconds: 10ms must be at least 20ms`},
 		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":1,"algorithm":"gcra"`, `sync_rate: policy "tollgate" limit 1 (5/1m): eventual mode counts requests`},
-		{`"minute":5,"error_code":200`, `error_code: 200 must be a whole number from 400 to 599`},
+		{`"minute":5,"error_code":200`, `error_code: 200 is not a 4xx or 5xx code`},
 		{`"minute":5,"algorithm":"quantum"`, `algorithm: unknown algorithm "quantum"`},
 		{`"minute":5,"headers":"loud"`, `headers: unknown style "loud"`},
 		{`"minute":5,"on_error":"shrug"`, `on_error: unknown value "shrug"`},

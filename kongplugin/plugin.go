@@ -37,35 +37,50 @@ type instance struct {
 	limitBy     string
 	headerName  string
 	path        string
-	hide        bool
 	status      int
 	message     string
 	cost        int64
-	style       core.HeaderOptions
+	headers     core.HeaderOptions // style none when hide_client_headers
 
 	once    sync.Once
-	limiter *core.Limiter
+	gate    *core.Gate
 	openErr error
 }
 
-// limiterOrErr opens (or joins) the shared store on first use; a Kong
-// instance has no close event, so the handle stays with the process (one
-// per distinct store config).
-func (inst *instance) limiterOrErr() (*core.Limiter, error) {
+// gateOrErr opens (or joins) the shared store on first use and builds the
+// gate over it; a Kong instance has no close event, so the handle stays
+// with the process (one per distinct store config).
+func (inst *instance) gateOrErr() (*core.Gate, error) {
 	inst.once.Do(func() {
 		h, err := store.Acquire(inst.storeConfig)
 		if err != nil {
 			inst.openErr = err
 			return
 		}
-		inst.limiter = core.NewLimiter(inst.policy, h.Store)
+		inst.gate, inst.openErr = core.NewGate(core.GateConfig{
+			Rules:  []core.Rule{{Limiter: core.NewLimiter(inst.policy, h.Store)}},
+			Status: inst.status, Headers: inst.headers,
+		})
 		if a := inst.policy.Adaptive(); a != nil {
 			// With Redis the fleet shares one factor per policy.
 			a.SetSync(h.FactorSync(inst.scope + inst.policy.Scope()))
 		}
 	})
-	return inst.limiter, inst.openErr
+	return inst.gate, inst.openErr
 }
+
+// request is one Kong request as the gate sees it: one rule, keyed by the
+// identifier Kong's rate-limiting would use, within the instance's scope.
+type request struct {
+	kong *pdk.PDK
+	inst *instance
+}
+
+func (q request) Input(int) (core.Input, error) {
+	return core.Input{Covered: true, Key: q.inst.scope + identifier(q.kong, q.inst), Cost: q.inst.cost}, nil
+}
+
+func (request) Decided(int, *core.Decision, error, time.Duration) {}
 
 // Access decides the request in Kong's access phase: headers on the way
 // through, or kong.response.exit with error_code and error_message.
@@ -80,30 +95,31 @@ func (c *Config) Access(kong *pdk.PDK) {
 		}
 		c.compiled = inst
 	}
-	limiter, err := inst.limiterOrErr()
+	gate, err := inst.gateOrErr()
 	if err != nil {
 		kong.Log.Err("tollgate: opening the store: " + err.Error())
 		exitJSON(kong, http.StatusInternalServerError, "An unexpected error occurred", nil)
 		return
 	}
-	var d core.Decision
-	if err := limiter.Decide(context.Background(), inst.scope+identifier(kong, inst), inst.cost, &d); err != nil {
+	var plan core.Plan
+	if err := gate.Decide(context.Background(), request{kong, inst}, &plan); err != nil {
 		// Only fault_tolerant false (on_error fail) gets here.
 		kong.Log.Err("tollgate: store failed: " + err.Error())
 		exitJSON(kong, http.StatusInternalServerError, "An unexpected error occurred", nil)
 		return
 	}
-	headers := inst.render(&d)
-	if !d.Allowed {
-		exitJSON(kong, inst.status, inst.message, headers)
+	headers := map[string][]string{}
+	gate.Headers(&plan, func(name, value string) { headers[name] = []string{value} })
+	if !plan.Passes() {
+		exitJSON(kong, gate.Status(), inst.message, headers)
 		return
 	}
 	if len(headers) > 0 {
 		_ = kong.Response.SetHeaders(headers)
 	}
-	if d.Delay > 0 {
-		holdFor(d.Delay)
-	}
+	// Kong waits for the access phase's answer before proxying: holding
+	// here shapes the request.
+	core.Hold(context.Background(), plan.Delay)
 }
 
 // Log reports the upstream's answer to an adaptive policy, in Kong's log
@@ -184,17 +200,3 @@ func exitJSON(kong *pdk.PDK, status int, message string, headers map[string][]st
 	headers["Content-Type"] = []string{"application/json; charset=utf-8"}
 	kong.Response.Exit(status, body, headers)
 }
-
-// render returns the response headers for d, nil when hidden.
-func (inst *instance) render(d *core.Decision) map[string][]string {
-	if inst.hide {
-		return nil
-	}
-	h := map[string][]string{}
-	core.RenderHeaders(d, inst.style, func(name, value string) { h[name] = []string{value} })
-	return h
-}
-
-// holdFor delays a shaped request in the access phase: Kong waits for the
-// plugin's answer before proxying.
-func holdFor(d time.Duration) { time.Sleep(d) }

@@ -1,11 +1,11 @@
-// Package httplimit is tollgate as net/http middleware: each rule picks the
-// requests it covers, derives a key from them and applies its policy; a
-// request any rule denies gets the configured status, body and headers.
+// Package httplimit is tollgate as net/http middleware, an adapter beside
+// the Caddy module and the Kong plugin: each rule picks the requests it
+// covers and derives a key from them; core.Gate decides, and a denied
+// request gets the configured status, body and headers. It imports no other
+// adapter and no store: the caller builds the limiters over a store.
 package httplimit
 
 import (
-	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -38,16 +38,6 @@ func Header(name string) KeyFunc {
 	}
 }
 
-// EmptyKey says what a rule does with a request its KeyFunc finds no key for.
-type EmptyKey uint8
-
-const (
-	// SkipEmpty lets the request through this rule unlimited (the default).
-	SkipEmpty EmptyKey = iota
-	// SharedEmpty puts every keyless request in one shared bucket, keyed "".
-	SharedEmpty
-)
-
 // Rule applies one limiter to the requests it matches.
 type Rule struct {
 	// Limiter holds the policy and store.
@@ -56,8 +46,10 @@ type Rule struct {
 	Match func(*http.Request) bool
 	// Key derives the key; nil means ClientIP.
 	Key KeyFunc
-	// EmptyKey handles requests without a key.
-	EmptyKey EmptyKey
+	// EmptyKey handles requests without a key: core.EmptyKeySkip (the
+	// default) lets them through unlimited, core.EmptyKeyShared counts them
+	// in one bucket keyed "".
+	EmptyKey core.EmptyKey
 	// Cost returns the request's cost in units; nil means 1.
 	Cost func(*http.Request) int64
 }
@@ -70,104 +62,82 @@ type Config struct {
 	Headers core.HeaderOptions
 	// Status is the denial status; 0 means 429.
 	Status int
-	// Body is the denial body; empty means "rate limit exceeded\n".
+	// Body is the denial body; empty means core.DefaultDenyBody.
 	Body string
-	// DenyOnError answers 503 when a store fails; by default the request is
-	// let through (the store's own failure policy decides first).
+	// DenyOnError answers 503 when a store fails; by default the rule is
+	// skipped (the store's own failure policy decides first).
 	DenyOnError bool
 	// OnDecision, if set, is called with every decision (for logs, metrics).
 	OnDecision func(r *http.Request, d *core.Decision)
 }
 
-// New returns the middleware for cfg.
+// New returns the middleware for cfg; errors name the field and value.
 func New(cfg Config) (func(http.Handler) http.Handler, error) {
-	if len(cfg.Rules) == 0 {
-		return nil, fmt.Errorf("rules: need at least one")
+	gc := core.GateConfig{Status: cfg.Status, Body: cfg.Body, Headers: cfg.Headers, SkipFailed: !cfg.DenyOnError}
+	for _, r := range cfg.Rules {
+		gc.Rules = append(gc.Rules, core.Rule{Limiter: r.Limiter, EmptyKey: r.EmptyKey})
 	}
-	for i, r := range cfg.Rules {
-		if r.Limiter == nil {
-			return nil, fmt.Errorf("rules[%d].Limiter: must be set", i)
-		}
-	}
-	if cfg.Status == 0 {
-		cfg.Status = http.StatusTooManyRequests
-	}
-	if cfg.Status < 400 || cfg.Status > 599 {
-		return nil, fmt.Errorf("status: %d is not a 4xx or 5xx code", cfg.Status)
-	}
-	if cfg.Body == "" {
-		cfg.Body = "rate limit exceeded\n"
+	gate, err := core.NewGate(gc)
+	if err != nil {
+		return nil, err
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			serve(&cfg, next, w, r)
+			serve(gate, &cfg, next, w, r)
 		})
 	}, nil
 }
 
-func serve(cfg *Config, next http.Handler, w http.ResponseWriter, r *http.Request) {
-	var shown core.Decision // the decision whose headers the response carries
-	var delay time.Duration
-	for i := range cfg.Rules {
-		rule := &cfg.Rules[i]
-		if rule.Match != nil && !rule.Match(r) {
-			continue
-		}
-		keyOf := rule.Key
-		if keyOf == nil {
-			keyOf = ClientIP
-		}
-		key, ok := keyOf(r)
-		if !ok && rule.EmptyKey == SkipEmpty {
-			continue
-		}
-		cost := int64(1)
-		if rule.Cost != nil {
-			cost = rule.Cost(r)
-		}
-		var d core.Decision
-		if err := rule.Limiter.Decide(r.Context(), key, cost, &d); err != nil {
-			if cfg.DenyOnError {
-				http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
-				return
-			}
-			continue
-		}
-		if cfg.OnDecision != nil {
-			cfg.OnDecision(r, &d)
-		}
-		if shown.Policy == nil || core.MoreRestrictive(&d, &shown) {
-			shown = d
-		}
-		if !d.Allowed {
-			break
-		}
-		delay = max(delay, d.Delay)
+// request is one request as the gate sees it.
+type request struct {
+	cfg *Config
+	r   *http.Request
+}
+
+// Input is rule i's view of the request.
+func (q *request) Input(i int) (core.Input, error) {
+	rule, r := &q.cfg.Rules[i], q.r
+	if rule.Match != nil && !rule.Match(r) {
+		return core.Input{}, nil
 	}
-	if shown.Policy != nil {
-		core.WriteHeaders(w.Header(), &shown, cfg.Headers)
+	keyOf := rule.Key
+	if keyOf == nil {
+		keyOf = ClientIP
 	}
-	if shown.Policy != nil && !shown.Allowed {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Content-Length", strconv.Itoa(len(cfg.Body)))
-		w.WriteHeader(cfg.Status)
-		_, _ = w.Write([]byte(cfg.Body))
+	key, ok := keyOf(r)
+	in := core.Input{Covered: true, Key: key, Empty: !ok, Cost: 1}
+	if rule.Cost != nil {
+		in.Cost = rule.Cost(r)
+	}
+	return in, nil
+}
+
+// Decided hands every decision to Config.OnDecision.
+func (q *request) Decided(_ int, d *core.Decision, err error, _ time.Duration) {
+	if err == nil && q.cfg.OnDecision != nil {
+		q.cfg.OnDecision(q.r, d)
+	}
+}
+
+func serve(gate *core.Gate, cfg *Config, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	var plan core.Plan
+	err := gate.Decide(r.Context(), &request{cfg, r}, &plan)
+	if err != nil {
+		if r.Context().Err() == nil {
+			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+		}
 		return
 	}
-	if delay > 0 && !Sleep(r.Context(), delay) {
+	gate.WriteHeaders(w.Header(), &plan)
+	if !plan.Passes() {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Content-Length", strconv.Itoa(len(gate.Body())))
+		w.WriteHeader(gate.Status())
+		_, _ = w.Write([]byte(gate.Body()))
+		return
+	}
+	if !core.Hold(r.Context(), plan.Delay) {
 		return // the client went away while its request was being shaped
 	}
 	next.ServeHTTP(w, r)
-}
-
-// Sleep waits d or until ctx ends, and reports whether the whole d passed.
-func Sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

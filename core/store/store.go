@@ -139,7 +139,7 @@ func open(c Config) (*Handle, error) {
 		return h, nil
 	}
 	if err := core.CheckSyncInterval(c.SyncInterval); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sync: %w", err)
 	}
 	shared, err := redis.New(c.Redis.options())
 	if err != nil {

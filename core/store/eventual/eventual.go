@@ -103,7 +103,7 @@ func New(shared core.CountStore, opts Options) (*Store, error) {
 		opts.SyncInterval = time.Second
 	}
 	if err := core.CheckSyncInterval(opts.SyncInterval); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sync: %w", err)
 	}
 	if opts.MaxKeys < 0 {
 		return nil, fmt.Errorf("max_keys: %d must not be negative", opts.MaxKeys)

@@ -1,0 +1,240 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Gate is the one request pipeline of every adapter (the Caddy module, the
+// Kong plugin, the net/http middleware): an adapter tells it, rule by rule,
+// whether a request is covered and with which key and cost; the gate
+// decides each rule on its store, combines the decisions and returns a Plan
+// (pass, deny, or hold then pass) with the headers to send. The adapter only
+// translates its request into Inputs and the Plan into its response.
+type Gate struct {
+	rules      []Rule
+	status     int
+	body       string
+	headers    HeaderOptions
+	skipFailed bool
+}
+
+// Rule is one policy as a gate applies it.
+type Rule struct {
+	// Limiter is the policy over its store.
+	Limiter *Limiter
+	// EmptyKey says what a request without a key does under this rule.
+	EmptyKey EmptyKey
+}
+
+// GateConfig configures a Gate.
+type GateConfig struct {
+	// Rules are decided in order; a request must pass every rule that covers
+	// it, and the first denial ends the pipeline.
+	Rules []Rule
+	// Status answers a denied request; 0 means DefaultDenyStatus (429).
+	Status int
+	// Body is the denial body; empty means DefaultDenyBody.
+	Body string
+	// Headers selects the rate-limit headers.
+	Headers HeaderOptions
+	// SkipFailed skips a rule whose store could not decide (only on_error
+	// fail lets a store fail) instead of ending the pipeline with a
+	// *StoreError.
+	SkipFailed bool
+}
+
+// DefaultDenyBody is the body of a denied response when none is set.
+const DefaultDenyBody = "rate limit exceeded\n"
+
+// NewGate validates c and returns its gate. Errors name the field and value.
+func NewGate(c GateConfig) (*Gate, error) {
+	if len(c.Rules) == 0 {
+		return nil, fmt.Errorf("rules: need at least one")
+	}
+	for i, r := range c.Rules {
+		if r.Limiter == nil {
+			return nil, fmt.Errorf("rules[%d]: no limiter", i)
+		}
+		if r.EmptyKey > EmptyKeyShared {
+			return nil, fmt.Errorf("rules[%d] empty_key: unknown value %d", i, r.EmptyKey)
+		}
+	}
+	if c.Status == 0 {
+		c.Status = DefaultDenyStatus
+	}
+	if err := CheckDenyStatus(c.Status); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	if err := CheckJitter(c.Headers.Jitter); err != nil {
+		return nil, fmt.Errorf("jitter: %w", err)
+	}
+	if c.Headers.Style > HeadersKong {
+		return nil, fmt.Errorf("headers: unknown style %d", c.Headers.Style)
+	}
+	if c.Body == "" {
+		c.Body = DefaultDenyBody
+	}
+	return &Gate{rules: c.Rules, status: c.Status, body: c.Body, headers: c.Headers,
+		skipFailed: c.SkipFailed}, nil
+}
+
+// Rules returns the gate's rules, in order.
+func (g *Gate) Rules() []Rule { return g.rules }
+
+// Status returns the status a denied request gets.
+func (g *Gate) Status() int { return g.status }
+
+// Body returns the body a denied request gets.
+func (g *Gate) Body() string { return g.body }
+
+// Request is an adapter's view of one request.
+type Request interface {
+	// Input tells the gate how rule applies to the request. An error (a
+	// matcher that failed) ends the pipeline.
+	Input(rule int) (Input, error)
+	// Decided hears each covered rule's decision, or its store's error, and
+	// how long the store took (for metrics and logs).
+	Decided(rule int, d *Decision, err error, took time.Duration)
+}
+
+// Input is what an adapter tells the gate about a request for one rule.
+type Input struct {
+	// Covered reports whether the rule applies to the request (its matchers
+	// accept it); the other fields matter only when it does.
+	Covered bool
+	// Key is the request's key under the rule.
+	Key string
+	// Empty reports a request without a key (every placeholder of the key
+	// empty): the rule's EmptyKey decides, and a shared bucket uses Key.
+	Empty bool
+	// Cost is the units of cost the request takes (at least 0).
+	Cost int64
+}
+
+// StoreError is a store's failure to decide a rule, which ends the pipeline
+// unless the gate skips failed rules. Only on_error fail lets it through.
+type StoreError struct {
+	// Policy is the rule's policy name.
+	Policy string
+	Err    error
+}
+
+func (e *StoreError) Error() string { return "policy " + e.Policy + ": store failed: " + e.Err.Error() }
+
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// Plan is what the gateway does with one request. Its zero value is ready
+// for Decide.
+type Plan struct {
+	// Decision is the decision the response shows: the denial, or else the
+	// most restrictive decision of the rules that covered the request.
+	// Decision.Policy is nil when no rule covered it.
+	Decision Decision
+	// Delay is how long to hold the request before passing it on (shaping):
+	// the longest delay any rule asks for.
+	Delay time.Duration
+	// watching are the adaptive controllers of the rules that allowed the
+	// request, which hear how the upstream answered (Observe).
+	watching []*Adaptive
+	inline   [4]*Adaptive
+}
+
+// Decide runs the pipeline for one request: for each rule in order it asks
+// req for the request's Input, decides the covered ones and fills plan.
+// An error from req.Input ends it and is returned as it is; a store failure
+// is returned as a *StoreError (unless the gate skips failed rules); a
+// cancelled ctx returns ctx's error.
+func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
+	plan.Decision = Decision{}
+	plan.Delay = 0
+	plan.watching = plan.inline[:0]
+	var d Decision
+	for i := range g.rules {
+		in, err := req.Input(i)
+		if err != nil {
+			return err
+		}
+		r := &g.rules[i]
+		if !in.Covered || in.Empty && r.EmptyKey == EmptyKeySkip {
+			continue
+		}
+		start := time.Now()
+		err = r.Limiter.Decide(ctx, in.Key, in.Cost, &d)
+		req.Decided(i, &d, err, time.Since(start))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if g.skipFailed {
+				continue
+			}
+			return &StoreError{Policy: r.Limiter.Policy().Name(), Err: err}
+		}
+		if plan.Decision.Policy == nil || MoreRestrictive(&d, &plan.Decision) {
+			plan.Decision = d
+		}
+		if !d.Allowed {
+			break
+		}
+		if a := r.Limiter.Policy().Adaptive(); a != nil {
+			plan.watching = append(plan.watching, a)
+		}
+		plan.Delay = max(plan.Delay, d.Delay)
+	}
+	if !plan.Passes() {
+		plan.Delay = 0
+	}
+	return nil
+}
+
+// Covered reports whether any rule covered the request.
+func (p *Plan) Covered() bool { return p.Decision.Policy != nil }
+
+// Passes reports whether the request goes on (after Delay).
+func (p *Plan) Passes() bool { return !p.Covered() || p.Decision.Allowed }
+
+// Watching reports whether an adaptive rule waits to hear how the upstream
+// answered (see Observe).
+func (p *Plan) Watching() bool { return len(p.watching) > 0 }
+
+// Observe reports the upstream's answer to the adaptive rules that let the
+// request through: its status (0 for no answer) and how long it took.
+func (p *Plan) Observe(status int, took time.Duration) {
+	for _, a := range p.watching {
+		a.Observe(status, took)
+	}
+}
+
+// Headers calls set for every rate-limit header the plan's response
+// carries (none when no rule covered the request).
+func (g *Gate) Headers(p *Plan, set func(name, value string)) {
+	if p.Covered() {
+		RenderHeaders(&p.Decision, g.headers, set)
+	}
+}
+
+// WriteHeaders sets the plan's rate-limit headers on h.
+func (g *Gate) WriteHeaders(h http.Header, p *Plan) {
+	if p.Covered() {
+		WriteHeaders(h, &p.Decision, g.headers)
+	}
+}
+
+// Hold waits d, the plan's Delay, or until ctx ends (the client left), and
+// reports whether the whole d passed.
+func Hold(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
