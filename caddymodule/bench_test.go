@@ -9,6 +9,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/tollgate/tollgate/core"
 )
 
 // BenchmarkServeHTTP measures the handler in-process (no network): the
@@ -17,8 +19,8 @@ func BenchmarkServeHTTP(b *testing.B) {
 	for _, alg := range []string{"sliding_counter", "sliding_log"} {
 		b.Run(alg, func(b *testing.B) {
 			var h Handler
-			h.Policies = []*PolicyConfig{{Name: "p", Key: "{http.request.header.X-Key}",
-				Limits: []LimitConfig{{Count: 100_000, Window: caddy.Duration(60e9), Algorithm: alg}}}}
+			h.Policies = []*PolicyConfig{{PolicySpec: core.PolicySpec{Name: "p", Key: "{http.request.header.X-Key}",
+				Limits: []core.LimitSpec{{Count: 100_000, Window: core.Duration(60e9), Algorithm: alg}}}}}
 			ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 			defer cancel()
 			if err := h.Provision(ctx); err != nil {

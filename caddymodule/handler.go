@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/metrics"
 	"github.com/tollgate/tollgate/core/store"
 )
 
@@ -30,7 +32,7 @@ var ErrRateLimited = errors.New("rate limit exceeded")
 // Handler limits the rate of requests by policies over one store.
 type Handler struct {
 	// Store holds the counters; default memory.
-	Store *StoreConfig `json:"store,omitempty"`
+	Store *store.Spec `json:"store,omitempty"`
 	// Policies are applied in order; a request must pass every policy that
 	// matches it.
 	Policies []*PolicyConfig `json:"policies"`
@@ -52,6 +54,7 @@ type Handler struct {
 	store    *store.Handle
 	stopLog  func()
 	releases []func() // adaptive controllers acquired
+	metrics  *metrics.Set
 	logger   *zap.Logger
 }
 
@@ -65,8 +68,6 @@ type policy struct {
 	constant bool   // key has no placeholder: one bucket, never empty
 	emptyKey core.EmptyKey
 	cost     int64
-	limitIDs []string // limits' labels, for metrics
-	metrics  *policyMetrics
 }
 
 // CaddyModule returns the Caddy module information.
@@ -88,7 +89,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	sc, err := h.Store.storeConfig()
+	sc, err := h.Store.Config()
 	if err != nil {
 		return err
 	}
@@ -128,56 +129,29 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.stopLog = h.store.OnStateChange(func(open bool, err error) {
 		if open {
 			h.logger.Warn("rate-limit store failing; its failure policy decides until it answers again",
-				zap.String("on_error", orDefault(h.Store.onError(), "local")), zap.Error(err))
+				zap.String("on_error", sc.OnError.String()), zap.Error(err))
 		} else {
 			h.logger.Warn("rate-limit store answering again")
 		}
 	})
-	m, err := newMetrics(ctx.GetMetricsRegistry(), h.policies, h.store)
-	if err != nil {
-		return err
-	}
+	var pols []*core.Policy
 	for _, p := range h.policies {
-		p.metrics = m.forPolicy(p)
+		pols = append(pols, p.pol)
 	}
-	return nil
+	h.metrics, err = metrics.New(ctx.GetMetricsRegistry(), pols, h.store)
+	return err
 }
 
 func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy, error) {
-	limits, err := pc.limits()
+	// Keyed like the counters, so a reload keeps an adaptive factor.
+	pol, emptyKey, release, err := pc.Build("caddy")
 	if err != nil {
 		return nil, err
 	}
-	opts := core.PolicyOptions{Shadow: pc.Shadow}
-	if pc.Adaptive != nil {
-		// Keyed like the counters, so a reload keeps the factor.
-		scope, err := core.PolicyScope(pc.Name, limits...)
-		if err != nil {
-			return nil, err
-		}
-		a, release, err := core.AcquireAdaptive("caddy|"+scope, pc.Adaptive.options())
-		if err != nil {
-			return nil, fmt.Errorf("policy %q %w", pc.Name, err)
-		}
-		opts.Adaptive = a
-		h.releases = append(h.releases, release)
-	}
-	cp, err := core.NewPolicy(pc.Name, opts, limits...)
-	if err != nil {
-		return nil, err
-	}
-	p := &policy{cfg: pc, pol: cp, key: orDefault(pc.Key, DefaultKey), cost: pc.Cost}
-	if p.emptyKey, err = core.ParseEmptyKey(pc.EmptyKey); err != nil {
-		return nil, fmt.Errorf("policy %q empty_key: %w", pc.Name, err)
-	}
-	if pc.Cost == 0 {
-		p.cost = 1
-	}
+	h.releases = append(h.releases, release)
+	p := &policy{cfg: pc, pol: pol, key: orDefault(pc.Key, DefaultKey), emptyKey: emptyKey, cost: pc.RequestCost()}
 	p.literal = caddy.NewEmptyReplacer().ReplaceAll(p.key, "")
 	p.constant = p.literal == p.key
-	for _, l := range cp.Configured() { // stable labels: not the adapted counts
-		p.limitIDs = append(p.limitIDs, l.Label())
-	}
 	if pc.MatcherSetsRaw != nil {
 		mods, err := ctx.LoadModule(pc, "MatcherSetsRaw")
 		if err != nil {
@@ -188,13 +162,6 @@ func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy,
 		}
 	}
 	return p, nil
-}
-
-func (c *StoreConfig) onError() string {
-	if c == nil {
-		return ""
-	}
-	return c.OnError
 }
 
 func orDefault(s, def string) string {
@@ -231,26 +198,11 @@ func (h *Handler) Cleanup() error {
 	return err
 }
 
-// Placeholders set on every request a policy applies to.
-const (
-	// PlaceholderPolicy is the name of the policy whose decision the
-	// response shows (the denying one, or the most restrictive).
-	PlaceholderPolicy = "http.tollgate.policy"
-	// PlaceholderLimit is that decision's limit (count per window).
-	PlaceholderLimit = "http.tollgate.limit"
-	// PlaceholderRemaining is the units left in that limit.
-	PlaceholderRemaining = "http.tollgate.remaining"
-	// PlaceholderDenied is "true" for a denied request, else "false".
-	PlaceholderDenied = "http.tollgate.denied"
-	// PlaceholderRetryAfter is the Retry-After in seconds when denied, else 0.
-	PlaceholderRetryAfter = "http.tollgate.retry_after"
-	// PlaceholderDecidedAt is when the store decided, in µs since the Unix
-	// epoch on the store's clock (Redis's TIME for the Redis store).
-	PlaceholderDecidedAt = "http.tollgate.decided_at"
-	// PlaceholderStore is "shared" when the store decided, or "fallback"
-	// when Redis failed and the failure policy decided.
-	PlaceholderStore = "http.tollgate.store"
-)
+// PlaceholderPrefix starts the placeholders set on every request a policy
+// applies to: http.tollgate.<field> for each field of the decision the
+// response shows (policy, limit, remaining, denied, retry_after,
+// decided_at, store; see core.Decision.Field).
+const PlaceholderPrefix = "http.tollgate."
 
 // request is one Caddy request as the gate sees it.
 type request struct {
@@ -272,7 +224,7 @@ func (q *request) Input(i int) (core.Input, error) {
 
 // Decided counts policy i's decision in its metrics.
 func (q *request) Decided(i int, d *core.Decision, err error, took time.Duration) {
-	q.h.policies[i].metrics.observe(d, err, took)
+	q.h.metrics.Observe(i, d, err, took)
 }
 
 // ServeHTTP runs the gate, then denies, holds or passes the request on.
@@ -298,7 +250,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return next.ServeHTTP(w, r)
 	}
 	shown := &plan.Decision
-	h.setPlaceholders(repl, shown)
+	setPlaceholders(repl, shown)
 	h.gate.WriteHeaders(w.Header(), &plan)
 	if !plan.Passes() {
 		if ce := h.logger.Check(zap.DebugLevel, "rate limited"); ce != nil {
@@ -368,52 +320,15 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// setPlaceholders offers d's values to the replacer. They are computed when
-// a placeholder is used, not per request: most requests use none.
-func (h *Handler) setPlaceholders(repl *caddy.Replacer, d *core.Decision) {
-	ph := &placeholders{policy: d.Policy.Name(), limit: d.DecidingLimit(), remaining: d.Remaining,
-		denied: !d.Allowed, at: d.At, fallback: d.Fallback}
-	if !d.Allowed {
-		ph.retry = core.Seconds(d.RetryAfter)
-	}
-	repl.Map(ph.lookup)
-}
-
-// placeholders are one decision's values for the http.tollgate.* names.
-type placeholders struct {
-	policy    string
-	limit     *core.Limit
-	remaining int64
-	retry     int64
-	at        int64
-	denied    bool
-	fallback  bool
-}
-
-func (p *placeholders) lookup(key string) (any, bool) {
-	switch key {
-	case PlaceholderPolicy:
-		return p.policy, true
-	case PlaceholderLimit:
-		if p.limit == nil {
-			return "", true // no limit decided (the store's failure policy did)
+// setPlaceholders offers d's fields to the replacer, computed when a
+// placeholder is used: most requests use none.
+func setPlaceholders(repl *caddy.Replacer, d *core.Decision) {
+	repl.Map(func(key string) (any, bool) {
+		if name, ok := strings.CutPrefix(key, PlaceholderPrefix); ok {
+			return d.Field(name)
 		}
-		return p.limit.Rate(), true
-	case PlaceholderRemaining:
-		return p.remaining, true
-	case PlaceholderDenied:
-		return strconv.FormatBool(p.denied), true
-	case PlaceholderRetryAfter:
-		return p.retry, true
-	case PlaceholderDecidedAt:
-		return p.at, true
-	case PlaceholderStore:
-		if p.fallback {
-			return "fallback", true
-		}
-		return "shared", true
-	}
-	return nil, false
+		return nil, false
+	})
 }
 
 // Interface guards.

@@ -1,6 +1,9 @@
 package core
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // Decision is a policy's verdict on one request, with what rate-limit headers
 // need. The summary fields come from the limit that decided: when denied, the
@@ -154,4 +157,57 @@ func (d *Decision) severity() int {
 		return -1
 	}
 	return 0
+}
+
+// The names of a decision's fields as gateways expose them (Caddy's
+// http.tollgate.* placeholders, log fields), read with Field.
+const (
+	// FieldPolicy is the name of the deciding policy.
+	FieldPolicy = "policy"
+	// FieldLimit is the deciding limit's rate ("600/1m"), "" when no limit
+	// decided (the store's failure policy did).
+	FieldLimit = "limit"
+	// FieldRemaining is the units left in the deciding limit.
+	FieldRemaining = "remaining"
+	// FieldDenied is "true" for a denied request, else "false".
+	FieldDenied = "denied"
+	// FieldRetryAfter is the retry-after in whole seconds when denied, else 0.
+	FieldRetryAfter = "retry_after"
+	// FieldDecidedAt is when the store decided, in µs since the Unix epoch
+	// on the store's clock (Redis's TIME for the Redis store).
+	FieldDecidedAt = "decided_at"
+	// FieldStore is "shared" when the store decided, or "fallback" when
+	// Redis failed and the failure policy decided.
+	FieldStore = "store"
+)
+
+// Field returns the decision's field named name (see FieldPolicy and the
+// names after it), and false for an unknown name.
+func (d *Decision) Field(name string) (any, bool) {
+	switch name {
+	case FieldPolicy:
+		return d.Policy.Name(), true
+	case FieldLimit:
+		if l := d.DecidingLimit(); l != nil {
+			return l.Rate(), true
+		}
+		return "", true
+	case FieldRemaining:
+		return d.Remaining, true
+	case FieldDenied:
+		return strconv.FormatBool(!d.Allowed), true
+	case FieldRetryAfter:
+		if d.Allowed {
+			return int64(0), true
+		}
+		return Seconds(d.RetryAfter), true
+	case FieldDecidedAt:
+		return d.At, true
+	case FieldStore:
+		if d.Fallback {
+			return "fallback", true
+		}
+		return "shared", true
+	}
+	return nil, false
 }

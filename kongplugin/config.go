@@ -276,7 +276,7 @@ func wholeNumber(field string, v, lo, hi float64) (int64, error) {
 }
 
 // limitBys are the identifiers limit_by accepts.
-var limitBys = []string{"consumer", "ip", "service", "header", "path"}
+var limitBys = []string{"consumer", "credential", "ip", "service", "header", "path"}
 
 // compile validates c and builds what a request needs.
 func compile(c *Config) (*instance, error) {

@@ -145,3 +145,18 @@ func TestPDKTestEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryKongLimitByAccepted: each identifier Kong's rate-limiting offers
+// is accepted and kept.
+func TestEveryKongLimitByAccepted(t *testing.T) {
+	for _, by := range []string{`"consumer"`, `"credential"`, `"ip"`, `"service"`, `"header","header_name":"X-Key"`, `"path","path":"/login"`} {
+		c, err := decode(t, `"minute":5,"limit_by":`+by)
+		if err != nil {
+			t.Errorf("limit_by %s refused: %v", by, err)
+			continue
+		}
+		if want := strings.Trim(strings.SplitN(by, ",", 2)[0], `"`); c.compiled.limitBy != want {
+			t.Errorf("limit_by %s read as %q", by, c.compiled.limitBy)
+		}
+	}
+}

@@ -1,4 +1,9 @@
-package caddymodule
+// Package metrics is tollgate's Prometheus series for a gateway's policies:
+// decisions by policy, deciding limit and result, store errors and
+// latency, the breaker's state and adaptive factors. Labels are policy,
+// limit and result names only: never a request key. An adapter registers
+// them in its gateway's registry (Caddy's admin /metrics).
+package metrics
 
 import (
 	"errors"
@@ -10,9 +15,12 @@ import (
 	"github.com/tollgate/tollgate/core/store"
 )
 
-// metrics are the handler's Prometheus series, registered in Caddy's
-// metrics registry (served by the admin API at /metrics). Labels are
-// policy, limit and result names only: never a request key.
+// Set is the series of one config's policies.
+type Set struct {
+	policies []*Policy
+}
+
+// metrics are the shared vectors.
 type metrics struct {
 	decisions     *prometheus.CounterVec   // policy, limit, result
 	storeErrors   *prometheus.CounterVec   // policy
@@ -30,7 +38,10 @@ const (
 
 var resultNames = [resultCount]string{"allowed", "denied", "shadowed", "delayed"}
 
-func newMetrics(reg *prometheus.Registry, policies []*policy, store *store.Handle) (*metrics, error) {
+// New registers the series of policies over store h in reg (nil: a
+// registry nobody reads) and returns them; equal series registered by
+// another config in the same registry are shared.
+func New(reg *prometheus.Registry, policies []*core.Policy, h *store.Handle) (*Set, error) {
 	if reg == nil {
 		// A context without a registry (tests): count into one nobody reads.
 		reg = prometheus.NewRegistry()
@@ -60,8 +71,11 @@ func newMetrics(reg *prometheus.Registry, policies []*policy, store *store.Handl
 	if m.storeDuration, err = register(reg, m.storeDuration); err != nil {
 		return nil, err
 	}
-	for _, p := range policies {
-		pol := p.pol
+	set := &Set{}
+	for _, pol := range policies {
+		set.policies = append(set.policies, m.forPolicy(pol))
+	}
+	for _, pol := range policies {
 		a := pol.Adaptive()
 		if a == nil {
 			continue
@@ -69,30 +83,30 @@ func newMetrics(reg *prometheus.Registry, policies []*policy, store *store.Handl
 		factor := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "tollgate", Name: "adaptive_factor",
 			Help:        "Fraction of the configured limits an adaptive policy allows now (1: all of it).",
-			ConstLabels: prometheus.Labels{"policy": p.cfg.Name},
+			ConstLabels: prometheus.Labels{"policy": pol.Name()},
 		}, a.Factor)
 		if _, err := register(reg, factor); err != nil {
 			return nil, err
 		}
-		for i, id := range p.limitIDs {
+		for i, id := range limitLabels(pol) {
 			effective := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Namespace: "tollgate", Name: "effective_limit",
 				Help:        "Count per window an adaptive policy's limit allows now.",
-				ConstLabels: prometheus.Labels{"policy": p.cfg.Name, "limit": id},
+				ConstLabels: prometheus.Labels{"policy": pol.Name(), "limit": id},
 			}, func() float64 { return float64(pol.Limits()[i].Count) })
 			if _, err := register(reg, effective); err != nil {
 				return nil, err
 			}
 		}
 	}
-	if store.Failover != nil {
-		for _, p := range policies {
+	if h.Failover != nil {
+		for _, pol := range policies {
 			breaker := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Namespace: "tollgate", Name: "breaker_open",
 				Help:        "1 while the shared store's breaker is open (Redis skipped, the failure policy decides), else 0.",
-				ConstLabels: prometheus.Labels{"policy": p.cfg.Name},
+				ConstLabels: prometheus.Labels{"policy": pol.Name()},
 			}, func() float64 {
-				if store.Failover.Open() {
+				if h.Failover.Open() {
 					return 1
 				}
 				return 0
@@ -102,7 +116,23 @@ func newMetrics(reg *prometheus.Registry, policies []*policy, store *store.Handl
 			}
 		}
 	}
-	return m, nil
+	return set, nil
+}
+
+// limitLabels are a policy's limit labels as configured, so an adapted
+// count does not rename a series.
+func limitLabels(p *core.Policy) []string {
+	var labels []string
+	for _, l := range p.Configured() {
+		labels = append(labels, l.Label())
+	}
+	return labels
+}
+
+// Observe counts policy i's decision (or its store's error) and how long
+// the store took.
+func (s *Set) Observe(i int, d *core.Decision, err error, took time.Duration) {
+	s.policies[i].observe(d, err, took)
 }
 
 // register registers c, or returns the equal collector registered before (by
@@ -120,23 +150,23 @@ func register[C prometheus.Collector](reg *prometheus.Registry, c C) (C, error) 
 	return c, nil
 }
 
-// policyMetrics are one policy's series, resolved once so a request does
-// not look labels up.
-type policyMetrics struct {
+// Policy is one policy's series, resolved once so a request does not look
+// labels up.
+type Policy struct {
 	decisions   [][resultCount]prometheus.Counter // [limit][result]
 	storeErrors prometheus.Counter
 	duration    prometheus.Observer
 }
 
-func (m *metrics) forPolicy(p *policy) *policyMetrics {
-	pm := &policyMetrics{
-		storeErrors: m.storeErrors.WithLabelValues(p.cfg.Name),
-		duration:    m.storeDuration.WithLabelValues(p.cfg.Name),
+func (m *metrics) forPolicy(p *core.Policy) *Policy {
+	pm := &Policy{
+		storeErrors: m.storeErrors.WithLabelValues(p.Name()),
+		duration:    m.storeDuration.WithLabelValues(p.Name()),
 	}
-	for _, id := range p.limitIDs {
+	for _, id := range limitLabels(p) {
 		var byResult [resultCount]prometheus.Counter
 		for r, name := range resultNames {
-			byResult[r] = m.decisions.WithLabelValues(p.cfg.Name, id, name)
+			byResult[r] = m.decisions.WithLabelValues(p.Name(), id, name)
 		}
 		pm.decisions = append(pm.decisions, byResult)
 	}
@@ -144,7 +174,7 @@ func (m *metrics) forPolicy(p *policy) *policyMetrics {
 }
 
 // observe counts one decision.
-func (pm *policyMetrics) observe(d *core.Decision, err error, took time.Duration) {
+func (pm *Policy) observe(d *core.Decision, err error, took time.Duration) {
 	pm.duration.Observe(took.Seconds())
 	if err != nil || d.Fallback {
 		pm.storeErrors.Inc()

@@ -1,0 +1,355 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Specs are configuration as gateways write it (JSON, or option lines such
+// as a Caddyfile's), declared once here: each knows its fields, reads its
+// options and validates itself, with errors that name the field and the
+// value. An adapter embeds them in its own config and adds where the error
+// was written (a Caddyfile line, a JSON path).
+
+// Duration is a length of time in a spec: in JSON a string such as "500ms",
+// "1m30s" or "1d", or a whole number of nanoseconds (as Caddy writes
+// durations).
+type Duration time.Duration
+
+// UnmarshalJSON reads a duration string or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		v, err := ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var ns int64
+	if err := json.Unmarshal(b, &ns); err != nil {
+		return fmt.Errorf("duration %s: want a string such as \"1m\" or nanoseconds", b)
+	}
+	*d = Duration(ns)
+	return nil
+}
+
+// ParseDuration reads a Go duration ("1m30s", "-1s") or a number of days
+// ("1d", "1.5d").
+func ParseDuration(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok && days != "" {
+		n, err := strconv.ParseFloat(days, 64)
+		if err == nil && n >= -100*365 && n <= 100*365 {
+			return time.Duration(n * float64(24*time.Hour)), nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (want e.g. 500ms, 1m, 1d)", s)
+	}
+	return d, nil
+}
+
+// LimitSpec is one limit as configured: Count units per Window.
+type LimitSpec struct {
+	// Count is the units allowed per Window.
+	Count int64 `json:"count"`
+	// Window is the window length.
+	Window Duration `json:"window"`
+	// Algorithm is fixed_window, sliding_log, sliding_counter (default),
+	// token_bucket, gcra or leaky_bucket.
+	Algorithm string `json:"algorithm,omitempty"`
+	// Burst is token_bucket's bucket size (default Count), the units gcra
+	// admits at once (default 1), or leaky_bucket's queue size (default:
+	// what MaxDelay holds).
+	Burst int64 `json:"burst,omitempty"`
+	// MaxDelay is leaky_bucket's longest shaping delay.
+	MaxDelay Duration `json:"max_delay,omitempty"`
+	// Name labels the limit in headers; default "<count>/<window>".
+	Name string `json:"name,omitempty"`
+}
+
+// Limit validates s into a Limit; errors name the field and value.
+func (s *LimitSpec) Limit() (Limit, error) {
+	l := Limit{Name: s.Name, Count: s.Count, Window: time.Duration(s.Window), Burst: s.Burst, MaxDelay: time.Duration(s.MaxDelay)}
+	if s.Algorithm != "" {
+		a, err := ParseAlgorithm(s.Algorithm)
+		if err != nil {
+			return l, fmt.Errorf("algorithm: %w", err)
+		}
+		l.Algorithm = a
+	}
+	return l, l.Validate()
+}
+
+// ParseLimitArgs reads a limit written as words: <count>/<window>
+// [<algorithm>] [burst <n>] [max_delay <duration>] [name <label>], and
+// validates it.
+func ParseLimitArgs(args []string) (LimitSpec, error) {
+	var s LimitSpec
+	if len(args) == 0 {
+		return s, fmt.Errorf("want <count>/<window>, such as 100/1m")
+	}
+	rate := args[0]
+	count, window, err := ParseRate(rate)
+	if err != nil {
+		return s, fmt.Errorf("%q: %w", rate, err)
+	}
+	s.Count, s.Window = count, Duration(window)
+	for rest := args[1:]; len(rest) > 0; rest = rest[1:] {
+		opt := rest[0]
+		switch opt {
+		case "burst", "max_delay", "name":
+			if len(rest) < 2 {
+				return s, fmt.Errorf("%s %s: missing value", rate, opt)
+			}
+			v := rest[1]
+			rest = rest[1:]
+			switch opt {
+			case "burst":
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil || n < 1 {
+					return s, fmt.Errorf("%s burst: %q is not a count of at least 1", rate, v)
+				}
+				s.Burst = n
+			case "max_delay":
+				d, err := ParseDuration(v)
+				if err != nil || d <= 0 {
+					return s, fmt.Errorf("%s max_delay: %q is not a positive duration", rate, v)
+				}
+				s.MaxDelay = Duration(d)
+			default:
+				s.Name = v
+			}
+		default:
+			if _, err := ParseAlgorithm(opt); err != nil {
+				return s, fmt.Errorf("%s: %q is neither an algorithm nor burst, max_delay or name: %w", rate, opt, err)
+			}
+			s.Algorithm = opt
+		}
+	}
+	if _, err := s.Limit(); err != nil {
+		return s, fmt.Errorf("%s: %w", rate, err)
+	}
+	return s, nil
+}
+
+// AdaptiveSpec tunes adaptive limiting; zero fields take the defaults of
+// AdaptiveOptions.
+type AdaptiveSpec struct {
+	// Min is the lowest fraction of the configured counts; default 0.1.
+	Min float64 `json:"min,omitempty"`
+	// ErrorRate is the upstream error fraction (5xx, 429, timeouts) per
+	// interval above which limits shrink; default 0.05.
+	ErrorRate float64 `json:"error_rate,omitempty"`
+	// Latency is the target for the Quantile of upstream latency; 0 ignores
+	// latency.
+	Latency Duration `json:"latency,omitempty"`
+	// Quantile is the latency quantile; default 0.9.
+	Quantile float64 `json:"quantile,omitempty"`
+	// Interval is how often signals are judged; default 1s.
+	Interval Duration `json:"interval,omitempty"`
+	// Decrease multiplies the limits when the upstream struggles; default 0.7.
+	Decrease float64 `json:"decrease,omitempty"`
+	// Increase is added to the factor per healthy interval; default 0.05.
+	Increase float64 `json:"increase,omitempty"`
+	// MinSamples is the fewest responses per interval that can show
+	// trouble; default 10.
+	MinSamples int64 `json:"min_samples,omitempty"`
+}
+
+// Options returns s as controller options (not yet validated).
+func (s *AdaptiveSpec) Options() AdaptiveOptions {
+	return AdaptiveOptions{
+		MinFactor: s.Min, ErrorRate: s.ErrorRate, LatencyTarget: time.Duration(s.Latency), Quantile: s.Quantile,
+		Interval: time.Duration(s.Interval), Decrease: s.Decrease, Increase: s.Increase, MinSamples: s.MinSamples,
+	}
+}
+
+// Set reads option opt with value v as written in an option line: latency
+// and interval durations, min_samples a count, the rest fractions ("0.3" or
+// "30%").
+func (s *AdaptiveSpec) Set(opt, v string) error {
+	switch opt {
+	case "latency", "interval":
+		d, err := ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%s: %q is not a positive duration", opt, v)
+		}
+		*map[string]*Duration{"latency": &s.Latency, "interval": &s.Interval}[opt] = Duration(d)
+	case "min_samples":
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%s: %q is not a count of at least 1", opt, v)
+		}
+		s.MinSamples = n
+	case "min", "error_rate", "quantile", "decrease", "increase":
+		f, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a fraction", opt, v)
+		}
+		if strings.HasSuffix(v, "%") {
+			f /= 100
+		}
+		*map[string]*float64{"min": &s.Min, "error_rate": &s.ErrorRate, "quantile": &s.Quantile, "decrease": &s.Decrease, "increase": &s.Increase}[opt] = f
+	default:
+		return fmt.Errorf("unknown option %q (want min, error_rate, latency, quantile, interval, decrease, increase or min_samples)", opt)
+	}
+	return nil
+}
+
+// PolicySpec is one named policy as configured: how requests are keyed and
+// its stacked limits.
+type PolicySpec struct {
+	// Name names the policy in headers, metrics and placeholders. Policies
+	// with the same name and limits share counters across handlers and
+	// survive config reloads.
+	Name string `json:"name"`
+	// Key is the request's key, a template the adapter fills (Caddy
+	// placeholders); empty means the adapter's default.
+	Key string `json:"key,omitempty"`
+	// EmptyKey is what happens to a request without a key: "skip" (the
+	// default: the policy does not apply) or "shared" (one bucket for all).
+	EmptyKey string `json:"empty_key,omitempty"`
+	// Limits are stacked: a request passes only if all allow it.
+	Limits []LimitSpec `json:"limits"`
+	// Cost is the units each request takes; default 1.
+	Cost int64 `json:"cost,omitempty"`
+	// Shadow decides and reports (headers, metrics, logs) but never denies.
+	Shadow bool `json:"shadow,omitempty"`
+	// Adaptive, if set, scales the policy's limits with the upstream's
+	// health: down when its errors or latency pass their targets, back up
+	// while it is healthy.
+	Adaptive *AdaptiveSpec `json:"adaptive,omitempty"`
+}
+
+// Set reads one option line of a policy: key <template>, empty_key
+// skip|shared, limit <words of ParseLimitArgs>, cost <n>, shadow. The
+// adaptive block is read with AdaptiveSpec.Set. Errors name the policy, the
+// option and the value.
+func (s *PolicySpec) Set(opt string, args []string) error {
+	one := func() (string, error) {
+		switch len(args) {
+		case 0:
+			return "", fmt.Errorf("%s: missing value", opt)
+		case 1:
+			return args[0], nil
+		}
+		return "", fmt.Errorf("unexpected %q after the value %q", args[1], args[0])
+	}
+	var err error
+	switch opt {
+	case "key":
+		s.Key, err = one()
+	case "empty_key":
+		if s.EmptyKey, err = one(); err == nil {
+			if _, perr := ParseEmptyKey(s.EmptyKey); perr != nil {
+				err = fmt.Errorf("policy %q empty_key: %w", s.Name, perr)
+			}
+		}
+	case "limit":
+		l, lerr := ParseLimitArgs(args)
+		if lerr != nil {
+			return fmt.Errorf("policy %q limit %w", s.Name, lerr)
+		}
+		s.Limits = append(s.Limits, l)
+	case "cost":
+		var v string
+		if v, err = one(); err == nil {
+			n, perr := strconv.ParseInt(v, 10, 64)
+			switch {
+			case perr != nil:
+				err = fmt.Errorf("policy %q cost: %q is not a whole number", s.Name, v)
+			case CheckCost(n) != nil:
+				err = fmt.Errorf("policy %q cost: %w", s.Name, CheckCost(n))
+			}
+			s.Cost = n
+		}
+	case "shadow":
+		if len(args) > 0 {
+			return fmt.Errorf("shadow: unexpected %q", args[0])
+		}
+		s.Shadow = true
+	default:
+		return fmt.Errorf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow or adaptive)", s.Name, opt)
+	}
+	return err
+}
+
+// Check validates s without building it; errors name the field and value.
+func (s *PolicySpec) Check() ([]Limit, error) {
+	if strings.TrimSpace(s.Name) == "" {
+		return nil, fmt.Errorf("policy name: must not be empty")
+	}
+	if len(s.Limits) == 0 {
+		return nil, fmt.Errorf("policy %q: needs at least one limit", s.Name)
+	}
+	if err := CheckCost(s.Cost); err != nil {
+		return nil, fmt.Errorf("policy %q cost: %w", s.Name, err)
+	}
+	if _, err := ParseEmptyKey(s.EmptyKey); err != nil {
+		return nil, fmt.Errorf("policy %q empty_key: %w", s.Name, err)
+	}
+	limits := make([]Limit, len(s.Limits))
+	for i := range s.Limits {
+		l, err := s.Limits[i].Limit()
+		if err != nil {
+			return nil, fmt.Errorf("policy %q limit %d: %w", s.Name, i+1, err)
+		}
+		limits[i] = l
+	}
+	if s.Adaptive != nil {
+		if err := s.Adaptive.Options().Validate(); err != nil {
+			return nil, fmt.Errorf("policy %q %w", s.Name, err)
+		}
+	}
+	return limits, nil
+}
+
+// Build validates s and returns its policy and the rule's empty-key
+// handling. An adaptive policy's controller is shared by every config that
+// builds the same policy under the same owner (a gateway's name for the
+// process, such as "caddy"), so a reload keeps its factor; release gives it
+// back when the config is unloaded (a no-op without adaptive).
+func (s *PolicySpec) Build(owner string) (p *Policy, emptyKey EmptyKey, release func(), err error) {
+	release = func() {}
+	limits, err := s.Check()
+	if err != nil {
+		return nil, 0, release, err
+	}
+	emptyKey, _ = ParseEmptyKey(s.EmptyKey)
+	opts := PolicyOptions{Shadow: s.Shadow}
+	if s.Adaptive != nil {
+		scope, err := PolicyScope(s.Name, limits...)
+		if err != nil {
+			return nil, 0, release, err
+		}
+		if opts.Adaptive, release, err = AcquireAdaptive(owner+"|"+scope, s.Adaptive.Options()); err != nil {
+			return nil, 0, func() {}, fmt.Errorf("policy %q %w", s.Name, err)
+		}
+	}
+	p, err = NewPolicy(s.Name, opts, limits...)
+	if err != nil {
+		release()
+		return nil, 0, func() {}, err
+	}
+	return p, emptyKey, release, nil
+}
+
+// RequestCost returns the units one request takes under s: Cost, or 1 when
+// unset.
+func (s *PolicySpec) RequestCost() int64 {
+	if s.Cost == 0 {
+		return 1
+	}
+	return s.Cost
+}
