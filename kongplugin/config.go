@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -146,19 +147,15 @@ type AdaptiveConfig struct {
 	MinSamples *float64 `json:"min_samples"`
 }
 
-func (a *AdaptiveConfig) options() (core.AdaptiveOptions, error) {
-	o := core.AdaptiveOptions{
-		MinFactor: num(a.Min, 0), ErrorRate: num(a.ErrorRate, 0), Quantile: num(a.Quantile, 0),
-		Decrease: num(a.Decrease, 0), Increase: num(a.Increase, 0),
-		LatencyTarget: time.Duration(num(a.Latency, 0) * float64(time.Millisecond)),
-		Interval:      time.Duration(num(a.Interval, 0) * float64(time.Second)),
-	}
+// spec reads a's Kong units (latency in ms, interval in seconds).
+func (a *AdaptiveConfig) spec() (*core.AdaptiveSpec, error) {
 	n, err := wholeNumber("adaptive.min_samples", num(a.MinSamples, 10), 1, 1<<30)
-	if err != nil {
-		return o, err
-	}
-	o.MinSamples = n
-	return o, o.Validate()
+	return &core.AdaptiveSpec{
+		Min: num(a.Min, 0), ErrorRate: num(a.ErrorRate, 0), Quantile: num(a.Quantile, 0),
+		Decrease: num(a.Decrease, 0), Increase: num(a.Increase, 0), MinSamples: n,
+		Latency:  core.Duration(num(a.Latency, 0) * float64(time.Millisecond)),
+		Interval: core.Duration(num(a.Interval, 0) * float64(time.Second)),
+	}, err
 }
 
 // LimitConfig is an extra limit: Count per Window.
@@ -286,7 +283,7 @@ func compile(c *Config) (*instance, error) {
 		path:       str(c.Path, ""),
 		message:    str(c.ErrorMessage, "API rate limit exceeded"),
 	}
-	if !contains(limitBys, inst.limitBy) {
+	if !slices.Contains(limitBys, inst.limitBy) {
 		return nil, fmt.Errorf("limit_by: unknown %q (want %s)", inst.limitBy, strings.Join(limitBys, ", "))
 	}
 	if inst.limitBy == "header" && inst.headerName == "" {
@@ -316,16 +313,14 @@ func compile(c *Config) (*instance, error) {
 		style = core.HeadersNone
 	}
 	inst.headers = core.HeaderOptions{Style: style}
-	alg := core.FixedWindow
-	if c.Algorithm != nil && *c.Algorithm != "" {
-		if alg, err = core.ParseAlgorithm(*c.Algorithm); err != nil {
-			return nil, fmt.Errorf("algorithm: %w", err)
-		}
+	alg := str(c.Algorithm, core.FixedWindow.String())
+	if _, err := core.ParseAlgorithm(alg); err != nil {
+		return nil, fmt.Errorf("algorithm: %w", err)
 	}
 
 	// Kong's periods, then the extra limits; a longer period may not allow
 	// fewer requests than a shorter one.
-	var limits []core.Limit
+	var limits []core.LimitSpec
 	var prevName string
 	var prev float64
 	for i, v := range c.periodValues() {
@@ -341,8 +336,8 @@ func compile(c *Config) (*instance, error) {
 			return nil, fmt.Errorf("%s: %v is below %s's %v (a longer period must allow at least as many requests)", name, *v, prevName, prev)
 		}
 		prevName, prev = name, *v
-		l := core.Limit{Name: name, Count: count, Window: periods[i].window, Algorithm: alg}
-		if err := l.Validate(); err != nil {
+		l := core.LimitSpec{Name: name, Count: count, Window: core.Duration(periods[i].window), Algorithm: alg}
+		if _, err := l.Limit(); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		limits = append(limits, l)
@@ -360,19 +355,16 @@ func compile(c *Config) (*instance, error) {
 		if w == 0 {
 			return nil, fmt.Errorf("%s.window: required (such as \"10s\")", field)
 		}
-		l := core.Limit{Count: count, Window: w, Algorithm: alg, Name: str(lc.Name, core.FormatWindow(w))}
-		if lc.Algorithm != nil && *lc.Algorithm != "" {
-			if l.Algorithm, err = core.ParseAlgorithm(*lc.Algorithm); err != nil {
-				return nil, fmt.Errorf("%s.algorithm: %w", field, err)
-			}
-		}
+		l := core.LimitSpec{Count: count, Window: core.Duration(w), Algorithm: str(lc.Algorithm, alg), Name: str(lc.Name, core.FormatWindow(w))}
 		if l.Burst, err = wholeNumber(field+".burst", lc.Burst, 0, 1<<50); err != nil {
 			return nil, err
 		}
-		if l.MaxDelay, err = lc.MaxDelay.duration(); err != nil {
+		maxDelay, err := lc.MaxDelay.duration()
+		if err != nil {
 			return nil, fmt.Errorf("%s.max_delay: %w", field, err)
 		}
-		if err := l.Validate(); err != nil {
+		l.MaxDelay = core.Duration(maxDelay)
+		if _, err := l.Limit(); err != nil {
 			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 		limits = append(limits, l)
@@ -384,28 +376,19 @@ func compile(c *Config) (*instance, error) {
 	// Counters are per route and service the plugin is attached to, as
 	// Kong's, unless a namespace shares them.
 	inst.scope = "route=" + str(c.attached.RouteID, "") + ",service=" + str(c.attached.ServiceID, "") + "|"
-	name := "tollgate"
+	spec := core.PolicySpec{Name: "tollgate", Limits: limits, Shadow: flag(c.Shadow, false)}
 	if c.Namespace != nil && *c.Namespace != "" {
-		inst.scope, name = "ns="+*c.Namespace+"|", *c.Namespace
+		inst.scope, spec.Name = "ns="+*c.Namespace+"|", *c.Namespace
 	}
-	opts := core.PolicyOptions{Shadow: flag(c.Shadow, false)}
 	if c.Adaptive != nil && flag(c.Adaptive.Enabled, true) {
-		o, err := c.Adaptive.options()
-		if err != nil {
-			return nil, err
-		}
-		scope, err := core.PolicyScope(name, limits...)
-		if err != nil {
-			return nil, err
-		}
-		// One controller per scope and settings, so the factor survives
-		// Kong restarting the instance. Kong has no instance-close hook, so
-		// it is never released: it lives with the process.
-		if opts.Adaptive, _, err = core.AcquireAdaptive("kong|"+inst.scope+scope, o); err != nil {
+		if spec.Adaptive, err = c.Adaptive.spec(); err != nil {
 			return nil, err
 		}
 	}
-	if inst.policy, err = core.NewPolicy(name, opts, limits...); err != nil {
+	// An adaptive controller is shared per scope and settings, so the factor
+	// survives Kong restarting the instance. Kong has no instance-close
+	// hook, so it is never released: it lives with the process.
+	if inst.policy, _, _, err = spec.Build("kong|" + inst.scope); err != nil {
 		return nil, err
 	}
 	if inst.storeConfig, err = storeConfig(c); err != nil {
@@ -417,15 +400,6 @@ func compile(c *Config) (*instance, error) {
 		}
 	}
 	return inst, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // storeConfig reads policy, redis, sync_rate, fault_tolerant and on_error.
