@@ -265,8 +265,10 @@ func TestKongRedisSharedAndFaults(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		began := time.Now()
 		res := access(t, c1, tolerant, req)
-		if took := time.Since(began); took > 300*time.Millisecond {
-			t.Errorf("decision with Redis hung took %s, want at most the 100ms timeout plus margin", took)
+		// A hang would last as long as Redis is stopped; the bound leaves a
+		// loaded machine room to schedule.
+		if took := time.Since(began); took > time.Second {
+			t.Errorf("decision with Redis hung took %s: it waited past the 100ms timeout", took)
 		}
 		statuses = append(statuses, map[bool]int{false: 200, true: res.Status}[res.Exited])
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
 // flakyStore fails while down is set; it is the unit-test double for a
@@ -91,7 +92,7 @@ func TestFailoverOpensOnceFallsBackAndCloses(t *testing.T) {
 	}
 	shared.down.Store(false)
 	// The probe closes the breaker and then reports the change.
-	waitFor(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(changes) == 2 })
+	waitfor.True(t, 5*time.Second, "breaker closed and reported", func() bool { mu.Lock(); defer mu.Unlock(); return len(changes) == 2 })
 	if f.Open() {
 		t.Fatal("breaker did not close after the store came back")
 	}
@@ -135,20 +136,5 @@ func TestFailoverAllowDenyFail(t *testing.T) {
 	}
 	if _, err := core.ParseOnError("ignore"); err == nil || err.Error() != `on_error: unknown value "ignore" (want local, allow, deny or fail)` {
 		t.Errorf("parse: %v", err)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test at the deadline.
-func waitFor(t *testing.T, deadline time.Duration, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	timeout := time.After(deadline)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-timeout:
-			t.Fatalf("condition not met within %v", deadline)
-		}
 	}
 }

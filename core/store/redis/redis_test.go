@@ -223,7 +223,8 @@ func TestDeadRedisFailsWithinTimeout(t *testing.T) {
 	if err := s.Decide(context.Background(), p, "k", 1, &d); err == nil {
 		t.Fatal("no error from a dead Redis")
 	}
-	if el := time.Since(start); el > 300*time.Millisecond {
+	// A hang would never end; the bound leaves a loaded machine room.
+	if el := time.Since(start); el > time.Second {
 		t.Fatalf("took %v with a 100ms timeout", el)
 	}
 }
