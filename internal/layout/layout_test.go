@@ -99,4 +99,3 @@ func hasPrefix(s string, prefixes []string) bool {
 	}
 	return false
 }
-
