@@ -223,8 +223,8 @@ func (q *request) Input(i int) (core.Input, error) {
 }
 
 // Decided counts policy i's decision in its metrics.
-func (q *request) Decided(i int, d *core.Decision, err error, took time.Duration) {
-	q.h.metrics.Observe(i, d, err, took)
+func (q *request) Decided(i int, d core.Decision, err error, took time.Duration) {
+	q.h.metrics.Observe(i, &d, err, took)
 }
 
 // ServeHTTP runs the gate, then denies, holds or passes the request on.
@@ -323,9 +323,10 @@ func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter 
 // setPlaceholders offers d's fields to the replacer, computed when a
 // placeholder is used: most requests use none.
 func setPlaceholders(repl *caddy.Replacer, d *core.Decision) {
+	fields := d.Fields()
 	repl.Map(func(key string) (any, bool) {
 		if name, ok := strings.CutPrefix(key, PlaceholderPrefix); ok {
-			return d.Field(name)
+			return fields.Field(name)
 		}
 		return nil, false
 	})

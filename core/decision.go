@@ -181,30 +181,53 @@ const (
 	FieldStore = "store"
 )
 
+// Fields is a snapshot of a decision's fields (see Field), small enough to
+// keep for a request's lifetime (Caddy's placeholders are read after the
+// handler returns).
+type Fields struct {
+	policy    string
+	limit     *Limit
+	remaining int64
+	retry     int64
+	at        int64
+	denied    bool
+	fallback  bool
+}
+
+// Fields returns the snapshot of d's fields.
+func (d *Decision) Fields() *Fields {
+	f := &Fields{policy: d.Policy.Name(), limit: d.DecidingLimit(), remaining: d.Remaining,
+		at: d.At, denied: !d.Allowed, fallback: d.Fallback}
+	if f.denied {
+		f.retry = Seconds(d.RetryAfter)
+	}
+	return f
+}
+
 // Field returns the decision's field named name (see FieldPolicy and the
 // names after it), and false for an unknown name.
-func (d *Decision) Field(name string) (any, bool) {
+func (d *Decision) Field(name string) (any, bool) { return d.Fields().Field(name) }
+
+// Field returns the field named name, and false for an unknown name.
+func (f *Fields) Field(name string) (any, bool) {
 	switch name {
 	case FieldPolicy:
-		return d.Policy.Name(), true
+		return f.policy, true
 	case FieldLimit:
-		if l := d.DecidingLimit(); l != nil {
-			return l.Rate(), true
+		if f.limit != nil {
+			return f.limit.Rate(), true
 		}
 		return "", true
 	case FieldRemaining:
-		return d.Remaining, true
+		return f.remaining, true
 	case FieldDenied:
-		return strconv.FormatBool(!d.Allowed), true
+		return strconv.FormatBool(f.denied), true
 	case FieldRetryAfter:
-		if d.Allowed {
-			return int64(0), true
-		}
-		return Seconds(d.RetryAfter), true
+		return f.retry, true
 	case FieldDecidedAt:
-		return d.At, true
+		return f.at, true
 	case FieldStore:
-		if d.Fallback {
+		if f.fallback {
 			return "fallback", true
 		}
 		return "shared", true

@@ -96,8 +96,9 @@ type Request interface {
 	// matcher that failed) ends the pipeline.
 	Input(rule int) (Input, error)
 	// Decided hears each covered rule's decision, or its store's error, and
-	// how long the store took (for metrics and logs).
-	Decided(rule int, d *Decision, err error, took time.Duration)
+	// how long the store took (for metrics and logs). d is a copy: passing
+	// it by value keeps the gate's own on the stack.
+	Decided(rule int, d Decision, err error, took time.Duration)
 }
 
 // Input is what an adapter tells the gate about a request for one rule.
@@ -137,9 +138,11 @@ type Plan struct {
 	// the longest delay any rule asks for.
 	Delay time.Duration
 	// watching are the adaptive controllers of the rules that allowed the
-	// request, which hear how the upstream answered (Observe).
-	watching []*Adaptive
-	inline   [4]*Adaptive
+	// request, which hear how the upstream answered (Observe): the first
+	// MaxLimits in place (no allocation), any more in extra.
+	watching [MaxLimits]*Adaptive
+	watched  int
+	extra    []*Adaptive
 }
 
 // Decide runs the pipeline for one request: for each rule in order it asks
@@ -150,7 +153,7 @@ type Plan struct {
 func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 	plan.Decision = Decision{}
 	plan.Delay = 0
-	plan.watching = plan.inline[:0]
+	plan.watched, plan.extra = 0, nil
 	var d Decision
 	for i := range g.rules {
 		in, err := req.Input(i)
@@ -163,7 +166,7 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 		}
 		start := time.Now()
 		err = r.Limiter.Decide(ctx, in.Key, in.Cost, &d)
-		req.Decided(i, &d, err, time.Since(start))
+		req.Decided(i, d, err, time.Since(start))
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -180,7 +183,12 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 			break
 		}
 		if a := r.Limiter.Policy().Adaptive(); a != nil {
-			plan.watching = append(plan.watching, a)
+			if plan.watched < len(plan.watching) {
+				plan.watching[plan.watched] = a
+				plan.watched++
+			} else {
+				plan.extra = append(plan.extra, a)
+			}
 		}
 		plan.Delay = max(plan.Delay, d.Delay)
 	}
@@ -198,12 +206,15 @@ func (p *Plan) Passes() bool { return !p.Covered() || p.Decision.Allowed }
 
 // Watching reports whether an adaptive rule waits to hear how the upstream
 // answered (see Observe).
-func (p *Plan) Watching() bool { return len(p.watching) > 0 }
+func (p *Plan) Watching() bool { return p.watched > 0 }
 
 // Observe reports the upstream's answer to the adaptive rules that let the
 // request through: its status (0 for no answer) and how long it took.
 func (p *Plan) Observe(status int, took time.Duration) {
-	for _, a := range p.watching {
+	for _, a := range p.watching[:p.watched] {
+		a.Observe(status, took)
+	}
+	for _, a := range p.extra {
 		a.Observe(status, took)
 	}
 }
