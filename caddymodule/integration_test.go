@@ -335,12 +335,20 @@ func TestCaddyReloadKeepsCounters(t *testing.T) {
 	if resp, body := c.Get("/"); resp.StatusCode != 429 || body == "v3" {
 		t.Fatalf("after a refused reload: %d %q; want the old config, still limiting", resp.StatusCode, body)
 	}
-	// A changed limit is a new policy: fresh counters.
+	// A raised limit keeps what was used (as Kong's counters do): 3 of 5
+	// spent, so one more passes with 1 left.
 	if code, body := c.Load(site("v4", 5)); code != 200 {
 		t.Fatalf("reload: %d %s", code, body)
 	}
+	if resp, _ := c.Get("/"); resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Remaining") != "1" {
+		t.Fatalf("raised limit: %d remaining %q, want the 3 used kept under 5/1m (1 left)", resp.StatusCode, resp.Header.Get("X-Ratelimit-Remaining"))
+	}
+	// Another window is another counter.
+	if code, body := c.Load(strings.Replace(site("v5", 5), "/1m", "/1h", 1)); code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
 	if resp, _ := c.Get("/"); resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Remaining") != "4" {
-		t.Fatalf("changed limit: %d remaining %q, want a fresh 5/1m", resp.StatusCode, resp.Header.Get("X-Ratelimit-Remaining"))
+		t.Fatalf("new window: %d remaining %q, want a fresh 5/1h", resp.StatusCode, resp.Header.Get("X-Ratelimit-Remaining"))
 	}
 }
 

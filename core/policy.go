@@ -24,9 +24,10 @@ type Policy struct {
 	cur    atomic.Pointer[limitSet]
 	adapt  *Adaptive
 	shadow bool
-	// scope names the policy's state in a store: its name plus the limits'
-	// signature, so a reloaded policy with the same name and limits finds its
-	// counters again, and a changed one starts afresh.
+	// scope names the policy's state in a store: its name plus each limit's
+	// identity (algorithm and window, never the count), so a reloaded policy
+	// finds its counters again even when a count, burst or delay changed:
+	// raising a customer's quota keeps what was used, as Kong's counters do.
 	scope  string
 	idleUS int64
 	// ietfNames quotes each limit's name; ietfPolicy is the constant
@@ -80,10 +81,10 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 		}
 		p.limits[i] = l
 		p.idleUS = max(p.idleUS, l.idleUS())
-		limitSig := l.signature()
-		sig.WriteString("|" + limitSig)
+		id := limitIdentity(limits[:i], l)
+		sig.WriteString("|" + id)
 		h := fnv.New64a()
-		h.Write([]byte(limitSig))
+		h.Write([]byte(id))
 		p.limitIDs = append(p.limitIDs, strconv.FormatUint(h.Sum64(), 36))
 	}
 	p.scope = sig.String()
@@ -95,11 +96,22 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 	return p, nil
 }
 
-// signature identifies a validated limit's algorithm and parameters.
-func (l *Limit) signature() string {
-	return l.Algorithm.String() + ":" + strconv.FormatInt(l.Count, 10) + ":" +
-		strconv.FormatInt(l.windowUS, 10) + ":" + strconv.FormatInt(l.burst, 10) + ":" +
-		strconv.FormatInt(l.maxDelayUS, 10)
+// limitIdentity names a validated limit's counters: its algorithm and
+// window, never its count (nor burst or delay), so raising a limit keeps
+// what was used. A second limit with the same algorithm and window in one
+// policy (before: the limits before it) is numbered apart.
+func limitIdentity(before []Limit, l Limit) string {
+	id := l.Algorithm.String() + ":" + strconv.FormatInt(int64(l.Window/time.Microsecond), 10)
+	n := 0
+	for _, b := range before {
+		if b.Algorithm == l.Algorithm && b.Window == l.Window {
+			n++
+		}
+	}
+	if n > 0 {
+		id += "#" + strconv.Itoa(n)
+	}
+	return id
 }
 
 // PolicyScope returns the Scope of a policy named name with these limits
@@ -111,7 +123,7 @@ func PolicyScope(name string, limits ...Limit) (string, error) {
 		if err := l.validate(); err != nil {
 			return "", fmt.Errorf("policy %q limit %d (%s): %w", name, i+1, l.Rate(), err)
 		}
-		sig += "|" + l.signature()
+		sig += "|" + limitIdentity(limits[:i], l)
 	}
 	return sig, nil
 }
@@ -178,12 +190,13 @@ func (p *Policy) Limits() []Limit { return p.current().limits }
 func (p *Policy) Shadow() bool { return p.shadow }
 
 // Scope returns the identity of the policy's state in a store: equal for
-// policies with the same name and limits.
+// policies with the same name and the same limits' algorithms and windows,
+// whatever their counts.
 func (p *Policy) Scope() string { return p.scope }
 
-// LimitID returns a short identity of limit i's algorithm and parameters:
-// equal for equal limits, so a store can name its state after it and a
-// changed limit starts afresh.
+// LimitID returns a short identity of limit i's counters (its algorithm
+// and window, not its count), so a store can name its state after it: a
+// limit whose count changes keeps its state.
 func (p *Policy) LimitID(i int) string { return p.limitIDs[i] }
 
 // ScopeHash returns a hash of Scope(), fixed for the process's life, for

@@ -38,8 +38,8 @@ type Config struct {
 	// Policy is local (default: this node's memory) or redis; cluster
 	// (Kong's database) is refused.
 	Policy *string `json:"policy"`
-	// FaultTolerant keeps proxying while Redis fails (default true): the
-	// node limits alone (on_error local). false answers 500, as Kong does.
+	// FaultTolerant keeps proxying while Redis fails (default true), with no
+	// rate-limit headers, as Kong does; false answers 500.
 	FaultTolerant *bool `json:"fault_tolerant"`
 	// HideClientHeaders sends no rate-limit headers.
 	HideClientHeaders *bool `json:"hide_client_headers"`
@@ -79,8 +79,8 @@ type Config struct {
 	// namespace; by default counters are per route and service the plugin is
 	// attached to, as Kong's.
 	Namespace *string `json:"namespace"`
-	// OnError overrides fault_tolerant: local, allow (Kong OSS: no limiting
-	// while Redis is down), deny or fail (500).
+	// OnError overrides fault_tolerant: local (limit on this node alone
+	// while Redis is down), allow (Kong's fault_tolerant), deny or fail (500).
 	OnError *string `json:"on_error"`
 	// Adaptive scales the limits with the upstream's health, reported from
 	// Kong's log phase.
@@ -406,7 +406,9 @@ func compile(c *Config) (*instance, error) {
 func storeConfig(c *Config) (store.Config, error) {
 	var sc store.Config
 	policy := str(c.Policy, "local")
-	onError := core.OnErrorLocal
+	// As Kong: fault tolerant proxies with no rate-limit headers while
+	// Redis fails; on_error local keeps tollgate's local limiting instead.
+	onError := core.OnErrorAllow
 	if !flag(c.FaultTolerant, true) {
 		onError = core.OnErrorFail
 	}

@@ -254,26 +254,38 @@ func TestKongRedisSharedAndFaults(t *testing.T) {
 		t.Fatalf("after a plugin server restart: exited %v status %d, want 429 from the counters in Redis", res.Exited, res.Status)
 	}
 
-	// Redis hangs (SIGSTOP): fault tolerant keeps limiting on the node.
+	// Redis hangs (SIGSTOP). fault_tolerant (the default, no on_error): as
+	// Kong, proxy with no rate-limit headers. on_error local: limit on this
+	// node alone. fault_tolerant false: 500.
 	if err := rs.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = rs.Signal(syscall.SIGCONT) }()
-	tolerant := start(t, c1, map[string]any{"minute": 2, "policy": "redis", "redis": map[string]any{"host": host, "port": portNum, "timeout": 100}, "namespace": "tolerant"})
-	strict := start(t, c2, map[string]any{"minute": 2, "policy": "redis", "fault_tolerant": false, "redis": map[string]any{"host": host, "port": portNum, "timeout": 100}, "namespace": "strict"})
-	var statuses []int
-	for i := 0; i < 4; i++ {
-		began := time.Now()
-		res := access(t, c1, tolerant, req)
-		// A hang would last as long as Redis is stopped; the bound leaves a
-		// loaded machine room to schedule.
-		if took := time.Since(began); took > time.Second {
-			t.Errorf("decision with Redis hung took %s: it waited past the 100ms timeout", took)
+	hung := map[string]any{"host": host, "port": portNum, "timeout": 100}
+	tolerant := start(t, c1, map[string]any{"minute": 2, "policy": "redis", "redis": hung, "namespace": "tolerant"})
+	local := start(t, c1, map[string]any{"minute": 2, "policy": "redis", "redis": hung, "namespace": "local", "on_error": "local"})
+	strict := start(t, c2, map[string]any{"minute": 2, "policy": "redis", "fault_tolerant": false, "redis": hung, "namespace": "strict"})
+	for _, tc := range []struct {
+		id   int32
+		want string
+	}{{tolerant, "[200 200 200 200]"}, {local, "[200 200 429 429]"}} {
+		var statuses []int
+		for i := 0; i < 4; i++ {
+			began := time.Now()
+			res := access(t, c1, tc.id, req)
+			// A hang would last as long as Redis is stopped; the bound leaves a
+			// loaded machine room to schedule.
+			if took := time.Since(began); took > time.Second {
+				t.Errorf("decision with Redis hung took %s: it waited past the 100ms timeout", took)
+			}
+			statuses = append(statuses, map[bool]int{false: 200, true: res.Status}[res.Exited])
+			if tc.id == tolerant && len(res.Headers) != 0 {
+				t.Errorf("fault_tolerant with Redis hung sent headers %v; Kong sends none", res.Headers)
+			}
 		}
-		statuses = append(statuses, map[bool]int{false: 200, true: res.Status}[res.Exited])
-	}
-	if fmt.Sprint(statuses) != "[200 200 429 429]" {
-		t.Errorf("fault tolerant with Redis hung: %v, want the local fallback's 2 allowed then 429", statuses)
+		if fmt.Sprint(statuses) != tc.want {
+			t.Errorf("instance %d with Redis hung: %v, want %s", tc.id, statuses, tc.want)
+		}
 	}
 	if res := access(t, c2, strict, req); !res.Exited || res.Status != 500 {
 		t.Errorf("fault_tolerant false with Redis hung: exited %v status %d, want 500", res.Exited, res.Status)
@@ -388,5 +400,44 @@ func TestKongInstancesAndConnections(t *testing.T) {
 	wg.Wait()
 	if allowed != 48 {
 		t.Fatalf("8 connections allowed %d, want exactly the 48 left", allowed)
+	}
+}
+
+// TestKongRaisedLimitKeepsUsage: Kong's counters are keyed without the
+// limit, so raising minute from 5 to 10 after 2 requests leaves 8, on the
+// memory store and on Redis alike.
+func TestKongRaisedLimitKeepsUsage(t *testing.T) {
+	rs, err := redistest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Stop()
+	srv := kongproc.Start(t)
+	c := srv.Dial()
+	defer c.Close()
+	req := kongproc.Request{ForwardedIP: "192.0.2.77"}
+	for _, policy := range []map[string]any{
+		{"policy": "local"},
+		{"policy": "redis", "redis": map[string]any{"host": "127.0.0.1", "port": rs.Port}},
+	} {
+		cfg := func(minute int) map[string]any {
+			f := map[string]any{"minute": minute, "limit_by": "ip", "namespace": "raise-" + policy["policy"].(string)}
+			for k, v := range policy {
+				f[k] = v
+			}
+			return f
+		}
+		id := start(t, c, cfg(5))
+		access(t, c, id, req)
+		access(t, c, id, req)
+		if err := c.CloseInstance(id); err != nil {
+			t.Fatal(err)
+		}
+		id = start(t, c, cfg(10))
+		res := access(t, c, id, req)
+		if got := res.Headers.Get("X-RateLimit-Remaining-Minute"); got != "7" || res.Headers.Get("X-RateLimit-Limit-Minute") != "10" {
+			t.Errorf("%s: after raising minute to 10 the 3rd request shows limit %q remaining %q, want 10 and 7 (2 used kept)",
+				policy["policy"], res.Headers.Get("X-RateLimit-Limit-Minute"), got)
+		}
 	}
 }

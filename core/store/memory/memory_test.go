@@ -104,10 +104,15 @@ func TestCountersSurviveAnEqualPolicy(t *testing.T) {
 	if d.Allowed {
 		t.Fatal("an equal policy did not see the counters")
 	}
-	// A changed policy starts afresh.
+	// A raised limit keeps what was used (Kong's counters do): 2 of 3.
 	_ = s.Decide(context.Background(), fixed(3, time.Hour), "k", 1, &d)
-	if !d.Allowed {
-		t.Fatal("a changed policy shared the old counters")
+	if !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("a raised limit: allowed %v remaining %d, want the 3rd allowed and none left", d.Allowed, d.Remaining)
+	}
+	// Another window or algorithm is another counter.
+	_ = s.Decide(context.Background(), fixed(3, time.Minute), "k", 1, &d)
+	if !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("another window: allowed %v remaining %d, want a fresh counter", d.Allowed, d.Remaining)
 	}
 }
 
