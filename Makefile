@@ -29,8 +29,10 @@ bin/caddy: $(CADDY_SRC)
 # "N passed, N failed, N skipped".
 test: vet fmt fuzz-short mutants unit
 
+# -race compiles the dependencies as the unit tests will, so the two share
+# the build cache (a cold make test compiles Caddy's tree once for both).
 vet:
-	$(GO) vet $(PKGS)
+	$(GO) vet -race $(PKGS)
 	cd bench && $(GO) vet ./...
 
 # gofmt -l prints files that need formatting; any output fails the build.
