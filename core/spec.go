@@ -237,15 +237,7 @@ type PolicySpec struct {
 // adaptive block is read with AdaptiveSpec.Set. Errors name the policy, the
 // option and the value.
 func (s *PolicySpec) Set(opt string, args []string) error {
-	one := func() (string, error) {
-		switch len(args) {
-		case 0:
-			return "", fmt.Errorf("%s: missing value", opt)
-		case 1:
-			return args[0], nil
-		}
-		return "", fmt.Errorf("unexpected %q after the value %q", args[1], args[0])
-	}
+	one := func() (string, error) { return OneArg(opt, args) }
 	var err error
 	switch opt {
 	case "key":
@@ -283,6 +275,18 @@ func (s *PolicySpec) Set(opt string, args []string) error {
 		return fmt.Errorf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow or adaptive)", s.Name, opt)
 	}
 	return err
+}
+
+// OneArg returns the single value of option opt written as words, with an
+// error naming the option when it is missing or followed by another.
+func OneArg(opt string, args []string) (string, error) {
+	switch len(args) {
+	case 0:
+		return "", fmt.Errorf("%s: missing value", opt)
+	case 1:
+		return args[0], nil
+	}
+	return "", fmt.Errorf("unexpected %q after the value %q", args[1], args[0])
 }
 
 // Check validates s without building it; errors name the field and value.

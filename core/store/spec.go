@@ -166,15 +166,7 @@ func (s *Spec) Set(opt string, args []string) error {
 	if s.Type == "memory" {
 		return fmt.Errorf("store memory: takes no block (got %q)", opt)
 	}
-	one := func() (string, error) {
-		switch len(args) {
-		case 0:
-			return "", fmt.Errorf("%s: missing value", opt)
-		case 1:
-			return args[0], nil
-		}
-		return "", fmt.Errorf("unexpected %q after the value %q", args[1], args[0])
-	}
+	one := func() (string, error) { return core.OneArg(opt, args) }
 	switch opt {
 	case "timeout":
 		v, err := one()
