@@ -12,6 +12,10 @@ import (
 // the same values as Go.
 const maxExact = 1 << 53
 
+// MaxCount is the largest Count or Burst: a Structured Field integer (RFC
+// 9651, which the RateLimit headers use) has at most 15 digits.
+const MaxCount = 999_999_999_999_999
+
 // MaxSlidingLogCount bounds Count for SlidingLog, which stores one timestamp
 // (8 bytes) per request held in the window.
 const MaxSlidingLogCount = 1_000_000
@@ -81,6 +85,12 @@ func (l *Limit) validate() error {
 	}
 	if l.Count < 1 {
 		return fmt.Errorf("count: %d must be at least 1", l.Count)
+	}
+	if l.Count > MaxCount {
+		return fmt.Errorf("count: %d is above %d, the largest integer a RateLimit header can carry (RFC 9651)", l.Count, int64(MaxCount))
+	}
+	if l.Burst > MaxCount {
+		return fmt.Errorf("burst: %d is above %d, the largest integer a RateLimit header can carry (RFC 9651)", l.Burst, int64(MaxCount))
 	}
 	if l.Window < time.Microsecond {
 		return fmt.Errorf("window: %s must be at least 1µs", l.Window)

@@ -75,3 +75,20 @@ func TestParseAlgorithmAndStyle(t *testing.T) {
 		}
 	}
 }
+
+// Counts and bursts past 15 digits cannot be shown in a RateLimit header
+// (RFC 9651 integers), so they are refused when the config loads.
+func TestCountsStayWithinStructuredFieldIntegers(t *testing.T) {
+	ok := Limit{Count: MaxCount, Window: time.Hour, Algorithm: FixedWindow}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("15 digits refused: %v", err)
+	}
+	for _, l := range []Limit{
+		{Count: MaxCount + 1, Window: time.Hour, Algorithm: FixedWindow},
+		{Count: 10, Window: time.Hour, Algorithm: TokenBucket, Burst: MaxCount + 1},
+	} {
+		if err := l.Validate(); err == nil || !strings.Contains(err.Error(), "largest integer a RateLimit header can carry") {
+			t.Errorf("%+v: %v", l, err)
+		}
+	}
+}
