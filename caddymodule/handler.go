@@ -223,8 +223,8 @@ func (q *request) Input(i int) (core.Input, error) {
 }
 
 // Decided counts policy i's decision in its metrics.
-func (q *request) Decided(i int, d core.Decision, err error, took time.Duration) {
-	q.h.metrics.Observe(i, &d, err, took)
+func (q *request) Decided(i int, d *core.Decision, err error, took time.Duration) {
+	q.h.metrics.Observe(i, d, err, took)
 }
 
 // ServeHTTP runs the gate, then denies, holds or passes the request on.

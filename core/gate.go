@@ -96,9 +96,9 @@ type Request interface {
 	// matcher that failed) ends the pipeline.
 	Input(rule int) (Input, error)
 	// Decided hears each covered rule's decision, or its store's error, and
-	// how long the store took (for metrics and logs). d is a copy: passing
-	// it by value keeps the gate's own on the stack.
-	Decided(rule int, d Decision, err error, took time.Duration)
+	// how long the store took (for metrics and logs). d is valid only during
+	// the call.
+	Decided(rule int, d *Decision, err error, took time.Duration)
 }
 
 // Input is what an adapter tells the gate about a request for one rule.
@@ -166,7 +166,7 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 		}
 		start := time.Now()
 		err = r.Limiter.Decide(ctx, in.Key, in.Cost, &d)
-		req.Decided(i, d, err, time.Since(start))
+		req.Decided(i, &d, err, time.Since(start))
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -80,7 +80,7 @@ func (q request) Input(int) (core.Input, error) {
 	return core.Input{Covered: true, Key: q.inst.scope + identifier(q.kong, q.inst), Cost: q.inst.cost}, nil
 }
 
-func (request) Decided(int, core.Decision, error, time.Duration) {}
+func (request) Decided(int, *core.Decision, error, time.Duration) {}
 
 // Access decides the request in Kong's access phase: headers on the way
 // through, or kong.response.exit with error_code and error_message.

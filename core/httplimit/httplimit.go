@@ -113,9 +113,9 @@ func (q *request) Input(i int) (core.Input, error) {
 }
 
 // Decided hands every decision to Config.OnDecision.
-func (q *request) Decided(_ int, d core.Decision, err error, _ time.Duration) {
+func (q *request) Decided(_ int, d *core.Decision, err error, _ time.Duration) {
 	if err == nil && q.cfg.OnDecision != nil {
-		q.cfg.OnDecision(q.r, &d)
+		q.cfg.OnDecision(q.r, d)
 	}
 }
 
