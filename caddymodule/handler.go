@@ -201,7 +201,7 @@ func (h *Handler) Cleanup() error {
 // PlaceholderPrefix starts the placeholders set on every request a policy
 // applies to: http.tollgate.<field> for each field of the decision the
 // response shows (policy, limit, remaining, denied, retry_after,
-// decided_at, store; see core.Decision.Field).
+// decided_at, store; see core.Decision.Fields).
 const PlaceholderPrefix = "http.tollgate."
 
 // request is one Caddy request as the gate sees it.

@@ -160,7 +160,7 @@ func (d *Decision) severity() int {
 }
 
 // The names of a decision's fields as gateways expose them (Caddy's
-// http.tollgate.* placeholders, log fields), read with Field.
+// http.tollgate.* placeholders, log fields), read with Decision.Fields.
 const (
 	// FieldPolicy is the name of the deciding policy.
 	FieldPolicy = "policy"
@@ -181,7 +181,8 @@ const (
 	FieldStore = "store"
 )
 
-// Fields is a snapshot of a decision's fields (see Field), small enough to
+// Fields is a snapshot of a decision's fields (see FieldPolicy and the names
+// after it), small enough to
 // keep for a request's lifetime (Caddy's placeholders are read after the
 // handler returns).
 type Fields struct {
@@ -203,10 +204,6 @@ func (d *Decision) Fields() *Fields {
 	}
 	return f
 }
-
-// Field returns the decision's field named name (see FieldPolicy and the
-// names after it), and false for an unknown name.
-func (d *Decision) Field(name string) (any, bool) { return d.Fields().Field(name) }
 
 // Field returns the field named name, and false for an unknown name.
 func (f *Fields) Field(name string) (any, bool) {

@@ -81,9 +81,6 @@ func NewGate(c GateConfig) (*Gate, error) {
 		skipFailed: c.SkipFailed}, nil
 }
 
-// Rules returns the gate's rules, in order.
-func (g *Gate) Rules() []Rule { return g.rules }
-
 // Status returns the status a denied request gets.
 func (g *Gate) Status() int { return g.status }
 

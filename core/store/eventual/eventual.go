@@ -265,21 +265,24 @@ func (e *Store) Sync(ctx context.Context) error {
 	// Each window the states count now takes the fleet's total plus what
 	// this node counted during the round trip. A window the state moved to
 	// meanwhile was not read: it keeps its local count until the next sync.
+	updated := map[slot]bool{}
 	for s := range index {
-		ent := s.ent
-		if s.limit >= len(ent.states) {
+		ent, limit := s.ent, s.limit
+		once := slot{ent, limit, 0} // one update per (entry, limit)
+		if updated[once] {
 			continue
 		}
-		l := &ent.policy.Limits()[s.limit]
-		st := ent.states[s.limit]
+		updated[once] = true
+		l := &ent.policy.Limits()[limit]
+		st := ent.states[limit]
 		w, n := core.CountedWindows(l, st)
 		counts := [2]int64{w[0].Count, w[1].Count}
 		for j := 0; j < n; j++ {
-			if i, ok := index[slot{ent, s.limit, w[j].Start}]; ok {
-				counts[j] = work[i].Total + ent.unpushed(s.limit, w[j].Start)
+			if i, ok := index[slot{ent, limit, w[j].Start}]; ok {
+				counts[j] = work[i].Total + ent.unpushed(limit, w[j].Start)
 			}
 		}
-		ent.states[s.limit] = core.WithCounts(l, st, counts)
+		ent.states[limit] = core.WithCounts(l, st, counts)
 	}
 	e.syncs.Add(1)
 	return nil
