@@ -20,6 +20,17 @@ const MaxCount = 999_999_999_999_999
 // (8 bytes) per request held in the window.
 const MaxSlidingLogCount = 1_000_000
 
+// CalendarMonth and CalendarYear are windows that follow the calendar in
+// UTC: a FixedWindow limit over one of them counts from the first of the
+// month (or 1 January), 00:00 UTC, to the next, as Kong's month and year
+// do. As durations they are the nominal 30 and 365 days, which headers
+// advertise and the other algorithms count as plain windows; the extra
+// nanosecond only tells them apart (every step counts in whole µs).
+const (
+	CalendarMonth = 30*24*time.Hour + 1
+	CalendarYear  = 365*24*time.Hour + 1
+)
+
 // Limit is one rate: Count units of cost per Window, counted by Algorithm.
 type Limit struct {
 	// Name labels the limit in headers, metrics and decisions. Empty means the
@@ -27,7 +38,8 @@ type Limit struct {
 	Name string
 	// Count is how many units of cost Window admits; at least 1.
 	Count int64
-	// Window is the period Count applies to; at least 1µs, counted in whole µs.
+	// Window is the period Count applies to; at least 1µs, counted in whole
+	// µs; CalendarMonth or CalendarYear for calendar windows.
 	Window time.Duration
 	// Algorithm counts the requests; zero means DefaultAlgorithm.
 	Algorithm Algorithm
@@ -40,11 +52,18 @@ type Limit struct {
 	// required (> 0) for LeakyBucket.
 	MaxDelay time.Duration
 
-	// Compiled by validate: window, max delay and emission bound in µs.
+	// Compiled by validate: window, max delay and emission bound in µs, and
+	// the months of a calendar FixedWindow (1 or 12; 0 when epoch-aligned).
 	windowUS   int64
 	burst      int64
 	maxDelayUS int64
+	months     int64
 }
+
+// CalendarMonths returns how many calendar months a window of l spans: 1
+// or 12 for a FixedWindow over CalendarMonth or CalendarYear, 0 for a
+// window aligned to the Unix epoch. l must have been validated.
+func (l *Limit) CalendarMonths() int64 { return l.months }
 
 // Rate returns l's rate as "<count>/<window>", the form ParseRate reads.
 func (l *Limit) Rate() string {
@@ -96,6 +115,10 @@ func (l *Limit) validate() error {
 		return fmt.Errorf("window: %s must be at least 1µs", l.Window)
 	}
 	l.windowUS = int64(l.Window / time.Microsecond)
+	l.months = 0
+	if l.Algorithm == FixedWindow {
+		l.months = map[time.Duration]int64{CalendarMonth: 1, CalendarYear: 12}[l.Window]
+	}
 	if l.Burst < 0 {
 		return fmt.Errorf("burst: %d must be at least 1", l.Burst)
 	}
@@ -155,6 +178,15 @@ func (l *Limit) idleUS() int64 {
 		return (2*l.burst*l.windowUS)/l.Count + 1
 	case LeakyBucket:
 		return l.maxDelayUS + (2*l.burst*l.windowUS)/l.Count + 1
+	case FixedWindow:
+		// A calendar window lasts up to 31 or 366 days.
+		switch l.months {
+		case 1:
+			return 31 * dayUS
+		case 12:
+			return 366 * dayUS
+		}
+		return l.windowUS
 	default:
 		return l.windowUS
 	}
@@ -163,7 +195,8 @@ func (l *Limit) idleUS() int64 {
 // ParseRate reads "<count>/<window>", such as "600/1m", "100/10s", "5/second"
 // or "3600/hour". The window is a Go duration, a duration in days ("1d"), or
 // one of the unit names second, minute, hour, day (and s, m, min, h, d) meaning
-// one of that unit. Spaces around the parts are ignored.
+// one of that unit, or month or year (mo, y) meaning a calendar one. Spaces
+// around the parts are ignored.
 func ParseRate(s string) (count int64, window time.Duration, err error) {
 	countText, windowText, ok := strings.Cut(s, "/")
 	if !ok {
@@ -180,16 +213,22 @@ func ParseRate(s string) (count int64, window time.Duration, err error) {
 	return count, window, nil
 }
 
+// dayUS is a day in µs.
+const dayUS = int64(24 * time.Hour / time.Microsecond)
+
 var unitWindows = map[string]time.Duration{
 	"s": time.Second, "sec": time.Second, "second": time.Second,
 	"m": time.Minute, "min": time.Minute, "minute": time.Minute,
 	"h": time.Hour, "hour": time.Hour,
 	"d": 24 * time.Hour, "day": 24 * time.Hour,
+	"mo": CalendarMonth, "1mo": CalendarMonth, "month": CalendarMonth,
+	"y": CalendarYear, "1y": CalendarYear, "year": CalendarYear,
 }
 
 // ParseWindow reads a window: a Go duration ("10s", "1m30s"), a whole or
-// fractional number of days ("1d", "1.5d"), or a unit name (see ParseRate).
-// It must be at least 1µs.
+// fractional number of days ("1d", "1.5d"), a unit name (see ParseRate), or
+// a calendar month or year ("1mo", "month", "1y", "year": CalendarMonth,
+// CalendarYear). It must be at least 1µs.
 func ParseWindow(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if w, ok := unitWindows[s]; ok {
@@ -217,6 +256,12 @@ func ParseWindow(s string) (time.Duration, error) {
 // FormatWindow prints w as ParseWindow reads it, preferring whole days
 // ("1d") and short units ("1m", not "1m0s").
 func FormatWindow(w time.Duration) string {
+	switch w {
+	case CalendarMonth:
+		return "1mo"
+	case CalendarYear:
+		return "1y"
+	}
 	day := 24 * time.Hour
 	if w >= day && w%day == 0 {
 		return strconv.FormatInt(int64(w/day), 10) + "d"

@@ -14,6 +14,7 @@ func TestParseRate(t *testing.T) {
 		"600/1m": {600, time.Minute}, "100/10s": {100, 10 * time.Second}, "5/second": {5, time.Second},
 		"3600/hour": {3600, time.Hour}, "1/1d": {1, 24 * time.Hour}, " 7 / 1.5d ": {7, 36 * time.Hour},
 		"10/min": {10, time.Minute}, "2/250ms": {2, 250 * time.Millisecond},
+		"1000/1mo": {1000, CalendarMonth}, "50/month": {50, CalendarMonth}, "9/1y": {9, CalendarYear}, "9/year": {9, CalendarYear},
 	} {
 		n, w, err := ParseRate(in)
 		if err != nil || n != want.n || w != want.w {
@@ -31,6 +32,34 @@ func TestParseRate(t *testing.T) {
 	} {
 		if _, _, err := ParseRate(in); err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("%q: error %v, want it to contain %q", in, err, msg)
+		}
+	}
+}
+
+// TestCalendarWindowsReadAndPrint: "1mo" and "1y" read back from what
+// FormatWindow prints and from a JSON duration string, and only a
+// fixed_window counts them by the calendar.
+func TestCalendarWindowsReadAndPrint(t *testing.T) {
+	for w, text := range map[time.Duration]string{CalendarMonth: "1mo", CalendarYear: "1y", 30 * 24 * time.Hour: "30d"} {
+		if got := FormatWindow(w); got != text {
+			t.Errorf("FormatWindow(%v) = %q, want %q", w, got, text)
+		}
+		if back, err := ParseWindow(text); err != nil || back != w {
+			t.Errorf("ParseWindow(%q) = %v %v, want %v", text, back, err, w)
+		}
+		var d Duration
+		if err := d.UnmarshalJSON([]byte(`"` + text + `"`)); err != nil || time.Duration(d) != w {
+			t.Errorf("Duration %q = %v %v, want %v", text, time.Duration(d), err, w)
+		}
+	}
+	both := MustPolicy("ids", PolicyOptions{}, Limit{Count: 3, Window: CalendarMonth, Algorithm: FixedWindow}, Limit{Count: 5, Window: 30 * 24 * time.Hour, Algorithm: FixedWindow})
+	if both.LimitID(0) == both.LimitID(1) {
+		t.Errorf("a calendar month and a 30-day window share counters: both %q", both.LimitID(0))
+	}
+	for a, months := range map[Algorithm]int64{FixedWindow: 1, SlidingCounter: 0, TokenBucket: 0} {
+		p := MustPolicy("cal", PolicyOptions{}, Limit{Count: 5, Window: CalendarMonth, Algorithm: a})
+		if got := p.Limits()[0].CalendarMonths(); got != months {
+			t.Errorf("%v over 1mo: %d calendar months, want %d", a, got, months)
 		}
 	}
 }

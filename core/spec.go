@@ -43,9 +43,16 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ParseDuration reads a Go duration ("1m30s", "-1s") or a number of days
-// ("1d", "1.5d").
+// ParseDuration reads a Go duration ("1m30s", "-1s"), a number of days
+// ("1d", "1.5d"), or a calendar month or year ("1mo", "1y": CalendarMonth,
+// CalendarYear).
 func ParseDuration(s string) (time.Duration, error) {
+	switch s {
+	case "1mo":
+		return CalendarMonth, nil
+	case "1y":
+		return CalendarYear, nil
+	}
 	if days, ok := strings.CutSuffix(s, "d"); ok && days != "" {
 		n, err := strconv.ParseFloat(days, 64)
 		if err == nil && n >= -100*365 && n <= 100*365 {

@@ -87,13 +87,29 @@ func windowStart(now, w int64) int64 {
 	return now - m
 }
 
+// windowBounds returns the start and end (µs) of l's fixed window holding
+// now: aligned to the Unix epoch, or the calendar month or year in UTC.
+func windowBounds(l *Limit, now int64) (start, end int64) {
+	if l.months == 0 {
+		start = windowStart(now, l.windowUS)
+		return start, start + l.windowUS
+	}
+	t := time.UnixMicro(now).UTC()
+	month := t.Month()
+	if l.months == 12 {
+		month = time.January
+	}
+	first := time.Date(t.Year(), month, 1, 0, 0, 0, 0, time.UTC)
+	return first.UnixMicro(), first.AddDate(0, int(l.months), 0).UnixMicro()
+}
+
 func stepFixedWindow(l *Limit, s State, now, cost int64) (State, Result) {
 	w, n := l.windowUS, l.Count
-	start := windowStart(now, w)
+	start, end := windowBounds(l, now)
 	if s.A != start {
 		s.A, s.B = start, 0
 	}
-	reset := us(start + w - now)
+	reset := us(end - now)
 	r := Result{Limit: n, Reset: reset}
 	if s.B+cost <= n {
 		s.B += cost
@@ -105,7 +121,7 @@ func stepFixedWindow(l *Limit, s State, now, cost int64) (State, Result) {
 	r.Remaining = max(0, n-s.B)
 	r.RetryAfter = reset
 	if cost > n {
-		r.RetryAfter = l.Window
+		r.RetryAfter = us(w)
 	}
 	return s, r
 }
@@ -151,7 +167,7 @@ func stepSlidingLog(l *Limit, s State, now, cost int64) (State, Result) {
 	r.Remaining = n - s.B
 	if s.B == 0 {
 		// Nothing live, so only a cost above n is refused.
-		r.RetryAfter = l.Window
+		r.RetryAfter = us(w)
 		return s, r
 	}
 	c := int64(len(s.Log.Times))
@@ -161,7 +177,7 @@ func stepSlidingLog(l *Limit, s State, now, cost int64) (State, Result) {
 		oldest := s.Log.Times[(s.A+s.B+cost-n-1)%c]
 		r.RetryAfter = us(oldest + w - now)
 	} else {
-		r.RetryAfter = l.Window
+		r.RetryAfter = us(w)
 	}
 	return s, r
 }
@@ -279,7 +295,7 @@ func stepTokenBucket(l *Limit, s State, now, cost int64) (State, Result) {
 	if cost <= b {
 		r.RetryAfter = us(ceilDiv(s.A+need-capacity, n))
 	} else {
-		r.RetryAfter = l.Window
+		r.RetryAfter = us(w)
 	}
 	return s, r
 }
@@ -324,7 +340,7 @@ func stepGCRA(l *Limit, s State, now, cost int64) (State, Result) {
 	r.Remaining = (tolerance - prev) / w
 	r.Reset = us(ceilDiv(prev, n))
 	if cost > b {
-		r.RetryAfter = l.Window
+		r.RetryAfter = us(w)
 	}
 	return s, r
 }
@@ -353,7 +369,7 @@ func stepLeakyBucket(l *Limit, s State, now, cost int64) (State, Result) {
 		// Both distances shrink by n per µs: wait for the larger excess.
 		r.RetryAfter = us(ceilDiv(max(wait-maxWait, next-queue), n))
 	} else {
-		r.RetryAfter = l.Window
+		r.RetryAfter = us(w)
 	}
 	r.Remaining = shaperRoom(wait, maxWait, queue, w)
 	r.Reset = us(ceilDiv(wait, n))

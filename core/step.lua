@@ -11,7 +11,8 @@
 -- ARGV[2]  cost
 -- ARGV[3]  number of limits
 -- ARGV[4]  ttl ms of every key (the policy's idle time)
--- then per limit, 6 values: algorithm, count, window µs, burst, max delay µs, limit id
+-- then per limit, 7 values: algorithm, count, window µs, burst, max delay µs,
+--          calendar months (1 or 12 for a calendar fixed window, else 0), limit id
 -- Returns: now, then per limit: allowed (0/1), remaining, reset µs, retry µs, delay µs;
 -- when denied, then per limit its state as stored, so a deny cache can run
 -- the step on it: "a b c", or for a sliding log its live count k and its k
@@ -48,11 +49,49 @@ end
 
 local function window_start(t, w) return t - (t % w) end
 
+-- Days from 1970-01-01 to the first of month m of year y, and the year and
+-- month of day z since 1970-01-01: proleptic Gregorian, as Go's time package
+-- (Howard Hinnant's days_from_civil and civil_from_days).
+local function days_from_civil(y, m)
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local doy = math.floor((153 * ((m + 9) % 12) + 2) / 5)
+  return era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy - 719468
+end
+local function civil_from_days(z)
+  z = z + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return y, m
+end
+
+-- The start and end (µs) of l's fixed window holding t: aligned to the Unix
+-- epoch, or the calendar month or year in UTC (windowBounds in Go).
+local DAY = 86400000000
+local function window_bounds(l, t)
+  if l.months == 0 then
+    local start = window_start(t, l.w)
+    return start, start + l.w
+  end
+  local y, m = civil_from_days(math.floor(t / DAY))
+  if l.months == 12 then m = 1 end
+  local y2, m2 = y, m + l.months
+  if m2 > 12 then y2, m2 = y2 + 1, m2 - 12 end
+  return days_from_civil(y, m) * DAY, days_from_civil(y2, m2) * DAY
+end
+
 local function fixed(l, s, t, c)
   local w, n = l.w, l.n
-  local start = window_start(t, w)
+  local start, stop = window_bounds(l, t)
   if s[1] ~= start then s = {start, 0, 0} end
-  local reset = start + w - t
+  local reset = stop - t
   if s[2] + c <= n then
     return {start, s[2] + c, 0}, {1, n - s[2] - c, reset, 0, 0}
   end
@@ -199,9 +238,10 @@ local steps = {[FIXED] = fixed, [COUNTER] = counter, [BUCKET] = bucket, [GCRA] =
 local limits, states, nexts, results = {}, {}, {}, {}
 local fields = {}
 for i = 1, nlimits do
-  local base = 4 + (i - 1) * 6
+  local base = 4 + (i - 1) * 7
   limits[i] = {alg = tonumber(ARGV[base + 1]), n = tonumber(ARGV[base + 2]), w = tonumber(ARGV[base + 3]),
-               b = tonumber(ARGV[base + 4]), d = tonumber(ARGV[base + 5]), id = ARGV[base + 6]}
+               b = tonumber(ARGV[base + 4]), d = tonumber(ARGV[base + 5]), months = tonumber(ARGV[base + 6]),
+               id = ARGV[base + 7]}
   fields[i] = limits[i].id
 end
 local stored = redis.call('HMGET', KEYS[1], unpack(fields))

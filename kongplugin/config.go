@@ -18,8 +18,8 @@ import (
 // derives the schema from these types, so fields are int, float64, string,
 // bool (no int64, no time.Duration), and json tags carry only the name.
 type Config struct {
-	// Second..Year are Kong's limits: requests per period. Month is 30 days
-	// and year 365 days, as fixed windows aligned to the Unix epoch.
+	// Second..Year are Kong's limits: requests per period. Month and year
+	// are calendar periods in UTC (from the 1st, from 1 January), as Kong's.
 	Second *float64 `json:"second"`
 	Minute *float64 `json:"minute"`
 	Hour   *float64 `json:"hour"`
@@ -271,7 +271,7 @@ func compile(c *Config) (*instance, error) {
 		window time.Duration
 	}{
 		{"second", c.Second, time.Second}, {"minute", c.Minute, time.Minute}, {"hour", c.Hour, time.Hour},
-		{"day", c.Day, 24 * time.Hour}, {"month", c.Month, 30 * 24 * time.Hour}, {"year", c.Year, 365 * 24 * time.Hour},
+		{"day", c.Day, 24 * time.Hour}, {"month", c.Month, core.CalendarMonth}, {"year", c.Year, core.CalendarYear},
 	} {
 		if p.count == nil {
 			continue

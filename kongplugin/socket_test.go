@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/core/store"
 	"github.com/tollgate/tollgate/internal/headercheck"
 	"github.com/tollgate/tollgate/internal/kongproc"
 	"github.com/tollgate/tollgate/internal/redistest"
@@ -439,5 +442,45 @@ func TestKongRaisedLimitKeepsUsage(t *testing.T) {
 			t.Errorf("%s: after raising minute to 10 the 3rd request shows limit %q remaining %q, want 10 and 7 (2 used kept)",
 				policy["policy"], res.Headers.Get("X-RateLimit-Limit-Minute"), got)
 		}
+	}
+}
+
+// TestKongCalendarMonthAndYear: Kong's month and year are calendar periods
+// in UTC. With month=3, three requests on 31 March and one on 1 April: the
+// fourth is allowed (a new month), and year=4 then denies the fifth until 1
+// January. The plugin server's stores read the time from a file the test
+// sets (store.TestClockFileEnv).
+func TestKongCalendarMonthAndYear(t *testing.T) {
+	clockFile := filepath.Join(t.TempDir(), "now")
+	setClock := func(at string) {
+		tm, err := time.Parse(time.RFC3339, at)
+		if err == nil {
+			err = os.WriteFile(clockFile, []byte(strconv.FormatInt(tm.UnixMicro(), 10)), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	setClock("2025-03-31T23:59:00Z")
+	srv := kongproc.StartEnv(t, store.TestClockFileEnv+"="+clockFile)
+	c := srv.Dial()
+	defer c.Close()
+	id := start(t, c, map[string]any{"month": 3, "year": 4, "limit_by": "ip"})
+	req := kongproc.Request{ForwardedIP: "192.0.2.31"}
+	for i, remaining := range []string{"2", "1", "0"} {
+		header(t, fmt.Sprintf("31 Mar request %d", i+1), access(t, c, id, req), map[string]string{
+			"X-RateLimit-Limit-Month": "3", "X-RateLimit-Remaining-Month": remaining, "RateLimit-Reset": "60"})
+	}
+	res := access(t, c, id, req)
+	if res.Status != 429 || res.Headers.Get("Retry-After") != "60" {
+		t.Fatalf("4th request on 31 Mar 23:59: status %d Retry-After %q, want 429 and 60 (the month ends in a minute)", res.Status, res.Headers.Get("Retry-After"))
+	}
+	setClock("2025-04-01T00:01:00Z")
+	header(t, "1 Apr 00:01", access(t, c, id, req), map[string]string{
+		"X-RateLimit-Remaining-Month": "2", "X-RateLimit-Remaining-Year": "0",
+		"RateLimit-Remaining": "0", "RateLimit-Reset": strconv.Itoa(275*86400 - 60)})
+	res = access(t, c, id, req)
+	if want := strconv.Itoa(275*86400 - 60); res.Status != 429 || res.Headers.Get("Retry-After") != want {
+		t.Fatalf("5th request this year: status %d Retry-After %q, want 429 and %s (1 January 2026)", res.Status, res.Headers.Get("Retry-After"), want)
 	}
 }

@@ -13,6 +13,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,11 +125,31 @@ func Acquire(c Config) (*Handle, error) {
 	})
 }
 
+// TestClockFileEnv names the environment variable that sets the time of
+// every store a process opens, for integration tests of real gateway
+// binaries: the file it names holds a Unix time in µs, read on every
+// decision. Never set it in production.
+const TestClockFileEnv = "TOLLGATE_TEST_CLOCK_FILE"
+
+// fileClock reads the time from a file (see TestClockFileEnv); 0 when the
+// file cannot be read.
+type fileClock string
+
+func (f fileClock) NowMicros() int64 {
+	b, _ := os.ReadFile(string(f))
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
 func open(c Config) (*Handle, error) {
 	if c.MaxKeys < 0 {
 		return nil, fmt.Errorf("max_keys: %d must not be negative", c.MaxKeys)
 	}
-	local, err := memory.New(memory.Options{MaxKeys: c.MaxKeys})
+	var clock core.Clock // nil: the stores' own clocks
+	if f := os.Getenv(TestClockFileEnv); f != "" {
+		clock = fileClock(f)
+	}
+	local, err := memory.New(memory.Options{MaxKeys: c.MaxKeys, Clock: clock})
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +164,9 @@ func open(c Config) (*Handle, error) {
 	if err := core.CheckSyncInterval(c.SyncInterval); err != nil {
 		return nil, fmt.Errorf("sync: %w", err)
 	}
-	shared, err := redis.New(c.Redis.options())
+	opts := c.Redis.options()
+	opts.Clock = clock
+	shared, err := redis.New(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +174,7 @@ func open(c Config) (*Handle, error) {
 	h.Redis = shared
 	if c.Eventual {
 		ev, err := eventual.New(shared, eventual.Options{
-			SyncInterval: c.SyncInterval, MaxKeys: c.MaxKeys,
+			SyncInterval: c.SyncInterval, MaxKeys: c.MaxKeys, Clock: clock,
 			OnStateChange: h.notify,
 		})
 		if err != nil {

@@ -58,6 +58,7 @@ func Binary(t testing.TB) string {
 type Server struct {
 	// Prefix is its Kong prefix (-kong-prefix); Socket its Unix socket.
 	Prefix, Socket string
+	env            []string
 	cmd            *exec.Cmd
 	log            string
 	exited         chan struct{}
@@ -66,9 +67,13 @@ type Server struct {
 
 // Start runs the plugin server as Kong does (`tollgate -kong-prefix
 // <dir>`), waits for its socket, and kills it when the test ends.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { return StartEnv(t) }
+
+// StartEnv is Start with env ("NAME=value") added to the plugin server's
+// environment, kept across Restart.
+func StartEnv(t testing.TB, env ...string) *Server {
 	t.Helper()
-	s := &Server{Prefix: t.TempDir(), t: t}
+	s := &Server{Prefix: t.TempDir(), t: t, env: env}
 	s.Socket = filepath.Join(s.Prefix, "tollgate.socket")
 	s.log = filepath.Join(s.Prefix, "plugin.log")
 	s.start()
@@ -83,6 +88,7 @@ func (s *Server) start() {
 		s.t.Fatal(err)
 	}
 	s.cmd = exec.Command(Binary(s.t), "-kong-prefix", s.Prefix)
+	s.cmd.Env = append(os.Environ(), s.env...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {

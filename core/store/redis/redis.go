@@ -304,12 +304,12 @@ func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int
 	if s.clock != nil {
 		now = s.clock.NowMicros()
 	}
-	args := make([]any, 0, 4+6*len(limits))
+	args := make([]any, 0, 4+7*len(limits))
 	args = append(args, now, cost, len(limits), (p.IdleMicros()+999)/1000+1)
 	for i := range limits {
 		l := &limits[i]
 		args = append(args, int(l.Algorithm), l.Count, int64(l.Window/time.Microsecond),
-			l.EffectiveBurst(), int64(l.MaxDelay/time.Microsecond), p.LimitID(i))
+			l.EffectiveBurst(), int64(l.MaxDelay/time.Microsecond), l.CalendarMonths(), p.LimitID(i))
 	}
 	// The deadline bounds the whole decision, NOSCRIPT reload included.
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

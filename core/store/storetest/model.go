@@ -94,7 +94,7 @@ func newModelLimit(l *core.Limit) modelLimit {
 	w, n := l.Window.Microseconds(), l.Count
 	switch l.Algorithm {
 	case core.FixedWindow:
-		return &fixedModel{w: w, n: n, counts: map[int64]int64{}}
+		return &fixedModel{w: w, n: n, months: l.CalendarMonths(), counts: map[int64]int64{}}
 	case core.SlidingLog:
 		return &logModel{w: w, n: n}
 	case core.SlidingCounter:
@@ -117,13 +117,30 @@ func alignedStart(t, w int64) int64 { return t - ((t%w)+w)%w }
 // fixedModel: at most n units per window aligned to the epoch.
 type fixedModel struct {
 	w, n   int64
+	months int64 // a calendar window: 1 (a month) or 12 (a year) in UTC
 	counts map[int64]int64
 }
 
+// window is the window holding t: aligned to the epoch, or the calendar
+// month or year (UTC) that holds it.
+func (m *fixedModel) window(t int64) (start, end int64) {
+	switch m.months {
+	case 1:
+		d := time.UnixMicro(t).UTC()
+		first := time.Date(d.Year(), d.Month(), 1, 0, 0, 0, 0, time.UTC)
+		return first.UnixMicro(), first.AddDate(0, 1, 0).UnixMicro()
+	case 12:
+		y := time.UnixMicro(t).UTC().Year()
+		return time.Date(y, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro(), time.Date(y+1, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	}
+	start = alignedStart(t, m.w)
+	return start, start + m.w
+}
+
 func (m *fixedModel) decide(now, cost int64) (core.Result, func()) {
-	start := alignedStart(now, m.w)
+	start, end := m.window(now)
 	used := m.counts[start]
-	r := core.Result{Limit: m.n, Reset: us(start + m.w - now)}
+	r := core.Result{Limit: m.n, Reset: us(end - now)}
 	if used+cost <= m.n {
 		r.Allowed, r.Remaining = true, m.n-used-cost
 		return r, func() { m.counts[start] += cost }

@@ -65,6 +65,8 @@ type Trace struct {
 
 func ms(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
 
+const day = 24 * time.Hour
+
 func lim(count int64, window time.Duration, a core.Algorithm) core.Limit {
 	return core.Limit{Count: count, Window: window, Algorithm: a}
 }
@@ -174,6 +176,25 @@ func Traces() []Trace {
 			// All three deny: the longest RetryAfter decides.
 			{At: ms(500), Want: Want{Index: 1, Remaining: 0, Reset: ms(1199500), RetryAfter: ms(1199500),
 				Results: []WantResult{{false, 0}, {false, 0}, {false, 0}}}},
+		}},
+		// Calendar windows (UTC): T0 is 15 Nov 2023, so Dec 1 is T0+16d,
+		// 1 Jan 2024 T0+47d, 29 Feb 2024 (a leap day) T0+106d, 1 Mar T0+107d.
+		{"calendar_month_and_year", core.MustPolicy("cal", opts, lim(3, core.CalendarMonth, core.FixedWindow), lim(5, core.CalendarYear, core.FixedWindow)), []Step{
+			{At: 15*day + 23*time.Hour + 59*time.Minute, Want: Want{Allowed: true, Remaining: 2, Reset: time.Minute}},
+			{At: 15*day + 23*time.Hour + 59*time.Minute, Want: Want{Allowed: true, Remaining: 1, Reset: time.Minute}},
+			{At: 15*day + 23*time.Hour + 59*time.Minute, Want: Want{Allowed: true, Remaining: 0, Reset: time.Minute}},
+			{At: 15*day + 23*time.Hour + 59*time.Minute, Want: Want{Remaining: 0, Reset: time.Minute, RetryAfter: time.Minute,
+				Results: []WantResult{{false, 0}, {true, 2}}}},
+			{At: 16*day + time.Minute, Want: Want{Allowed: true, Index: 1, Remaining: 1, Reset: 31*day - time.Minute}},
+			{At: 16*day + 2*time.Minute, Want: Want{Allowed: true, Index: 1, Remaining: 0, Reset: 31*day - 2*time.Minute}},
+			{At: 16*day + 3*time.Minute, Want: Want{Index: 1, Remaining: 0, Reset: 31*day - 3*time.Minute, RetryAfter: 31*day - 3*time.Minute,
+				Results: []WantResult{{true, 1}, {false, 0}}}},
+			{At: 47 * day, Want: Want{Allowed: true, Remaining: 2, Reset: 31 * day}},
+			{At: 106*day + 12*time.Hour, Want: Want{Allowed: true, Remaining: 2, Reset: 12 * time.Hour}},
+			{At: 107 * day, Want: Want{Allowed: true, Index: 1, Remaining: 2, Reset: 306 * day}},
+			{At: 107 * day, Cost: 3, Want: Want{Index: 1, Remaining: 2, Reset: 306 * day, RetryAfter: 306 * day,
+				Results: []WantResult{{false, 2}, {false, 2}}}},
+			{At: 107 * day, Cost: 4, Want: Want{Index: 1, Remaining: 2, Reset: 306 * day, RetryAfter: 306 * day}},
 		}},
 		{"shadow", core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(1, time.Second, core.FixedWindow)), []Step{
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
@@ -306,6 +327,8 @@ func RandomPolicies() []*core.Policy {
 		core.MustPolicy("r-counters", o, lim(3, ms(100), core.FixedWindow), lim(8, ms(900), core.SlidingCounter)),
 		core.MustPolicy("r-shadow", core.PolicyOptions{Shadow: true}, lim(3, ms(250), core.SlidingCounter), lim(5, time.Second, core.FixedWindow)),
 		core.MustPolicy("r-shadow-log", core.PolicyOptions{Shadow: true}, lim(2, ms(300), core.SlidingLog)),
+		// Seeds divisible by 3 start 2 s before a month ends (see RandomTrace).
+		core.MustPolicy("r-calendar", o, lim(25, core.CalendarMonth, core.FixedWindow), lim(3, ms(250), core.FixedWindow)),
 	}
 }
 
@@ -313,11 +336,16 @@ func RandomPolicies() []*core.Policy {
 // model and requires identical decisions: four of the policies the store
 // supports, one of two keys, cost 0..3, time moving on mostly by 0..3 ms,
 // one time in six by up to 60 ms, and now and then by a clock step of up to
-// 3 s (on a 1 ms grid for odd seeds). It returns how many requests
+// 3 s (on a 1 ms grid for odd seeds; seeds divisible by 3 cross the end of
+// a calendar month). It returns how many requests
 // it sent and how many the limits denied.
 func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) (sent, denied int) {
 	t.Helper()
 	clock := &core.ManualClock{Micros: T0}
+	if seed%3 == 0 {
+		// 30 Nov 2023 23:59:58 UTC: calendar months roll over mid-trace.
+		clock.Micros = T0 + int64((16*day-2*time.Second)/time.Microsecond)
+	}
 	store := newStore(t, clock)
 	var policies []*core.Policy
 	for _, p := range RandomPolicies() {
@@ -330,6 +358,14 @@ func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) 
 	// Four policies per trace, so each key sees dense traffic over many
 	// windows: requests leave sliding windows while others arrive.
 	rng.Shuffle(len(policies), func(i, j int) { policies[i], policies[j] = policies[j], policies[i] })
+	if seed%3 == 0 {
+		// These seeds cross a month's end: the calendar policy is among theirs.
+		for i, p := range policies {
+			if p.Name() == "r-calendar" {
+				policies[0], policies[i] = policies[i], policies[0]
+			}
+		}
+	}
 	policies = policies[:min(4, len(policies))]
 	// Odd seeds keep time on a 1 ms grid, which every window length is a
 	// multiple of, so requests land exactly on window boundaries and on the
