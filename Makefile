@@ -25,6 +25,16 @@ bin/caddy: $(CADDY_SRC)
 	@mkdir -p bin
 	$(GO) tool xcaddy build $(CADDY_VERSION) --output $@ --with github.com/tollgate/tollgate@v0.0.0=$(CURDIR)
 
+# The Caddy the integration tests run: the same build with the race
+# detector, so a data race in the module inside a real Caddy fails the
+# tests. Built with go's default flags (XCADDY_GO_BUILD_FLAGS replaces
+# xcaddy's -trimpath, -ldflags and tags), it compiles Caddy's tree exactly
+# as `go vet -race` and the tests do: a cold make test compiles it once.
+bin/caddy-race: $(CADDY_SRC)
+	@mkdir -p bin
+	XCADDY_RACE_DETECTOR=1 XCADDY_GO_BUILD_FLAGS=-buildvcs=false \
+	  $(GO) tool xcaddy build $(CADDY_VERSION) --output $@ --with github.com/tollgate/tollgate@v0.0.0=$(CURDIR)
+
 # unit runs last: its final line counts every test of every package as
 # "N passed, N failed, N skipped".
 test: vet fmt fuzz-short mutants unit
@@ -39,10 +49,10 @@ vet:
 fmt:
 	@out="$$(gofmt -l . )"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# The Caddy integration tests run bin/caddy; TOLLGATE_REQUIRE_CADDY makes a
-# missing binary a failure rather than a skip.
-unit: deps bin/caddy
-	@{ TOLLGATE_REQUIRE_CADDY=1 $(GO) test -race -count=1 -json $(PKGS) 2>&1; echo "go test exit $$?"; } | $(GO) run ./internal/testsummary
+# The Caddy integration tests run bin/caddy-race; TOLLGATE_REQUIRE_CADDY
+# makes a missing binary a failure rather than a skip.
+unit: deps bin/caddy-race
+	@{ TOLLGATE_CADDY=$(CURDIR)/bin/caddy-race TOLLGATE_REQUIRE_CADDY=1 $(GO) test -race -count=1 -json $(PKGS) 2>&1; echo "go test exit $$?"; } | $(GO) run ./internal/testsummary
 
 # The conformance suite must fail: each planted bug in
 # core/store/storetest/mutants is caught by its whole traces and by its
@@ -61,7 +71,7 @@ deps:
 # short): Redis killed and paused for 5 s under load through a real Caddy,
 # 10 million rotating keys, a Cluster master killed, plugin server restarts.
 chaos: deps bin/caddy
-	TOLLGATE_CHAOS=long TOLLGATE_REQUIRE_CADDY=1 $(GO) test -count=1 -v \
+	TOLLGATE_CHAOS=long TOLLGATE_CADDY=$(CURDIR)/bin/caddy TOLLGATE_REQUIRE_CADDY=1 $(GO) test -count=1 -v \
 	  -run 'Outage|Hostile|ClusterMasterFailover|StoppedAndPaused|KongRedisSharedAndFaults|ClientIPTrustedProxies|RefusedConfigs|ReloadKeepsCounters' \
 	  ./caddymodule/ ./core/... ./kongplugin/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:'
 
@@ -70,17 +80,18 @@ plots:
 	$(GO) run ./examples/plots -o docs/algorithms.svg
 
 # Each fuzz target briefly, from its seed corpus (go test runs one target per
-# call). make test runs fuzz-short: every target but FuzzCaddyfile, whose
-# instrumented build compiles all of Caddy again (about 4 minutes cold); its
-# seed corpus runs as a unit test in make test all the same.
+# call). make test runs fuzz-short: core's targets, whose instrumented build
+# is small. FuzzKongConfig and FuzzCaddyfile instrument go-pdk's or Caddy's
+# tree too (about 1 and 4 minutes cold), so they run here only; their seed
+# corpora run as unit tests in make test all the same.
 fuzz: fuzz-short
+	$(GO) test ./kongplugin -run '^$$' -fuzz '^FuzzKongConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./caddymodule -run '^$$' -fuzz '^FuzzCaddyfile$$' -fuzztime $(FUZZTIME)
 
 fuzz-short:
 	$(GO) test ./core -run '^$$' -fuzz '^FuzzStep$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./core -run '^$$' -fuzz '^FuzzParseRate$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./core -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./kongplugin -run '^$$' -fuzz '^FuzzKongConfig$$' -fuzztime $(FUZZTIME)
 
 # Peers are measured in the same run, in the bench/ module.
 bench: bench-core deps

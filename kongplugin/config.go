@@ -82,9 +82,8 @@ type Config struct {
 	// Kong's log phase.
 	Adaptive *AdaptiveConfig `json:"adaptive"`
 
-	// Kong adds route_id, service_id, consumer_id and __plugin_id to the
-	// config it sends; they are not schema fields, but counters are scoped
-	// by the route and service, as Kong's.
+	// Kong adds route_id and service_id (not schema fields) to the config
+	// it sends: counters are scoped by them, as Kong's.
 	attached struct {
 		RouteID   *string `json:"route_id"`
 		ServiceID *string `json:"service_id"`
@@ -180,9 +179,8 @@ func (l *LimitConfig) spec(field, algorithm string) (core.LimitSpec, error) {
 		Burst: burst, MaxDelay: core.Duration(maxDelay), Name: str(l.Name, core.FormatWindow(w))}, nil
 }
 
-// UnmarshalJSON decodes and validates a config. go-pdk checks a config only
-// by decoding it when Kong starts an instance, so every check happens here;
-// errors name the field and value.
+// UnmarshalJSON decodes and validates a config (go-pdk's only check, when
+// Kong starts an instance); errors name the field and value.
 func (c *Config) UnmarshalJSON(b []byte) error {
 	type plain Config // without this method
 	*c = Config{}

@@ -6,7 +6,6 @@ package kongplugin
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -89,22 +88,22 @@ func (c *Config) Access(kong *pdk.PDK) {
 	}
 	if err != nil {
 		// The store would not open, or failed with fault_tolerant false.
+		// Kong's own answer then: kong.response.exit(500, {message = ...}).
 		kong.Log.Err("tollgate: " + err.Error())
-		exitJSON(kong, http.StatusInternalServerError, "An unexpected error occurred", nil)
+		kong.Response.Exit(http.StatusInternalServerError, []byte(`{"message":"An unexpected error occurred"}`),
+			map[string][]string{"Content-Type": {core.ContentTypeJSON}})
 		return
 	}
 	headers := map[string][]string{}
 	gate.Headers(&plan, func(name, value string) { headers[name] = []string{value} })
 	if !plan.Passes() {
-		exitJSON(kong, gate.Status(), inst.message, headers)
+		deny(kong, gate.Status(), inst.message, headers)
 		return
 	}
 	if len(headers) > 0 {
 		_ = kong.Response.SetHeaders(headers)
 	}
-	// Kong waits for the access phase's answer before proxying: holding
-	// here shapes the request.
-	core.Hold(context.Background(), plan.Delay)
+	core.Hold(context.Background(), plan.Delay) // Kong proxies when access returns: holding shapes
 }
 
 // Log reports the upstream's status and upstream_response_time to an
@@ -171,15 +170,20 @@ func identifier(kong *pdk.PDK, inst *instance) string {
 	return id
 }
 
-// exitJSON ends the request as kong.response.error does:
-// {"message": ...} as JSON.
-func exitJSON(kong *pdk.PDK, status int, message string, headers map[string][]string) {
-	body, _ := json.Marshal(struct {
-		Message string `json:"message"`
-	}{message})
-	if headers == nil {
-		headers = map[string][]string{}
+// deny ends a denied request as kong.response.error does: grpc-status and
+// grpc-message for gRPC, else the body Accept asks for, with the request id.
+func deny(kong *pdk.PDK, status int, message string, headers map[string][]string) {
+	var body string
+	if ct, _ := kong.Request.GetHeader("Content-Type"); strings.HasPrefix(ct, "application/grpc") {
+		headers["Content-Type"] = []string{"application/grpc"}
+		headers["Grpc-Status"] = []string{strconv.Itoa(core.GRPCStatus(status))}
+		headers["Grpc-Message"] = []string{core.GRPCMessage(message)}
+	} else {
+		accept, _ := kong.Request.GetHeader("Accept")
+		requestID, _ := kong.Nginx.GetVar("kong_request_id")
+		var ct string
+		ct, body = core.DenialBody(accept, message, requestID)
+		headers["Content-Type"] = []string{ct}
 	}
-	headers["Content-Type"] = []string{"application/json; charset=utf-8"}
-	kong.Response.Exit(status, body, headers)
+	kong.Response.Exit(status, []byte(body), headers)
 }

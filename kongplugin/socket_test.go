@@ -82,8 +82,9 @@ func TestKongDropIn(t *testing.T) {
 			"Retry-After": "",
 		})
 	}
+	alice.RequestID = "req-4"
 	res := access(t, c, id, alice)
-	if !res.Exited || res.Status != 429 || res.Body != `{"message":"API rate limit exceeded"}` {
+	if !res.Exited || res.Status != 429 || res.Body != "{\n  \"message\":\"API rate limit exceeded\",\n  \"request_id\":\"req-4\"\n}" {
 		t.Fatalf("4th request: exited %v status %d body %q", res.Exited, res.Status, res.Body)
 	}
 	header(t, "denied", res, map[string]string{
@@ -168,7 +169,7 @@ func TestKongScopesAndOptions(t *testing.T) {
 		t.Errorf("hide_client_headers: headers %v", res.Headers)
 	}
 	res := access(t, c, hidden, req)
-	if res.Status != 403 || res.Body != `{"message":"slow down"}` || res.Headers.Get("Retry-After") != "" {
+	if res.Status != 403 || res.Body != "{\n  \"message\":\"slow down\",\n  \"request_id\":\"\"\n}" || res.Headers.Get("Retry-After") != "" {
 		t.Errorf("custom denial: %d %q headers %v", res.Status, res.Body, res.Headers)
 	}
 
@@ -482,5 +483,45 @@ func TestKongCalendarMonthAndYear(t *testing.T) {
 	res = access(t, c, id, req)
 	if want := strconv.Itoa(275*86400 - 60); res.Status != 429 || res.Headers.Get("Retry-After") != want {
 		t.Fatalf("5th request this year: status %d Retry-After %q, want 429 and %s (1 January 2026)", res.Status, res.Headers.Get("Retry-After"), want)
+	}
+}
+
+// TestKongDenialFollowsAccept: a denial is what kong.response.error sends:
+// the body in the format Accept asks for (JSON by default), with the
+// request id, and for a gRPC request grpc-status 8 and the message, no body.
+// Allowed requests make no Accept, Content-Type or request-id calls.
+func TestKongDenialFollowsAccept(t *testing.T) {
+	srv := kongproc.Start(t)
+	c := srv.Dial()
+	defer c.Close()
+	id := start(t, c, map[string]any{"second": 1, "limit_by": "ip", "error_message": "Too <many>"})
+	req := func(h ...string) kongproc.Request {
+		r := kongproc.Request{ForwardedIP: "192.0.2.50", RequestID: "abc123", Headers: http.Header{}}
+		for i := 0; i+1 < len(h); i += 2 {
+			r.Headers.Set(h[i], h[i+1])
+		}
+		return r
+	}
+	res := access(t, c, id, req("Accept", "text/html"))
+	for _, call := range res.Calls {
+		if strings.Contains(call, "get_header") || strings.Contains(call, "get_var") {
+			t.Errorf("an allowed request called %s", call)
+		}
+	}
+	for _, tc := range []struct{ accept, contentType, body string }{
+		{"", "application/json; charset=utf-8", "{\n  \"message\":\"Too \\u003cmany\\u003e\",\n  \"request_id\":\"abc123\"\n}"},
+		{"text/html", "text/html; charset=utf-8", "<p>Too &lt;many&gt;.</p>\n    <p>request_id: abc123</p>"},
+		{"application/xml;q=0.9, text/plain;q=0.5", "application/xml; charset=utf-8", "<message>Too &lt;many&gt;</message>\n  <requestid>abc123</requestid>"},
+		{"text/plain", "text/plain; charset=utf-8", "Too <many>\nrequest_id: abc123\n"},
+	} {
+		res := access(t, c, id, req("Accept", tc.accept))
+		if res.Status != 429 || res.Headers.Get("Content-Type") != tc.contentType || !strings.Contains(res.Body, tc.body) {
+			t.Errorf("Accept %q: %d %q body %q, want 429 %q with %q", tc.accept, res.Status, res.Headers.Get("Content-Type"), res.Body, tc.contentType, tc.body)
+		}
+	}
+	res = access(t, c, id, req("Content-Type", "application/grpc+proto", "Accept", "text/html"))
+	if res.Status != 429 || res.Body != "" || res.Headers.Get("Grpc-Status") != "8" || res.Headers.Get("Grpc-Message") != "Too <many>" ||
+		res.Headers.Get("Content-Type") != "application/grpc" {
+		t.Errorf("gRPC denial: %d body %q headers %v", res.Status, res.Body, res.Headers)
 	}
 }

@@ -260,6 +260,8 @@ type Request struct {
 	Status       int
 	Source       string
 	UpstreamTime string
+	// RequestID is nginx's $kong_request_id.
+	RequestID string
 }
 
 // Result is what the plugin did with a request.
@@ -360,8 +362,11 @@ func answer(method string, args []byte, req Request, res *Result) (proto.Message
 		if err := proto.Unmarshal(args, &name); err != nil {
 			return nil, err
 		}
-		if name.V == "upstream_response_time" {
+		switch name.V {
+		case "upstream_response_time":
 			return bridge.WrapString(req.UpstreamTime), nil
+		case "kong_request_id":
+			return bridge.WrapString(req.RequestID), nil
 		}
 		return bridge.WrapString(""), nil
 	case "kong.request.get_path":
