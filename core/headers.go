@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -98,26 +99,38 @@ func (o HeaderOptions) RetryAfterSeconds(d *Decision) int64 {
 
 // RenderHeaders calls set for every header d carries under o. Retry-After is
 // set only for a request that is denied (not for shadowed ones).
-func RenderHeaders(d *Decision, o HeaderOptions, set func(name, value string)) {
+func RenderHeaders(d *Decision, o HeaderOptions, setHeader func(name, value string)) {
 	if o.Style == HeadersNone || d.Policy == nil || d.N == 0 {
 		return
 	}
 	if o.Style == HeadersKong {
-		renderKong(d, set)
+		renderKong(d, setHeader)
 		return
 	}
+	// t (and X-RateLimit-Reset): when the quota returns; on a denial, when
+	// this request would be admitted, so Retry-After is never before it.
+	reset := Seconds(d.Reset)
+	if !d.Allowed {
+		reset = max(1, Seconds(d.RetryAfter))
+	}
 	if o.Style == HeadersBoth || o.Style == HeadersIETF {
-		set(HeaderRateLimitPolicy, d.Policy.current().ietfPolicy)
-		set(HeaderRateLimit, d.Policy.ietfNames[d.Index]+";r="+strconv.FormatInt(max(0, d.Remaining), 10)+
-			";t="+strconv.FormatInt(Seconds(d.Reset), 10))
+		set := d.Policy.current()
+		policy, units := set.ietfPolicy, ""
+		if d.Cost > 1 {
+			// Each request takes Cost units: q and r count units, not requests.
+			policy, units = set.ietfPolicyUnits, `;qu="units"`
+		}
+		setHeader(HeaderRateLimitPolicy, policy)
+		setHeader(HeaderRateLimit, d.Policy.ietfNames[d.Index]+";r="+strconv.FormatInt(max(0, d.Remaining), 10)+
+			";t="+strconv.FormatInt(reset, 10)+units)
 	}
 	if o.Style == HeadersBoth || o.Style == HeadersXRateLimit {
-		set(HeaderXLimit, strconv.FormatInt(d.Limit, 10))
-		set(HeaderXRemaining, strconv.FormatInt(max(0, d.Remaining), 10))
-		set(HeaderXReset, strconv.FormatInt(Seconds(d.Reset), 10))
+		setHeader(HeaderXLimit, strconv.FormatInt(d.Limit, 10))
+		setHeader(HeaderXRemaining, strconv.FormatInt(max(0, d.Remaining), 10))
+		setHeader(HeaderXReset, strconv.FormatInt(reset, 10))
 	}
 	if !d.Allowed {
-		set(HeaderRetryAfter, strconv.FormatInt(o.RetryAfterSeconds(d), 10))
+		setHeader(HeaderRetryAfter, strconv.FormatInt(o.RetryAfterSeconds(d), 10))
 	}
 }
 
@@ -227,15 +240,45 @@ func limitItemNames(policy string, limits []Limit) []string {
 	return names
 }
 
-func ietfPolicyField(names []string, limits []Limit) string {
+// ietfPolicyField renders RateLimit-Policy for limits, each item in its
+// ietfQuota; units adds qu="units" to each (see RenderHeaders).
+func ietfPolicyField(names []string, limits []Limit, units bool) string {
 	var b strings.Builder
-	for i, l := range limits {
+	for i := range limits {
 		if i > 0 {
 			b.WriteString(", ")
 		}
+		q, w := ietfQuota(&limits[i])
 		b.WriteString(names[i])
-		b.WriteString(";q=" + strconv.FormatInt(l.Count, 10))
-		b.WriteString(";w=" + strconv.FormatInt(max(1, Seconds(l.Window)), 10))
+		b.WriteString(";q=" + strconv.FormatInt(q, 10))
+		b.WriteString(";w=" + strconv.FormatInt(w, 10))
+		if units {
+			b.WriteString(`;qu="units"`)
+		}
 	}
 	return b.String()
+}
+
+// ietfQuota is how l is advertised in RateLimit-Policy: q units per w
+// seconds, with the remaining r of the RateLimit field never above q. The
+// counting algorithms advertise Count per Window; token bucket, GCRA and
+// leaky bucket their burst (the most that can be used at once) per the time
+// it takes to refill. Both are scaled by the smallest factor that makes w
+// whole seconds, so q/w is the limit's exact rate ("10/500ms" is q=20;w=1);
+// where that would take q past MaxCount, w is rounded up instead (a rate a
+// little under the limit's).
+func ietfQuota(l *Limit) (q, w int64) {
+	// The period, as the fraction num/den µs.
+	q, num, den := l.Count, big.NewInt(l.windowUS), big.NewInt(1)
+	switch l.Algorithm {
+	case TokenBucket, GCRA, LeakyBucket:
+		q, num, den = l.burst, big.NewInt(l.burst*l.windowUS), big.NewInt(l.Count)
+	}
+	second := new(big.Int).Mul(den, big.NewInt(int64(time.Second/time.Microsecond)))
+	k := new(big.Int).Div(second, new(big.Int).GCD(nil, nil, num, second))
+	if k.IsInt64() && k.Int64() <= MaxCount/q {
+		return q * k.Int64(), new(big.Int).Div(new(big.Int).Mul(num, k), second).Int64()
+	}
+	w = new(big.Int).Div(new(big.Int).Add(num, new(big.Int).Sub(second, big.NewInt(1))), second).Int64()
+	return q, max(1, w)
 }

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/headercheck"
 )
 
 func TestHeadersExact(t *testing.T) {
@@ -28,8 +30,10 @@ func TestHeadersExact(t *testing.T) {
 		}},
 		{HeadersBoth, denied, http.Header{
 			"Ratelimit-Policy":  {`"api-1m";q=600;w=60, "api-1h";q=3600;w=3600`},
-			"Ratelimit":         {`"api-1h";r=0;t=7200`},
-			"X-Ratelimit-Limit": {"3600"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"7200"},
+			// Denied: t is when this request would pass (the retry), so
+			// Retry-After is never before it.
+			"Ratelimit":         {`"api-1h";r=0;t=2`},
+			"X-Ratelimit-Limit": {"3600"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"2"},
 			"Retry-After": {"2"},
 		}},
 		{HeadersNone, denied, http.Header{}},
@@ -37,6 +41,7 @@ func TestHeadersExact(t *testing.T) {
 	for _, c := range cases {
 		h := http.Header{}
 		WriteHeaders(h, &c.d, HeaderOptions{Style: c.style})
+		headercheck.Consistent(t, c.style.String(), h, 0)
 		if !reflect.DeepEqual(h, c.want) {
 			t.Errorf("%v: got %v, want %v", c.style, h, c.want)
 		}
@@ -61,7 +66,8 @@ func TestRetryAfterJitter(t *testing.T) {
 
 func TestSingleLimitUsesPolicyNameAndEscapes(t *testing.T) {
 	p := MustPolicy(`a "b"\c`, PolicyOptions{}, Limit{Count: 5, Window: 500 * time.Millisecond})
-	if p.current().ietfPolicy != `"a \"b\"\\c";q=5;w=1` {
+	// 5 per 500ms is advertised as 10 per second: the rate, in whole seconds.
+	if p.current().ietfPolicy != `"a \"b\"\\c";q=10;w=1` {
 		t.Fatalf("got %s", p.current().ietfPolicy)
 	}
 }

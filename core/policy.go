@@ -45,9 +45,11 @@ var scopeSeed, scopeSeed2 = maphash.MakeSeed(), maphash.MakeSeed()
 
 // limitSet is a set of limits in force and its RateLimit-Policy field.
 type limitSet struct {
-	limits     []Limit
-	factor     float64 // the adaptive factor they were scaled by
-	ietfPolicy string
+	limits []Limit
+	factor float64 // the adaptive factor they were scaled by
+	// The RateLimit-Policy field for requests of cost 1 (and 0), and for
+	// costlier ones, whose quota is counted in units (see RenderHeaders).
+	ietfPolicy, ietfPolicyUnits string
 }
 
 // PolicyOptions holds a Policy's optional settings.
@@ -133,7 +135,8 @@ func PolicyScope(name string, limits ...Limit) (string, error) {
 
 // use puts limits, the configured ones scaled by factor, in force.
 func (p *Policy) use(limits []Limit, factor float64) *limitSet {
-	set := &limitSet{limits: limits, factor: factor, ietfPolicy: ietfPolicyField(p.ietfNames, limits)}
+	set := &limitSet{limits: limits, factor: factor,
+		ietfPolicy: ietfPolicyField(p.ietfNames, limits, false), ietfPolicyUnits: ietfPolicyField(p.ietfNames, limits, true)}
 	p.cur.Store(set)
 	return set
 }

@@ -1,0 +1,85 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store/memory"
+	"github.com/tollgate/tollgate/internal/headercheck"
+)
+
+// TestIETFHeadersConsistent renders the headers of every decision of dense,
+// deny-heavy random traffic (costs 0..3) through every algorithm, stacked
+// limits, shadow mode, an adaptive policy scaled down and windows that are
+// not whole seconds, with and without jitter, and checks each response with
+// an independent RFC 9651 parser against the draft's rules
+// (headercheck.Consistent): r never above q, t never after Retry-After,
+// Retry-After never past t plus the jitter, X-RateLimit-* agreeing with t
+// and r.
+func TestIETFHeadersConsistent(t *testing.T) {
+	adaptive, err := core.NewAdaptive(core.AdaptiveOptions{Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adaptive.Close()
+	for i := 0; i < 20; i++ {
+		adaptive.Observe(503, time.Millisecond)
+	}
+	adaptive.Judge() // factor 0.7
+	lim := func(n int64, w time.Duration, a core.Algorithm, burst int64) core.Limit {
+		l := core.Limit{Count: n, Window: w, Algorithm: a, Burst: burst}
+		if a == core.LeakyBucket {
+			l.MaxDelay = 300 * time.Millisecond
+		}
+		return l
+	}
+	policies := []*core.Policy{
+		core.MustPolicy("fw", core.PolicyOptions{}, lim(5, 1500*time.Millisecond, core.FixedWindow, 0)),
+		core.MustPolicy("sl", core.PolicyOptions{}, lim(4, 700*time.Millisecond, core.SlidingLog, 0)),
+		core.MustPolicy("sc", core.PolicyOptions{}, lim(6, 2*time.Second, core.SlidingCounter, 0)),
+		core.MustPolicy("tb", core.PolicyOptions{}, lim(10, time.Second, core.TokenBucket, 15)),
+		core.MustPolicy("gcra", core.PolicyOptions{}, lim(10, time.Second, core.GCRA, 3)),
+		core.MustPolicy("lb", core.PolicyOptions{}, lim(8, time.Second, core.LeakyBucket, 0)),
+		core.MustPolicy("stack", core.PolicyOptions{}, lim(3, 250*time.Millisecond, core.SlidingLog, 0),
+			lim(7, time.Second, core.TokenBucket, 0), lim(20, 3*time.Second, core.FixedWindow, 0)),
+		core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(2, 500*time.Millisecond, core.SlidingCounter, 0)),
+		core.MustPolicy("adaptive", core.PolicyOptions{Adaptive: adaptive}, lim(10, time.Second, core.SlidingCounter, 0),
+			lim(9, time.Second, core.GCRA, 4)),
+		core.MustPolicy("month", core.PolicyOptions{}, lim(3, core.CalendarMonth, core.FixedWindow, 0)),
+	}
+	clock := &core.ManualClock{Micros: 1_700_000_000_000_000}
+	store, err := memory.New(memory.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	denied := 0
+	for _, jitter := range []float64{0, 0.5} {
+		for _, style := range []core.HeaderStyle{core.HeadersBoth, core.HeadersIETF, core.HeadersXRateLimit, core.HeadersKong} {
+			o := core.HeaderOptions{Style: style, Jitter: jitter}
+			for i := 0; i < 400; i++ {
+				clock.Micros += rng.Int64N(40_000)
+				p := policies[rng.IntN(len(policies))]
+				var d core.Decision
+				cost := rng.Int64N(4)
+				if err := store.Decide(context.Background(), p, "k", cost, &d); err != nil {
+					t.Fatal(err)
+				}
+				if !d.Allowed {
+					denied++
+				}
+				h := http.Header{}
+				core.WriteHeaders(h, &d, o)
+				headercheck.Consistent(t, fmt.Sprintf("%v jitter %v %s cost %d", style, jitter, p.Name(), cost), h, jitter)
+			}
+		}
+	}
+	if denied < 3200/4 {
+		t.Fatalf("only %d of 3200 decisions denied: the traffic must deny often", denied)
+	}
+}
