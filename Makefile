@@ -43,7 +43,7 @@ test: vet fmt fuzz-short mutants unit
 # the build cache (a cold make test compiles Caddy's tree once for both).
 vet:
 	$(GO) vet -race $(PKGS)
-	cd bench && $(GO) vet ./...
+	cd bench && $(GO) vet -race ./...
 
 # gofmt -l prints files that need formatting; any output fails the build.
 fmt:

@@ -33,7 +33,8 @@ var (
 	buildErr  error
 )
 
-// Binary builds the plugin server once per test process and returns it.
+// Binary builds the plugin server once per test process and returns it,
+// with the race detector when the tests have it.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -43,7 +44,13 @@ func Binary(t testing.TB) string {
 			return
 		}
 		buildPath = filepath.Join(dir, "tollgate")
-		out, err := exec.Command("go", "build", "-o", buildPath, "github.com/tollgate/tollgate/kongplugin/cmd/tollgate").CombinedOutput()
+		args := []string{"build", "-o", buildPath}
+		if raceEnabled {
+			// As the tests are built: the plugin shares their compiled
+			// packages, and a data race in it fails the test that meets it.
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "github.com/tollgate/tollgate/kongplugin/cmd/tollgate")...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("building the plugin: %v\n%s", err, out)
 		}
