@@ -29,7 +29,7 @@ func TestHeadersExact(t *testing.T) {
 			"X-Ratelimit-Limit": {"600"}, "X-Ratelimit-Remaining": {"599"}, "X-Ratelimit-Reset": {"60"},
 		}},
 		{HeadersBoth, denied, http.Header{
-			"Ratelimit-Policy":  {`"api-1m";q=600;w=60, "api-1h";q=3600;w=3600`},
+			"Ratelimit-Policy": {`"api-1m";q=600;w=60, "api-1h";q=3600;w=3600`},
 			// Denied: t is when this request would pass (the retry), so
 			// Retry-After is never before it.
 			"Ratelimit":         {`"api-1h";r=0;t=2`},
