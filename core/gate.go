@@ -112,6 +112,17 @@ type Input struct {
 	Cost int64
 }
 
+// SameInput is a Request that gives every rule the same Input and hears
+// nothing back: for an adapter whose gate has one rule and no metrics of
+// its own (the Kong plugin).
+type SameInput Input
+
+// Input returns the input, whatever the rule.
+func (s *SameInput) Input(int) (Input, error) { return Input(*s), nil }
+
+// Decided does nothing.
+func (*SameInput) Decided(int, *Decision, error, time.Duration) {}
+
 // StoreError is a store's failure to decide a rule, which ends the pipeline
 // unless the gate skips failed rules. Only on_error fail lets it through.
 type StoreError struct {

@@ -3,8 +3,11 @@ package kongplugin
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/core"
@@ -65,7 +68,7 @@ type Config struct {
 	// Limits adds limits with any window.
 	Limits []LimitConfig `json:"limits"`
 	// Cost is the units each request takes (default 1).
-	Cost *float64 `json:"cost"`
+	Cost *int `json:"cost"`
 	// Shadow decides and reports but never denies.
 	Shadow *bool `json:"shadow"`
 	// Headers is kong (default: Kong's own header set), ietf, xratelimit,
@@ -142,11 +145,11 @@ func (a *AdaptiveConfig) spec() (*core.AdaptiveSpec, error) {
 
 // LimitConfig is an extra limit: Count per Window.
 type LimitConfig struct {
-	Count float64 `json:"count"`
+	Count int `json:"count"`
 	// Window is a duration string: "10s", "1m", "1d".
 	Window    *string `json:"window"`
 	Algorithm *string `json:"algorithm"`
-	Burst     float64 `json:"burst"`
+	Burst     int     `json:"burst"`
 	// MaxDelay is leaky_bucket's longest delay, a duration string.
 	MaxDelay *string `json:"max_delay"`
 	Name     *string `json:"name"`
@@ -154,14 +157,6 @@ type LimitConfig struct {
 
 // spec reads l as the limit field names: core validates it.
 func (l *LimitConfig) spec(field, algorithm string) (core.LimitSpec, error) {
-	count, err := wholeNumber(field+".count", l.Count, 1, 1<<50)
-	if err != nil {
-		return core.LimitSpec{}, err
-	}
-	burst, err := wholeNumber(field+".burst", l.Burst, 0, 1<<50)
-	if err != nil {
-		return core.LimitSpec{}, err
-	}
 	if str(l.Window, "") == "" {
 		return core.LimitSpec{}, fmt.Errorf("%s.window: required (such as \"10s\")", field)
 	}
@@ -175,8 +170,8 @@ func (l *LimitConfig) spec(field, algorithm string) (core.LimitSpec, error) {
 			return core.LimitSpec{}, fmt.Errorf("%s.max_delay: %w", field, err)
 		}
 	}
-	return core.LimitSpec{Count: count, Window: core.Duration(w), Algorithm: str(l.Algorithm, algorithm),
-		Burst: burst, MaxDelay: core.Duration(maxDelay), Name: str(l.Name, core.FormatWindow(w))}, nil
+	return core.LimitSpec{Count: int64(l.Count), Window: core.Duration(w), Algorithm: str(l.Algorithm, algorithm),
+		Burst: int64(l.Burst), MaxDelay: core.Duration(maxDelay), Name: str(l.Name, core.FormatWindow(w))}, nil
 }
 
 // UnmarshalJSON decodes and validates a config (go-pdk's only check, when
@@ -220,6 +215,9 @@ func wholeNumber(field string, v, lo, hi float64) (int64, error) {
 	return int64(v), nil
 }
 
+// headerName is what Kong's header_name typedef allows.
+var headerName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
 // compile validates c and builds what a request needs.
 func compile(c *Config) (*instance, error) {
 	inst := &instance{
@@ -233,6 +231,10 @@ func compile(c *Config) (*instance, error) {
 		return nil, fmt.Errorf("header_name: required when limit_by is header")
 	case inst.limitBy == "path" && inst.path == "":
 		return nil, fmt.Errorf("path: required when limit_by is path")
+	case !headerName.MatchString(inst.headerName) && inst.headerName != "":
+		return nil, fmt.Errorf("header_name: bad header name %q, allowed characters are A-Z, a-z, 0-9, '_', and '-'", inst.headerName)
+	case inst.path != "" && !strings.HasPrefix(inst.path, "/"):
+		return nil, fmt.Errorf("path: %q should start with: /", inst.path)
 	}
 	code, err := wholeNumber("error_code", or(c.ErrorCode, core.DefaultDenyStatus), 0, 1<<30)
 	if err != nil {
@@ -242,8 +244,8 @@ func compile(c *Config) (*instance, error) {
 		return nil, fmt.Errorf("error_code: %w", err)
 	}
 	inst.status = int(code)
-	if inst.cost, err = wholeNumber("cost", or(c.Cost, 1), 0, 1<<30); err != nil {
-		return nil, err
+	if inst.cost = int64(or(c.Cost, 1)); core.CheckCost(inst.cost) != nil {
+		return nil, fmt.Errorf("cost: %w", core.CheckCost(inst.cost))
 	}
 	style, err := core.ParseHeaderStyle(str(c.Headers, "kong"))
 	if err != nil {
@@ -274,14 +276,16 @@ func compile(c *Config) (*instance, error) {
 		if p.count == nil {
 			continue
 		}
-		count, err := wholeNumber(p.name, *p.count, 1, 1<<50)
-		if err != nil {
-			return nil, err
+		if *p.count <= 0 {
+			return nil, fmt.Errorf("%s: %v must be greater than 0", p.name, *p.count)
 		}
 		if prev != nil && *p.count < *prev {
 			return nil, fmt.Errorf("%s: %v is below %s's %v (a longer period must allow at least as many requests)", p.name, *p.count, fields[len(fields)-1], *prev)
 		}
 		prev = p.count
+		// Kong admits requests while the count used is below a fractional
+		// limit: 2.5 admits 3.
+		count := int64(min(math.Ceil(*p.count), core.MaxCount+1))
 		limits = append(limits, core.LimitSpec{Name: p.name, Count: count, Window: core.Duration(p.window), Algorithm: alg})
 		fields = append(fields, p.name)
 	}
@@ -346,8 +350,12 @@ func storeConfig(c *Config) (store.Config, error) {
 	if _, err := core.ParseOnError(spec.OnError); err != nil {
 		return store.Config{}, err
 	}
+	syncRate := or(c.SyncRate, -1)
 	switch policy := str(c.Policy, "local"); policy {
 	case "local":
+		if syncRate != -1 {
+			return store.Config{}, fmt.Errorf("sync_rate: %v needs policy redis (policy is local, which counts on this node)", syncRate)
+		}
 		return store.Config{}, nil
 	case "cluster":
 		return store.Config{}, fmt.Errorf("policy: %q keeps counters in Kong's database, which a Go plugin cannot reach; use \"redis\" (or \"local\")", policy)
@@ -355,8 +363,8 @@ func storeConfig(c *Config) (store.Config, error) {
 	default:
 		return store.Config{}, fmt.Errorf("policy: unknown %q (want local or redis)", policy)
 	}
-	switch syncRate := or(c.SyncRate, -1); {
-	case syncRate == -1 || syncRate == 0:
+	switch {
+	case syncRate == -1:
 	case syncRate > 0:
 		spec.Mode, spec.Sync = "eventual", core.Duration(syncRate*float64(time.Second))
 		if err := core.CheckSyncInterval(time.Duration(spec.Sync)); err != nil {
@@ -371,16 +379,19 @@ func storeConfig(c *Config) (store.Config, error) {
 	}
 	// The nested record wins over the flat names.
 	pick := func(nested, flat *string) string { return str(nested, str(flat, "")) }
-	port, err := wholeNumber("redis.port", or(r.Port, or(c.RedisPort, 6379)), 1, 65535)
-	if err == nil {
-		spec.Timeout = core.Duration(or(r.Timeout, or(c.RedisTimeout, 2000)) * float64(time.Millisecond))
-		if spec.Timeout <= 0 {
-			err = fmt.Errorf("redis.timeout: %v ms must be above 0", or(r.Timeout, or(c.RedisTimeout, 2000)))
-		}
-	}
+	port, err := wholeNumber("redis.port", or(r.Port, or(c.RedisPort, 6379)), 0, 65535)
 	if err != nil {
 		return store.Config{}, err
 	}
+	// Kong's timeout is 0 to 2^31-2 ms; 0 takes the default: never unbounded.
+	timeoutMS, err := wholeNumber("redis.timeout", or(r.Timeout, or(c.RedisTimeout, 2000)), 0, 1<<31-2)
+	if err != nil {
+		return store.Config{}, err
+	}
+	if timeoutMS == 0 {
+		timeoutMS = 2000 // Kong allows 0; tollgate never waits unbounded
+	}
+	spec.Timeout = core.Duration(time.Duration(timeoutMS) * time.Millisecond)
 	db, err := wholeNumber("redis.database", or(r.Database, or(c.RedisDatabase, 0)), 0, 1<<20)
 	if err != nil {
 		return store.Config{}, err

@@ -76,8 +76,8 @@ func TestConfigRedisFlatAndNested(t *testing.T) {
 func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 	for _, tc := range []struct{ fields, want string }{
 		{`"policy":"local"`, `at least one limit is required`},
-		{`"minute":0`, `minute: 0 must be a whole number from 1`},
-		{`"minute":2.5`, `minute: 2.5 must be a whole number`},
+		{`"minute":0`, `minute: 0 must be greater than 0`},
+		{`"minute":-3`, `minute: -3 must be greater than 0`},
 		{`"second":10,"minute":5`, `minute: 5 is below second's 10`},
 		{`"minute":5,"limit_by":"cookie"`, `limit_by: unknown "cookie"`},
 		{`"minute":5,"limit_by":"header"`, `header_name: required when limit_by is header`},
@@ -85,8 +85,14 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{`"minute":5,"policy":"cluster"`, `policy: "cluster" keeps counters in Kong's database`},
 		{`"minute":5,"policy":"carrier-pigeon"`, `policy: unknown "carrier-pigeon"`},
 		{`"minute":5,"policy":"redis"`, `redis.host: required when policy is redis`},
-		{`"minute":5,"policy":"redis","redis":{"host":"h","port":70000}`, `redis.port: 70000 must be a whole number from 1 to 65535`},
-		{`"minute":5,"policy":"redis","redis":{"host":"h","timeout":0}`, `redis.timeout: 0 ms must be above 0`},
+		{`"minute":5,"policy":"redis","redis":{"host":"h","port":70000}`, `redis.port: 70000 must be a whole number from 0 to 65535`},
+		{`"minute":5,"policy":"redis","redis":{"host":"h","timeout":-1}`, `redis.timeout: -1 must be a whole number from 0`},
+		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":0`, `sync_rate: 0 must be -1 (synchronous) or at least 0.02 seconds`},
+		{`"minute":5,"sync_rate":1`, `sync_rate: 1 needs policy redis`},
+		{`"minute":5,"sync_rate":0`, `sync_rate: 0 needs policy redis`},
+		{`"minute":5,"limit_by":"path","path":"login"`, `path: "login" should start with: /`},
+		{`"minute":5,"limit_by":"header","header_name":"bad header"`, `header_name: bad header name "bad header"`},
+		{`"minute":5,"header_name":"x:y"`, `header_name: bad header name "x:y"`},
 		{`"minute":5,"policy":"redis","redis":{"sentinel_master":"m","sentinel_addresses":["a:1"],"sentinel_role":"slave"}`, `redis.sentinel_role: "slave"`},
 		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":0.01`, `sync_rate: 0.01 seconds: 10ms must be at least 20ms`},
 		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":1,"algorithm":"gcra"`, `sync_rate: policy "tollgate" limit 1 (5/1m): eventual mode counts requests`},
@@ -94,10 +100,12 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{`"minute":5,"algorithm":"quantum"`, `algorithm: unknown algorithm "quantum"`},
 		{`"minute":5,"headers":"loud"`, `headers: unknown style "loud"`},
 		{`"minute":5,"on_error":"shrug"`, `on_error: unknown value "shrug"`},
-		{`"minute":5,"cost":-1`, `cost: -1 must be a whole number`},
+		{`"minute":5,"cost":-1`, `cost: -1 must not be negative`},
+		{`"minute":5,"cost":1.5`, `cannot unmarshal number 1.5 into Go struct field plain.cost of type int`},
 		{`"limits":[{"count":5,"window":"soon"}]`, `limits[0].window: window "soon": not a duration`},
 		{`"limits":[{"count":5,"window":null}]`, `limits[0].window: required`},
-		{`"limits":[{"count":0,"window":"10s"}]`, `limits[0].count: 0 must be a whole number from 1`},
+		{`"limits":[{"count":0,"window":"10s"}]`, `limits[0]: count: 0 must be at least 1`},
+		{`"limits":[{"count":2.5,"window":"10s"}]`, `cannot unmarshal number 2.5 into Go struct field LimitConfig.limits.count of type int`},
 		{`"limits":[{"count":5,"window":"10s","algorithm":"leaky_bucket"}]`, `limits[0]: max_delay: 0s must be above 0 for leaky_bucket`},
 		{`"limits":[{"count":5,"window":true}]`, `cannot unmarshal bool into Go struct field LimitConfig.limits.window of type string`},
 		{`"minute":"five"`, `cannot unmarshal string`},
@@ -121,6 +129,28 @@ func TestExtraLimitsWindows(t *testing.T) {
 	ls := c.compiled.policy.Limits()
 	if ls[0].Window != 10*time.Second || ls[1].Window != 90*time.Second || ls[1].Burst != 10 || ls[1].Name != "1m30s" {
 		t.Fatalf("limits %+v", ls)
+	}
+}
+
+// TestAcceptsWhatKongAccepts: configs Kong's schema accepts (typedefs.port
+// and typedefs.timeout from 0, fractional limits above 0, a path and a
+// header name as Kong's typedefs allow them) are accepted, and mean what
+// they mean in Kong.
+func TestAcceptsWhatKongAccepts(t *testing.T) {
+	c, err := decode(t, `"minute":2.5,"hour":2.5,"limit_by":"path","path":"/login","header_name":"X-Api_Key-2","cost":0`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Kong admits requests while the count used is below 2.5: three.
+	if ls := c.compiled.policy.Limits(); ls[0].Count != 3 || ls[1].Count != 3 || c.compiled.cost != 0 {
+		t.Errorf("minute 2.5: limits %+v cost %d, want counts of 3 and cost 0", ls, c.compiled.cost)
+	}
+	c, err = decode(t, `"minute":5,"policy":"redis","redis":{"host":"h","port":0,"timeout":0},"sync_rate":-1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.compiled.storeConfig.Redis; r.Addrs[0] != "h:0" || r.Timeout != 2*time.Second {
+		t.Errorf("port 0, timeout 0: %+v, want h:0 and Kong's default 2000 ms", r)
 	}
 }
 

@@ -64,19 +64,6 @@ func (inst *instance) gateOrErr() (*core.Gate, error) {
 	return inst.gate, inst.openErr
 }
 
-// request is one Kong request as the gate sees it: one rule, keyed by the
-// identifier Kong's rate-limiting would use, within the instance's scope.
-type request struct {
-	kong *pdk.PDK
-	inst *instance
-}
-
-func (q request) Input(int) (core.Input, error) {
-	return core.Input{Covered: true, Key: q.inst.scope + identifier(q.kong, q.inst), Cost: q.inst.cost}, nil
-}
-
-func (request) Decided(int, *core.Decision, error, time.Duration) {}
-
 // Access decides the request in Kong's access phase: headers on the way
 // through, or kong.response.exit with error_code and error_message.
 func (c *Config) Access(kong *pdk.PDK) {
@@ -84,7 +71,9 @@ func (c *Config) Access(kong *pdk.PDK) {
 	gate, err := inst.gateOrErr()
 	var plan core.Plan
 	if err == nil {
-		err = gate.Decide(context.Background(), request{kong, inst}, &plan)
+		// One rule, keyed as Kong's rate-limiting keys, in the instance's scope.
+		req := core.SameInput{Covered: true, Key: inst.scope + identifier(kong, inst), Cost: inst.cost}
+		err = gate.Decide(context.Background(), &req, &plan)
 	}
 	if err != nil {
 		// The store would not open, or failed with fault_tolerant false.
