@@ -16,6 +16,7 @@ func FuzzKongConfig(f *testing.F) {
 		`{"limits":[{"count":5,"window":"10s","algorithm":"leaky_bucket","max_delay":"1s"}],"headers":"ietf"}`,
 		`{"minute":null,"hour":3,"redis_host":"x","redis_port":1,"fault_tolerant":false,"error_code":503}`,
 		`{"limits":[{"count":1e300,"window":"1e300s"}]}`,
+		`{"minute":2.5,"hour":1e300,"redis":{"port":0,"timeout":0}}`,
 	} {
 		f.Add([]byte(seed))
 	}

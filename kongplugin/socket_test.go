@@ -190,11 +190,13 @@ func TestKongRefusedConfigs(t *testing.T) {
 		fields map[string]any
 		want   string
 	}{
-		{map[string]any{"minute": 0}, "minute: 0 must be a whole number"},
+		{map[string]any{"minute": 0}, "minute: 0 must be greater than 0"},
 		{map[string]any{"second": 10, "minute": 5}, "minute: 5 is below second's 10"},
 		{map[string]any{"minute": 5, "policy": "cluster"}, `policy: "cluster" keeps counters in Kong's database`},
 		{map[string]any{"minute": 5, "limit_by": "header"}, "header_name: required"},
-		{map[string]any{"minute": 5, "policy": "redis", "redis": map[string]any{"host": "h", "port": 0}}, "redis.port: 0"},
+		{map[string]any{"minute": 5, "policy": "redis", "redis": map[string]any{"host": "h", "port": 65536}}, "redis.port: 65536"},
+		{map[string]any{"minute": 5, "limit_by": "path", "path": "login"}, `path: "login" should start with: /`},
+		{map[string]any{"minute": 5, "sync_rate": 1}, "sync_rate: 1 needs policy redis"},
 	} {
 		_, err := c.StartInstance(kongConfig(tc.fields))
 		if !errors.Is(err, kongproc.ErrRefused) {
@@ -207,6 +209,17 @@ func TestKongRefusedConfigs(t *testing.T) {
 		}
 		if !strings.Contains(srv.Log(), tc.want) {
 			t.Errorf("%v: plugin log lacks %q:\n%s", tc.fields, tc.want, srv.Log())
+		}
+	}
+	// What Kong's schema accepts starts: fractional limits, port and
+	// timeout 0, a path from /.
+	for _, fields := range []map[string]any{
+		{"minute": 2.5},
+		{"minute": 5, "policy": "redis", "redis": map[string]any{"host": "127.0.0.1", "port": 0, "timeout": 0}},
+		{"minute": 5, "limit_by": "path", "path": "/login"},
+	} {
+		if _, err := c.StartInstance(kongConfig(fields)); err != nil {
+			t.Errorf("%v refused: %v", fields, err)
 		}
 	}
 	// The server still serves good configs.
