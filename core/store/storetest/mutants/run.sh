@@ -7,7 +7,8 @@
 #
 # The patched files reach the compiler through go's -overlay, so the tree is
 # never touched and every package the bug does not change comes from the
-# build cache. Two mutants run at a time (their builds are mostly serial).
+# build cache; -race, as make test builds everything, so a cold run compiles
+# nothing twice. Two mutants run at a time (their builds are mostly serial).
 set -u
 root=$(git rev-parse --show-toplevel)
 here=$root/core/store/storetest/mutants
@@ -30,7 +31,7 @@ plant() {
   fi
   echo "{\"Replace\":{$replace}}" > "$dir/overlay.json"
   for traces in all random; do
-    if (cd "$root" && eval "TOLLGATE_CONFORMANCE=$traces go test -count=1 -overlay $dir/overlay.json $run" > "$dir/$traces.log" 2>&1); then
+    if (cd "$root" && eval "TOLLGATE_CONFORMANCE=$traces go test -race -count=1 -overlay $dir/overlay.json $run" > "$dir/$traces.log" 2>&1); then
       echo "mutant $name: SURVIVED $traces traces (go test $run passed with the bug planted)"
       status=1
       continue
