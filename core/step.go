@@ -87,25 +87,26 @@ func windowStart(now, w int64) int64 {
 	return now - m
 }
 
-// windowBounds returns the start and end (µs) of l's fixed window holding
-// now: aligned to the Unix epoch, or the calendar month or year in UTC.
-func windowBounds(l *Limit, now int64) (start, end int64) {
-	if l.months == 0 {
-		start = windowStart(now, l.windowUS)
-		return start, start + l.windowUS
-	}
+// calendarBounds returns the start and end (µs) of the calendar month
+// (months 1) or year (months 12) in UTC holding now.
+func calendarBounds(now, months int64) (start, end int64) {
 	t := time.UnixMicro(now).UTC()
 	month := t.Month()
-	if l.months == 12 {
+	if months == 12 {
 		month = time.January
 	}
 	first := time.Date(t.Year(), month, 1, 0, 0, 0, 0, time.UTC)
-	return first.UnixMicro(), first.AddDate(0, int(l.months), 0).UnixMicro()
+	return first.UnixMicro(), first.AddDate(0, int(months), 0).UnixMicro()
 }
 
 func stepFixedWindow(l *Limit, s State, now, cost int64) (State, Result) {
 	w, n := l.windowUS, l.Count
-	start, end := windowBounds(l, now)
+	// The window holding now: aligned to the Unix epoch, or a calendar one.
+	start := windowStart(now, w)
+	end := start + w
+	if l.months != 0 {
+		start, end = calendarBounds(now, l.months)
+	}
 	if s.A != start {
 		s.A, s.B = start, 0
 	}

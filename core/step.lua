@@ -73,7 +73,7 @@ local function civil_from_days(z)
 end
 
 -- The start and end (µs) of l's fixed window holding t: aligned to the Unix
--- epoch, or the calendar month or year in UTC (windowBounds in Go).
+-- epoch, or the calendar month or year in UTC (calendarBounds in Go).
 local DAY = 86400000000
 local function window_bounds(l, t)
   if l.months == 0 then
