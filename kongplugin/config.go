@@ -1,7 +1,9 @@
 package kongplugin
 
 import (
+	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -129,18 +131,18 @@ type AdaptiveConfig struct {
 	Interval   *float64 `json:"interval"`    // seconds between judgements (1)
 	Decrease   *float64 `json:"decrease"`    // factor multiplier on trouble (0.7)
 	Increase   *float64 `json:"increase"`    // factor added per healthy interval (0.05)
-	MinSamples *float64 `json:"min_samples"` // fewest responses that can show trouble (10)
+	MinSamples *int     `json:"min_samples"` // fewest responses that can show trouble (10)
 }
 
-// spec reads a's Kong units (latency in ms, interval in seconds).
-func (a *AdaptiveConfig) spec() (*core.AdaptiveSpec, error) {
-	n, err := wholeNumber("adaptive.min_samples", or(a.MinSamples, 10), 1, 1<<30)
+// spec reads a's Kong units (latency in ms, interval in seconds); core
+// validates it.
+func (a *AdaptiveConfig) spec() *core.AdaptiveSpec {
 	return &core.AdaptiveSpec{
 		Min: or(a.Min, 0), ErrorRate: or(a.ErrorRate, 0), Quantile: or(a.Quantile, 0),
-		Decrease: or(a.Decrease, 0), Increase: or(a.Increase, 0), MinSamples: n,
+		Decrease: or(a.Decrease, 0), Increase: or(a.Increase, 0), MinSamples: int64(or(a.MinSamples, 0)),
 		Latency:  core.Duration(or(a.Latency, 0) * float64(time.Millisecond)),
 		Interval: core.Duration(or(a.Interval, 0) * float64(time.Second)),
-	}, err
+	}
 }
 
 // LimitConfig is an extra limit: Count per Window.
@@ -260,8 +262,7 @@ func compile(c *Config) (*instance, error) {
 		return nil, fmt.Errorf("algorithm: %w", err)
 	}
 
-	// Kong's periods, then the extra limits; a longer period may not allow
-	// fewer requests than a shorter one.
+	// Kong's periods (a longer one may not allow fewer), then the extra limits.
 	var limits []core.LimitSpec
 	var fields []string
 	var prev *float64
@@ -314,9 +315,7 @@ func compile(c *Config) (*instance, error) {
 		inst.scope, spec.Name = "ns="+*c.Namespace+"|", *c.Namespace
 	}
 	if c.Adaptive != nil && or(c.Adaptive.Enabled, true) {
-		if spec.Adaptive, err = c.Adaptive.spec(); err != nil {
-			return nil, err
-		}
+		spec.Adaptive = c.Adaptive.spec()
 	}
 	// An adaptive controller is shared per scope and settings, so the factor
 	// survives Kong restarting the instance. Kong has no instance-close
@@ -327,10 +326,8 @@ func compile(c *Config) (*instance, error) {
 	if inst.storeConfig, err = storeConfig(c); err != nil {
 		return nil, err
 	}
-	if inst.storeConfig.Eventual {
-		if err := inst.storeConfig.CheckPolicy(inst.policy); err != nil {
-			return nil, fmt.Errorf("sync_rate: %v", err)
-		}
+	if err := inst.storeConfig.CheckPolicy(inst.policy); err != nil { // eventual mode's algorithms
+		return nil, fmt.Errorf("sync_rate: %v", err)
 	}
 	return inst, nil
 }
@@ -373,29 +370,17 @@ func storeConfig(c *Config) (store.Config, error) {
 	default:
 		return store.Config{}, fmt.Errorf("sync_rate: %v must be -1 (synchronous) or at least %v seconds", syncRate, core.MinSyncInterval.Seconds())
 	}
-	r := c.Redis
-	if r == nil {
-		r = &RedisConfig{}
-	}
+	r := cmp.Or(c.Redis, &RedisConfig{})
 	// The nested record wins over the flat names.
 	pick := func(nested, flat *string) string { return str(nested, str(flat, "")) }
-	port, err := wholeNumber("redis.port", or(r.Port, or(c.RedisPort, 6379)), 0, 65535)
-	if err != nil {
+	port, errPort := wholeNumber("redis.port", or(r.Port, or(c.RedisPort, 6379)), 0, 65535)
+	timeoutMS, errTimeout := wholeNumber("redis.timeout", or(r.Timeout, or(c.RedisTimeout, 2000)), 0, 1<<31-2)
+	db, errDB := wholeNumber("redis.database", or(r.Database, or(c.RedisDatabase, 0)), 0, 1<<20)
+	if err := errors.Join(errPort, errTimeout, errDB); err != nil {
 		return store.Config{}, err
 	}
-	// Kong's timeout is 0 to 2^31-2 ms; 0 takes the default: never unbounded.
-	timeoutMS, err := wholeNumber("redis.timeout", or(r.Timeout, or(c.RedisTimeout, 2000)), 0, 1<<31-2)
-	if err != nil {
-		return store.Config{}, err
-	}
-	if timeoutMS == 0 {
-		timeoutMS = 2000 // Kong allows 0; tollgate never waits unbounded
-	}
-	spec.Timeout = core.Duration(time.Duration(timeoutMS) * time.Millisecond)
-	db, err := wholeNumber("redis.database", or(r.Database, or(c.RedisDatabase, 0)), 0, 1<<20)
-	if err != nil {
-		return store.Config{}, err
-	}
+	// Kong allows a timeout of 0 ms: it takes the default, never unbounded.
+	spec.Timeout = core.Duration(time.Duration(cmp.Or(timeoutMS, 2000)) * time.Millisecond)
 	spec.Username, spec.Password, spec.DB = pick(r.Username, c.RedisUsername), pick(r.Password, c.RedisPassword), int(db)
 	spec.TLS, spec.TLSServerName = or(r.SSL, or(c.RedisSSL, false)), pick(r.ServerName, c.RedisServerName)
 	spec.TLSSkipVerify = !or(r.SSLVerify, or(c.RedisSSLVerify, false))

@@ -46,9 +46,8 @@ type instance struct {
 	openErr error
 }
 
-// gateOrErr opens (or joins) the shared store on first use and builds the
-// gate over it; a Kong instance has no close event, so the handle stays
-// with the process (one per distinct store config).
+// gateOrErr opens (or joins) the shared store on first use and builds the gate
+// over it; Kong has no instance-close event: the handle lives with the process.
 func (inst *instance) gateOrErr() (*core.Gate, error) {
 	inst.once.Do(func() {
 		h, err := store.Acquire(inst.storeConfig)

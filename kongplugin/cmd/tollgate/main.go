@@ -1,13 +1,11 @@
-// Command tollgate is the Kong plugin server: Kong starts it (pluginserver
-// config) and names the plugin after this executable. `tollgate -dump`
-// prints the plugin's info and schema for Kong.
+// Command tollgate is the Kong plugin server Kong starts (and names the
+// plugin after); `tollgate -dump` prints its info and schema for Kong.
 package main
 
 import (
 	"log"
 
 	"github.com/Kong/go-pdk/server"
-
 	"github.com/tollgate/tollgate/kongplugin"
 )
 
