@@ -25,6 +25,15 @@ const (
 	ContentTypePlain = "text/plain; charset=utf-8"
 )
 
+// denialTypes are the media ranges DenialBody knows besides JSON's.
+var denialTypes = map[string]string{
+	"text/html": ContentTypeHTML, "application/xml": ContentTypeXML,
+	"text/plain": ContentTypePlain, "text/*": ContentTypePlain,
+}
+
+// grpcStatuses maps HTTP statuses to gRPC codes (GRPCStatus).
+var grpcStatuses = map[int]int{400: 3, 401: 16, 403: 7, 404: 5, 409: 6, 429: 8, 499: 1, 500: 13, 501: 12, 503: 14, 504: 4}
+
 // DenialBody renders a denied request's message and request id in the
 // format the client's Accept header prefers: JSON (the default, and for any
 // type it does not know), HTML, XML or plain text. The media range with the
@@ -49,10 +58,7 @@ func DenialBody(accept, message, requestID string) (contentType, body string) {
 		}
 		if q > best {
 			best = q
-			contentType = map[string]string{
-				"text/html": ContentTypeHTML, "application/xml": ContentTypeXML,
-				"text/plain": ContentTypePlain, "text/*": ContentTypePlain,
-			}[media]
+			contentType = denialTypes[media]
 			if contentType == "" {
 				contentType = ContentTypeJSON
 			}
@@ -75,7 +81,7 @@ func DenialBody(accept, message, requestID string) (contentType, body string) {
 // map them: 429 is 8 (RESOURCE_EXHAUSTED), 503 is 14 (UNAVAILABLE), other
 // 4xx 3 (INVALID_ARGUMENT) and other 5xx 13 (INTERNAL).
 func GRPCStatus(status int) int {
-	if code, ok := map[int]int{400: 3, 401: 16, 403: 7, 404: 5, 409: 6, 429: 8, 499: 1, 500: 13, 501: 12, 503: 14, 504: 4}[status]; ok {
+	if code, ok := grpcStatuses[status]; ok {
 		return code
 	}
 	if status >= 500 {

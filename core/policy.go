@@ -103,10 +103,11 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 // what was used. A second limit with the same algorithm and window in one
 // policy (before: the limits before it) is numbered apart.
 func limitIdentity(before []Limit, l Limit) string {
-	id := l.Algorithm.String() + ":" + strconv.FormatInt(int64(l.Window/time.Microsecond), 10)
+	window := strconv.FormatInt(int64(l.Window/time.Microsecond), 10)
 	if l.months > 0 {
-		id = l.Algorithm.String() + ":" + FormatWindow(l.Window) // "1mo", "1y": not a 30d window's
+		window = FormatWindow(l.Window) // "1mo", "1y": not a 30d window's
 	}
+	id := l.Algorithm.String() + ":" + window
 	n := 0
 	for _, b := range before {
 		if b.Algorithm == l.Algorithm && b.windowUS == l.windowUS && b.months == l.months {
