@@ -54,7 +54,8 @@ func TestConfigRedisFlatAndNested(t *testing.T) {
 	if r.Addrs[0] != "old:6380" || r.Timeout != 100*time.Millisecond {
 		t.Fatalf("flat names: %+v", r)
 	}
-	c, err = decode(t, `"minute":5,"policy":"redis","redis_host":"old","redis":{"host":"new","port":null,"database":2,"timeout":null,"ssl":true,"ssl_verify":true,"server_name":"r.internal"},"sync_rate":0.5`)
+	// The record alone, Kong's defaults filling what is null.
+	c, err = decode(t, `"minute":5,"policy":"redis","redis":{"host":"new","port":null,"database":2,"timeout":null,"ssl":true,"ssl_verify":true,"server_name":"r.internal"},"sync_rate":0.5`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +63,15 @@ func TestConfigRedisFlatAndNested(t *testing.T) {
 	if sc.Redis.Addrs[0] != "new:6379" || sc.Redis.DB != 2 || sc.Redis.Timeout != 2*time.Second || !sc.Redis.TLS ||
 		sc.Redis.TLSInsecureSkipVerify || sc.Redis.TLSServerName != "r.internal" || !sc.Eventual || sc.SyncInterval != 500*time.Millisecond {
 		t.Fatalf("nested record: %+v %+v", sc, sc.Redis)
+	}
+	// A flat name that is set overrides the record, as Kong 3.x's
+	// shorthand fields do.
+	c, err = decode(t, `"minute":5,"policy":"redis","redis_host":"old","redis_database":3,"redis":{"host":"new","port":6380,"database":2}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.compiled.storeConfig.Redis; r.Addrs[0] != "old:6380" || r.DB != 3 {
+		t.Fatalf("flat over nested: %+v", r)
 	}
 	c, err = decode(t, `"minute":5,"policy":"redis","redis":{"cluster_addresses":["a:1","b:2"]}`)
 	if err != nil || !c.compiled.storeConfig.Redis.Cluster {
@@ -75,40 +85,40 @@ func TestConfigRedisFlatAndNested(t *testing.T) {
 
 func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 	for _, tc := range []struct{ fields, want string }{
-		{`"policy":"local"`, `at least one limit is required`},
-		{`"minute":0`, `minute: 0 must be greater than 0`},
-		{`"minute":-3`, `minute: -3 must be greater than 0`},
-		{`"second":10,"minute":5`, `minute: 5 is below second's 10`},
-		{`"minute":5,"limit_by":"cookie"`, `limit_by: unknown "cookie"`},
-		{`"minute":5,"limit_by":"header"`, `header_name: required when limit_by is header`},
-		{`"minute":5,"limit_by":"path"`, `path: required when limit_by is path`},
-		{`"minute":5,"policy":"cluster"`, `policy: "cluster" keeps counters in Kong's database`},
-		{`"minute":5,"policy":"carrier-pigeon"`, `policy: unknown "carrier-pigeon"`},
-		{`"minute":5,"policy":"redis"`, `redis.host: required when policy is redis`},
-		{`"minute":5,"policy":"redis","redis":{"host":"h","port":70000}`, `redis.port: 70000 must be a whole number from 0 to 65535`},
-		{`"minute":5,"policy":"redis","redis":{"host":"h","timeout":-1}`, `redis.timeout: -1 must be a whole number from 0`},
-		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":0`, `sync_rate: 0 must be -1 (synchronous) or at least 0.02 seconds`},
-		{`"minute":5,"sync_rate":1`, `sync_rate: 1 needs policy redis`},
-		{`"minute":5,"sync_rate":0`, `sync_rate: 0 needs policy redis`},
-		{`"minute":5,"limit_by":"path","path":"login"`, `path: "login" should start with: /`},
-		{`"minute":5,"limit_by":"header","header_name":"bad header"`, `header_name: bad header name "bad header"`},
-		{`"minute":5,"header_name":"x:y"`, `header_name: bad header name "x:y"`},
-		{`"minute":5,"policy":"redis","redis":{"sentinel_master":"m","sentinel_addresses":["a:1"],"sentinel_role":"slave"}`, `redis.sentinel_role: "slave"`},
-		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":0.01`, `sync_rate: 0.01 seconds: 10ms must be at least 20ms`},
+		{`"policy":"local"`, `at least one of these fields must be non-empty: 'config.second', 'config.minute', 'config.hour', 'config.day', 'config.month', 'config.year', 'config.limits'`},
+		{`"minute":0`, `config.minute: value must be greater than 0 (got 0)`},
+		{`"minute":-3`, `config.minute: value must be greater than 0 (got -3)`},
+		{`"second":10,"minute":5`, `the limit for minute(5.0) cannot be lower than the limit for second(10.0)`},
+		{`"minute":5,"limit_by":"cookie"`, `config.limit_by: expected one of: consumer, credential, ip, service, header, path (got "cookie")`},
+		{`"minute":5,"limit_by":"header"`, `config.header_name: required field missing (failed conditional validation given value of field 'config.limit_by')`},
+		{`"minute":5,"limit_by":"path"`, `config.path: required field missing (failed conditional validation given value of field 'config.limit_by')`},
+		{`"minute":5,"policy":"cluster"`, `config.policy: expected one of: local, redis (got "cluster")`},
+		{`"minute":5,"policy":"carrier-pigeon"`, `config.policy: expected one of: local, redis (got "carrier-pigeon")`},
+		{`"minute":5,"policy":"redis"`, `must set one of 'config.redis.host', 'config.redis_host', 'config.redis.cluster_addresses', 'config.redis.sentinel_master' when 'policy' is 'redis'`},
+		{`"minute":5,"policy":"redis","redis":{"host":"h","port":70000}`, `config.redis.port: value should be between 0 and 65535 (got 70000)`},
+		{`"minute":5,"policy":"redis","redis":{"host":"h","timeout":-1}`, `config.redis.timeout: value should be between 0 and 2147483646 (got -1)`},
+		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":0`, `config.sync_rate: sync_rate must be greater than 0.02, or -1 to disable (got 0)`},
+		{`"minute":5,"sync_rate":1`, `config.sync_rate: sync_rate can only be used with the redis policy (got 1)`},
+		{`"minute":5,"sync_rate":0`, `config.sync_rate: sync_rate can only be used with the redis policy (got 0)`},
+		{`"minute":5,"limit_by":"path","path":"login"`, `config.path: should start with: / (got "login")`},
+		{`"minute":5,"limit_by":"header","header_name":"bad header"`, `config.header_name: bad header name, allowed characters are A-Z, a-z, 0-9, '_', and '-' (got "bad header")`},
+		{`"minute":5,"header_name":"x:y"`, `config.header_name: bad header name, allowed characters are A-Z, a-z, 0-9, '_', and '-' (got "x:y")`},
+		{`"minute":5,"policy":"redis","redis":{"sentinel_master":"m","sentinel_addresses":["a:1"],"sentinel_role":"slave"}`, `config.redis.sentinel_role: expected one of: master (got "slave")`},
+		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":0.01`, `config.sync_rate: sync_rate must be greater than 0.02, or -1 to disable (got 0.01)`},
 		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":1,"algorithm":"gcra"`, `sync_rate: policy "tollgate" limit 1 (5/1m): eventual mode counts requests`},
-		{`"minute":5,"error_code":200`, `error_code: 200 is not a 4xx or 5xx code`},
-		{`"minute":5,"algorithm":"quantum"`, `algorithm: unknown algorithm "quantum"`},
-		{`"minute":5,"headers":"loud"`, `headers: unknown style "loud"`},
-		{`"minute":5,"on_error":"shrug"`, `on_error: unknown value "shrug"`},
-		{`"minute":5,"cost":-1`, `cost: -1 must not be negative`},
-		{`"minute":5,"cost":1.5`, `cannot unmarshal number 1.5 into Go struct field plain.cost of type int`},
+		{`"minute":5,"error_code":200`, `config.error_code: value should be between 400 and 599 (got 200)`},
+		{`"minute":5,"algorithm":"quantum"`, `config.algorithm: expected one of: fixed_window, sliding_log, sliding_counter, token_bucket, gcra, leaky_bucket (got "quantum")`},
+		{`"minute":5,"headers":"loud"`, `config.headers: expected one of: kong, ietf, xratelimit, both, none (got "loud")`},
+		{`"minute":5,"on_error":"shrug"`, `config.on_error: expected one of: local, allow, deny, fail (got "shrug")`},
+		{`"minute":5,"cost":-1`, `config.cost: value should be between 0 and 999999999999999 (got -1)`},
+		{`"minute":5,"cost":1.5`, `config.cost: expected an integer (got 1.5)`},
 		{`"limits":[{"count":5,"window":"soon"}]`, `limits[0].window: window "soon": not a duration`},
-		{`"limits":[{"count":5,"window":null}]`, `limits[0].window: required`},
-		{`"limits":[{"count":0,"window":"10s"}]`, `limits[0]: count: 0 must be at least 1`},
-		{`"limits":[{"count":2.5,"window":"10s"}]`, `cannot unmarshal number 2.5 into Go struct field LimitConfig.limits.count of type int`},
+		{`"limits":[{"count":5,"window":null}]`, `config.limits[0].window: required field missing`},
+		{`"limits":[{"count":0,"window":"10s"}]`, `config.limits[0].count: value should be between 1 and 999999999999999 (got 0)`},
+		{`"limits":[{"count":2.5,"window":"10s"}]`, `config.limits[0].count: expected an integer (got 2.5)`},
 		{`"limits":[{"count":5,"window":"10s","algorithm":"leaky_bucket"}]`, `limits[0]: max_delay: 0s must be above 0 for leaky_bucket`},
-		{`"limits":[{"count":5,"window":true}]`, `cannot unmarshal bool into Go struct field LimitConfig.limits.window of type string`},
-		{`"minute":"five"`, `cannot unmarshal string`},
+		{`"limits":[{"count":5,"window":true}]`, `config.limits[0].window: expected a string (got true)`},
+		{`"minute":"five"`, `config.minute: expected a number (got "five")`},
 	} {
 		_, err := decode(t, tc.fields)
 		if err == nil {

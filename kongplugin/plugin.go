@@ -6,15 +6,20 @@ package kongplugin
 
 import (
 	"context"
+	"flag"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/Kong/go-pdk"
+	"github.com/Kong/go-pdk/server"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/kongschema"
 	"github.com/tollgate/tollgate/core/store"
 )
 
@@ -27,6 +32,23 @@ const Priority = 910
 
 // New returns an empty config: go-pdk's constructor.
 func New() interface{} { return &Config{} }
+
+// Serve runs the plugin server as Kong starts it. With -dump it prints the
+// plugin's info for Kong's query command with the full schema (go-pdk's
+// own dump has the fields' types only, so Kong would accept any value).
+func Serve() error {
+	flag.Parse() // go-pdk declares -dump and -kong-prefix
+	if flag.Lookup("dump").Value.String() != "true" {
+		return server.StartServer(New, Version, Priority)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	name := filepath.Base(exe) // Kong names a Go plugin after its executable
+	return schema.Dump(os.Stdout, kongschema.Info{Name: name, Version: Version, Priority: Priority,
+		Phases: kongschema.Phases(&Config{}), Socket: filepath.Join(flag.Lookup("kong-prefix").Value.String(), name+".socket")})
+}
 
 // instance is a validated config, ready for requests.
 type instance struct {

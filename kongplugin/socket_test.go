@@ -190,13 +190,13 @@ func TestKongRefusedConfigs(t *testing.T) {
 		fields map[string]any
 		want   string
 	}{
-		{map[string]any{"minute": 0}, "minute: 0 must be greater than 0"},
-		{map[string]any{"second": 10, "minute": 5}, "minute: 5 is below second's 10"},
-		{map[string]any{"minute": 5, "policy": "cluster"}, `policy: "cluster" keeps counters in Kong's database`},
-		{map[string]any{"minute": 5, "limit_by": "header"}, "header_name: required"},
-		{map[string]any{"minute": 5, "policy": "redis", "redis": map[string]any{"host": "h", "port": 65536}}, "redis.port: 65536"},
-		{map[string]any{"minute": 5, "limit_by": "path", "path": "login"}, `path: "login" should start with: /`},
-		{map[string]any{"minute": 5, "sync_rate": 1}, "sync_rate: 1 needs policy redis"},
+		{map[string]any{"minute": 0}, "config.minute: value must be greater than 0 (got 0)"},
+		{map[string]any{"second": 10, "minute": 5}, "the limit for minute(5.0) cannot be lower than the limit for second(10.0)"},
+		{map[string]any{"minute": 5, "policy": "cluster"}, `config.policy: expected one of: local, redis (got "cluster")`},
+		{map[string]any{"minute": 5, "limit_by": "header"}, "config.header_name: required field missing"},
+		{map[string]any{"minute": 5, "policy": "redis", "redis": map[string]any{"host": "h", "port": 65536}}, "config.redis.port: value should be between 0 and 65535 (got 65536)"},
+		{map[string]any{"minute": 5, "limit_by": "path", "path": "login"}, `config.path: should start with: / (got "login")`},
+		{map[string]any{"minute": 5, "sync_rate": 1}, "config.sync_rate: sync_rate can only be used with the redis policy (got 1)"},
 	} {
 		_, err := c.StartInstance(kongConfig(tc.fields))
 		if !errors.Is(err, kongproc.ErrRefused) {
@@ -343,7 +343,7 @@ func TestKongDump(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]string{"second": "number", "minute": "number", "year": "number", "limit_by": "string",
-		"policy": "string", "fault_tolerant": "boolean", "error_code": "number", "sync_rate": "number", "redis": "record",
+		"policy": "string", "fault_tolerant": "boolean", "error_code": "integer", "sync_rate": "number", "redis": "record",
 		"redis_host": "string", "limits": "array", "algorithm": "string", "headers": "string", "namespace": "string", "on_error": "string",
 		"adaptive": "record"} {
 		if types[name] != want {

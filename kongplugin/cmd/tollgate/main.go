@@ -5,12 +5,11 @@ package main
 import (
 	"log"
 
-	"github.com/Kong/go-pdk/server"
 	"github.com/tollgate/tollgate/kongplugin"
 )
 
 func main() {
-	if err := server.StartServer(kongplugin.New, kongplugin.Version, kongplugin.Priority); err != nil {
+	if err := kongplugin.Serve(); err != nil {
 		log.Fatal(err)
 	}
 }

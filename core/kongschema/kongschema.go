@@ -1,0 +1,540 @@
+// Package kongschema reads a plugin schema written in Kong's schema
+// language (kong/db/schema, in the structure Kong's metaschema allows) and
+// checks configs against it as Kong does: Kong's defaults, field
+// validators and entity checks, in Kong's words. A Go plugin server gives
+// Kong its schema verbatim through `-dump`, so one declaration is both what
+// the Admin API validates with and what the plugin checks, and the two
+// cannot disagree.
+//
+// It takes the declarative part of the language: types string, number,
+// integer, boolean, array and record; the attributes below; and the
+// at_least_one_of, conditional and conditional_at_least_one_of entity
+// checks. Parse refuses anything else, so a declaration never says more
+// than this package checks. Kong's custom validators are Lua functions and
+// cannot travel in a dump: a plugin checks those rules in its own code.
+package kongschema
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+)
+
+// Schema is a plugin's schema: fields (one "config" record for a plugin)
+// and entity checks over them, named by dotted paths ("config.policy").
+type Schema struct {
+	Fields       []map[string]*Field `json:"fields"`
+	EntityChecks []Check             `json:"entity_checks"`
+
+	declared []byte // the declaration as written, for Dump
+}
+
+// Field declares one field. Attributes left zero are absent.
+type Field struct {
+	Type          string              `json:"type"`
+	Required      bool                `json:"required"`
+	Default       any                 `json:"default"`
+	Referenceable bool                `json:"referenceable"` // may be a vault reference
+	Encrypted     bool                `json:"encrypted"`     // stored encrypted by Kong
+	Fields        []map[string]*Field `json:"fields"`        // record
+	EntityChecks  []Check             `json:"entity_checks"` // record
+	Elements      *Field              `json:"elements"`      // array
+
+	Eq         any       `json:"eq"`
+	Ne         any       `json:"ne"`
+	OneOf      []any     `json:"one_of"`
+	Gt         *float64  `json:"gt"`
+	Between    []float64 `json:"between"` // [low, high], inclusive
+	LenMin     *int      `json:"len_min"` // strings default to 1, as Kong's
+	StartsWith string    `json:"starts_with"`
+	MatchNone  []Match   `json:"match_none"`
+	MatchAll   []Match   `json:"match_all"`
+}
+
+// Match is a Lua pattern and the error when it decides against a value.
+type Match struct {
+	Pattern string `json:"pattern"`
+	Err     string `json:"err"`
+	re      interface{ MatchString(string) bool }
+}
+
+// Check is one entity check; exactly one member is set.
+type Check struct {
+	AtLeastOneOf            []string                 `json:"at_least_one_of"`
+	Conditional             *Conditional             `json:"conditional"`
+	ConditionalAtLeastOneOf *ConditionalAtLeastOneOf `json:"conditional_at_least_one_of"`
+}
+
+// Conditional: when IfField passes IfMatch, ThenField must pass ThenMatch.
+type Conditional struct {
+	IfField   string `json:"if_field"`
+	IfMatch   *Field `json:"if_match"`
+	ThenField string `json:"then_field"`
+	ThenMatch *Field `json:"then_match"`
+	ThenErr   string `json:"then_err"`
+}
+
+// ConditionalAtLeastOneOf: when IfField passes IfMatch, one of
+// ThenAtLeastOneOf must be non-empty. ThenErr's %s is the quoted list.
+type ConditionalAtLeastOneOf struct {
+	IfField          string   `json:"if_field"`
+	IfMatch          *Field   `json:"if_match"`
+	ThenAtLeastOneOf []string `json:"then_at_least_one_of"`
+	ThenErr          string   `json:"then_err"`
+}
+
+// Parse reads a declaration. Every attribute must be one this package
+// checks, every pattern must compile, every check must name declared
+// fields and every default must pass its own field.
+func Parse(declaration []byte) (*Schema, error) {
+	dec := json.NewDecoder(bytes.NewReader(declaration))
+	dec.DisallowUnknownFields()
+	s := &Schema{declared: declaration}
+	if err := dec.Decode(s); err != nil {
+		return nil, fmt.Errorf("kong schema: %w", err)
+	}
+	if err := s.prepare(s.Fields, s.EntityChecks, ""); err != nil {
+		return nil, fmt.Errorf("kong schema: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Schema) prepare(fields []map[string]*Field, checks []Check, path string) error {
+	for _, entry := range fields {
+		for name, f := range entry {
+			if err := s.prepareField(f, join(path, name)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, c := range checks {
+		var names []string
+		switch {
+		case c.AtLeastOneOf != nil:
+			names = c.AtLeastOneOf
+		case c.Conditional != nil:
+			names = []string{c.Conditional.IfField, c.Conditional.ThenField}
+			for _, m := range []*Field{c.Conditional.IfMatch, c.Conditional.ThenMatch} {
+				if err := s.prepareField(m, path+" entity check"); err != nil {
+					return err
+				}
+			}
+		case c.ConditionalAtLeastOneOf != nil:
+			names = append([]string{c.ConditionalAtLeastOneOf.IfField}, c.ConditionalAtLeastOneOf.ThenAtLeastOneOf...)
+			if err := s.prepareField(c.ConditionalAtLeastOneOf.IfMatch, path+" entity check"); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%s: an entity check of no kind this package knows", path)
+		}
+		for _, name := range names {
+			if lookup(fields, name) == nil {
+				return fmt.Errorf("%s: entity check names %q, which is not declared", path, name)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Schema) prepareField(f *Field, path string) error {
+	if f == nil {
+		return fmt.Errorf("%s: missing declaration", path)
+	}
+	for _, list := range [][]Match{f.MatchNone, f.MatchAll} {
+		for i := range list {
+			re, err := luaPattern(list[i].Pattern)
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			list[i].re = re
+		}
+	}
+	if f.Elements != nil {
+		if err := s.prepareField(f.Elements, path+"[]"); err != nil {
+			return err
+		}
+	}
+	if f.Default != nil {
+		var errs []string
+		if msg := s.value(f, f.Type, cloneJSON(f.Default), path, &errs); msg != "" || len(errs) > 0 {
+			return fmt.Errorf("%s: default %v fails its own field: %s%s", path, f.Default, msg, strings.Join(errs, "; "))
+		}
+	}
+	return s.prepare(f.Fields, f.EntityChecks, path)
+}
+
+// Check fills config's missing fields with their defaults, as Kong does
+// when it stores a config, then validates it. config is the plugin's
+// "config" record as Kong sends it (null for an unset field; fields Kong
+// adds itself, such as route_id, are not the schema's and are ignored).
+// The error lists every failure as "path: Kong's message (got value)".
+func (s *Schema) Check(config map[string]any) error {
+	var errs []string
+	s.record(s.Fields, s.EntityChecks, map[string]any{"config": config}, "", &errs)
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func (s *Schema) record(fields []map[string]*Field, checks []Check, obj map[string]any, path string, errs *[]string) {
+	for _, entry := range fields {
+		for name, f := range entry {
+			p := join(path, name)
+			v := obj[name]
+			if v == nil {
+				switch {
+				case f.Default != nil:
+					v = cloneJSON(f.Default)
+				case f.Required && f.Type == "record":
+					v = map[string]any{} // Kong expands a required record to its defaults
+				}
+				if v != nil {
+					obj[name] = v
+				}
+			}
+			if v == nil {
+				if f.Required {
+					*errs = append(*errs, p+": required field missing")
+				}
+				continue
+			}
+			if msg := s.value(f, f.Type, v, p, errs); msg != "" {
+				*errs = append(*errs, p+": "+msg+got(v))
+			}
+		}
+	}
+	for _, c := range checks {
+		s.entityCheck(c, fields, obj, path, errs)
+	}
+}
+
+// value checks v against f read as type typ, and returns the first
+// failure in Kong's words; records and arrays report their members'
+// failures to errs themselves.
+func (s *Schema) value(f *Field, typ string, v any, path string, errs *[]string) string {
+	n, isNumber := v.(float64)
+	length := -1
+	switch typ {
+	case "string":
+		str, ok := v.(string)
+		if !ok {
+			return "expected a string"
+		}
+		length = len(str)
+	case "number":
+		if !isNumber {
+			return "expected a number"
+		}
+	case "integer":
+		if !isNumber || n != math.Trunc(n) || math.IsInf(n, 0) {
+			return "expected an integer"
+		}
+	case "boolean":
+		if _, ok := v.(bool); !ok {
+			return "expected a boolean"
+		}
+	case "array":
+		list, ok := v.([]any)
+		if !ok {
+			return "expected an array"
+		}
+		length = len(list)
+		for i, e := range list {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			if e == nil {
+				*errs = append(*errs, p+": required field missing")
+			} else if msg := s.value(f.Elements, f.Elements.Type, e, p, errs); msg != "" {
+				*errs = append(*errs, p+": "+msg+got(e))
+			}
+		}
+	case "record":
+		m, ok := v.(map[string]any)
+		if !ok {
+			return "expected a record"
+		}
+		s.record(f.Fields, f.EntityChecks, m, path, errs)
+	default:
+		return fmt.Sprintf("invalid type: %s", typ)
+	}
+
+	// Kong's validators, in Kong's order.
+	switch {
+	case f.Eq != nil && !reflect.DeepEqual(v, f.Eq):
+		return fmt.Sprintf("value must be %v", f.Eq)
+	case f.Ne != nil && reflect.DeepEqual(v, f.Ne):
+		return fmt.Sprintf("value must not be %v", f.Ne)
+	case f.OneOf != nil && !oneOf(v, f.OneOf):
+		words := make([]string, len(f.OneOf))
+		for i, o := range f.OneOf {
+			words[i] = fmt.Sprint(o)
+		}
+		return "expected one of: " + strings.Join(words, ", ")
+	case f.Gt != nil && isNumber && !(n > *f.Gt):
+		return "value must be greater than " + num(*f.Gt)
+	case len(f.Between) == 2 && isNumber && (n < f.Between[0] || n > f.Between[1]):
+		return "value should be between " + num(f.Between[0]) + " and " + num(f.Between[1])
+	}
+	lenMin := f.LenMin
+	if lenMin == nil && typ == "string" {
+		one := 1 // empty strings are refused unless a field allows them
+		lenMin = &one
+	}
+	if lenMin != nil && length >= 0 && length < *lenMin {
+		return fmt.Sprintf("length must be at least %d", *lenMin)
+	}
+	str, _ := v.(string)
+	if f.StartsWith != "" && !strings.HasPrefix(str, f.StartsWith) {
+		return "should start with: " + f.StartsWith
+	}
+	for _, m := range f.MatchNone {
+		if m.re.MatchString(str) {
+			return cmpOr(m.Err, "invalid value: "+str)
+		}
+	}
+	for _, m := range f.MatchAll {
+		if !m.re.MatchString(str) {
+			return cmpOr(m.Err, "invalid value: "+str)
+		}
+	}
+	return ""
+}
+
+func (s *Schema) entityCheck(c Check, fields []map[string]*Field, obj map[string]any, path string, errs *[]string) {
+	switch {
+	case c.AtLeastOneOf != nil:
+		if !anyNonEmpty(obj, c.AtLeastOneOf) {
+			*errs = append(*errs, "at least one of these fields must be non-empty: "+quoted(path, c.AtLeastOneOf))
+		}
+	case c.Conditional != nil:
+		k := c.Conditional
+		if !s.matches(lookup(fields, k.IfField), k.IfMatch, get(obj, k.IfField)) {
+			return
+		}
+		thenField := lookup(fields, k.ThenField)
+		then := get(obj, k.ThenField)
+		var msg string
+		switch {
+		case then == nil && (k.ThenMatch.Required || thenField.Required):
+			msg = "required field missing"
+		case then != nil:
+			// The field's own validators have already reported on it.
+			var nested []string
+			if msg = s.value(k.ThenMatch, thenField.Type, then, "", &nested); msg != "" {
+				msg += got(then)
+			}
+		}
+		if msg != "" {
+			why := fmt.Sprintf("failed conditional validation given value of field '%s'", join(path, k.IfField))
+			if k.ThenErr != "" {
+				msg, why = k.ThenErr+got(then), ""
+			}
+			*errs = append(*errs, join(path, k.ThenField)+": "+msg+parens(why))
+		}
+	case c.ConditionalAtLeastOneOf != nil:
+		k := c.ConditionalAtLeastOneOf
+		if !s.matches(lookup(fields, k.IfField), k.IfMatch, get(obj, k.IfField)) || anyNonEmpty(obj, k.ThenAtLeastOneOf) {
+			return
+		}
+		list := quoted(path, k.ThenAtLeastOneOf)
+		if k.ThenErr != "" {
+			*errs = append(*errs, fmt.Sprintf(k.ThenErr, list))
+		} else {
+			*errs = append(*errs, "at least one of these fields must be non-empty: "+list)
+		}
+	}
+}
+
+// matches reports whether v passes ifMatch read over its field's own
+// declaration, as Kong runs a conditional's if_match. A null passes unless
+// the match wants a value (eq, required).
+func (s *Schema) matches(field, ifMatch *Field, v any) bool {
+	if v == nil {
+		return ifMatch.Eq == nil && !ifMatch.Required
+	}
+	var nested []string
+	return s.value(overlay(field, ifMatch), field.Type, v, "", &nested) == "" && len(nested) == 0
+}
+
+// overlay is base with top's validators in place of base's: Kong reads a
+// conditional's match table with the field's declaration behind it.
+func overlay(base, top *Field) *Field {
+	f := *base
+	t := reflect.ValueOf(top).Elem()
+	out := reflect.ValueOf(&f).Elem()
+	for i := 0; i < t.NumField(); i++ {
+		if t.Type().Field(i).IsExported() && !t.Field(i).IsZero() {
+			out.Field(i).Set(t.Field(i))
+		}
+	}
+	return &f
+}
+
+// lookup finds the declaration of a dotted path among fields.
+func lookup(fields []map[string]*Field, path string) *Field {
+	head, rest, nested := strings.Cut(path, ".")
+	for _, entry := range fields {
+		if f, ok := entry[head]; ok {
+			if !nested {
+				return f
+			}
+			return lookup(f.Fields, rest)
+		}
+	}
+	return nil
+}
+
+// get reads a dotted path from a decoded object; nil when absent or null.
+func get(obj map[string]any, path string) any {
+	head, rest, nested := strings.Cut(path, ".")
+	v := obj[head]
+	if !nested {
+		return v
+	}
+	m, _ := v.(map[string]any)
+	return get(m, rest)
+}
+
+// anyNonEmpty is Kong's is_nonempty over names: not null, not "", not an
+// empty array or record.
+func anyNonEmpty(obj map[string]any, names []string) bool {
+	for _, name := range names {
+		switch v := get(obj, name).(type) {
+		case nil:
+		case string:
+			if v != "" {
+				return true
+			}
+		case []any:
+			if len(v) > 0 {
+				return true
+			}
+		case map[string]any:
+			if len(v) > 0 {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+func oneOf(v any, options []any) bool {
+	for _, o := range options {
+		if reflect.DeepEqual(v, o) {
+			return true
+		}
+	}
+	return false
+}
+
+func quoted(path string, names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = "'" + join(path, n) + "'"
+	}
+	return strings.Join(q, ", ")
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// got names the value a message is about.
+func got(v any) string {
+	if v == nil {
+		return ""
+	}
+	b, _ := json.Marshal(v)
+	return " (got " + string(b) + ")"
+}
+
+// num prints a number as declared: 999999999999999, not 9.99999999999999e+14.
+func num(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
+
+func parens(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// cloneJSON deep-copies a decoded JSON value, so a default filled into one
+// config is never shared with the declaration or another config.
+func cloneJSON(v any) any {
+	switch v := v.(type) {
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = cloneJSON(e)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[k] = cloneJSON(e)
+		}
+		return out
+	}
+	return v
+}
+
+// Info is one plugin as a Go plugin server's -dump describes it to Kong's
+// query command (kong/runloop/plugin_servers: Name, Priority, Version,
+// Schema, Phases), in go-pdk's ProtoBuf protocol.
+type Info struct {
+	Name     string
+	Version  string
+	Priority int
+	Phases   []string
+	Socket   string // the socket Kong connects to
+}
+
+// Dump writes what `-dump` prints: info and the full schema, as declared,
+// named after the plugin.
+func (s *Schema) Dump(w io.Writer, info Info) error {
+	var schema map[string]any
+	dec := json.NewDecoder(bytes.NewReader(s.declared))
+	dec.UseNumber() // numbers exactly as declared
+	if err := dec.Decode(&schema); err != nil {
+		return err
+	}
+	schema["name"] = info.Name
+	return json.NewEncoder(w).Encode(map[string]any{
+		"Protocol":   "ProtoBuf:1",
+		"SocketPath": info.Socket,
+		"Plugins": []map[string]any{{
+			"Name": info.Name, "Version": info.Version, "Priority": info.Priority, "Phases": info.Phases, "Schema": schema,
+		}},
+	})
+}
+
+// Phases lists the Kong phases a go-pdk plugin config handles, as go-pdk
+// finds them: methods named after the phases.
+func Phases(config any) []string {
+	var phases []string
+	t := reflect.TypeOf(config)
+	for _, p := range []string{"certificate", "rewrite", "access", "response", "preread", "log"} {
+		if _, ok := t.MethodByName(strings.ToUpper(p[:1]) + p[1:]); ok {
+			phases = append(phases, p)
+		}
+	}
+	return phases
+}
