@@ -255,7 +255,7 @@ func compile(c *Config) (*instance, error) {
 		}
 		if prev != nil && *p.count < *prev {
 			// Kong's words, from its custom validator.
-			return nil, fmt.Errorf("the limit for %s(%.1f) cannot be lower than the limit for %s(%.1f)", p.name, *p.count, fields[len(fields)-1], *prev)
+			return nil, fmt.Errorf("The limit for %s(%.1f) cannot be lower than the limit for %s(%.1f)", p.name, *p.count, fields[len(fields)-1], *prev)
 		}
 		prev = p.count
 		// Kong admits requests while the count used is below a fractional

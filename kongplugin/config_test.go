@@ -88,7 +88,7 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{`"policy":"local"`, `at least one of these fields must be non-empty: 'config.second', 'config.minute', 'config.hour', 'config.day', 'config.month', 'config.year', 'config.limits'`},
 		{`"minute":0`, `config.minute: value must be greater than 0 (got 0)`},
 		{`"minute":-3`, `config.minute: value must be greater than 0 (got -3)`},
-		{`"second":10,"minute":5`, `the limit for minute(5.0) cannot be lower than the limit for second(10.0)`},
+		{`"second":10,"minute":5`, `The limit for minute(5.0) cannot be lower than the limit for second(10.0)`},
 		{`"minute":5,"limit_by":"cookie"`, `config.limit_by: expected one of: consumer, credential, ip, service, header, path (got "cookie")`},
 		{`"minute":5,"limit_by":"header"`, `config.header_name: required field missing (failed conditional validation given value of field 'config.limit_by')`},
 		{`"minute":5,"limit_by":"path"`, `config.path: required field missing (failed conditional validation given value of field 'config.limit_by')`},

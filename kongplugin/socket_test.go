@@ -191,7 +191,7 @@ func TestKongRefusedConfigs(t *testing.T) {
 		want   string
 	}{
 		{map[string]any{"minute": 0}, "config.minute: value must be greater than 0 (got 0)"},
-		{map[string]any{"second": 10, "minute": 5}, "the limit for minute(5.0) cannot be lower than the limit for second(10.0)"},
+		{map[string]any{"second": 10, "minute": 5}, "The limit for minute(5.0) cannot be lower than the limit for second(10.0)"},
 		{map[string]any{"minute": 5, "policy": "cluster"}, `config.policy: expected one of: local, redis (got "cluster")`},
 		{map[string]any{"minute": 5, "limit_by": "header"}, "config.header_name: required field missing"},
 		{map[string]any{"minute": 5, "policy": "redis", "redis": map[string]any{"host": "h", "port": 65536}}, "config.redis.port: value should be between 0 and 65535 (got 65536)"},

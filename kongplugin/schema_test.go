@@ -1,0 +1,478 @@
+package kongplugin
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tollgate/tollgate/internal/kongproc"
+)
+
+// kongRateLimiting is Kong 3.x's rate-limiting config schema (its
+// schema.lua, kong/tools/redis/schema.lua and the typedefs they use),
+// field by field, with the attributes Kong declares that a JSON dump can
+// carry. Custom validators (Lua functions) are listed in kongRefuses.
+var kongRateLimiting = map[string]map[string]any{
+	"second": {"type": "number", "gt": 0}, "minute": {"type": "number", "gt": 0}, "hour": {"type": "number", "gt": 0},
+	"day": {"type": "number", "gt": 0}, "month": {"type": "number", "gt": 0}, "year": {"type": "number", "gt": 0},
+	"limit_by":            {"type": "string", "default": "consumer", "one_of": []any{"consumer", "credential", "ip", "service", "header", "path"}},
+	"header_name":         {"type": "string"},
+	"path":                {"type": "string", "starts_with": "/"},
+	"policy":              {"type": "string", "default": "local", "len_min": 0, "one_of": []any{"local", "cluster", "redis"}},
+	"fault_tolerant":      {"type": "boolean", "required": true, "default": true},
+	"redis":               {"type": "record"},
+	"redis.host":          {"type": "string"},
+	"redis.port":          {"type": "integer", "between": []any{0, 65535}},
+	"redis.timeout":       {"type": "integer", "between": []any{0, 2147483646}, "default": 2000},
+	"redis.username":      {"type": "string", "referenceable": true},
+	"redis.password":      {"type": "string", "referenceable": true, "encrypted": true, "len_min": 0},
+	"redis.database":      {"type": "integer", "default": 0},
+	"redis.ssl":           {"type": "boolean", "default": false},
+	"redis.ssl_verify":    {"type": "boolean", "default": false},
+	"redis.server_name":   {"type": "string"},
+	"hide_client_headers": {"type": "boolean", "required": true, "default": false},
+	"error_code":          {"type": "number", "default": 429, "gt": 0},
+	"error_message":       {"type": "string", "default": "API rate limit exceeded"},
+	"sync_rate":           {"type": "number", "required": true, "default": -1},
+}
+
+// deliberate lists where tollgate's declaration differs from Kong's, and
+// why; README's migration table says the same.
+var deliberate = map[string]string{
+	"policy.one_of":   "cluster keeps counters in Kong's database, which a Go plugin cannot reach: refused at the Admin API, as Kong's own DB-less declaration does",
+	"error_code.type": "a status is a whole number (and tollgate adds between 400 and 599: a denial is a 4xx or 5xx)",
+}
+
+// TestKongSchemaHasKongsFields: every field of Kong's rate-limiting schema
+// is declared with Kong's type, default and constraints, in the dump the
+// real plugin binary prints.
+func TestKongSchemaHasKongsFields(t *testing.T) {
+	config := dumpedConfig(t)
+	for path, attrs := range kongRateLimiting {
+		ours := fieldAt(config, path)
+		if ours == nil {
+			t.Errorf("%s: not declared", path)
+			continue
+		}
+		for attr, want := range attrs {
+			if got := normalize(ours[attr]); !reflect.DeepEqual(got, normalize(want)) {
+				if why, ok := deliberate[path+"."+attr]; ok {
+					t.Logf("%s.%s: %v where Kong has %v, on purpose: %s", path, attr, got, want, why)
+					continue
+				}
+				t.Errorf("%s.%s: %v, Kong declares %v", path, attr, got, want)
+			}
+		}
+	}
+	// typedefs.path's empty-segment rule and typedefs.header_name's
+	// characters travel as patterns.
+	if m := fmt.Sprint(fieldAt(config, "path")["match_none"]); !strings.Contains(m, "must not have empty segments") {
+		t.Errorf("path: match_none %s lacks Kong's empty-segment rule", m)
+	}
+	if fieldAt(config, "header_name")["match_all"] == nil {
+		t.Error("header_name: no pattern for Kong's allowed characters")
+	}
+}
+
+// kongRefuses are the configs Kong's rate-limiting refuses (its schema
+// spec and the rules of schema.lua and the typedefs), with the words the
+// refusal carries. byPlugin marks rules Kong makes in a Lua custom
+// validator, which no dump can carry: the plugin refuses those when Kong
+// starts the instance.
+var kongRefuses = []struct {
+	config   string
+	want     string
+	byPlugin bool
+}{
+	{`{}`, "at least one of these fields must be non-empty: 'config.second'", false},
+	{`{"second": 20, "hour": 10}`, "The limit for hour(10.0) cannot be lower than the limit for second(20.0)", true},
+	{`{"second": 10, "minute": 20, "hour": 30, "day": 40, "month": 60, "year": 50}`, "The limit for year(50.0) cannot be lower than the limit for month(60.0)", true},
+	{`{"second": 0}`, "config.second: value must be greater than 0", false},
+	{`{"minute": -3}`, "config.minute: value must be greater than 0", false},
+	{`{"second": 10, "limit_by": "header"}`, "config.header_name: required field missing", false},
+	{`{"second": 10, "limit_by": "path"}`, "config.path: required field missing", false},
+	{`{"second": 10, "limit_by": "cookie"}`, "config.limit_by: expected one of", false},
+	{`{"second": 10, "policy": "carrier-pigeon"}`, "config.policy: expected one of", false},
+	{`{"second": 10, "policy": "redis"}`, "must set one of 'config.redis.host'", false},
+	{`{"second": 10, "sync_rate": 1}`, "sync_rate can only be used with the redis policy", false},
+	{`{"second": 10, "policy": "redis", "redis": {"host": "h"}, "sync_rate": 0.01}`, "sync_rate must be greater than 0.02, or -1 to disable", false},
+	{`{"second": 10, "policy": "redis", "redis": {"host": "h"}, "sync_rate": 0}`, "sync_rate must be greater than 0.02, or -1 to disable", false},
+	{`{"second": 10, "policy": "redis", "redis": {"host": "h"}, "sync_rate": -3}`, "sync_rate must be greater than 0.02, or -1 to disable", false},
+	{`{"second": 10, "header_name": "bad header"}`, "config.header_name: bad header name", false},
+	{`{"second": 10, "path": "login"}`, "config.path: should start with: /", false},
+	{`{"second": 10, "path": "/a//b"}`, "config.path: must not have empty segments", false},
+	{`{"second": 10, "path": "/a b"}`, "config.path: invalid path", false},
+	{`{"second": 10, "path": "/a%zz"}`, "config.path: invalid url-encoded value", false},
+	{`{"second": 10, "redis": {"port": 65536}}`, "config.redis.port: value should be between 0 and 65535", false},
+	{`{"second": 10, "redis": {"timeout": -1}}`, "config.redis.timeout: value should be between 0 and 2147483646", false},
+	{`{"second": 10, "redis": {"database": 1.5}}`, "config.redis.database: expected an integer", false},
+	{`{"second": 10, "error_code": 0}`, "config.error_code: value must be greater than 0", false},
+	{`{"second": 10, "fault_tolerant": "yes"}`, "config.fault_tolerant: expected a boolean", false},
+	{`{"second": 10, "error_message": ""}`, "config.error_message: length must be at least 1", false},
+	{`{"second": "ten"}`, "config.second: expected a number", false},
+}
+
+// kongAccepts are configs Kong's rate-limiting accepts; tollgate's schema
+// and plugin accept them too.
+var kongAccepts = []string{
+	`{"second": 10}`,
+	`{"second": 10, "minute": 20, "hour": 30, "day": 40, "month": 50, "year": 60}`,
+	`{"second": 10, "limit_by": "header", "header_name": "X-App-Version"}`,
+	`{"minute": 2.5, "hour": 2.5}`,
+	`{"minute": 5, "limit_by": "path", "path": "/login/v1.2_~%41"}`,
+	`{"minute": 5, "policy": "redis", "redis": {"host": "h", "port": 0, "timeout": 0}}`,
+	`{"minute": 5, "policy": "redis", "redis": {"host": "h", "password": ""}, "sync_rate": 0.02}`,
+	`{"minute": 5, "policy": "redis", "redis_host": "h"}`,
+	`{"minute": 5, "policy": "local", "sync_rate": -1, "fault_tolerant": false, "hide_client_headers": true}`,
+}
+
+// TestKongSchemaRefusesWhatKongRefuses checks each config as Kong's Admin
+// API would (the declaration alone) and as the plugin does when Kong
+// starts an instance.
+func TestKongSchemaRefusesWhatKongRefuses(t *testing.T) {
+	for _, tc := range kongRefuses {
+		err := schema.Check(object(t, tc.config))
+		switch {
+		case tc.byPlugin && err != nil:
+			t.Errorf("%s: the declaration refuses it (%v), yet no dump can carry this rule", tc.config, err)
+		case !tc.byPlugin && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: at the Admin API %v, want %q", tc.config, err, tc.want)
+		}
+		var c Config
+		if err := json.Unmarshal([]byte(tc.config), &c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: the plugin says %v, want %q", tc.config, err, tc.want)
+		}
+	}
+	for _, config := range kongAccepts {
+		if err := schema.Check(object(t, config)); err != nil {
+			t.Errorf("%s: refused at the Admin API: %v", config, err)
+		}
+		var c Config
+		if err := json.Unmarshal([]byte(config), &c); err != nil {
+			t.Errorf("%s: the plugin refuses it: %v", config, err)
+		}
+	}
+}
+
+// TestKongSchemaPassesMetaschema checks the real binary's dump against the
+// rules of Kong's metaschema (kong/db/schema/metaschema.lua, MetaSubSchema)
+// that Kong applies when it loads a plugin's schema: the attributes a field
+// may carry and their kinds, the types an attribute is allowed on, the
+// attributes a type requires, the entity checkers and their arguments.
+func TestKongSchemaPassesMetaschema(t *testing.T) {
+	var info struct {
+		Plugins []struct{ Schema map[string]any }
+	}
+	if err := json.Unmarshal(kongproc.Dump(t), &info); err != nil {
+		t.Fatal(err)
+	}
+	s := info.Plugins[0].Schema
+	for key := range s {
+		if !slices.Contains([]string{"name", "fields", "entity_checks", "shorthand_fields", "transformations"}, key) {
+			t.Errorf("schema key %q: not in MetaSubSchema", key)
+		}
+	}
+	if name, _ := s["name"].(string); name != "tollgate" {
+		t.Errorf("schema name %q", name)
+	}
+	var errs []string
+	metaFields(s["fields"], "", &errs)
+	metaChecks(s["entity_checks"], "", &errs)
+	for _, e := range errs {
+		t.Error(e)
+	}
+}
+
+// fieldAttributes are the attributes Kong's metaschema allows on a field,
+// with the kind of value each takes.
+var fieldAttributes = map[string]string{
+	"type": "string", "required": "boolean", "reference": "string", "description": "description", "examples": "array",
+	"auto": "boolean", "unique": "boolean", "unique_across_ws": "boolean", "on_delete": "string", "default": "any",
+	"abstract": "boolean", "generate_admin_api": "boolean", "immutable": "boolean", "err": "string",
+	"encrypted": "boolean", "referenceable": "boolean",
+	// validators
+	"between": "range", "eq": "any", "ne": "any", "gt": "number", "len_eq": "integer", "len_min": "integer",
+	"len_max": "integer", "match": "string", "not_match": "string", "match_all": "patterns", "match_none": "patterns",
+	"starts_with": "string", "one_of": "array", "not_one_of": "array", "contains": "any", "is_regex": "boolean",
+	"timestamp": "boolean", "uuid": "boolean",
+	// nested
+	"elements": "field", "keys": "field", "values": "field", "fields": "fields", "entity_checks": "checks",
+}
+
+// attributeTypes restricts attributes to field types (metaschema's
+// attribute_types); requiredAttributes are what a type must declare.
+var (
+	attributeTypes = map[string][]string{
+		"between": {"integer", "number"}, "len_eq": {"array", "set", "string", "map"}, "match": {"string"},
+		"one_of": {"string", "number", "integer"}, "contains": {"array", "set"}, "is_regex": {"string"},
+		"timestamp": {"number", "integer"}, "uuid": {"string"}, "unique": {"string", "number", "integer", "foreign"},
+		"unique_across_ws": {"string", "number", "integer", "foreign"},
+	}
+	requiredAttributes = map[string][]string{"array": {"elements"}, "set": {"elements"}, "map": {"keys", "values"}, "record": {"fields"}}
+	validTypes         = []string{"array", "set", "string", "number", "boolean", "integer", "foreign", "map", "record", "json"}
+)
+
+func metaFields(v any, path string, errs *[]string) {
+	list, ok := v.([]any)
+	if !ok {
+		*errs = append(*errs, path+": fields must be an array")
+		return
+	}
+	for _, entry := range list {
+		m, ok := entry.(map[string]any)
+		if !ok || len(m) != 1 {
+			*errs = append(*errs, path+": each entry in fields must be a table with one key")
+			continue
+		}
+		for name, decl := range m {
+			metaField(decl, join(path, name), errs)
+		}
+	}
+}
+
+func metaField(v any, path string, errs *[]string) {
+	f, ok := v.(map[string]any)
+	if !ok {
+		*errs = append(*errs, path+": a field must be a table")
+		return
+	}
+	typ, _ := f["type"].(string)
+	if !slices.Contains(validTypes, typ) {
+		*errs = append(*errs, fmt.Sprintf("%s: type %q", path, f["type"]))
+	}
+	for _, req := range requiredAttributes[typ] {
+		if f[req] == nil {
+			*errs = append(*errs, fmt.Sprintf("%s: field of type '%s' must declare '%s'", path, typ, req))
+		}
+	}
+	for attr, val := range f {
+		kind, known := fieldAttributes[attr]
+		if !known {
+			*errs = append(*errs, fmt.Sprintf("%s: attribute %q is not in the metaschema", path, attr))
+			continue
+		}
+		if allowed, restricted := attributeTypes[attr]; restricted && !slices.Contains(allowed, typ) {
+			*errs = append(*errs, fmt.Sprintf("%s: field of type '%s' cannot have attribute '%s'", path, typ, attr))
+		}
+		sub := path + "." + attr
+		if attr == "fields" || attr == "entity_checks" {
+			sub = path // its members name themselves
+		}
+		if !metaKind(kind, val, sub, errs) {
+			*errs = append(*errs, fmt.Sprintf("%s.%s: %v is not a %s", path, attr, val, kind))
+		}
+	}
+	if f["unique_across_ws"] == true && f["unique"] != true {
+		*errs = append(*errs, path+": unique_across_ws needs unique")
+	}
+}
+
+// metaKind checks a value's kind; nested kinds report their own errors.
+func metaKind(kind string, v any, path string, errs *[]string) bool {
+	n, isNumber := v.(float64)
+	switch kind {
+	case "string":
+		_, ok := v.(string)
+		return ok
+	case "description":
+		s, ok := v.(string)
+		return ok && len(s) >= 10 && len(s) <= 500
+	case "boolean":
+		_, ok := v.(bool)
+		return ok
+	case "number":
+		return isNumber
+	case "integer":
+		return isNumber && n == float64(int64(n))
+	case "array":
+		_, ok := v.([]any)
+		return ok
+	case "any":
+		return v != nil // cjson would make a JSON null a userdata Kong cannot compare
+	case "range":
+		// Integers: older Kong 3.x metaschemas declare between's elements so.
+		r, ok := v.([]any)
+		return ok && len(r) == 2 && metaKind("integer", r[0], path, errs) && metaKind("integer", r[1], path, errs)
+	case "patterns":
+		list, ok := v.([]any)
+		for _, p := range list {
+			m, isMap := p.(map[string]any)
+			pattern, _ := m["pattern"].(string)
+			_, errIsString := m["err"].(string)
+			ok = ok && isMap && pattern != "" && (m["err"] == nil || errIsString) && len(m) <= 2
+		}
+		return ok
+	case "field":
+		metaField(v, path, errs)
+		return true
+	case "fields":
+		metaFields(v, path, errs)
+		return true
+	case "checks":
+		metaChecks(v, path, errs)
+		return true
+	}
+	return false
+}
+
+// checkArguments are Kong's entity checkers and their argument fields
+// (custom_entity_check needs a Lua function: no dump can carry one).
+var checkArguments = map[string][]string{
+	"at_least_one_of": nil, "only_one_of": nil, "distinct": nil, "mutually_required": nil, "mutually_exclusive": nil,
+	"conditional":                 {"if_field", "if_match", "then_field", "then_match", "then_err"},
+	"conditional_at_least_one_of": {"if_field", "if_match", "then_at_least_one_of", "then_err", "else_match", "else_then_at_least_one_of", "else_then_err"},
+	"mutually_exclusive_sets":     {"set1", "set2"},
+}
+
+func metaChecks(v any, path string, errs *[]string) {
+	if v == nil {
+		return
+	}
+	list, ok := v.([]any)
+	if !ok {
+		*errs = append(*errs, path+": entity_checks must be an array")
+		return
+	}
+	for i, c := range list {
+		m, _ := c.(map[string]any)
+		if len(m) != 1 {
+			*errs = append(*errs, fmt.Sprintf("%s entity_checks[%d]: only one checker per entry", path, i))
+			continue
+		}
+		for name, arg := range m {
+			fields, known := checkArguments[name]
+			switch rec, isRecord := arg.(map[string]any); {
+			case !known:
+				*errs = append(*errs, fmt.Sprintf("%s entity_checks[%d]: %q is not an entity checker", path, i, name))
+			case fields == nil:
+				if !metaKind("array", arg, path, errs) {
+					*errs = append(*errs, fmt.Sprintf("%s entity_checks[%d].%s: want an array of field names", path, i, name))
+				}
+			case !isRecord:
+				*errs = append(*errs, fmt.Sprintf("%s entity_checks[%d].%s: want a record", path, i, name))
+			default:
+				for key, val := range rec {
+					if !slices.Contains(fields, key) {
+						*errs = append(*errs, fmt.Sprintf("%s entity_checks[%d].%s: %q is not an argument", path, i, name, key))
+					}
+					if strings.HasSuffix(key, "_match") {
+						metaConditionalMatch(val, fmt.Sprintf("%s entity_checks[%d].%s.%s", path, i, name, key), errs)
+					}
+				}
+			}
+		}
+	}
+}
+
+// metaConditionalMatch: a match table takes required, the validators and
+// the nested attributes (metaschema's conditional_validators), no type.
+func metaConditionalMatch(v any, path string, errs *[]string) {
+	m, _ := v.(map[string]any)
+	for attr, val := range m {
+		kind, known := fieldAttributes[attr]
+		if !known || slices.Contains([]string{"type", "default", "description", "referenceable", "encrypted"}, attr) {
+			*errs = append(*errs, fmt.Sprintf("%s: %q is not a conditional validator", path, attr))
+		} else if !metaKind(kind, val, path, errs) {
+			*errs = append(*errs, fmt.Sprintf("%s.%s: %v is not a %s", path, attr, val, kind))
+		}
+	}
+}
+
+// dumpedConfig is the config record of the real binary's dump, as a map.
+func dumpedConfig(t *testing.T) map[string]any {
+	var info struct {
+		Plugins []struct {
+			Schema struct{ Fields []map[string]map[string]any }
+		}
+	}
+	if err := json.Unmarshal(kongproc.Dump(t), &info); err != nil {
+		t.Fatal(err)
+	}
+	return info.Plugins[0].Schema.Fields[0]["config"]
+}
+
+// fieldAt finds a dotted path's declaration in a record declaration.
+func fieldAt(record map[string]any, path string) map[string]any {
+	head, rest, nested := strings.Cut(path, ".")
+	list, _ := record["fields"].([]any)
+	for _, entry := range list {
+		if f, ok := entry.(map[string]any)[head].(map[string]any); ok {
+			if nested {
+				return fieldAt(f, rest)
+			}
+			return f
+		}
+	}
+	return nil
+}
+
+// normalize makes Go literals compare with decoded JSON.
+func normalize(v any) any {
+	b, _ := json.Marshal(v)
+	var out any
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+func object(t *testing.T, s string) map[string]any {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// TestKongYmlExampleValidates: every tollgate config in kong.yml.example
+// passes the schema, as Kong would check it when it loads the file, and
+// starts in the plugin.
+func TestKongYmlExampleValidates(t *testing.T) {
+	b, err := os.ReadFile("../kong.yml.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Services []struct {
+			Plugins []struct {
+				Name   string
+				Config map[string]any
+			}
+		}
+	}
+	if err := yaml.Unmarshal(b, &file); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range file.Services {
+		for _, p := range s.Plugins {
+			if p.Name != "tollgate" {
+				continue
+			}
+			n++
+			config := normalize(p.Config).(map[string]any) // YAML ints as JSON numbers
+			raw, _ := json.Marshal(config)
+			if err := schema.Check(config); err != nil {
+				t.Errorf("%s: %v", raw, err)
+			}
+			var c Config
+			if err := json.Unmarshal(raw, &c); err != nil {
+				t.Errorf("%s: %v", raw, err)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no tollgate plugin in kong.yml.example")
+	}
+}
