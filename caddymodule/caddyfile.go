@@ -52,6 +52,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        cost <n>
 //	        shadow
 //	        adaptive { min|error_rate|quantile|decrease|increase <fraction>, latency|interval <duration>, min_samples <n> }
+//	        plan <string with placeholders>
+//	        plans { <plan> <count>/<window> [...] | <plan> unlimited }
+//	        default_plan <plan>
 //	    }
 //	    headers ietf|xratelimit|both|none|kong
 //	    status <code>
@@ -176,14 +179,26 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 				return nil, d.Errf("policy %q %v", p.Name, err)
 			}
 			p.Adaptive = a
+		case "plans":
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			for nesting := d.Nesting(); d.NextBlock(nesting); {
+				if err := p.SetPlan(d.Val(), d.RemainingArgs()); err != nil {
+					return nil, d.Err(err.Error())
+				}
+			}
 		default:
 			if err := p.Set(opt, d.RemainingArgs()); err != nil {
 				return nil, d.Err(err.Error())
 			}
 		}
 	}
-	if len(p.Limits) == 0 {
-		return nil, d.Errf("policy %q: needs at least one limit <count>/<window>", p.Name)
+	if len(p.Limits) == 0 && len(p.Plans) == 0 {
+		return nil, d.Errf("policy %q: needs at least one limit <count>/<window>, or plans", p.Name)
+	}
+	if _, err := p.Check(); err != nil {
+		return nil, d.Err(err.Error())
 	}
 	return p, nil
 }

@@ -146,6 +146,39 @@ func TestCaddyfileErrors(t *testing.T) {
 		{`store memory
 		store memory`, `store: given twice`},
 		{``, `tollgate: needs at least one policy block`},
+		{`policy a {
+			plan {http.request.header.X-Plan}
+			plans {
+				free 10/1m
+				pro 100/1m
+			}
+		}`, `policy "a" default_plan: missing`},
+		{`policy a {
+			plans {
+				free 10/1m
+			}
+			default_plan gold
+		}`, `policy "a" default_plan: "gold" is not one of its plans`},
+		{`policy a {
+			plans {
+				free 10/1m
+				pro 100/1h
+			}
+			default_plan free
+		}`, `plan "pro": limits of other windows or algorithms than plan "free"'s`},
+		{`policy a {
+			plans {
+				free lots
+			}
+			default_plan free
+		}`, `policy "a" plan "free" limit "lots"`},
+		{`policy a {
+			limit 10/1m
+			plans {
+				free 10/1m
+			}
+			default_plan free
+		}`, `policy "a": limits and plans: give one or the other`},
 	} {
 		src := ":8080 {\n\ttollgate {\n\t\t" + tc.body + "\n\t}\n}\n"
 		adapter := caddyfile.Adapter{ServerType: httpcaddyfile.ServerType{}}

@@ -64,6 +64,7 @@ type policy struct {
 	pol      *core.Policy
 	matchers caddyhttp.MatcherSets
 	key      string
+	plan     string // the template naming the request's plan, if any
 	literal  string // key with every placeholder removed: an "empty" key
 	constant bool   // key has no placeholder: one bucket, never empty
 	emptyKey core.EmptyKey
@@ -146,7 +147,7 @@ func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy,
 		return nil, err
 	}
 	h.releases = append(h.releases, release)
-	p := &policy{cfg: pc, pol: pol, key: orDefault(pc.Key, DefaultKey), emptyKey: emptyKey, cost: pc.RequestCost()}
+	p := &policy{cfg: pc, pol: pol, key: orDefault(pc.Key, DefaultKey), plan: pc.Plan, emptyKey: emptyKey, cost: pc.RequestCost()}
 	p.literal = caddy.NewEmptyReplacer().ReplaceAll(p.key, "")
 	p.constant = p.literal == p.key
 	if pc.MatcherSetsRaw != nil {
@@ -216,7 +217,11 @@ func (q *request) Input(i int) (core.Input, error) {
 		return core.Input{}, err
 	}
 	key := q.repl.ReplaceKnown(p.key, "")
-	return core.Input{Covered: true, Key: key, Empty: key == p.literal && !p.constant, Cost: p.cost}, nil
+	in := core.Input{Covered: true, Key: key, Empty: key == p.literal && !p.constant, Cost: p.cost}
+	if p.plan != "" {
+		in.Plan = q.repl.ReplaceKnown(p.plan, "")
+	}
+	return in, nil
 }
 
 // Decided counts policy i's decision in its metrics.

@@ -70,8 +70,8 @@ func TestCaddyPerKeyLimitAndHeaders(t *testing.T) {
 
 	metrics := c.Metrics()
 	for _, want := range []string{
-		`tollgate_decisions_total{limit="3/1m",policy="per-key",result="allowed"} 4`,
-		`tollgate_decisions_total{limit="3/1m",policy="per-key",result="denied"} 1`,
+		`tollgate_decisions_total{limit="3/1m",plan="",policy="per-key",result="allowed"} 4`,
+		`tollgate_decisions_total{limit="3/1m",plan="",policy="per-key",result="denied"} 1`,
 		`tollgate_store_duration_seconds_count{policy="per-key"} 5`,
 	} {
 		if !strings.Contains(metrics, want) {
@@ -221,7 +221,7 @@ func TestCaddyShadowMatchersAndEmptyKey(t *testing.T) {
 			t.Fatalf("shadowed request %d: remaining %q, want 0", i, resp.Header.Get("X-Ratelimit-Remaining"))
 		}
 	}
-	if m := c.Metrics(); !strings.Contains(m, `tollgate_decisions_total{limit="1/1m",policy="watch",result="shadowed"} 2`) {
+	if m := c.Metrics(); !strings.Contains(m, `tollgate_decisions_total{limit="1/1m",plan="",policy="watch",result="shadowed"} 2`) {
 		t.Error("metrics do not count the 2 shadowed requests")
 	}
 }
@@ -298,7 +298,7 @@ func TestCaddyShapingDelays(t *testing.T) {
 		}
 	}
 	t.Logf("released at %v", served)
-	if m := c.Metrics(); !strings.Contains(m, `tollgate_decisions_total{limit="10/1s",policy="shaped",result="delayed"} 5`) {
+	if m := c.Metrics(); !strings.Contains(m, `tollgate_decisions_total{limit="10/1s",plan="",policy="shaped",result="delayed"} 5`) {
 		t.Error("metrics do not count 5 delayed requests")
 	}
 }
@@ -442,5 +442,88 @@ func TestTwoCaddiesShareRedis(t *testing.T) {
 	}
 	if len(at) < 2*n || denied == 0 {
 		t.Fatalf("allowed %d, denied %d: the load did not reach the limit", len(at), denied)
+	}
+}
+
+// TestCaddyPlans: one route, three plans chosen by a map of the API key;
+// each plan's requests get its limits exactly, the unlimited plan passes
+// uncounted, an unmapped key takes the default plan, and a key moved from
+// free to pro by a reload keeps what it used. Headers, a placeholder and
+// the metrics name the plan in force.
+func TestCaddyPlans(t *testing.T) {
+	site := func(alice string) string {
+		return `
+	map {http.request.header.X-Key} {plan} {
+		alice ` + alice + `
+		bob   pro
+		svc   internal
+	}
+	tollgate {
+		policy api {
+			key {http.request.header.X-Key}
+			plan {plan}
+			plans {
+				free 2/1m
+				pro 4/1m
+				internal unlimited
+			}
+			default_plan free
+		}
+		headers ietf
+	}
+	respond "ok {http.tollgate.plan}"`
+	}
+	c := caddyproc.Start(t, site("free"))
+	statuses := func(key string, n int) string {
+		var got []string
+		for i := 0; i < n; i++ {
+			resp, _ := c.Get("/", "X-Key", key)
+			got = append(got, strconv.Itoa(resp.StatusCode))
+		}
+		return strings.Join(got, " ")
+	}
+	for _, tc := range []struct {
+		key  string
+		n    int
+		want string
+	}{
+		{"alice", 3, "200 200 429"},
+		{"bob", 5, "200 200 200 200 429"},
+		{"svc", 8, "200 200 200 200 200 200 200 200"},
+		{"eve", 3, "200 200 429"}, // not in the map: the default plan
+	} {
+		if got := statuses(tc.key, tc.n); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.key, got, tc.want)
+		}
+	}
+	resp, _ := c.Get("/", "X-Key", "bob")
+	expectHeaders(t, "bob", resp, map[string]string{"Ratelimit-Policy": `"api-pro";q=4;w=60`})
+	if !strings.HasPrefix(resp.Header.Get("Ratelimit"), `"api-pro";r=0;`) {
+		t.Errorf("bob's RateLimit %q, want the pro plan's item", resp.Header.Get("Ratelimit"))
+	}
+	// The unlimited plan is not counted: no decision, so no headers and no
+	// tollgate placeholders (as for a request no policy covers).
+	if resp, _ := c.Get("/", "X-Key", "svc"); resp.StatusCode != 200 || resp.Header.Get("Ratelimit-Policy") != "" {
+		t.Errorf("unlimited plan: %d, RateLimit-Policy %q; want no decision and no headers", resp.StatusCode, resp.Header.Get("Ratelimit-Policy"))
+	}
+	if resp, body := c.Get("/", "X-Key", "newcomer"); body != "ok free" || resp.StatusCode != 200 {
+		t.Errorf("default plan: %d %q", resp.StatusCode, body)
+	}
+	m := c.Metrics()
+	for _, want := range []string{
+		`tollgate_decisions_total{limit="4/1m",plan="pro",policy="api",result="allowed"} 4`,
+		`tollgate_decisions_total{limit="4/1m",plan="pro",policy="api",result="denied"} 2`,
+		`tollgate_decisions_total{limit="2/1m",plan="free",policy="api",result="denied"} 2`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	// alice upgrades: her 2 requests count against pro's 4.
+	if code, body := c.Load(site("pro")); code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	if got := statuses("alice", 3); got != "200 200 429" {
+		t.Errorf("alice on pro after 2 on free: %s, want 200 200 429 (usage kept)", got)
 	}
 }

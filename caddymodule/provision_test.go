@@ -59,6 +59,9 @@ func TestJSONErrors(t *testing.T) {
 		{`{"store":{"type":"redis","url":"redis://x:1","mode":"eventual"},"policies":[{"name":"a","limits":[{"count":5,"window":"1m","algorithm":"gcra"}]}]}`, `eventual mode counts requests, so it needs fixed_window or sliding_counter, not gcra`},
 		{`{"store":{"type":"memory","url":"redis://x:1"},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store memory: url, addrs`},
 		{`{"store":{"type":"cluster","addrs":["a:1"],"db":3},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `db: 3, but Redis Cluster has only database 0`},
+		{`{"policies":[{"name":"a","plans":[{"name":"free","limits":[{"count":5,"window":"1m"}]},{"name":"free","unlimited":true}],"default_plan":"free"}]}`, `policy "a" plan "free": named twice`},
+		{`{"policies":[{"name":"a","plan":"{http.request.header.X-Plan}","plans":[{"name":"free","limits":[{"count":5,"window":"1m"}]}]}]}`, `policy "a" default_plan: missing`},
+		{`{"policies":[{"name":"a","plans":[{"name":"free","limits":[{"count":5,"window":"1m"}]},{"name":"pro","limits":[{"count":50,"window":"1h"}]}],"default_plan":"free"}]}`, `plan "pro": limits of other windows`},
 		{`{"store":{"max_keys":-5},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store max_keys: -5 must not be negative`},
 	} {
 		_, err := provision(t, tc.json)

@@ -164,6 +164,9 @@ func (d *Decision) severity() int {
 const (
 	// FieldPolicy is the name of the deciding policy.
 	FieldPolicy = "policy"
+	// FieldPlan is the plan whose limits decided, "" for a policy without
+	// plans.
+	FieldPlan = "plan"
 	// FieldLimit is the deciding limit's rate ("600/1m"), "" when no limit
 	// decided (the store's failure policy did).
 	FieldLimit = "limit"
@@ -187,6 +190,7 @@ const (
 // handler returns).
 type Fields struct {
 	policy    string
+	plan      string
 	limit     *Limit
 	remaining int64
 	retry     int64
@@ -197,7 +201,7 @@ type Fields struct {
 
 // Fields returns the snapshot of d's fields.
 func (d *Decision) Fields() *Fields {
-	f := &Fields{policy: d.Policy.Name(), limit: d.DecidingLimit(), remaining: d.Remaining,
+	f := &Fields{policy: d.Policy.Name(), plan: d.Policy.Plan(), limit: d.DecidingLimit(), remaining: d.Remaining,
 		at: d.At, denied: !d.Allowed, fallback: d.Fallback}
 	if f.denied {
 		f.retry = Seconds(d.RetryAfter)
@@ -210,6 +214,8 @@ func (f *Fields) Field(name string) (any, bool) {
 	switch name {
 	case FieldPolicy:
 		return f.policy, true
+	case FieldPlan:
+		return f.plan, true
 	case FieldLimit:
 		if f.limit != nil {
 			return f.limit.Rate(), true

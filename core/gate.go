@@ -110,6 +110,9 @@ type Input struct {
 	Empty bool
 	// Cost is the units of cost the request takes (at least 0).
 	Cost int64
+	// Plan names the plan whose limits the request takes, for a policy
+	// with plans (see Policy.ForPlan); empty or unknown takes the default.
+	Plan string
 }
 
 // SameInput is a Request that gives every rule the same Input and hears
@@ -172,8 +175,15 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 		if !in.Covered || in.Empty && r.EmptyKey == EmptyKeySkip {
 			continue
 		}
+		pol := r.Limiter.Policy()
+		if pol.plans != nil {
+			var limited bool
+			if pol, limited = pol.ForPlan(in.Plan); !limited {
+				continue // an unlimited plan: nothing to count
+			}
+		}
 		start := time.Now()
-		err = r.Limiter.Decide(ctx, in.Key, in.Cost, &d)
+		err = r.Limiter.DecideFor(ctx, pol, in.Key, in.Cost, &d)
 		req.Decided(i, &d, err, time.Since(start))
 		if err != nil {
 			if ctx.Err() != nil {

@@ -37,6 +37,19 @@ type Policy struct {
 	scopeHash  uint64
 	scopeHash2 uint64
 	limitIDs   []string
+	// plan names the plan these limits are ("" for a policy without
+	// plans); plans are the policy's variants, one per plan.
+	plan      string
+	planIndex int // among the limited plans, in order
+	plans     *planTable
+}
+
+// planTable is a policy's plans: the variant for each plan name (nil for an
+// unlimited plan), shared by every variant.
+type planTable struct {
+	byName      map[string]*Policy
+	names       []string // as declared
+	defaultPlan string
 }
 
 // scopeSeed and scopeSeed2 hash policy scopes, once per policy, for the
@@ -60,6 +73,11 @@ type PolicyOptions struct {
 	// the controller's factor. Counters carry over as the factor moves: the
 	// policy's identity in stores is its configured limits.
 	Adaptive *Adaptive
+	// Plan names the plan these limits are (see NewPlans): it shows in the
+	// RateLimit headers' item names, placeholders and metrics, never in the
+	// identity of the counters, so a key keeps its usage when its plan
+	// changes.
+	Plan string
 }
 
 // NewPolicy validates limits and returns a policy named name. Errors name the
@@ -74,7 +92,7 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 	if len(limits) > MaxLimits {
 		return nil, fmt.Errorf("policy %q: %d limits, at most %d may be stacked", name, len(limits), MaxLimits)
 	}
-	p := &Policy{name: name, shadow: opts.Shadow, adapt: opts.Adaptive, limits: make([]Limit, len(limits))}
+	p := &Policy{name: name, shadow: opts.Shadow, adapt: opts.Adaptive, limits: make([]Limit, len(limits)), plan: opts.Plan}
 	var sig strings.Builder
 	sig.WriteString(name)
 	for i, l := range limits {
@@ -92,7 +110,11 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 	p.scope = sig.String()
 	p.scopeHash = maphash.String(scopeSeed, p.scope)
 	p.scopeHash2 = maphash.String(scopeSeed2, p.scope)
-	p.ietfNames = limitItemNames(name, p.limits)
+	shown := name
+	if opts.Plan != "" {
+		shown += "-" + opts.Plan
+	}
+	p.ietfNames = limitItemNames(shown, p.limits)
 	p.kongNames = kongHeaderNames(p.limits)
 	p.use(p.limits, 1)
 	return p, nil
@@ -132,6 +154,88 @@ func PolicyScope(name string, limits ...Limit) (string, error) {
 		sig += "|" + limitIdentity(limits[:i], l)
 	}
 	return sig, nil
+}
+
+// NewPlans joins variants of one policy, one per plan (the same name and
+// limits of the same algorithms and windows, so the same counters; counts
+// and bursts differ), into one policy whose limits are chosen per request
+// (ForPlan). names lists the plans in order; a nil variant is an unlimited
+// plan. It returns the default plan's variant, or the first limited one
+// when the default is unlimited: the policy a gate rule holds.
+func NewPlans(names []string, variants []*Policy, defaultPlan string) (*Policy, error) {
+	t := &planTable{byName: map[string]*Policy{}, names: names, defaultPlan: defaultPlan}
+	var base *Policy
+	limited := 0
+	for i, name := range names {
+		v := variants[i]
+		if _, dup := t.byName[name]; dup {
+			return nil, fmt.Errorf("plan %q: named twice", name)
+		}
+		t.byName[name] = v
+		if v == nil {
+			continue
+		}
+		if base != nil && (v.scope != base.scope || v.name != base.name) {
+			return nil, fmt.Errorf("plan %q: limits of other windows or algorithms than plan %q's (a key keeps its usage when its plan changes only if its plans count the same windows)", name, base.plan)
+		}
+		if base == nil || name == defaultPlan {
+			base = v
+		}
+		v.plans, v.planIndex = t, limited
+		limited++
+	}
+	if _, ok := t.byName[defaultPlan]; !ok {
+		return nil, fmt.Errorf("default plan %q: not one of the plans (%s)", defaultPlan, strings.Join(names, ", "))
+	}
+	if base == nil {
+		return nil, fmt.Errorf("plans: every plan is unlimited")
+	}
+	return base, nil
+}
+
+// Plan returns the name of the plan p's limits are, "" for a policy
+// without plans.
+func (p *Policy) Plan() string { return p.plan }
+
+// Plans returns the policy's plan names in order, nil without plans.
+func (p *Policy) Plans() []string {
+	if p.plans == nil {
+		return nil
+	}
+	return p.plans.names
+}
+
+// ForPlan returns the variant of p whose limits a request of plan name
+// takes: the default plan's for an empty or unknown name (a request cannot
+// be refused for the value it sends), and false for an unlimited plan. A
+// policy without plans is its own variant.
+func (p *Policy) ForPlan(name string) (*Policy, bool) {
+	if p.plans == nil {
+		return p, true
+	}
+	v, ok := p.plans.byName[name]
+	if !ok {
+		v = p.plans.byName[p.plans.defaultPlan]
+	}
+	return v, v != nil
+}
+
+// PlanIndex returns p's place among Variants.
+func (p *Policy) PlanIndex() int { return p.planIndex }
+
+// Variants returns the limited plans' variants in order (p alone without
+// plans).
+func (p *Policy) Variants() []*Policy {
+	if p.plans == nil {
+		return []*Policy{p}
+	}
+	var vs []*Policy
+	for _, name := range p.plans.names {
+		if v := p.plans.byName[name]; v != nil {
+			vs = append(vs, v)
+		}
+	}
+	return vs
 }
 
 // use puts limits, the configured ones scaled by factor, in force.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -237,6 +238,45 @@ type PolicySpec struct {
 	// health: down when its errors or latency pass their targets, back up
 	// while it is healthy.
 	Adaptive *AdaptiveSpec `json:"adaptive,omitempty"`
+	// Plans, instead of Limits, choose the limits per request: Plan is the
+	// request's value naming its plan (a template the adapter fills, as
+	// Key), DefaultPlan the plan of a request whose value names none. Every
+	// limited plan has limits of the same windows and algorithms (their
+	// counts and bursts differ), so a key keeps its usage when its plan
+	// changes.
+	Plan        string     `json:"plan,omitempty"`
+	Plans       []PlanSpec `json:"plans,omitempty"`
+	DefaultPlan string     `json:"default_plan,omitempty"`
+}
+
+// PlanSpec is one plan of a policy: its stacked limits, or unlimited.
+type PlanSpec struct {
+	// Name is the value that selects the plan (a label in headers and
+	// metrics, so the plans bound their cardinality).
+	Name   string      `json:"name"`
+	Limits []LimitSpec `json:"limits,omitempty"`
+	// Unlimited lets the plan's requests through, uncounted.
+	Unlimited bool `json:"unlimited,omitempty"`
+}
+
+// SetPlan reads one line of a plans block: <plan> <words of
+// ParseLimitArgs> (repeated to stack limits), or <plan> unlimited.
+func (s *PolicySpec) SetPlan(name string, args []string) error {
+	i := slices.IndexFunc(s.Plans, func(p PlanSpec) bool { return p.Name == name })
+	if i < 0 {
+		s.Plans, i = append(s.Plans, PlanSpec{Name: name}), len(s.Plans)
+	}
+	plan := &s.Plans[i]
+	if len(args) == 1 && args[0] == "unlimited" {
+		plan.Unlimited = true
+		return nil
+	}
+	l, err := ParseLimitArgs(args)
+	if err != nil {
+		return fmt.Errorf("policy %q plan %q limit %w", s.Name, name, err)
+	}
+	plan.Limits = append(plan.Limits, l)
+	return nil
 }
 
 // Set reads one option line of a policy: key <template>, empty_key
@@ -278,8 +318,12 @@ func (s *PolicySpec) Set(opt string, args []string) error {
 			return fmt.Errorf("shadow: unexpected %q", args[0])
 		}
 		s.Shadow = true
+	case "plan":
+		s.Plan, err = one()
+	case "default_plan":
+		s.DefaultPlan, err = one()
 	default:
-		return fmt.Errorf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow or adaptive)", s.Name, opt)
+		return fmt.Errorf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow, adaptive, plan, plans or default_plan)", s.Name, opt)
 	}
 	return err
 }
@@ -301,7 +345,14 @@ func (s *PolicySpec) Check() ([]Limit, error) {
 	if strings.TrimSpace(s.Name) == "" {
 		return nil, fmt.Errorf("policy name: must not be empty")
 	}
-	if len(s.Limits) == 0 {
+	switch {
+	case len(s.Plans) > 0 && len(s.Limits) > 0:
+		return nil, fmt.Errorf("policy %q: limits and plans: give one or the other (a plan holds its own limits)", s.Name)
+	case len(s.Plans) > 0:
+		return nil, s.checkPlans()
+	case s.DefaultPlan != "" || s.Plan != "":
+		return nil, fmt.Errorf("policy %q: plan and default_plan need plans", s.Name)
+	case len(s.Limits) == 0:
 		return nil, fmt.Errorf("policy %q: needs at least one limit", s.Name)
 	}
 	if err := CheckCost(s.Cost); err != nil {
@@ -326,6 +377,52 @@ func (s *PolicySpec) Check() ([]Limit, error) {
 	return limits, nil
 }
 
+// checkPlans validates a policy with plans (Check returns no limits for
+// it: each plan has its own).
+func (s *PolicySpec) checkPlans() error {
+	plain := *s
+	plain.Plans, plain.Plan, plain.DefaultPlan = nil, "", ""
+	seen := map[string]bool{}
+	var first, firstScope string // the first limited plan
+	for _, plan := range s.Plans {
+		switch {
+		case plan.Name == "":
+			return fmt.Errorf("policy %q plans: a plan without a name", s.Name)
+		case seen[plan.Name]:
+			return fmt.Errorf("policy %q plan %q: named twice", s.Name, plan.Name)
+		case plan.Unlimited && len(plan.Limits) > 0:
+			return fmt.Errorf("policy %q plan %q: unlimited and limits: give one or the other", s.Name, plan.Name)
+		case !plan.Unlimited && len(plan.Limits) == 0:
+			return fmt.Errorf("policy %q plan %q: needs at least one limit, or unlimited", s.Name, plan.Name)
+		}
+		seen[plan.Name] = true
+		if plan.Unlimited {
+			continue
+		}
+		plain.Limits = plan.Limits
+		limits, err := plain.Check()
+		if err != nil {
+			return fmt.Errorf("plan %q: %w", plan.Name, err)
+		}
+		scope, _ := PolicyScope(s.Name, limits...)
+		if first == "" {
+			first, firstScope = plan.Name, scope
+		} else if scope != firstScope {
+			return fmt.Errorf("policy %q plan %q: limits of other windows or algorithms than plan %q's (a key keeps its usage when its plan changes only if its plans count the same windows)", s.Name, plan.Name, first)
+		}
+	}
+	if first == "" {
+		return fmt.Errorf("policy %q plans: every plan is unlimited", s.Name)
+	}
+	if s.DefaultPlan == "" {
+		return fmt.Errorf("policy %q default_plan: missing (the plan of a request whose value names none)", s.Name)
+	}
+	if !seen[s.DefaultPlan] {
+		return fmt.Errorf("policy %q default_plan: %q is not one of its plans", s.Name, s.DefaultPlan)
+	}
+	return nil
+}
+
 // Build validates s and returns its policy and the rule's empty-key
 // handling. An adaptive policy's controller is shared by every config that
 // builds the same policy under the same owner (a gateway's name for the
@@ -338,22 +435,68 @@ func (s *PolicySpec) Build(owner string) (p *Policy, emptyKey EmptyKey, release 
 		return nil, 0, release, err
 	}
 	emptyKey, _ = ParseEmptyKey(s.EmptyKey)
-	opts := PolicyOptions{Shadow: s.Shadow}
+	if len(s.Plans) > 0 {
+		p, release, err = s.buildPlans(owner)
+		return p, emptyKey, release, err
+	}
+	p, release, err = s.build(owner, limits, "")
+	return p, emptyKey, release, err
+}
+
+// buildPlans builds a variant of the policy per limited plan, sharing one
+// adaptive controller (they count the same windows), and joins them.
+func (s *PolicySpec) buildPlans(owner string) (*Policy, func(), error) {
+	names := make([]string, len(s.Plans))
+	variants := make([]*Policy, len(s.Plans))
+	var releases []func()
+	releaseAll := func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	for i, plan := range s.Plans {
+		names[i] = plan.Name
+		if plan.Unlimited {
+			continue
+		}
+		limits := make([]Limit, len(plan.Limits))
+		for j := range plan.Limits {
+			limits[j], _ = plan.Limits[j].Limit() // checked by Check
+		}
+		v, release, err := s.build(owner, limits, plan.Name)
+		if err != nil {
+			releaseAll()
+			return nil, func() {}, err
+		}
+		variants[i], releases = v, append(releases, release)
+	}
+	p, err := NewPlans(names, variants, s.DefaultPlan)
+	if err != nil {
+		releaseAll()
+		return nil, func() {}, fmt.Errorf("policy %q %w", s.Name, err)
+	}
+	return p, releaseAll, nil
+}
+
+// build makes one policy (or one plan's variant) of s with limits.
+func (s *PolicySpec) build(owner string, limits []Limit, plan string) (*Policy, func(), error) {
+	release := func() {}
+	opts := PolicyOptions{Shadow: s.Shadow, Plan: plan}
 	if s.Adaptive != nil {
 		scope, err := PolicyScope(s.Name, limits...)
 		if err != nil {
-			return nil, 0, release, err
+			return nil, release, err
 		}
 		if opts.Adaptive, release, err = AcquireAdaptive(owner+"|"+scope, s.Adaptive.Options()); err != nil {
-			return nil, 0, func() {}, fmt.Errorf("policy %q %w", s.Name, err)
+			return nil, func() {}, fmt.Errorf("policy %q %w", s.Name, err)
 		}
 	}
-	p, err = NewPolicy(s.Name, opts, limits...)
+	p, err := NewPolicy(s.Name, opts, limits...)
 	if err != nil {
 		release()
-		return nil, 0, func() {}, err
+		return nil, func() {}, err
 	}
-	return p, emptyKey, release, nil
+	return p, release, nil
 }
 
 // RequestCost returns the units one request takes under s: Cost, or 1 when

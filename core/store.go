@@ -74,10 +74,16 @@ func (l *Limiter) Store() Store { return l.store }
 // Decide decides a request of cost units (at least 0) for key, bounded by
 // BoundKey, into d.
 func (l *Limiter) Decide(ctx context.Context, key string, cost int64, d *Decision) error {
+	return l.DecideFor(ctx, l.policy, key, cost, d)
+}
+
+// DecideFor is Decide under p, a plan's variant of the limiter's policy
+// (see Policy.ForPlan).
+func (l *Limiter) DecideFor(ctx context.Context, p *Policy, key string, cost int64, d *Decision) error {
 	if cost < 0 {
 		return fmt.Errorf("cost: %d must not be negative", cost)
 	}
-	return l.store.Decide(ctx, l.policy, BoundKey(key), cost, d)
+	return l.store.Decide(ctx, p, BoundKey(key), cost, d)
 }
 
 // Allow decides one request of cost 1 for key.

@@ -17,7 +17,7 @@ import (
 
 // Set is the series of one config's policies.
 type Set struct {
-	policies []*Policy
+	policies [][]*Policy // per rule, per plan (Policy.Variants)
 }
 
 // metrics are the shared vectors.
@@ -49,8 +49,8 @@ func New(reg *prometheus.Registry, policies []*core.Policy, h *store.Handle) (*S
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "tollgate", Name: "decisions_total",
-			Help: "Rate-limit decisions by policy, deciding limit and result (allowed, denied, shadowed, delayed).",
-		}, []string{"policy", "limit", "result"}),
+			Help: "Rate-limit decisions by policy, plan (empty without plans), deciding limit and result (allowed, denied, shadowed, delayed).",
+		}, []string{"policy", "plan", "limit", "result"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "tollgate", Name: "store_errors_total",
 			Help: "Decisions the shared store (Redis) could not make, so its failure policy made them.",
@@ -73,7 +73,11 @@ func New(reg *prometheus.Registry, policies []*core.Policy, h *store.Handle) (*S
 	}
 	set := &Set{}
 	for _, pol := range policies {
-		set.policies = append(set.policies, m.forPolicy(pol))
+		var variants []*Policy
+		for _, v := range pol.Variants() {
+			variants = append(variants, m.forPolicy(v))
+		}
+		set.policies = append(set.policies, variants)
 	}
 	for _, pol := range policies {
 		a := pol.Adaptive()
@@ -88,14 +92,16 @@ func New(reg *prometheus.Registry, policies []*core.Policy, h *store.Handle) (*S
 		if _, err := register(reg, factor); err != nil {
 			return nil, err
 		}
-		for i, id := range limitLabels(pol) {
-			effective := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Namespace: "tollgate", Name: "effective_limit",
-				Help:        "Count per window an adaptive policy's limit allows now.",
-				ConstLabels: prometheus.Labels{"policy": pol.Name(), "limit": id},
-			}, func() float64 { return float64(pol.Limits()[i].Count) })
-			if _, err := register(reg, effective); err != nil {
-				return nil, err
+		for _, v := range pol.Variants() {
+			for i, id := range limitLabels(v) {
+				effective := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+					Namespace: "tollgate", Name: "effective_limit",
+					Help:        "Count per window an adaptive policy's limit allows now.",
+					ConstLabels: prometheus.Labels{"policy": v.Name(), "plan": v.Plan(), "limit": id},
+				}, func() float64 { return float64(v.Limits()[i].Count) })
+				if _, err := register(reg, effective); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -132,7 +138,12 @@ func limitLabels(p *core.Policy) []string {
 // Observe counts policy i's decision (or its store's error) and how long
 // the store took.
 func (s *Set) Observe(i int, d *core.Decision, err error, took time.Duration) {
-	s.policies[i].observe(d, err, took)
+	variants := s.policies[i]
+	pm := variants[0]
+	if err == nil && len(variants) > 1 {
+		pm = variants[d.Policy.PlanIndex()]
+	}
+	pm.observe(d, err, took)
 }
 
 // register registers c, or returns the equal collector registered before (by
@@ -166,7 +177,7 @@ func (m *metrics) forPolicy(p *core.Policy) *Policy {
 	for _, id := range limitLabels(p) {
 		var byResult [resultCount]prometheus.Counter
 		for r, name := range resultNames {
-			byResult[r] = m.decisions.WithLabelValues(p.Name(), id, name)
+			byResult[r] = m.decisions.WithLabelValues(p.Name(), p.Plan(), id, name)
 		}
 		pm.decisions = append(pm.decisions, byResult)
 	}

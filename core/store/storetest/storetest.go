@@ -32,6 +32,7 @@ type Step struct {
 	At   time.Duration // since T0
 	Key  string        // "" means "k"
 	Cost int64         // 0 means 1; use Free for a request of cost 0
+	Plan string        // the plan whose limits the request takes, if the policy has plans
 	Want Want
 }
 
@@ -197,11 +198,37 @@ func Traces() []Trace {
 				Results: []WantResult{{false, 2}, {false, 2}}}},
 			{At: 107 * day, Cost: 4, Want: Want{Index: 1, Remaining: 2, Reset: 306 * day, RetryAfter: 306 * day}},
 		}},
+		// A key keeps its usage when its plan changes: free allows 2/1s and
+		// pro 4/1s on the same counters.
+		{"plans_keep_usage", plans("plans", "free", []string{"free", "pro"}, lim(2, time.Second, core.FixedWindow), lim(4, time.Second, core.FixedWindow)), []Step{
+			{At: 0, Plan: "free", Want: Want{Allowed: true, Remaining: 1, Reset: ms(1000)}},
+			{At: ms(10), Plan: "free", Want: Want{Allowed: true, Remaining: 0, Reset: ms(990)}},
+			{At: ms(20), Plan: "free", Want: Want{Remaining: 0, Reset: ms(980), RetryAfter: ms(980)}},
+			{At: ms(30), Plan: "pro", Want: Want{Allowed: true, Remaining: 1, Reset: ms(970)}},
+			{At: ms(40), Plan: "unknown", Want: Want{Remaining: 0, Reset: ms(960), RetryAfter: ms(960)}}, // the default plan
+			{At: ms(50), Plan: "pro", Want: Want{Allowed: true, Remaining: 0, Reset: ms(950)}},
+			{At: ms(60), Plan: "pro", Want: Want{Remaining: 0, Reset: ms(940), RetryAfter: ms(940)}},
+			{At: ms(1000), Plan: "free", Want: Want{Allowed: true, Remaining: 1, Reset: ms(1000)}},
+		}},
 		{"shadow", core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(1, time.Second, core.FixedWindow)), []Step{
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
 			{At: ms(10), Want: Want{Allowed: true, Shadowed: true, Remaining: 0, Reset: ms(990), RetryAfter: ms(990)}},
 		}},
 	}
+}
+
+// plans is a policy with one plan per name, each with the limit of the same
+// index.
+func plans(name, defaultPlan string, names []string, limits ...core.Limit) *core.Policy {
+	variants := make([]*core.Policy, len(names))
+	for i, plan := range names {
+		variants[i] = core.MustPolicy(name, core.PolicyOptions{Plan: plan}, limits[i])
+	}
+	p, err := core.NewPlans(names, variants, defaultPlan)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }
 
 // Options narrows the suite to what a store supports.
@@ -261,8 +288,9 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 				case Free:
 					cost = 0
 				}
+				p, _ := tr.Policy.ForPlan(st.Plan)
 				var d core.Decision
-				if err := store.Decide(context.Background(), tr.Policy, key, cost, &d); err != nil {
+				if err := store.Decide(context.Background(), p, key, cost, &d); err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
 				if msg := mismatch(&d, st.Want); msg != "" {

@@ -1,0 +1,139 @@
+package core_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store/memory"
+)
+
+func planSpec() core.PolicySpec {
+	return core.PolicySpec{Name: "api", DefaultPlan: "free", Plans: []core.PlanSpec{
+		{Name: "free", Limits: []core.LimitSpec{{Count: 2, Window: core.Duration(time.Minute), Algorithm: "fixed_window"}}},
+		{Name: "pro", Limits: []core.LimitSpec{{Count: 5, Window: core.Duration(time.Minute), Algorithm: "fixed_window"}}},
+		{Name: "internal", Unlimited: true},
+	}}
+}
+
+// TestPlansChooseLimitsPerRequest: each plan value gets its plan's limits
+// exactly, an unknown or empty value the default plan's, an unlimited plan
+// nothing counted; a key moved from free to pro keeps what it used; the
+// headers and the decision's fields name the plan in force.
+func TestPlansChooseLimitsPerRequest(t *testing.T) {
+	spec := planSpec()
+	p, _, release, err := spec.Build("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	clock := &core.ManualClock{Micros: 1_700_006_400_000_000}
+	store, err := memory.New(memory.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := core.NewGate(core.GateConfig{Rules: []core.Rule{{Limiter: core.NewLimiter(p, store)}},
+		Headers: core.HeaderOptions{Style: core.HeadersIETF}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decide := func(key, plan string) (core.Plan, map[string]string) {
+		t.Helper()
+		var out core.Plan
+		in := core.SameInput{Covered: true, Key: key, Cost: 1, Plan: plan}
+		if err := gate.Decide(context.Background(), &in, &out); err != nil {
+			t.Fatal(err)
+		}
+		h := map[string]string{}
+		gate.Headers(&out, func(name, value string) { h[name] = value })
+		return out, h
+	}
+	var got []string
+	for _, step := range []struct{ key, plan string }{
+		{"a", "free"}, {"a", "free"}, {"a", "free"}, // 2/1m
+		{"b", "pro"}, {"b", "pro"}, {"b", "pro"}, {"b", "pro"}, {"b", "pro"}, {"b", "pro"}, // 5/1m
+		{"c", ""}, {"c", "gold"}, {"c", "free"}, // the default plan
+		{"d", "internal"}, {"d", "internal"}, {"d", "internal"}, // unlimited
+		{"a", "pro"}, {"a", "pro"}, {"a", "pro"}, {"a", "pro"}, // a's 2 used count against pro's 5
+	} {
+		plan, _ := decide(step.key, step.plan)
+		switch {
+		case !plan.Covered():
+			got = append(got, "-")
+		case plan.Passes():
+			got = append(got, "y")
+		default:
+			got = append(got, "n")
+		}
+	}
+	want := "y y n y y y y y n y y n - - - y y y n"
+	if strings.Join(got, " ") != want {
+		t.Errorf("decisions\n got %s\nwant %s", strings.Join(got, " "), want)
+	}
+	plan, h := decide("e", "pro")
+	if h["Ratelimit-Policy"] != `"api-pro";q=5;w=60` {
+		t.Errorf("headers %v", h)
+	}
+	if v, _ := plan.Decision.Fields().Field(core.FieldPlan); v != "pro" {
+		t.Errorf("plan field %v, want pro", v)
+	}
+	if _, h := decide("e", "nope"); h["Ratelimit-Policy"] != `"api-free";q=2;w=60` {
+		t.Errorf("an unknown plan's headers %v, want the default plan's", h)
+	}
+}
+
+func TestPlanSpecErrorsNameTheFault(t *testing.T) {
+	for _, tc := range []struct {
+		edit func(*core.PolicySpec)
+		want string
+	}{
+		{func(s *core.PolicySpec) { s.Limits = s.Plans[0].Limits }, `policy "api": limits and plans: give one or the other`},
+		{func(s *core.PolicySpec) { s.DefaultPlan = "" }, `policy "api" default_plan: missing`},
+		{func(s *core.PolicySpec) { s.DefaultPlan = "gold" }, `policy "api" default_plan: "gold" is not one of its plans`},
+		{func(s *core.PolicySpec) { s.Plans[1].Name = "free" }, `policy "api" plan "free": named twice`},
+		{func(s *core.PolicySpec) { s.Plans[1].Name = "" }, `policy "api" plans: a plan without a name`},
+		{func(s *core.PolicySpec) { s.Plans[2].Unlimited = false }, `policy "api" plan "internal": needs at least one limit, or unlimited`},
+		{func(s *core.PolicySpec) { s.Plans[0].Unlimited = true }, `policy "api" plan "free": unlimited and limits`},
+		{func(s *core.PolicySpec) { s.Plans[1].Limits[0].Window = core.Duration(time.Hour) }, `plan "pro": limits of other windows or algorithms than plan "free"'s`},
+		{func(s *core.PolicySpec) { s.Plans[1].Limits[0].Count = 0 }, `plan "pro": policy "api" limit 1: count`},
+		{func(s *core.PolicySpec) { s.Plans[0].Unlimited, s.Plans[0].Limits, s.Plans = true, nil, s.Plans[:1] }, `every plan is unlimited`},
+		{func(s *core.PolicySpec) {
+			s.Plans, s.Limits = nil, []core.LimitSpec{{Count: 1, Window: core.Duration(time.Second)}}
+		}, `policy "api": plan and default_plan need plans`},
+	} {
+		spec := planSpec()
+		// Each case edits its own copy of the plans.
+		spec.Plans = append([]core.PlanSpec(nil), spec.Plans...)
+		for i := range spec.Plans {
+			spec.Plans[i].Limits = append([]core.LimitSpec(nil), spec.Plans[i].Limits...)
+		}
+		tc.edit(&spec)
+		_, _, release, err := spec.Build("test")
+		release()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v, want %q", err, tc.want)
+		}
+	}
+}
+
+// TestPlansCaddyfileLines: a plans block's lines stack limits per plan.
+func TestPlansCaddyfileLines(t *testing.T) {
+	s := core.PolicySpec{Name: "api"}
+	for _, line := range [][]string{{"free", "100/1h"}, {"free", "10/1m"}, {"pro", "10000/1h"}, {"pro", "1000/1m"}, {"internal", "unlimited"}} {
+		if err := s.SetPlan(line[0], line[1:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetPlan("pro", []string{"lots"}); err == nil || !strings.Contains(err.Error(), `policy "api" plan "pro" limit "lots"`) {
+		t.Errorf("bad limit: %v", err)
+	}
+	if len(s.Plans) != 3 || len(s.Plans[0].Limits) != 2 || len(s.Plans[1].Limits) != 2 || !s.Plans[2].Unlimited {
+		t.Fatalf("plans %+v", s.Plans)
+	}
+	s.DefaultPlan = "free"
+	if _, err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
