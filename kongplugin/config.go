@@ -3,7 +3,6 @@ package kongplugin
 import (
 	"cmp"
 	_ "embed" // schema.json
-	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -23,14 +22,17 @@ import (
 // before the checks Kong cannot run (see compile). Fields without a
 // default are pointers or zero when unset.
 type Config struct {
-	// Second..Year are Kong's limits: requests per period. Month and year
-	// are calendar periods in UTC (from the 1st, from 1 January), as Kong's.
-	Second *float64 `json:"second"`
-	Minute *float64 `json:"minute"`
-	Hour   *float64 `json:"hour"`
-	Day    *float64 `json:"day"`
-	Month  *float64 `json:"month"`
-	Year   *float64 `json:"year"`
+	// Periods are Kong's limits, and Limits tollgate's extra ones; or
+	// Plans choose them per request.
+	Periods
+	Limits []LimitConfig `json:"limits"`
+	// Plans are named sets of limits, chosen per request by PlanBy: the
+	// consumer's tag that names a plan (consumer_tag), or the PlanHeader
+	// header's value (header); DefaultPlan when neither names one.
+	Plans       []PlanConfig `json:"plans"`
+	PlanBy      string       `json:"plan_by"`
+	PlanHeader  string       `json:"plan_header"`
+	DefaultPlan string       `json:"default_plan"`
 	// LimitBy picks the identifier: consumer, credential, ip, service,
 	// header (named by HeaderName) or path (equal to Path).
 	LimitBy    string `json:"limit_by"`
@@ -64,8 +66,6 @@ type Config struct {
 
 	// Algorithm counts every limit.
 	Algorithm string `json:"algorithm"`
-	// Limits adds limits with any window.
-	Limits []LimitConfig `json:"limits"`
 	// Cost is the units each request takes.
 	Cost int64 `json:"cost"`
 	// Shadow decides and reports but never denies.
@@ -90,6 +90,25 @@ type Config struct {
 		ServiceID string `json:"service_id"`
 	}
 	compiled *instance
+}
+
+// Periods are Kong's limits: requests per period. Month and year are
+// calendar periods in UTC (from the 1st, from 1 January), as Kong's.
+type Periods struct {
+	Second *float64 `json:"second"`
+	Minute *float64 `json:"minute"`
+	Hour   *float64 `json:"hour"`
+	Day    *float64 `json:"day"`
+	Month  *float64 `json:"month"`
+	Year   *float64 `json:"year"`
+}
+
+// PlanConfig is one plan: its periods and extra limits, or unlimited.
+type PlanConfig struct {
+	Name string `json:"name"`
+	Periods
+	Limits    []LimitConfig `json:"limits"`
+	Unlimited bool          `json:"unlimited"`
 }
 
 // RedisConfig is Kong's redis record, plus Cluster and Sentinel.
@@ -174,13 +193,7 @@ func (l *LimitConfig) spec(field, algorithm string) (core.LimitSpec, error) {
 //go:embed schema.json
 var schemaJSON []byte
 
-var schema = func() *kongschema.Schema {
-	s, err := kongschema.Parse(schemaJSON)
-	if err != nil {
-		panic(err) // TestKongSchema* keep the declaration sound
-	}
-	return s
-}()
+var schema = kongschema.MustParse(schemaJSON) // TestKongSchema* keep it sound
 
 // UnmarshalJSON checks a config against the schema as Kong's Admin API
 // does, fills Kong's defaults, then makes the checks Kong's schema cannot
@@ -189,20 +202,7 @@ var schema = func() *kongschema.Schema {
 func (c *Config) UnmarshalJSON(b []byte) error {
 	type plain Config // without this method
 	*c = Config{}
-	var raw map[string]any
-	err := json.Unmarshal(b, &raw)
-	if err == nil {
-		err = schema.Check(raw)
-	}
-	if err == nil {
-		b, err = json.Marshal(raw)
-	}
-	if err == nil {
-		err = json.Unmarshal(b, (*plain)(c))
-	}
-	if err == nil {
-		err = json.Unmarshal(b, &c.attached)
-	}
+	err := schema.Decode(b, (*plain)(c), &c.attached)
 	if err == nil {
 		c.compiled, err = compile(c)
 	}
@@ -224,7 +224,8 @@ func or[T any](p *T, def T) T {
 // rate-limiting makes some in Lua: the periods' order, sync_rate's floor
 // in eventual mode's algorithms) and builds what a request needs.
 func compile(c *Config) (*instance, error) {
-	inst := &instance{limitBy: c.LimitBy, headerName: c.HeaderName, path: c.Path, message: c.ErrorMessage, cost: c.Cost}
+	inst := &instance{limitBy: c.LimitBy, headerName: c.HeaderName, path: c.Path, message: c.ErrorMessage, cost: c.Cost,
+		planBy: c.PlanBy, planHeader: c.PlanHeader}
 	if err := core.CheckDenyStatus(c.ErrorCode); err != nil {
 		return nil, fmt.Errorf("error_code: %w", err)
 	}
@@ -238,50 +239,25 @@ func compile(c *Config) (*instance, error) {
 	}
 	inst.headers = core.HeaderOptions{Style: style}
 
-	// Kong's periods (a longer one may not allow fewer), then the extra limits.
-	var limits []core.LimitSpec
-	var fields []string
-	var prev *float64
-	for _, p := range []struct {
-		name   string // the field, and the limit's name (Kong's headers say Minute)
-		count  *float64
-		window time.Duration
-	}{
-		{"second", c.Second, time.Second}, {"minute", c.Minute, time.Minute}, {"hour", c.Hour, time.Hour},
-		{"day", c.Day, 24 * time.Hour}, {"month", c.Month, core.CalendarMonth}, {"year", c.Year, core.CalendarYear},
-	} {
-		if p.count == nil {
-			continue
-		}
-		if prev != nil && *p.count < *prev {
-			// Kong's words, from its custom validator.
-			return nil, fmt.Errorf("The limit for %s(%.1f) cannot be lower than the limit for %s(%.1f)", p.name, *p.count, fields[len(fields)-1], *prev)
-		}
-		prev = p.count
-		// Kong admits requests while the count used is below a fractional
-		// limit: 2.5 admits 3.
-		count := int64(min(math.Ceil(*p.count), core.MaxCount+1))
-		limits = append(limits, core.LimitSpec{Name: p.name, Count: count, Window: core.Duration(p.window), Algorithm: c.Algorithm})
-		fields = append(fields, p.name)
+	limits, err := c.Periods.limits(c.Limits, c.Algorithm, "")
+	if err != nil {
+		return nil, err
 	}
-	for i := range c.Limits {
-		field := fmt.Sprintf("limits[%d]", i)
-		l, err := c.Limits[i].spec(field, c.Algorithm)
-		if err != nil {
+	spec := core.PolicySpec{Name: "tollgate", Limits: limits, Shadow: c.Shadow, DefaultPlan: c.DefaultPlan}
+	if len(c.Plans) > 0 && len(limits) > 0 {
+		return nil, fmt.Errorf("plans: set with second..year or limits; give one or the other (each plan holds its limits)")
+	}
+	for i, plan := range c.Plans {
+		ps := core.PlanSpec{Name: plan.Name, Unlimited: plan.Unlimited}
+		if ps.Limits, err = plan.Periods.limits(plan.Limits, c.Algorithm, fmt.Sprintf("plans[%d]: ", i)); err != nil {
 			return nil, err
 		}
-		limits, fields = append(limits, l), append(fields, field)
-	}
-	for i := range limits {
-		if _, err := limits[i].Limit(); err != nil {
-			return nil, fmt.Errorf("%s: %w", fields[i], err)
-		}
+		spec.Plans = append(spec.Plans, ps)
 	}
 
 	// Counters are per route and service the plugin is attached to, as
 	// Kong's, unless a namespace shares them.
 	inst.scope = "route=" + c.attached.RouteID + ",service=" + c.attached.ServiceID + "|"
-	spec := core.PolicySpec{Name: "tollgate", Limits: limits, Shadow: c.Shadow}
 	if c.Namespace != "" {
 		inst.scope, spec.Name = "ns="+c.Namespace+"|", c.Namespace
 	}
@@ -301,6 +277,49 @@ func compile(c *Config) (*instance, error) {
 		return nil, fmt.Errorf("sync_rate: %v", err)
 	}
 	return inst, nil
+}
+
+// limits reads Kong's periods (a longer one may not allow fewer), then the
+// extra limits; field prefixes their names in errors.
+func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]core.LimitSpec, error) {
+	var limits []core.LimitSpec
+	var fields []string
+	var prev *float64
+	for _, p := range []struct {
+		name   string // the field, and the limit's name (Kong's headers say Minute)
+		count  *float64
+		window time.Duration
+	}{
+		{"second", ps.Second, time.Second}, {"minute", ps.Minute, time.Minute}, {"hour", ps.Hour, time.Hour},
+		{"day", ps.Day, 24 * time.Hour}, {"month", ps.Month, core.CalendarMonth}, {"year", ps.Year, core.CalendarYear},
+	} {
+		if p.count == nil {
+			continue
+		}
+		if prev != nil && *p.count < *prev {
+			// Kong's words, from its custom validator.
+			return nil, fmt.Errorf("%sThe limit for %s(%.1f) cannot be lower than the limit for %s(%.1f)", field, p.name, *p.count, fields[len(fields)-1], *prev)
+		}
+		prev = p.count
+		// Kong admits requests while the count used is below a fractional
+		// limit: 2.5 admits 3.
+		count := int64(min(math.Ceil(*p.count), core.MaxCount+1))
+		limits = append(limits, core.LimitSpec{Name: p.name, Count: count, Window: core.Duration(p.window), Algorithm: algorithm})
+		fields = append(fields, p.name)
+	}
+	for i := range extra {
+		l, err := extra[i].spec(fmt.Sprintf("%slimits[%d]", field, i), algorithm)
+		if err != nil {
+			return nil, err
+		}
+		limits, fields = append(limits, l), append(fields, field+fmt.Sprintf("limits[%d]", i))
+	}
+	for i := range limits {
+		if _, err := limits[i].Limit(); err != nil {
+			return nil, fmt.Errorf("%s%s: %w", field, fields[i], err)
+		}
+	}
+	return limits, nil
 }
 
 // storeConfig reads policy, redis, sync_rate, fault_tolerant and on_error

@@ -118,6 +118,16 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{`"limits":[{"count":2.5,"window":"10s"}]`, `config.limits[0].count: expected an integer (got 2.5)`},
 		{`"limits":[{"count":5,"window":"10s","algorithm":"leaky_bucket"}]`, `limits[0]: max_delay: 0s must be above 0 for leaky_bucket`},
 		{`"limits":[{"count":5,"window":true}]`, `config.limits[0].window: expected a string (got true)`},
+		{`"plans":[{"name":"free","minute":5}]`, `config.default_plan: required field missing`},
+		{`"plans":[{"name":"free","minute":5}],"default_plan":"gold"`, `default_plan: "gold" is not one of its plans`},
+		{`"minute":5,"plans":[{"name":"free","minute":5}],"default_plan":"free"`, `plans: set with second..year or limits; give one or the other`},
+		{`"plans":[{"name":"free","minute":5},{"name":"pro","hour":50}],"default_plan":"free"`, `plan "pro": limits of other windows or algorithms than plan "free"'s`},
+		{`"plans":[{"name":"free","minute":5,"hour":2}],"default_plan":"free"`, `plans[0]: The limit for hour(2.0) cannot be lower than the limit for minute(5.0)`},
+		{`"plans":[{"name":"free","limits":[{"count":5,"window":"soon"}]}],"default_plan":"free"`, `plans[0]: limits[0].window`},
+		{`"plans":[{"name":"free"}],"default_plan":"free"`, `plan "free": needs at least one limit, or unlimited`},
+		{`"plans":[{"minute":5}],"default_plan":"free"`, `config.plans[0].name: required field missing`},
+		{`"plans":[{"name":"free","minute":5}],"default_plan":"free","plan_by":"header"`, `config.plan_header: required field missing`},
+		{`"plans":[{"name":"free","minute":5}],"default_plan":"free","plan_by":"tier"`, `config.plan_by: expected one of: consumer_tag, header`},
 		{`"minute":"five"`, `config.minute: expected a number (got "five")`},
 	} {
 		_, err := decode(t, tc.fields)

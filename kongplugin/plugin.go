@@ -6,16 +6,15 @@ package kongplugin
 
 import (
 	"context"
-	"flag"
 	"net/http"
-	"os"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/Kong/go-pdk"
+	"github.com/Kong/go-pdk/entities"
 	"github.com/Kong/go-pdk/server"
 
 	"github.com/tollgate/tollgate/core"
@@ -33,21 +32,11 @@ const Priority = 910
 // New returns an empty config: go-pdk's constructor.
 func New() interface{} { return &Config{} }
 
-// Serve runs the plugin server as Kong starts it. With -dump it prints the
-// plugin's info for Kong's query command with the full schema (go-pdk's
-// own dump has the fields' types only, so Kong would accept any value).
+// Serve runs the plugin server as Kong starts it, or with -dump prints the
+// plugin's info and full schema for Kong's query command.
 func Serve() error {
-	flag.Parse() // go-pdk declares -dump and -kong-prefix
-	if flag.Lookup("dump").Value.String() != "true" {
-		return server.StartServer(New, Version, Priority)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	name := filepath.Base(exe) // Kong names a Go plugin after its executable
-	return schema.Dump(os.Stdout, kongschema.Info{Name: name, Version: Version, Priority: Priority,
-		Phases: kongschema.Phases(&Config{}), Socket: filepath.Join(flag.Lookup("kong-prefix").Value.String(), name+".socket")})
+	return schema.ServeOrDump(kongschema.Info{Version: Version, Priority: Priority, Phases: kongschema.Phases(&Config{})},
+		func() error { return server.StartServer(New, Version, Priority) })
 }
 
 // instance is a validated config, ready for requests.
@@ -57,6 +46,8 @@ type instance struct {
 	scope       string // prefixed to every identifier
 	limitBy     string
 	headerName  string
+	planBy      string // consumer_tag or header, for a policy with plans
+	planHeader  string
 	path        string
 	status      int
 	message     string
@@ -93,7 +84,8 @@ func (c *Config) Access(kong *pdk.PDK) {
 	var plan core.Plan
 	if err == nil {
 		// One rule, keyed as Kong's rate-limiting keys, in the instance's scope.
-		req := core.SameInput{Covered: true, Key: inst.scope + identifier(kong, inst), Cost: inst.cost}
+		id, consumer := identifier(kong, inst)
+		req := core.SameInput{Covered: true, Key: inst.scope + id, Cost: inst.cost, Plan: planOf(kong, inst, consumer)}
 		err = gate.Decide(context.Background(), &req, &plan)
 	}
 	if err != nil {
@@ -150,12 +142,12 @@ func (c *Config) Log(kong *pdk.PDK) {
 
 // identifier computes the key as Kong's rate-limiting does, falling back to
 // the client IP (Kong's trusted_ips logic) when the identifier is missing.
-func identifier(kong *pdk.PDK, inst *instance) string {
-	var id string
+// It returns the consumer when it asked Kong for it.
+func identifier(kong *pdk.PDK, inst *instance) (id string, consumer *entities.Consumer) {
 	switch inst.limitBy {
 	case "consumer":
 		if c, err := kong.Client.GetConsumer(); err == nil && c.Id != "" {
-			id = c.Id
+			id, consumer = c.Id, &c
 		} else if cr, err := kong.Client.GetCredential(); err == nil {
 			id = cr.Id
 		}
@@ -177,7 +169,34 @@ func identifier(kong *pdk.PDK, inst *instance) string {
 	if id == "" {
 		id, _ = kong.Client.GetForwardedIp()
 	}
-	return id
+	return id, consumer
+}
+
+// planOf names the request's plan: the plan_header's value, or the first
+// of the consumer's tags that names a plan ("" takes the default plan).
+func planOf(kong *pdk.PDK, inst *instance, consumer *entities.Consumer) string {
+	if inst.policy.Plans() == nil {
+		return "" // no PDK call without plans
+	}
+	switch inst.planBy {
+	case "header":
+		v, _ := kong.Request.GetHeader(inst.planHeader)
+		return v
+	case "consumer_tag":
+		if consumer == nil {
+			c, err := kong.Client.GetConsumer()
+			if err != nil {
+				return ""
+			}
+			consumer = &c
+		}
+		for _, tag := range consumer.Tags {
+			if slices.Contains(inst.policy.Plans(), tag) {
+				return tag
+			}
+		}
+	}
+	return ""
 }
 
 // deny ends a denied request as kong.response.error does: grpc-status and

@@ -538,3 +538,76 @@ func TestKongDenialFollowsAccept(t *testing.T) {
 		t.Errorf("gRPC denial: %d body %q headers %v", res.Status, res.Body, res.Headers)
 	}
 }
+
+// TestKongPlans: over the plugin socket, one instance with three plans
+// chosen by the consumer's tags: each plan gets its limits exactly, the
+// unlimited plan passes with no headers, a consumer with no plan tag takes
+// the default, and a consumer retagged from free to pro keeps what it used.
+// The plan costs no PDK call beyond the consumer limit_by already fetches.
+// A second instance chooses the plan by a header.
+func TestKongPlans(t *testing.T) {
+	srv := kongproc.Start(t)
+	c := srv.Dial()
+	defer c.Close()
+	plans := []any{
+		map[string]any{"name": "free", "minute": 2},
+		map[string]any{"name": "pro", "minute": 4},
+		map[string]any{"name": "internal", "unlimited": true},
+	}
+	byTag := start(t, c, map[string]any{"plans": plans, "default_plan": "free", "namespace": "plans-by-tag"})
+	statuses := func(id int32, req kongproc.Request, n int) string {
+		var got []string
+		for i := 0; i < n; i++ {
+			res := access(t, c, id, req)
+			switch {
+			case res.Exited:
+				got = append(got, strconv.Itoa(res.Status))
+			default:
+				got = append(got, "pass")
+			}
+		}
+		return strings.Join(got, " ")
+	}
+	consumer := func(id string, tags ...string) kongproc.Request {
+		return kongproc.Request{ConsumerID: id, ConsumerTags: tags, ForwardedIP: "192.0.2.9"}
+	}
+	for _, tc := range []struct {
+		req  kongproc.Request
+		n    int
+		want string
+	}{
+		{consumer("c-free", "team-a", "free"), 3, "pass pass 429"},
+		{consumer("c-pro", "pro"), 5, "pass pass pass pass 429"},
+		{consumer("c-int", "internal"), 6, "pass pass pass pass pass pass"},
+		{consumer("c-none"), 3, "pass pass 429"},
+		{consumer("c-free", "pro"), 3, "pass pass 429"}, // 2 used on free count against pro's 4
+	} {
+		if got := statuses(byTag, tc.req, tc.n); got != tc.want {
+			t.Errorf("consumer %s tags %v: %s, want %s", tc.req.ConsumerID, tc.req.ConsumerTags, got, tc.want)
+		}
+	}
+	res := access(t, c, byTag, consumer("c-pro-2", "pro"))
+	header(t, "pro", res, map[string]string{"X-Ratelimit-Limit-Minute": "4", "X-Ratelimit-Remaining-Minute": "3"})
+	if fmt.Sprint(res.Calls) != "[kong.client.get_consumer kong.response.set_headers]" {
+		t.Errorf("PDK calls of an allowed request with a plan: %v, want the consumer and the headers only", res.Calls)
+	}
+	if res := access(t, c, byTag, consumer("c-int", "internal")); res.Exited || len(res.Headers) != 0 {
+		t.Errorf("unlimited plan: exited %v headers %v, want passed with no rate-limit headers", res.Exited, res.Headers)
+	}
+
+	byHeader := start(t, c, map[string]any{"plans": plans, "default_plan": "free", "plan_by": "header",
+		"plan_header": "X-Plan", "limit_by": "header", "header_name": "X-Key", "namespace": "plans-by-header"})
+	req := func(key, plan string) kongproc.Request {
+		h := http.Header{"X-Key": {key}}
+		if plan != "" {
+			h.Set("X-Plan", plan)
+		}
+		return kongproc.Request{Headers: h, ForwardedIP: "192.0.2.9"}
+	}
+	if got := statuses(byHeader, req("k1", "pro"), 5); got != "pass pass pass pass 429" {
+		t.Errorf("X-Plan pro: %s", got)
+	}
+	if got := statuses(byHeader, req("k2", "platinum"), 3); got != "pass pass 429" {
+		t.Errorf("X-Plan naming no plan: %s, want the default plan's 2", got)
+	}
+}

@@ -18,9 +18,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -103,6 +106,35 @@ func Parse(declaration []byte) (*Schema, error) {
 		return nil, fmt.Errorf("kong schema: %w", err)
 	}
 	return s, nil
+}
+
+// MustParse is Parse for a declaration compiled into a program; it panics
+// on error (a test keeps the declaration sound).
+func MustParse(declaration []byte) *Schema {
+	s, err := Parse(declaration)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Decode checks the JSON object b with Check (filling its defaults) and
+// decodes the result into each of targets.
+func (s *Schema) Decode(b []byte, targets ...any) error {
+	var config map[string]any
+	if err := json.Unmarshal(b, &config); err != nil {
+		return err
+	}
+	if err := s.Check(config); err != nil {
+		return err
+	}
+	b, err := json.Marshal(config)
+	for _, t := range targets {
+		if err == nil {
+			err = json.Unmarshal(b, t)
+		}
+	}
+	return err
 }
 
 func (s *Schema) prepare(fields []map[string]*Field, checks []Check, path string) error {
@@ -524,6 +556,25 @@ func (s *Schema) Dump(w io.Writer, info Info) error {
 			"Name": info.Name, "Version": info.Version, "Priority": info.Priority, "Phases": info.Phases, "Schema": schema,
 		}},
 	})
+}
+
+// ServeOrDump is a go-pdk plugin server's main: with -dump (go-pdk's flag,
+// as Kong's query command runs it) it prints the plugin's info with this
+// full schema (go-pdk's own dump has the fields' types only, so Kong would
+// accept any value); otherwise it runs serve, go-pdk's server. Kong names
+// a Go plugin after its executable; its socket is <-kong-prefix>/<name>.socket.
+func (s *Schema) ServeOrDump(info Info, serve func() error) error {
+	flag.Parse() // go-pdk's flags are declared when its server package loads
+	if f := flag.Lookup("dump"); f == nil || f.Value.String() != "true" {
+		return serve()
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	info.Name = filepath.Base(exe)
+	info.Socket = filepath.Join(flag.Lookup("kong-prefix").Value.String(), info.Name+".socket")
+	return s.Dump(os.Stdout, info)
 }
 
 // Phases lists the Kong phases a go-pdk plugin config handles, as go-pdk

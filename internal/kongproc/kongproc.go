@@ -257,6 +257,7 @@ func Dump(t testing.TB) []byte {
 type Request struct {
 	ForwardedIP  string // kong.client.get_forwarded_ip (after trusted_ips)
 	ConsumerID   string
+	ConsumerTags []string // the consumer entity's tags
 	CredentialID string
 	ServiceID    string
 	RouteID      string
@@ -353,7 +354,7 @@ func answer(method string, args []byte, req Request, res *Result) (proto.Message
 	case "kong.client.get_forwarded_ip", "kong.client.get_ip":
 		return bridge.WrapString(req.ForwardedIP), nil
 	case "kong.client.get_consumer":
-		return &pb.Consumer{Id: req.ConsumerID}, nil
+		return &pb.Consumer{Id: req.ConsumerID, Tags: req.ConsumerTags}, nil
 	case "kong.client.get_credential":
 		return &pb.AuthenticatedCredential{Id: req.CredentialID, ConsumerId: req.ConsumerID}, nil
 	case "kong.router.get_service":
