@@ -268,6 +268,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		_, err := w.Write([]byte(h.gate.Body()))
 		return err
 	}
+	// In-flight slots go back when the chain returns: after the response,
+	// on a panic, or when the client left.
+	defer plan.HoldLeases(0)()
 	if !core.Hold(r.Context(), plan.Delay) {
 		return r.Context().Err() // the client left while its request was held
 	}

@@ -27,6 +27,11 @@ const (
 	// delayed (Result.Delay) up to MaxDelay instead of rejected, and released no
 	// faster than Count per Window.
 	LeakyBucket
+	// InFlight admits at most Count requests in flight at once. Each takes a
+	// lease of Window that its gateway ends when the response is finished
+	// (EndLease, Limiter.EndLease) and renews while the request runs; a
+	// lease its gateway never ends (the node died) frees itself after Window.
+	InFlight
 )
 
 // DefaultAlgorithm is used when a Limit leaves Algorithm unset.
@@ -39,10 +44,11 @@ var algorithmNames = []string{
 	TokenBucket:    "token_bucket",
 	GCRA:           "gcra",
 	LeakyBucket:    "leaky_bucket",
+	InFlight:       "in_flight",
 }
 
 // Algorithms lists every algorithm, in declaration order.
-var Algorithms = []Algorithm{FixedWindow, SlidingLog, SlidingCounter, TokenBucket, GCRA, LeakyBucket}
+var Algorithms = []Algorithm{FixedWindow, SlidingLog, SlidingCounter, TokenBucket, GCRA, LeakyBucket, InFlight}
 
 // String returns the configuration name of a, such as "sliding_log".
 func (a Algorithm) String() string { return enumName(algorithmNames, a, "Algorithm") }
@@ -52,5 +58,5 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	if a, ok := parseEnum[Algorithm](algorithmNames, s); ok {
 		return a, nil
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_log, sliding_counter, token_bucket, gcra or leaky_bucket)", s)
+	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_log, sliding_counter, token_bucket, gcra, leaky_bucket or in_flight)", s)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -154,6 +155,14 @@ type Plan struct {
 	watching [MaxLimits]*Adaptive
 	watched  int
 	extra    []*Adaptive
+	// leases are the in-flight slots the request holds (see HoldLeases).
+	leases []heldLease
+}
+
+// heldLease is a lease and the limiter whose store holds it.
+type heldLease struct {
+	limiter *Limiter
+	lease   Lease
 }
 
 // Decide runs the pipeline for one request: for each rule in order it asks
@@ -164,7 +173,7 @@ type Plan struct {
 func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 	plan.Decision = Decision{}
 	plan.Delay = 0
-	plan.watched, plan.extra = 0, nil
+	plan.watched, plan.extra, plan.leases = 0, nil, nil
 	var d Decision
 	for i := range g.rules {
 		in, err := req.Input(i)
@@ -182,8 +191,15 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 				continue // an unlimited plan: nothing to count
 			}
 		}
+		dctx := ctx
+		if pol.HoldsLeases() {
+			// A slot taken must be seen to be given back: a client leaving
+			// mid-decision must not lose the store's reply (the store's
+			// timeout still bounds it).
+			dctx = context.WithoutCancel(ctx)
+		}
 		start := time.Now()
-		err = r.Limiter.DecideFor(ctx, pol, in.Key, in.Cost, &d)
+		err = r.Limiter.DecideFor(dctx, pol, in.Key, in.Cost, &d)
 		req.Decided(i, &d, err, time.Since(start))
 		if err != nil {
 			if ctx.Err() != nil {
@@ -200,6 +216,9 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 		if !d.Allowed {
 			break
 		}
+		if lease, ok := r.Limiter.Lease(in.Key, &d); ok {
+			plan.leases = append(plan.leases, heldLease{r.Limiter, lease})
+		}
 		if a := r.Limiter.Policy().Adaptive(); a != nil {
 			if plan.watched < len(plan.watching) {
 				plan.watching[plan.watched] = a
@@ -212,8 +231,78 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 	}
 	if !plan.Passes() {
 		plan.Delay = 0
+		// A later rule denied: the slots earlier rules took go back now.
+		plan.endLeases(context.WithoutCancel(ctx))
 	}
 	return nil
+}
+
+// HoldsLeases reports whether the request holds in-flight slots (an
+// InFlight limit allowed it), which HoldLeases keeps and gives back.
+func (p *Plan) HoldsLeases() bool { return len(p.leases) > 0 }
+
+// HoldLeases keeps the request's in-flight slots while it runs, renewing
+// them every third of their window (so a long request keeps its slot and a
+// dead gateway's slots free themselves), for at most maxHold (0: no
+// bound), and returns the function that gives them back: call it when the
+// response is finished, even after a panic or when the client left.
+// Without leases it starts nothing. A store that cannot be reached is not
+// retried: its leases end by themselves after their window.
+func (p *Plan) HoldLeases(maxHold time.Duration) (end func()) {
+	if len(p.leases) == 0 {
+		return func() {}
+	}
+	leases := p.leases
+	p.leases = nil // the plan may be reused; the leases are the returned func's
+	window := time.Duration(1<<63 - 1)
+	for _, h := range leases {
+		for _, l := range h.lease.Policy.Limits() {
+			if l.Algorithm == InFlight {
+				window = min(window, l.Window)
+			}
+		}
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(max(window/3, time.Millisecond))
+		defer tick.Stop()
+		var timeout <-chan time.Time
+		if maxHold > 0 {
+			t := time.NewTimer(maxHold)
+			defer t.Stop()
+			timeout = t.C
+		}
+		for {
+			select {
+			case <-tick.C:
+				for i := range leases {
+					_, _ = leases[i].limiter.EndLease(context.Background(), &leases[i].lease, true)
+				}
+			case <-stop:
+				return
+			case <-timeout:
+				return // held too long: stop renewing, the slots free themselves
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(stop)
+			<-done // no renewal after the end
+			held := Plan{leases: leases}
+			held.endLeases(context.Background())
+		})
+	}
+}
+
+// endLeases gives back every lease the plan holds.
+func (p *Plan) endLeases(ctx context.Context) {
+	for i := range p.leases {
+		_, _ = p.leases[i].limiter.EndLease(ctx, &p.leases[i].lease, false)
+	}
+	p.leases = nil
 }
 
 // Covered reports whether any rule covered the request.

@@ -120,6 +120,9 @@ func RenderHeaders(d *Decision, o HeaderOptions, setHeader func(name, value stri
 			// Each request takes Cost units: q and r count units, not requests.
 			policy, units = set.ietfPolicyUnits, `;qu="units"`
 		}
+		if set.limits[d.Index].Algorithm == InFlight {
+			units = `;qu="concurrent-requests"` // as its policy item says
+		}
 		setHeader(HeaderRateLimitPolicy, policy)
 		setHeader(HeaderRateLimit, d.Policy.ietfNames[d.Index]+";r="+strconv.FormatInt(max(0, d.Remaining), 10)+
 			";t="+strconv.FormatInt(reset, 10)+units)
@@ -248,8 +251,13 @@ func ietfPolicyField(names []string, limits []Limit, units bool) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		q, w := ietfQuota(&limits[i])
 		b.WriteString(names[i])
+		if limits[i].Algorithm == InFlight {
+			// Slots held at once, over no window: the draft's unit for it.
+			b.WriteString(";q=" + strconv.FormatInt(limits[i].Count, 10) + `;qu="concurrent-requests"`)
+			continue
+		}
+		q, w := ietfQuota(&limits[i])
 		b.WriteString(";q=" + strconv.FormatInt(q, 10))
 		b.WriteString(";w=" + strconv.FormatInt(w, 10))
 		if units {

@@ -51,6 +51,9 @@ func TestIETFHeadersConsistent(t *testing.T) {
 		core.MustPolicy("adaptive", core.PolicyOptions{Adaptive: adaptive}, lim(10, time.Second, core.SlidingCounter, 0),
 			lim(9, time.Second, core.GCRA, 4)),
 		core.MustPolicy("month", core.PolicyOptions{}, lim(3, core.CalendarMonth, core.FixedWindow, 0)),
+		core.MustPolicy("inflight", core.PolicyOptions{}, lim(3, 2*time.Second, core.InFlight, 0)),
+		core.MustPolicy("inflight-stack", core.PolicyOptions{}, lim(2, time.Second, core.InFlight, 0),
+			lim(6, time.Second, core.SlidingCounter, 0)),
 	}
 	clock := &core.ManualClock{Micros: 1_700_000_000_000_000}
 	store, err := memory.New(memory.Options{Clock: clock})

@@ -99,7 +99,7 @@ func (l *Limit) validate() error {
 	if l.Algorithm == 0 {
 		l.Algorithm = DefaultAlgorithm
 	}
-	if l.Algorithm > LeakyBucket {
+	if l.Algorithm > InFlight {
 		return fmt.Errorf("algorithm: unknown value %d", l.Algorithm)
 	}
 	if l.Count < 1 {
@@ -132,10 +132,10 @@ func (l *Limit) validate() error {
 		if l.Count > maxExact/4 {
 			return fmt.Errorf("count: %d is above %d", l.Count, int64(maxExact/4))
 		}
-	case SlidingLog:
+	case SlidingLog, InFlight:
 		l.burst = 0
 		if l.Count > MaxSlidingLogCount {
-			return fmt.Errorf("count: %d is above %d, the most sliding_log holds per key (8 bytes each); use sliding_counter", l.Count, MaxSlidingLogCount)
+			return fmt.Errorf("count: %d is above %d, the most %s holds per key (8 bytes each)", l.Count, MaxSlidingLogCount, l.Algorithm)
 		}
 	case TokenBucket, GCRA, LeakyBucket:
 		l.burst = l.Burst

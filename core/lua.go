@@ -15,3 +15,10 @@ var StepLua string
 //
 //go:embed aimd.lua
 var AIMDLua string
+
+// LeaseLua is the Lua twin of EndLease and Policy.ApplyLease (lease.lua
+// beside step.lua): it ends or renews the leases one request holds in a
+// policy's in_flight limits, in one Redis EVALSHA.
+//
+//go:embed lease.lua
+var LeaseLua string

@@ -260,7 +260,9 @@ func TestModelSlidingCounterError(t *testing.T) {
 }
 
 // For every algorithm: a denied request retried exactly RetryAfter later
-// (nothing else arriving) is admitted, and 1µs earlier it is not.
+// (nothing else arriving) is admitted, and 1µs earlier it is not. An
+// in-flight limit's RetryAfter is that exact time (when enough leases end
+// if none is released) capped at MaxInFlightRetry.
 func TestModelRetryAfterIsExact(t *testing.T) {
 	for _, a := range Algorithms {
 		for seed := uint64(0); seed < 30; seed++ {
@@ -276,6 +278,15 @@ func TestModelRetryAfterIsExact(t *testing.T) {
 					ra := int64(r.RetryAfter / time.Microsecond)
 					if ra <= 0 {
 						t.Fatalf("%v seed %d: denied with RetryAfter %v", a, seed, r.RetryAfter)
+					}
+					if a == InFlight {
+						log := *l
+						log.Algorithm = SlidingLog
+						_, exact := Step(&log, clone(s), at, costs[i])
+						if r.RetryAfter != min(exact.RetryAfter, MaxInFlightRetry) {
+							t.Fatalf("in_flight seed %d: RetryAfter %v, want min(%v, %v)", seed, r.RetryAfter, exact.RetryAfter, MaxInFlightRetry)
+						}
+						ra = int64(exact.RetryAfter / time.Microsecond)
 					}
 					if _, later := Step(l, clone(s), at+ra, costs[i]); !later.Allowed {
 						t.Fatalf("%v seed %d: still denied after RetryAfter %dµs", a, seed, ra)
@@ -353,7 +364,7 @@ func TestDroppedStepLeavesNoTrace(t *testing.T) {
 
 func snapshot(l *Limit, s State) string {
 	out := []int64{s.A, s.B, s.C}
-	for i := int64(0); i < s.B && l.Algorithm == SlidingLog; i++ {
+	for i := int64(0); i < s.B && (l.Algorithm == SlidingLog || l.Algorithm == InFlight); i++ {
 		out = append(out, s.Log.Times[(s.A+i)%l.Count])
 	}
 	return fmtInts(out)

@@ -42,6 +42,7 @@ type Policy struct {
 	plan      string
 	planIndex int // among the limited plans, in order
 	plans     *planTable
+	leases    bool // an InFlight limit holds leases
 }
 
 // planTable is a policy's plans: the variant for each plan name (nil for an
@@ -101,6 +102,7 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 		}
 		p.limits[i] = l
 		p.idleUS = max(p.idleUS, l.idleUS())
+		p.leases = p.leases || l.Algorithm == InFlight
 		id := limitIdentity(limits[:i], l)
 		sig.WriteString("|" + id)
 		h := fnv.New64a()
@@ -271,7 +273,7 @@ func (p *Policy) Configured() []Limit { return p.limits }
 // Step allowed (turning before into after) is not committed, because another
 // limit of the stack denied it. Step it with cost 0 to report on it.
 func Dropped(l *Limit, before, after State, cost int64) State {
-	if l.Algorithm == SlidingLog {
+	if l.Algorithm == SlidingLog || l.Algorithm == InFlight {
 		// after's ring has already forgotten what expired, and before's
 		// expired slots may now hold this request's times: keep after's view
 		// without the request's entries, which are the newest.
@@ -323,6 +325,31 @@ func (p *Policy) IdleTTL() time.Duration { return us(p.idleUS) }
 
 // IdleMicros is IdleTTL in µs.
 func (p *Policy) IdleMicros() int64 { return p.idleUS }
+
+// HoldsLeases reports whether p has an InFlight limit: a request it allows
+// holds a lease until its gateway ends it (see ApplyLease).
+func (p *Policy) HoldsLeases() bool { return p.leases }
+
+// ApplyLease ends (renew false) or renews the leases a request of cost
+// units took at token (its decision's At, or its last renewal's) in every
+// InFlight limit of p, on states (one per limit, in order) at now (µs), as
+// EndLease does. It is what a store runs under its lock for one key, and
+// returns how many of the first InFlight limit's leases it found.
+func (p *Policy) ApplyLease(states []State, now, token, cost int64, renew bool) int64 {
+	found := int64(-1)
+	limits := p.Limits()
+	for i := range limits {
+		if limits[i].Algorithm != InFlight {
+			continue
+		}
+		var f int64
+		states[i], f = EndLease(&limits[i], states[i], now, token, cost, renew)
+		if found < 0 {
+			found = f
+		}
+	}
+	return max(found, 0)
+}
 
 // Apply runs every limit of p on states (one per limit, in order) for a
 // request of cost units at now (µs), fills d, and commits the new states into

@@ -69,6 +69,8 @@ func Step(l *Limit, s State, now, cost int64) (State, Result) {
 		return stepGCRA(l, s, now, cost)
 	case LeakyBucket:
 		return stepLeakyBucket(l, s, now, cost)
+	case InFlight:
+		return stepInFlight(l, s, now, cost)
 	}
 	return s, Result{Limit: l.Count}
 }
@@ -198,6 +200,59 @@ func relayoutLog(s State, size, keep int64) State {
 		}
 	}
 	return State{A: 0, B: keep, C: s.C, Log: &Ring{Times: ring}}
+}
+
+// MaxInFlightRetry caps an InFlight denial's RetryAfter: a slot frees when
+// some request in flight finishes, which no one can foresee, and at the
+// latest when the soonest lease ends; until then, clients are told to try
+// again within a second.
+const MaxInFlightRetry = time.Second
+
+// stepInFlight admits a request while fewer than Count leases are live. Its
+// state is the sliding log's, each entry a lease taken at its time and live
+// for Window, so it counts what the log counts; only its RetryAfter differs
+// (see MaxInFlightRetry). Reset is when the newest lease ends at the latest.
+func stepInFlight(l *Limit, s State, now, cost int64) (State, Result) {
+	s, r := stepSlidingLog(l, s, now, cost)
+	if !r.Allowed {
+		r.RetryAfter = min(r.RetryAfter, MaxInFlightRetry)
+	}
+	return s, r
+}
+
+// EndLease ends (renew false) or renews up to n live leases of an InFlight
+// limit taken at token (µs: the At of the decision that took them, or of
+// their last renewal). Ending frees their slots now; renewing moves them to
+// now, so they live another Window. A lease that already ended (released,
+// or expired because its gateway went quiet) is not found. It returns the
+// new state and how many leases it found.
+func EndLease(l *Limit, s State, now, token, n int64, renew bool) (State, int64) {
+	w := l.windowUS
+	if s.Log == nil || token <= now-w {
+		return s, 0
+	}
+	c := int64(len(s.Log.Times))
+	kept := make([]int64, 0, s.B)
+	found := int64(0)
+	for i := int64(0); i < s.B; i++ {
+		t := s.Log.Times[(s.A+i)%c]
+		switch {
+		case t <= now-w: // expired
+		case t == token && found < n:
+			found++
+		default:
+			kept = append(kept, t)
+		}
+	}
+	if renew {
+		// Entries stay in time order: now is at or after every live one.
+		for i := int64(0); i < found; i++ {
+			kept = append(kept, now)
+		}
+	}
+	ring := make([]int64, max(int64(len(kept)), min(l.Count, 4)))
+	copy(ring, kept)
+	return State{A: 0, B: int64(len(kept)), C: s.C, Log: &Ring{Times: ring}}, found
 }
 
 // slidingEstimate is Cloudflare's estimate of the requests in the sliding

@@ -5,8 +5,10 @@
 -- counter's double expressions are evaluated in the same order.
 --
 -- KEYS[1]   a hash holding every limit's state but sliding logs': field
---           <limit id>, value "a b c"
--- KEYS[1+i] limit i's sorted set, when it is a sliding_log
+--           <limit id>, value "a b c"; and an in_flight limit's lease
+--           counter, field "seq:<limit id>"
+-- KEYS[1+i] limit i's sorted set, when it is a sliding_log or in_flight
+--           (members unique, scored by the time taken)
 -- ARGV[1]  now in µs, or -1 to use the server's TIME
 -- ARGV[2]  cost
 -- ARGV[3]  number of limits
@@ -15,10 +17,12 @@
 --          calendar months (1 or 12 for a calendar fixed window, else 0), limit id
 -- Returns: now, then per limit: allowed (0/1), remaining, reset µs, retry µs, delay µs;
 -- when denied, then per limit its state as stored, so a deny cache can run
--- the step on it: "a b c", or for a sliding log its live count k and its k
--- live times oldest first (k = -1 and no times when more than 64 are live).
+-- the step on it: "a b c", or for a sliding log (or in_flight) its live count
+-- k and its k live times oldest first (k = -1 and no times when more than 64
+-- are live).
 
-local FIXED, LOG, COUNTER, BUCKET, GCRA, SHAPER = 1, 2, 3, 4, 5, 6
+local FIXED, LOG, COUNTER, BUCKET, GCRA, SHAPER, INFLIGHT = 1, 2, 3, 4, 5, 6, 7
+local MAX_INFLIGHT_RETRY = 1000000 -- core.MaxInFlightRetry, µs
 
 local now = tonumber(ARGV[1])
 if now < 0 then
@@ -233,6 +237,19 @@ local function log_step(l, key, t, c)
   return live, {0, n - live, reset, retry, 0}
 end
 
+-- In flight: the sliding log's count of live leases; a denial's retry is
+-- capped (stepInFlight).
+local function inflight_step(l, key, t, c)
+  local live, r = log_step(l, key, t, c)
+  if r[1] == 0 then r[4] = math.min(r[4], MAX_INFLIGHT_RETRY) end
+  return live, r
+end
+local function logged(l) return l.alg == LOG or l.alg == INFLIGHT end
+local function logged_step(l, key, t, c)
+  if l.alg == INFLIGHT then return inflight_step(l, key, t, c) end
+  return log_step(l, key, t, c)
+end
+
 local steps = {[FIXED] = fixed, [COUNTER] = counter, [BUCKET] = bucket, [GCRA] = gcra, [SHAPER] = shaper}
 
 local limits, states, nexts, results = {}, {}, {}, {}
@@ -248,8 +265,8 @@ local stored = redis.call('HMGET', KEYS[1], unpack(fields))
 local all = true
 for i = 1, nlimits do
   local l = limits[i]
-  if l.alg == LOG then
-    states[i], results[i] = log_step(l, KEYS[1 + i], now, cost)
+  if logged(l) then
+    states[i], results[i] = logged_step(l, KEYS[1 + i], now, cost)
   else
     states[i] = parse(stored[i])
     nexts[i], results[i] = steps[l.alg](l, states[i], now, cost)
@@ -270,6 +287,19 @@ if all then
         redis.call('ZADD', key, now, fmt(now) .. ':' .. fmt(states[i] + k))
       end
       if cost > 0 then redis.call('PEXPIRE', key, ttl) end
+    elseif l.alg == INFLIGHT then
+      local key = KEYS[1 + i]
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - l.w))
+      -- A release can shrink the live count between two requests at the
+      -- same µs, so members are numbered by a counter instead.
+      if cost > 0 then
+        local top = redis.call('HINCRBY', KEYS[1], 'seq:' .. l.id, cost)
+        for k = 1, cost do
+          redis.call('ZADD', key, now, fmt(now) .. ':' .. fmt(top - cost + k))
+        end
+        redis.call('PEXPIRE', key, ttl)
+        redis.call('PEXPIRE', KEYS[1], ttl)
+      end
     else
       local s = nexts[i]
       hset[#hset + 1] = l.id
@@ -286,8 +316,8 @@ else
   for i = 1, nlimits do
     if results[i][1] == 1 then
       local l = limits[i]
-      if l.alg == LOG then
-        local _, r = log_step(l, KEYS[1 + i], now, 0)
+      if logged(l) then
+        local _, r = logged_step(l, KEYS[1 + i], now, 0)
         results[i] = r
       else
         local _, r = steps[l.alg](l, states[i], now, 0)
@@ -304,7 +334,7 @@ end
 if not all then
   for i = 1, nlimits do
     local l = limits[i]
-    if l.alg == LOG then
+    if logged(l) then
       local live = redis.call('ZRANGEBYSCORE', KEYS[1 + i], '(' .. fmt(now - l.w), '+inf', 'WITHSCORES')
       local k = #live / 2
       if k > 64 then

@@ -86,6 +86,54 @@ func (l *Limiter) DecideFor(ctx context.Context, p *Policy, key string, cost int
 	return l.store.Decide(ctx, p, BoundKey(key), cost, d)
 }
 
+// Lease is what a request allowed by a policy that holds leases (an
+// InFlight limit) gives back when its response is finished: see
+// Limiter.Lease and Limiter.EndLease.
+type Lease struct {
+	// Policy is the policy (or plan variant) that decided, Key the key as
+	// the store holds it (bounded).
+	Policy *Policy
+	Key    string
+	// Token is the µs the lease was taken or last renewed at (the store's
+	// clock), which names it in the store; Cost is how many slots it holds.
+	Token, Cost int64
+	// Fallback marks a lease the failure policy's local store took while the
+	// shared store failed.
+	Fallback bool
+}
+
+// LeaseStore is a store that holds leases.
+type LeaseStore interface {
+	// EndLease ends (renew false) or renews l in one round trip, as
+	// Policy.ApplyLease does, at the store's now (µs), which it returns with
+	// how many of l's slots it found still held (not released, not expired).
+	EndLease(ctx context.Context, l *Lease, renew bool) (found, now int64, err error)
+}
+
+// Lease returns the lease an allowed decision d of this limiter took, and
+// false when d took none (its policy holds no leases, or it denied).
+func (l *Limiter) Lease(key string, d *Decision) (Lease, bool) {
+	if !d.Policy.HoldsLeases() || !d.Allowed || d.Shadowed || d.Cost == 0 || d.N == 0 {
+		return Lease{}, false
+	}
+	return Lease{Policy: d.Policy, Key: BoundKey(key), Token: d.At, Cost: d.Cost, Fallback: d.Fallback}, true
+}
+
+// EndLease ends or renews a lease on the limiter's store (see LeaseStore).
+// A renewal moves the lease to the store's now and keeps only the slots
+// still held. It reports whether any were.
+func (l *Limiter) EndLease(ctx context.Context, lease *Lease, renew bool) (bool, error) {
+	ls, ok := l.store.(LeaseStore)
+	if !ok {
+		return false, fmt.Errorf("policy %q: its store holds no leases (in_flight limits need the memory or Redis store)", lease.Policy.Name())
+	}
+	found, now, err := ls.EndLease(ctx, lease, renew)
+	if err == nil && renew {
+		lease.Token, lease.Cost = now, found
+	}
+	return found > 0, err
+}
+
 // Allow decides one request of cost 1 for key.
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	var d Decision

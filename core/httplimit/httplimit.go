@@ -136,6 +136,7 @@ func serve(gate *core.Gate, cfg *Config, next http.Handler, w http.ResponseWrite
 		_, _ = w.Write([]byte(gate.Body()))
 		return
 	}
+	defer plan.HoldLeases(0)() // in-flight slots go back when next returns, even on a panic
 	if !core.Hold(r.Context(), plan.Delay) {
 		return // the client went away while its request was being shaped
 	}

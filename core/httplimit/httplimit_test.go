@@ -122,3 +122,54 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestInFlightSlotsGoBack: one slot in flight; a second request while the
+// first runs is refused; the slot comes back when the handler returns, and
+// also when it panics.
+func TestInFlightSlotsGoBack(t *testing.T) {
+	store := memory.MustNew(memory.Options{})
+	p := core.MustPolicy("exports", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Minute, Algorithm: core.InFlight})
+	mw, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, store)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/slow":
+			entered <- struct{}{}
+			<-release
+		case "/panic":
+			panic(http.ErrAbortHandler) // net/http's way to abort a response
+		}
+		_, _ = io.WriteString(w, "ok")
+	})))
+	t.Cleanup(srv.Close)
+	done := make(chan int)
+	go func() {
+		resp, err := http.Get(srv.URL + "/slow")
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	<-entered
+	if resp, _ := get(t, srv.URL+"/", nil); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("while the slot is held: %d, Retry-After %q; want 429 and 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	close(release)
+	if code := <-done; code != 200 {
+		t.Fatalf("slow request: %d", code)
+	}
+	if resp, _ := get(t, srv.URL+"/", nil); resp.StatusCode != 200 {
+		t.Fatalf("after the slow request finished: %d, want the slot back", resp.StatusCode)
+	}
+	if _, err := http.Get(srv.URL + "/panic"); err == nil {
+		t.Fatal("the aborted response arrived")
+	}
+	if resp, _ := get(t, srv.URL+"/", nil); resp.StatusCode != 200 {
+		t.Fatalf("after a handler panicked: %d, want the slot back", resp.StatusCode)
+	}
+}

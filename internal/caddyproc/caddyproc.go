@@ -63,6 +63,15 @@ func repoRoot() (string, error) {
 	}
 }
 
+// Kill ends Caddy with SIGKILL, as a crashed gateway ends: nothing it
+// holds is given back.
+func (c *Caddy) Kill() {
+	c.t.Helper()
+	if err := c.cmd.Process.Kill(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
 // Caddy is one running Caddy process.
 type Caddy struct {
 	// URL is the base URL of its HTTP site, such as http://127.0.0.1:41234.

@@ -70,7 +70,8 @@ func Consistent(t testing.TB, label string, h http.Header, jitter float64) {
 			q, okq := param[int64](item.Params, "q")
 			w, okw := param[int64](item.Params, "w")
 			qu, _ := param[string](item.Params, "qu")
-			if !okq || !okw || q < 0 || w < 1 {
+			// An in-flight quota (qu="concurrent-requests") has no window.
+			if !okq || q < 0 || (!okw || w < 1) && (qu != "concurrent-requests" || okw) {
 				t.Errorf("%s: RateLimit-Policy item %q wants Integer q >= 0 and w >= 1: %q", label, name, v)
 			}
 			for _, p := range item.Params.Names() {

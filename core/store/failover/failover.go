@@ -126,6 +126,25 @@ func (f *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 	return nil
 }
 
+// EndLease ends or renews a lease where it was taken: on the local store
+// for a lease the fallback took, else on the shared store (core.LeaseStore).
+// An undecided fallback (allow, deny) took no lease. A shared store's
+// failure is returned: the lease then ends by itself after its window.
+func (f *Store) EndLease(ctx context.Context, l *core.Lease, renew bool) (found, now int64, err error) {
+	var target core.Store = f.shared
+	if l.Fallback {
+		if f.opts.OnError != core.OnErrorLocal {
+			return 0, 0, nil
+		}
+		target = f.opts.Local
+	}
+	ls, ok := target.(core.LeaseStore)
+	if !ok {
+		return 0, 0, fmt.Errorf("store holds no leases")
+	}
+	return ls.EndLease(ctx, l, renew)
+}
+
 func (f *Store) succeeded() {
 	// The common case, no failure since the last success, takes no lock.
 	if f.failing.Load() {

@@ -208,6 +208,39 @@ func (s *Store) DecideAt(p *core.Policy, key string, cost, now int64, d *core.De
 	}
 }
 
+// EndLease ends or renews a lease this store's decision took (see
+// core.LeaseStore). It never fails.
+func (s *Store) EndLease(_ context.Context, l *core.Lease, renew bool) (found, now int64, err error) {
+	found, now = s.EndLeaseAt(l, renew, s.clock.NowMicros())
+	return found, now, nil
+}
+
+// EndLeaseAt is EndLease as if at now (µs); it returns the slots found and
+// the time it ended or renewed them at (a key's clock never runs back).
+func (s *Store) EndLeaseAt(l *core.Lease, renew bool, now int64) (int64, int64) {
+	p := l.Policy
+	id1 := maphash.String(s.seed, l.Key) ^ p.ScopeHash()
+	id2 := maphash.String(s.seed2, l.Key) ^ p.ScopeHash2()
+	sh := &s.shards[(id1>>32)%shardCount]
+	e := sh.table.Load().find(id1, id2)
+	if e == nil {
+		return 0, now // forgotten: nothing live
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lastUsed == dead {
+		return 0, now
+	}
+	now = max(now, e.lastUsed)
+	states := e.states
+	if len(p.Limits()) == 1 {
+		states = e.inline[:]
+	}
+	found := p.ApplyLease(states, now, l.Token, l.Cost, renew)
+	e.lastUsed = now
+	return found, now
+}
+
 // insert returns the entry for the identity, adding a fresh one if no other
 // insert did meanwhile, after making room.
 func (s *Store) insert(sh *shard, id1, id2 uint64, limits int, idle, now int64) *entry {

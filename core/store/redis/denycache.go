@@ -65,7 +65,8 @@ func (c *denyCache) lookup(p *core.Policy, key string, cost, now int64, d *core.
 // remember holds the states Redis returned with a denial it decided at the
 // local time now.
 func (c *denyCache) remember(p *core.Policy, key string, now int64, d *core.Decision, states []core.State) {
-	if d.Allowed && !d.Shadowed || d.RetryAfter <= 0 {
+	if d.Allowed && !d.Shadowed || d.RetryAfter <= 0 || p.HoldsLeases() {
+		// A lease another node ends frees a slot no local copy would see.
 		return
 	}
 	c.mu.Lock()

@@ -23,8 +23,12 @@ import (
 	"github.com/tollgate/tollgate/core"
 )
 
-// decideScript is core.StepLua: the step functions' Lua twin.
-var decideScript = goredis.NewScript(core.StepLua)
+// decideScript is core.StepLua: the step functions' Lua twin; leaseScript
+// is core.LeaseLua, EndLease's.
+var (
+	decideScript = goredis.NewScript(core.StepLua)
+	leaseScript  = goredis.NewScript(core.LeaseLua)
+)
 
 // DefaultPrefix starts every key the store writes.
 const DefaultPrefix = "tollgate:"
@@ -349,12 +353,48 @@ func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int
 	return parseStates(limits, reply[1+5*len(limits):])
 }
 
+// EndLease ends or renews a lease a decision of this store took, in one
+// round trip (core.LeaseStore): core.LeaseLua over the policy's in_flight
+// limits' sorted sets, at Redis's TIME.
+func (s *Store) EndLease(ctx context.Context, l *core.Lease, renew bool) (found, now int64, err error) {
+	p := l.Policy
+	keys := s.Keys(p, l.Key)
+	now = -1
+	if s.clock != nil {
+		now = s.clock.NowMicros()
+	}
+	args := []any{now, l.Token, l.Cost, 0, (p.IdleMicros()+999)/1000 + 1}
+	if renew {
+		args[3] = 1
+	}
+	var leaseKeys []string
+	for i, lim := range p.Limits() {
+		if lim.Algorithm == core.InFlight {
+			leaseKeys = append(leaseKeys, keys[1+i])
+			args = append(args, int64(lim.Window/time.Microsecond))
+		}
+	}
+	if len(leaseKeys) == 0 {
+		return 0, now, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	reply, err := leaseScript.Run(ctx, s.client, leaseKeys, args...).Int64Slice()
+	if err != nil {
+		return 0, now, fmt.Errorf("redis: %w", err)
+	}
+	if len(reply) != 1+len(leaseKeys) {
+		return 0, now, fmt.Errorf("redis: lease script answered %d values, want %d", len(reply), 1+len(leaseKeys))
+	}
+	return reply[1], reply[0], nil
+}
+
 // parseStates reads the states a denial's reply carries (see core.StepLua);
 // nil if a sliding log was too long to send.
 func parseStates(limits []core.Limit, v []int64) ([]core.State, error) {
 	states := make([]core.State, len(limits))
 	for i := range limits {
-		if limits[i].Algorithm == core.SlidingLog {
+		if a := limits[i].Algorithm; a == core.SlidingLog || a == core.InFlight {
 			if len(v) < 1 {
 				return nil, errShortReply
 			}

@@ -90,6 +90,27 @@ func (m *Model) Decide(p *core.Policy, key string, now, cost int64) core.Decisio
 	return d
 }
 
+// EndLease is the model's answer to ending (or renewing) the lease a
+// request of cost units took under p for key at token: how many of its
+// slots the first in_flight limit still held.
+func (m *Model) EndLease(p *core.Policy, key string, now, token, cost int64, renew bool) int64 {
+	found := int64(-1)
+	for i, l := range p.Limits() {
+		if l.Algorithm != core.InFlight {
+			continue
+		}
+		hist := m.keys[p.Scope()+"\x00"+key]
+		if hist == nil {
+			return 0
+		}
+		f := hist[i].(*logModel).end(now, token, cost, renew)
+		if found < 0 {
+			found = f
+		}
+	}
+	return max(found, 0)
+}
+
 func newModelLimit(l *core.Limit) modelLimit {
 	w, n := l.Window.Microseconds(), l.Count
 	switch l.Algorithm {
@@ -97,6 +118,8 @@ func newModelLimit(l *core.Limit) modelLimit {
 		return &fixedModel{w: w, n: n, months: l.CalendarMonths(), counts: map[int64]int64{}}
 	case core.SlidingLog:
 		return &logModel{w: w, n: n}
+	case core.InFlight:
+		return &logModel{w: w, n: n, inFlight: true}
 	case core.SlidingCounter:
 		return &counterModel{w: w, n: n, counts: map[int64]int64{}}
 	case core.TokenBucket:
@@ -154,9 +177,31 @@ func (m *fixedModel) decide(now, cost int64) (core.Result, func()) {
 }
 
 // logModel: at most n units in any window (t-w, t]; one time per unit.
+// In flight, each time is a lease's, live for w unless ended or renewed,
+// and a denial's retry is capped at core.MaxInFlightRetry.
 type logModel struct {
-	w, n  int64
-	times []int64 // every allowed unit, oldest first
+	w, n     int64
+	times    []int64 // every allowed unit, oldest first
+	inFlight bool
+}
+
+// end ends (or renews, moving them to now) up to cost live leases taken at
+// token, and returns how many it found.
+func (m *logModel) end(now, token, cost int64, renew bool) int64 {
+	var kept []int64
+	found := int64(0)
+	for _, t := range m.live(now) {
+		if t == token && found < cost {
+			found++
+			continue
+		}
+		kept = append(kept, t)
+	}
+	for i := int64(0); renew && i < found; i++ {
+		kept = append(kept, now)
+	}
+	m.times = kept
+	return found
 }
 
 func (m *logModel) live(now int64) []int64 {
@@ -194,6 +239,9 @@ func (m *logModel) decide(now, cost int64) (core.Result, func()) {
 			// Enough units must leave for cost to fit: the (k+cost-n)th oldest.
 			r.RetryAfter = us(live[k+cost-m.n-1] + m.w - now)
 		}
+	}
+	if m.inFlight {
+		r.RetryAfter = min(r.RetryAfter, core.MaxInFlightRetry)
 	}
 	return r, nil
 }

@@ -33,7 +33,13 @@ type Step struct {
 	Key  string        // "" means "k"
 	Cost int64         // 0 means 1; use Free for a request of cost 0
 	Plan string        // the plan whose limits the request takes, if the policy has plans
-	Want Want
+	// End, instead of a request, ends (Renew: renews) the lease the
+	// request of step End (counted from 1) took; Found is how many of its
+	// slots the store must still hold.
+	End   int
+	Renew bool
+	Found int64
+	Want  Want
 }
 
 // Free is the Cost of a request that costs nothing (it only reads the state).
@@ -210,6 +216,26 @@ func Traces() []Trace {
 			{At: ms(60), Plan: "pro", Want: Want{Remaining: 0, Reset: ms(940), RetryAfter: ms(940)}},
 			{At: ms(1000), Plan: "free", Want: Want{Allowed: true, Remaining: 1, Reset: ms(1000)}},
 		}},
+		// Leases of 10 s, two at once: ending one frees its slot at once,
+		// ending it twice finds nothing, a renewed lease outlives its
+		// first 10 s, and one never ended frees itself.
+		{"in_flight", core.MustPolicy("if", opts, lim(2, 10*time.Second, core.InFlight)), []Step{
+			{At: 0, Want: Want{Allowed: true, Remaining: 1, Reset: 10 * time.Second}},
+			{At: time.Second, Want: Want{Allowed: true, Remaining: 0, Reset: 10 * time.Second}},
+			{At: 2 * time.Second, Want: Want{Remaining: 0, Reset: 9 * time.Second, RetryAfter: core.MaxInFlightRetry}},
+			{At: 2 * time.Second, End: 1, Found: 1},
+			{At: 2 * time.Second, Want: Want{Allowed: true, Remaining: 0, Reset: 10 * time.Second}},
+			{At: 2 * time.Second, End: 1, Found: 0},
+			{At: 9 * time.Second, End: 2, Renew: true, Found: 1},
+			{At: 12 * time.Second, Want: Want{Allowed: true, Remaining: 0, Reset: 10 * time.Second}}, // step 5's expired
+			{At: 12 * time.Second, End: 5, Found: 0},
+			{At: 12 * time.Second, End: 2, Found: 1},
+			{At: 12 * time.Second, Cost: 2, Want: Want{Remaining: 1, Reset: 10 * time.Second, RetryAfter: core.MaxInFlightRetry}},
+			{At: 12 * time.Second, End: 8, Found: 1},
+			{At: 12 * time.Second, Cost: 2, Want: Want{Allowed: true, Remaining: 0, Reset: 10 * time.Second}},
+			{At: 13 * time.Second, End: 13, Renew: true, Found: 2},
+			{At: 22 * time.Second, Want: Want{Remaining: 0, Reset: time.Second, RetryAfter: time.Second}},
+		}},
 		{"shadow", core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(1, time.Second, core.FixedWindow)), []Step{
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
 			{At: ms(10), Want: Want{Allowed: true, Shadowed: true, Remaining: 0, Reset: ms(990), RetryAfter: ms(990)}},
@@ -275,11 +301,25 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 		t.Run(tr.Name, func(t *testing.T) {
 			clock := &core.ManualClock{}
 			store := newStore(t, clock)
+			leases := make([]core.Lease, len(tr.Steps))
 			for i, st := range tr.Steps {
 				clock.Micros = T0 + int64(st.At/time.Microsecond)
 				key := st.Key
 				if key == "" {
 					key = "k"
+				}
+				if st.End > 0 {
+					found, _, err := store.(core.LeaseStore).EndLease(context.Background(), &leases[st.End-1], st.Renew)
+					if err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					if found != st.Found {
+						t.Errorf("step %d (at %v, end step %d's lease, renew %v): found %d slots, want %d", i, st.At, st.End, st.Renew, found, st.Found)
+					}
+					if st.Renew {
+						leases[st.End-1].Token = clock.Micros
+					}
+					continue
 				}
 				cost := st.Cost
 				switch cost {
@@ -296,6 +336,7 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 				if msg := mismatch(&d, st.Want); msg != "" {
 					t.Errorf("step %d (at %v, key %q, cost %d): %s", i, st.At, key, cost, msg)
 				}
+				leases[i] = core.Lease{Policy: p, Key: key, Token: d.At, Cost: cost, Fallback: d.Fallback}
 			}
 		})
 	}
@@ -358,6 +399,9 @@ func RandomPolicies() []*core.Policy {
 		core.MustPolicy("r-shadow-log", core.PolicyOptions{Shadow: true}, lim(2, ms(300), core.SlidingLog)),
 		// Seeds divisible by 3 start 2 s before a month ends (see RandomTrace).
 		core.MustPolicy("r-calendar", o, lim(25, core.CalendarMonth, core.FixedWindow), lim(3, ms(250), core.FixedWindow)),
+		// Leases ended or renewed now and then (see RandomTrace).
+		core.MustPolicy("r-inflight", o, lim(8, ms(300), core.InFlight)),
+		core.MustPolicy("r-inflight-stack", o, lim(2, ms(500), core.InFlight), lim(6, time.Second, core.SlidingCounter)),
 	}
 }
 
@@ -412,7 +456,26 @@ func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) 
 	case 3:
 		grid = 1000
 	}
+	var held []core.Lease // leases the store holds for allowed requests
 	for i := 0; i < n; i++ {
+		if len(held) > 0 && rng.IntN(4) == 0 {
+			// A response finishes (or a long one renews its lease).
+			j := rng.IntN(len(held))
+			l, renew := held[j], rng.IntN(3) == 0
+			found, _, err := store.(core.LeaseStore).EndLease(context.Background(), &l, renew)
+			if err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, i, err)
+			}
+			if want := model.EndLease(l.Policy, l.Key, clock.Micros, l.Token, l.Cost, renew); found != want {
+				t.Fatalf("seed %d step %d (policy %s key %s, lease of %d taken at +%dµs, renew %v, at +%dµs): found %d slots, want %d",
+					seed, i, l.Policy.Name(), l.Key, l.Cost, l.Token-T0, renew, clock.Micros-T0, found, want)
+			}
+			if renew {
+				held[j].Token, held[j].Cost = clock.Micros, found
+			} else {
+				held = append(held[:j], held[j+1:]...)
+			}
+		}
 		switch r := rng.IntN(150); {
 		case r == 0: // a clock step
 			clock.Micros += rng.Int64N(3_000_000/grid) * grid
@@ -436,6 +499,9 @@ func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) 
 		sent++
 		if !want.Allowed || want.Shadowed {
 			denied++
+		}
+		if p.HoldsLeases() && got.Allowed && !got.Shadowed && cost > 0 {
+			held = append(held, core.Lease{Policy: p, Key: key, Token: got.At, Cost: cost, Fallback: got.Fallback})
 		}
 	}
 	return sent, denied
