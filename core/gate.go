@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -294,6 +296,37 @@ func (p *Plan) HoldLeases(maxHold time.Duration) (end func()) {
 			held := Plan{leases: leases}
 			held.endLeases(context.Background())
 		})
+	}
+}
+
+// parked are the leases of requests between two phases of an adapter that
+// cannot pass Go values between them (Kong's access and log phases run as
+// separate events): id → the function that ends them.
+var (
+	parked   sync.Map
+	parkedID atomic.Uint64
+)
+
+// ParkLeases is HoldLeases for an adapter whose request ends in another
+// event: it returns an id to carry to that event (in Kong, in
+// kong.ctx.shared) and hand to EndParkedLeases, or "" when the request
+// holds no leases. If the id never comes back, the leases end after maxHold.
+func (p *Plan) ParkLeases(maxHold time.Duration) string {
+	if len(p.leases) == 0 {
+		return ""
+	}
+	end := p.HoldLeases(maxHold)
+	id := strconv.FormatUint(parkedID.Add(1), 36)
+	parked.Store(id, end)
+	time.AfterFunc(maxHold, func() { EndParkedLeases(id) })
+	return id
+}
+
+// EndParkedLeases ends the leases ParkLeases parked under id (once; an
+// unknown id does nothing).
+func EndParkedLeases(id string) {
+	if end, ok := parked.LoadAndDelete(id); ok {
+		end.(func())()
 	}
 }
 

@@ -224,12 +224,10 @@ func or[T any](p *T, def T) T {
 // rate-limiting makes some in Lua: the periods' order, sync_rate's floor
 // in eventual mode's algorithms) and builds what a request needs.
 func compile(c *Config) (*instance, error) {
-	inst := &instance{limitBy: c.LimitBy, headerName: c.HeaderName, path: c.Path, message: c.ErrorMessage, cost: c.Cost,
-		planBy: c.PlanBy, planHeader: c.PlanHeader}
+	inst := &instance{Config: c}
 	if err := core.CheckDenyStatus(c.ErrorCode); err != nil {
 		return nil, fmt.Errorf("error_code: %w", err)
 	}
-	inst.status = c.ErrorCode
 	style, err := core.ParseHeaderStyle(c.Headers)
 	if err != nil {
 		return nil, err

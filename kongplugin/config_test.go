@@ -32,8 +32,8 @@ func TestConfigDefaultsSurviveNulls(t *testing.T) {
 		t.Fatal(err)
 	}
 	inst := c.compiled
-	if inst.limitBy != "consumer" || inst.status != 429 || inst.message != "API rate limit exceeded" ||
-		inst.headers.Style != core.HeadersKong || inst.cost != 1 || inst.storeConfig.Redis != nil {
+	if inst.LimitBy != "consumer" || inst.ErrorCode != 429 || inst.ErrorMessage != "API rate limit exceeded" ||
+		inst.headers.Style != core.HeadersKong || inst.Cost != 1 || inst.storeConfig.Redis != nil {
 		t.Fatalf("defaults: %+v", inst)
 	}
 	l := inst.policy.Limits()[0]
@@ -162,8 +162,8 @@ func TestAcceptsWhatKongAccepts(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Kong admits requests while the count used is below 2.5: three.
-	if ls := c.compiled.policy.Limits(); ls[0].Count != 3 || ls[1].Count != 3 || c.compiled.cost != 0 {
-		t.Errorf("minute 2.5: limits %+v cost %d, want counts of 3 and cost 0", ls, c.compiled.cost)
+	if ls := c.compiled.policy.Limits(); ls[0].Count != 3 || ls[1].Count != 3 || c.compiled.Cost != 0 {
+		t.Errorf("minute 2.5: limits %+v cost %d, want counts of 3 and cost 0", ls, c.compiled.Cost)
 	}
 	c, err = decode(t, `"minute":5,"policy":"redis","redis":{"host":"h","port":0,"timeout":0},"sync_rate":-1`)
 	if err != nil {
@@ -209,8 +209,8 @@ func TestEveryKongLimitByAccepted(t *testing.T) {
 			t.Errorf("limit_by %s refused: %v", by, err)
 			continue
 		}
-		if want := strings.Trim(strings.SplitN(by, ",", 2)[0], `"`); c.compiled.limitBy != want {
-			t.Errorf("limit_by %s read as %q", by, c.compiled.limitBy)
+		if want := strings.Trim(strings.SplitN(by, ",", 2)[0], `"`); c.compiled.LimitBy != want {
+			t.Errorf("limit_by %s read as %q", by, c.compiled.LimitBy)
 		}
 	}
 }

@@ -29,29 +29,20 @@ const Version = "0.1.0"
 // authentication, so the consumer is known.
 const Priority = 910
 
-// New returns an empty config: go-pdk's constructor.
-func New() interface{} { return &Config{} }
-
 // Serve runs the plugin server as Kong starts it, or with -dump prints the
 // plugin's info and full schema for Kong's query command.
 func Serve() error {
+	newConfig := func() any { return &Config{} } // go-pdk's constructor
 	return schema.ServeOrDump(kongschema.Info{Version: Version, Priority: Priority, Phases: kongschema.Phases(&Config{})},
-		func() error { return server.StartServer(New, Version, Priority) })
+		func() error { return server.StartServer(newConfig, Version, Priority) })
 }
 
 // instance is a validated config, ready for requests.
 type instance struct {
+	*Config     // as checked, with Kong's defaults filled
 	policy      *core.Policy
 	storeConfig store.Config
-	scope       string // prefixed to every identifier
-	limitBy     string
-	headerName  string
-	planBy      string // consumer_tag or header, for a policy with plans
-	planHeader  string
-	path        string
-	status      int
-	message     string
-	cost        int64
+	scope       string             // prefixed to every identifier
 	headers     core.HeaderOptions // style none when hide_client_headers
 
 	once    sync.Once
@@ -69,7 +60,7 @@ func (inst *instance) gateOrErr() (*core.Gate, error) {
 			rule, err = h.Rule(inst.policy, core.EmptyKeySkip, inst.scope)
 		}
 		if err == nil {
-			inst.gate, err = core.NewGate(core.GateConfig{Rules: []core.Rule{rule}, Status: inst.status, Headers: inst.headers})
+			inst.gate, err = core.NewGate(core.GateConfig{Rules: []core.Rule{rule}, Status: inst.ErrorCode, Headers: inst.headers})
 		}
 		inst.openErr = err
 	})
@@ -85,7 +76,7 @@ func (c *Config) Access(kong *pdk.PDK) {
 	if err == nil {
 		// One rule, keyed as Kong's rate-limiting keys, in the instance's scope.
 		id, consumer := identifier(kong, inst)
-		req := core.SameInput{Covered: true, Key: inst.scope + id, Cost: inst.cost, Plan: planOf(kong, inst, consumer)}
+		req := core.SameInput{Covered: true, Key: inst.scope + id, Cost: inst.Cost, Plan: planOf(kong, inst, consumer)}
 		err = gate.Decide(context.Background(), &req, &plan)
 	}
 	if err != nil {
@@ -99,20 +90,36 @@ func (c *Config) Access(kong *pdk.PDK) {
 	headers := map[string][]string{}
 	gate.Headers(&plan, func(name, value string) { headers[name] = []string{value} })
 	if !plan.Passes() {
-		deny(kong, gate.Status(), inst.message, headers)
+		deny(kong, gate.Status(), inst.ErrorMessage, headers)
 		return
 	}
 	if len(headers) > 0 {
 		_ = kong.Response.SetHeaders(headers)
 	}
+	if id := plan.ParkLeases(maxHold); id != "" {
+		_ = kong.Ctx.SetShared(leaseKey, id) // the log phase ends them
+	}
 	core.Hold(context.Background(), plan.Delay) // Kong proxies when access returns: holding shapes
 }
 
-// Log reports the upstream's status and upstream_response_time to an
-// adaptive policy in Kong's log phase, skipping answers Kong made itself
-// (tollgate's denials, other plugins' exits): they are not the upstream's.
+// leaseKey names the request's parked in-flight leases in kong.ctx.shared;
+// maxHold bounds a lease whose log phase never comes.
+const (
+	leaseKey = "tollgate.leases"
+	maxHold  = time.Hour
+)
+
+// Log, in Kong's log phase (the response finished), gives back the
+// request's in-flight slots and reports the upstream's status and
+// upstream_response_time to an adaptive policy, skipping answers Kong made
+// itself (tollgate's denials, other plugins' exits): not the upstream's.
 func (c *Config) Log(kong *pdk.PDK) {
 	inst := c.compiled
+	if inst != nil && inst.policy.HoldsLeases() {
+		if id, err := kong.Ctx.GetSharedString(leaseKey); err == nil {
+			core.EndParkedLeases(id) // the response is finished: its slots go back
+		}
+	}
 	if inst == nil || inst.policy.Adaptive() == nil {
 		return
 	}
@@ -144,7 +151,7 @@ func (c *Config) Log(kong *pdk.PDK) {
 // the client IP (Kong's trusted_ips logic) when the identifier is missing.
 // It returns the consumer when it asked Kong for it.
 func identifier(kong *pdk.PDK, inst *instance) (id string, consumer *entities.Consumer) {
-	switch inst.limitBy {
+	switch inst.LimitBy {
 	case "consumer":
 		if c, err := kong.Client.GetConsumer(); err == nil && c.Id != "" {
 			id, consumer = c.Id, &c
@@ -160,9 +167,9 @@ func identifier(kong *pdk.PDK, inst *instance) (id string, consumer *entities.Co
 			id = s.Id
 		}
 	case "header":
-		id, _ = kong.Request.GetHeader(inst.headerName)
+		id, _ = kong.Request.GetHeader(inst.HeaderName)
 	case "path":
-		if p, err := kong.Request.GetPath(); err == nil && p == inst.path {
+		if p, err := kong.Request.GetPath(); err == nil && p == inst.Path {
 			id = p
 		}
 	}
@@ -178,9 +185,9 @@ func planOf(kong *pdk.PDK, inst *instance, consumer *entities.Consumer) string {
 	if inst.policy.Plans() == nil {
 		return "" // no PDK call without plans
 	}
-	switch inst.planBy {
+	switch inst.PlanBy {
 	case "header":
-		v, _ := kong.Request.GetHeader(inst.planHeader)
+		v, _ := kong.Request.GetHeader(inst.PlanHeader)
 		return v
 	case "consumer_tag":
 		if consumer == nil {

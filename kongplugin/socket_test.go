@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate/internal/headercheck"
 	"github.com/tollgate/tollgate/internal/kongproc"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
 // kongConfig is a config as Kong sends it: the user's fields, every other
@@ -609,5 +610,74 @@ func TestKongPlans(t *testing.T) {
 	}
 	if got := statuses(byHeader, req("k2", "platinum"), 3); got != "pass pass 429" {
 		t.Errorf("X-Plan naming no plan: %s, want the default plan's 2", got)
+	}
+}
+
+// TestKongInFlight: two plugin servers (two Kong nodes) on one redis-server
+// share a limit of 2 requests in flight: the access phase takes a slot and
+// carries it in kong.ctx.shared to the log phase, which gives it back;
+// while 2 are held both nodes refuse the third with Retry-After 1. Then
+// node 1 is killed holding both slots: node 2 gets them back within the
+// 2 s lease. Both nodes also share the 429 status and the IETF item
+// qu="concurrent-requests".
+func TestKongInFlight(t *testing.T) {
+	rs, err := redistest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Stop)
+	host, port, _ := strings.Cut(rs.Addr, ":")
+	portNum, _ := strconv.Atoi(port)
+	const lease = 2 * time.Second
+	cfg := map[string]any{"limits": []any{map[string]any{"count": 2, "window": "2s", "algorithm": "in_flight", "name": "exports"}},
+		"policy": "redis", "redis": map[string]any{"host": host, "port": portNum}, "limit_by": "header", "header_name": "X-Key",
+		"headers": "both"}
+	node1, node2 := kongproc.Start(t), kongproc.Start(t)
+	c1, c2 := node1.Dial(), node2.Dial()
+	defer c2.Close()
+	id1, id2 := start(t, c1, cfg), start(t, c2, cfg)
+	request := func() kongproc.Request {
+		return kongproc.Request{Headers: http.Header{"X-Key": {"acme"}}, ForwardedIP: "198.51.100.7", Shared: map[string]any{}}
+	}
+	a, b := request(), request()
+	if res := access(t, c1, id1, a); res.Exited {
+		t.Fatalf("first: %d", res.Status)
+	}
+	res := access(t, c2, id2, b)
+	if res.Exited {
+		t.Fatalf("second: %d", res.Status)
+	}
+	header(t, "second", res, map[string]string{"Ratelimit-Policy": `"exports";q=2;qu="concurrent-requests"`})
+	for _, n := range []struct {
+		c  *kongproc.Client
+		id int32
+	}{{c1, id1}, {c2, id2}} {
+		res := access(t, n.c, n.id, request())
+		if !res.Exited || res.Status != 429 {
+			t.Fatalf("third while two are held: exited %v status %d, want 429", res.Exited, res.Status)
+		}
+		header(t, "third", res, map[string]string{"Retry-After": "1"})
+	}
+	if _, err := c2.Log(id2, b); err != nil { // b's response finished on node 2
+		t.Fatal(err)
+	}
+	held := request()
+	if res := access(t, c1, id1, held); res.Exited {
+		t.Fatalf("after b's log phase: %d, want its slot back", res.Status)
+	}
+	// Node 1 now holds both slots (a and held) and dies.
+	node1.Kill()
+	killed := time.Now()
+	freed := waitfor.True(t, lease+3*time.Second, "node 2 gets a slot back", func() bool {
+		r := request()
+		if res := access(t, c2, id2, r); res.Exited {
+			return false
+		}
+		_, _ = c2.Log(id2, r)
+		return true
+	})
+	t.Logf("node 1's slots came back %v after it was killed (lease %v)", freed, lease)
+	if since := time.Since(killed); since < lease/3 {
+		t.Errorf("a slot came back %v after the kill: before any of node 1's leases could end", since)
 	}
 }

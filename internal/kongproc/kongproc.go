@@ -270,6 +270,9 @@ type Request struct {
 	UpstreamTime string
 	// RequestID is nginx's $kong_request_id.
 	RequestID string
+	// Shared is kong.ctx.shared: give the access and the log phase of one
+	// request the same map.
+	Shared map[string]any
 }
 
 // Result is what the plugin did with a request.
@@ -377,6 +380,22 @@ func answer(method string, args []byte, req Request, res *Result) (proto.Message
 			return bridge.WrapString(req.RequestID), nil
 		}
 		return bridge.WrapString(""), nil
+	case "kong.ctx.shared.set":
+		var kv pb.KV
+		if err := proto.Unmarshal(args, &kv); err != nil {
+			return nil, err
+		}
+		if req.Shared == nil {
+			return nil, fmt.Errorf("kong.ctx.shared.set %q: the test gave the request no Shared map", kv.K)
+		}
+		req.Shared[kv.K] = kv.V.AsInterface()
+		return nil, nil
+	case "kong.ctx.shared.get":
+		var name pb.String
+		if err := proto.Unmarshal(args, &name); err != nil {
+			return nil, err
+		}
+		return structpb.NewValue(req.Shared[name.V])
 	case "kong.request.get_path":
 		return bridge.WrapString(req.Path), nil
 	case "kong.request.get_header":
