@@ -6,12 +6,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/caddyproc"
+	"github.com/tollgate/tollgate/internal/kongproc"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/waitfor"
 )
@@ -35,17 +38,25 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	time.Sleep(u.work) // the model's service time, not a synchronisation
-	u.served.Add(1)
+	// The model's service time, not a synchronisation. Like a well-behaved
+	// service it stops when the gateway abandons the request (its client
+	// left): the gateway gave the slot back then.
+	select {
+	case <-time.After(u.work):
+		u.served.Add(1)
+	case <-r.Context().Done():
+	}
 }
 
-// TestCaddyInFlightFleet: two Caddies on one redis-server, one key limited
-// to 4 requests in flight, 24 clients hammering both in front of an
-// upstream that takes 50 ms per request: the upstream never sees more than
-// 4 at once, and does see 4 (the limit's slots are used). Then one Caddy
-// holding all 4 slots is killed with SIGKILL: the other gets the slots back
-// within the lease (2 s), and not before the lease could have ended.
-func TestCaddyInFlightFleet(t *testing.T) {
+// TestInFlightFleetCaddyAndKong: two Caddies and two Kong plugin servers
+// on one redis-server share one key's limit of 4 requests in flight, with
+// 24 Caddy clients and 8 Kong clients in front of an upstream that takes
+// 50 ms per request: the upstream never sees more than 4 at once, and does
+// see 4 (the slots are used). A Caddy client that gives up gives its slot
+// back at once. Then a Kong node, and later a Caddy, is killed with
+// SIGKILL while holding all 4 slots: the surviving Caddy gets them back
+// within the 2 s lease, and not before the lease could have ended.
+func TestInFlightFleetCaddyAndKong(t *testing.T) {
 	srv, err := redistest.Start(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -56,17 +67,36 @@ func TestCaddyInFlightFleet(t *testing.T) {
 	t.Cleanup(backend.Close)
 	t.Cleanup(func() { close(up.hang) })
 	const n, lease = 4, 2 * time.Second
+	// Kong keys a namespaced policy "ns=<namespace>|<identifier>": the
+	// Caddies name the same policy and key, so all four share the slots.
 	body := fmt.Sprintf(`
 	tollgate {
 		store redis redis://%s
 		policy exports {
-			key all
+			key "ns=exports|acme"
 			limit %d/%s in_flight
 		}
 		headers ietf
 	}
 	reverse_proxy %s`, srv.Addr, n, lease, backend.Listener.Addr())
 	nodes := []*caddyproc.Caddy{caddyproc.Start(t, body), caddyproc.Start(t, body)}
+	host, port, _ := strings.Cut(srv.Addr, ":")
+	portNum, _ := strconv.Atoi(port)
+	kongCfg := map[string]any{"namespace": "exports", "policy": "redis", "redis": map[string]any{"host": host, "port": portNum},
+		"limits":   []any{map[string]any{"count": n, "window": lease.String(), "algorithm": "in_flight"}},
+		"limit_by": "header", "header_name": "X-Key"}
+	kongs := []*kongproc.Server{kongproc.Start(t), kongproc.Start(t)}
+	kongIDs := make([]int32, len(kongs))
+	for i, k := range kongs {
+		c := k.Dial()
+		if kongIDs[i], err = c.StartInstance(kongCfg); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	kongRequest := func() kongproc.Request {
+		return kongproc.Request{Headers: http.Header{"X-Key": {"acme"}}, ForwardedIP: "198.51.100.7", Shared: map[string]any{}}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
@@ -97,8 +127,42 @@ func TestCaddyInFlightFleet(t *testing.T) {
 			}
 		}(nodes[g%2])
 	}
+	var kongOK, kongDenied atomic.Int64
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			c := kongs[i].Dial()
+			defer c.Close()
+			for ctx.Err() == nil {
+				req := kongRequest()
+				res, err := c.Access(kongIDs[i], req)
+				if err != nil {
+					return
+				}
+				if res.Exited {
+					kongDenied.Add(1)
+					continue
+				}
+				// Kong proxies, then runs the log phase.
+				if resp, err := http.Get(backend.URL + "/export"); err == nil {
+					resp.Body.Close()
+					kongOK.Add(1)
+				}
+				if _, err := c.Log(kongIDs[i], req); err != nil {
+					return
+				}
+			}
+		}(g % 2)
+	}
 	wg.Wait()
-	t.Logf("%d served, %d denied; upstream served %d, at most %d at once", ok.Load(), denied.Load(), up.served.Load(), up.most.Load())
+	t.Logf("Caddy: %d served, %d denied; Kong: %d served, %d denied; upstream served %d, at most %d at once",
+		ok.Load(), denied.Load(), kongOK.Load(), kongDenied.Load(), up.served.Load(), up.most.Load())
+	// The upstream's mean concurrency: its served requests' time over the load's.
+	t.Logf("upstream busy %.1f of %d slots on average", float64(up.served.Load())*up.work.Seconds()/1.5, n)
+	if kongOK.Load() == 0 || kongDenied.Load() == 0 {
+		t.Error("the Kong nodes were never served or never denied: they did not share the slots")
+	}
 	if most := up.most.Load(); most != n {
 		t.Errorf("upstream saw at most %d requests at once, want exactly %d (never more, and all slots used)", most, n)
 	}
@@ -121,6 +185,32 @@ func TestCaddyInFlightFleet(t *testing.T) {
 	waitfor.True(t, 5*time.Second, "a request held at the upstream", func() bool { return up.now.Load() == 1 })
 	hangUp()
 	waitfor.True(t, 5*time.Second, "the cancelled request gone from the upstream", func() bool { return up.now.Load() == 0 })
+
+	// A Kong node takes every slot (access phases with no log phase yet) and
+	// dies: its slots come back within the lease.
+	kc := kongs[0].Dial()
+	for i := 0; i < n; i++ {
+		if res, err := kc.Access(kongIDs[0], kongRequest()); err != nil || res.Exited {
+			t.Fatalf("Kong access %d: %v (exited %v)", i, err, res != nil && res.Exited)
+		}
+	}
+	if resp, _ := nodes[1].Get("/export"); resp.StatusCode != 429 {
+		t.Fatalf("with 4 slots held through Kong, Caddy answered %d, want 429", resp.StatusCode)
+	}
+	kongs[0].Kill()
+	killedKong := time.Now()
+	freed := waitfor.True(t, lease+3*time.Second, "Caddy gets a slot back from the dead Kong node", func() bool {
+		resp, _ := nodes[1].Get("/export")
+		return resp.StatusCode == 200
+	})
+	t.Logf("the Kong node's slots came back %v after it was killed", freed)
+	if since := time.Since(killedKong); since < lease/3 {
+		t.Errorf("a slot came back %v after the kill: before any lease of the dead node could end", since)
+	}
+	waitfor.True(t, lease+3*time.Second, "every slot back", func() bool {
+		resp, _ := nodes[1].Get("/export")
+		return resp.StatusCode == 200 && up.now.Load() == 0
+	})
 
 	// Every slot held through node 0 (a request refused while the cancelled
 	// one's slot is on its way back tries again), then node 0 dies holding
@@ -146,7 +236,7 @@ func TestCaddyInFlightFleet(t *testing.T) {
 	}
 	killed := time.Now()
 	nodes[0].Kill()
-	freed := waitfor.True(t, lease+3*time.Second, "node 1 gets a slot back", func() bool {
+	freed = waitfor.True(t, lease+3*time.Second, "node 1 gets a slot back", func() bool {
 		resp, _ := nodes[1].Get("/export")
 		return resp.StatusCode == 200
 	})
