@@ -202,6 +202,10 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 		}
 		start := time.Now()
 		err = r.Limiter.DecideFor(dctx, pol, in.Key, in.Cost, &d)
+		if wait := slotWait(&d); err == nil && wait > 0 {
+			// Refused for want of an in-flight slot: wait for one, briefly.
+			err = waitForSlot(ctx, dctx, r.Limiter, pol, in, &d, start.Add(wait))
+		}
 		req.Decided(i, &d, err, time.Since(start))
 		if err != nil {
 			if ctx.Err() != nil {
@@ -237,6 +241,54 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 		plan.endLeases(context.WithoutCancel(ctx))
 	}
 	return nil
+}
+
+// SlotPoll is how often a request waiting for an in-flight slot (an
+// in_flight limit with MaxDelay) asks the store again: no store announces a
+// slot coming back, so a waiting request polls, in no particular order.
+const SlotPoll = 20 * time.Millisecond
+
+// slotWait is how long a request d refused may wait for a slot: the
+// deciding limit's MaxDelay when it is an in-flight limit and no rate limit
+// refused it too (waiting for a slot would not help those).
+func slotWait(d *Decision) time.Duration {
+	if d.Allowed || d.Shadowed {
+		return 0
+	}
+	l := d.DecidingLimit()
+	if l == nil || l.Algorithm != InFlight || l.MaxDelay <= 0 {
+		return 0
+	}
+	limits := d.Policy.Limits()
+	for i := 0; i < d.N; i++ {
+		if !d.Results[i].Allowed && limits[i].Algorithm != InFlight {
+			return 0
+		}
+	}
+	return l.MaxDelay
+}
+
+// waitForSlot asks the store again every SlotPoll until d allows, nothing
+// but a slot is missing any more, the deadline passes or the client leaves.
+func waitForSlot(ctx, dctx context.Context, lim *Limiter, pol *Policy, in Input, d *Decision, deadline time.Time) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	<-t.C
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil
+		}
+		t.Reset(min(SlotPoll, left))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		if err := lim.DecideFor(dctx, pol, in.Key, in.Cost, d); err != nil || slotWait(d) == 0 {
+			return err
+		}
+	}
 }
 
 // HoldsLeases reports whether the request holds in-flight slots (an

@@ -48,8 +48,9 @@ type Limit struct {
 	// once (default 1); for LeakyBucket the queue size (default: as many as
 	// MaxDelay holds). Other algorithms ignore it.
 	Burst int64
-	// MaxDelay is, for LeakyBucket only, the longest a request may be delayed;
-	// required (> 0) for LeakyBucket.
+	// MaxDelay is, for LeakyBucket, the longest a request may be delayed
+	// (required, > 0); for InFlight, the longest a refused request may wait
+	// for a slot (0: refuse at once). Other algorithms ignore it.
 	MaxDelay time.Duration
 
 	// Compiled by validate: window, max delay and emission bound in µs, and

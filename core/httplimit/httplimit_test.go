@@ -1,14 +1,17 @@
 package httplimit
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/store/memory"
+	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
 func newServer(t *testing.T, cfg Config) *httptest.Server {
@@ -171,5 +174,81 @@ func TestInFlightSlotsGoBack(t *testing.T) {
 	}
 	if resp, _ := get(t, srv.URL+"/", nil); resp.StatusCode != 200 {
 		t.Fatalf("after a handler panicked: %d, want the slot back", resp.StatusCode)
+	}
+}
+
+// countingStore counts decisions per key (it adds to the memory store, the
+// test's view of a waiting request polling).
+type countingStore struct {
+	*memory.Store
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (c *countingStore) Decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
+	c.mu.Lock()
+	c.calls[key]++
+	c.mu.Unlock()
+	return c.Store.Decide(ctx, p, key, cost, d)
+}
+
+func (c *countingStore) count(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[key]
+}
+
+// TestInFlightWaitsForASlot: with max_delay, a request refused for want of
+// a slot waits for one: it is served once the slot comes back, and refused
+// (429) when none comes back within max_delay.
+func TestInFlightWaitsForASlot(t *testing.T) {
+	store := &countingStore{Store: memory.MustNew(memory.Options{}), calls: map[string]int{}}
+	for _, tc := range []struct {
+		maxDelay time.Duration
+		release  bool
+		want     int
+	}{{time.Minute, true, 200}, {50 * time.Millisecond, false, 429}} {
+		p := core.MustPolicy("exports", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Minute, Algorithm: core.InFlight, MaxDelay: tc.maxDelay})
+		mw, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, store), Key: func(r *http.Request) (string, bool) { return r.URL.Query().Get("k"), true }}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		entered, release := make(chan struct{}), make(chan struct{})
+		srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				entered <- struct{}{}
+				<-release
+			}
+		})))
+		key := tc.maxDelay.String()
+		go func() {
+			if resp, err := http.Get(srv.URL + "/slow?k=" + key); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		<-entered
+		got := make(chan int)
+		go func() {
+			resp, err := http.Get(srv.URL + "/?k=" + key)
+			if err != nil {
+				got <- 0
+				return
+			}
+			resp.Body.Close()
+			got <- resp.StatusCode
+		}()
+		if tc.release {
+			// Once the second request has asked again (it is waiting), the
+			// first one's response finishes.
+			waitfor.True(t, 10*time.Second, "the waiting request polls", func() bool { return store.count(key) >= 3 })
+			close(release)
+		}
+		if code := <-got; code != tc.want {
+			t.Errorf("max_delay %v, slot released %v: %d, want %d", tc.maxDelay, tc.release, code, tc.want)
+		}
+		if !tc.release {
+			close(release)
+		}
+		srv.Close()
 	}
 }
