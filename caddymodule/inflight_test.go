@@ -6,8 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -80,9 +78,7 @@ func TestInFlightFleetCaddyAndKong(t *testing.T) {
 	}
 	reverse_proxy %s`, srv.Addr, n, lease, backend.Listener.Addr())
 	nodes := []*caddyproc.Caddy{caddyproc.Start(t, body), caddyproc.Start(t, body)}
-	host, port, _ := strings.Cut(srv.Addr, ":")
-	portNum, _ := strconv.Atoi(port)
-	kongCfg := map[string]any{"namespace": "exports", "policy": "redis", "redis": map[string]any{"host": host, "port": portNum},
+	kongCfg := map[string]any{"namespace": "exports", "policy": "redis", "redis": srv.KongRecord(),
 		"limits":   []any{map[string]any{"count": n, "window": lease.String(), "algorithm": "in_flight"}},
 		"limit_by": "header", "header_name": "X-Key"}
 	kongs := []*kongproc.Server{kongproc.Start(t), kongproc.Start(t)}

@@ -3,7 +3,6 @@ package kongplugin_test
 import (
 	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,14 +20,12 @@ func BenchmarkAccessOverSocket(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(rs.Stop)
-	host, port, _ := strings.Cut(rs.Addr, ":")
-	portNum, _ := strconv.Atoi(port)
 	for _, store := range []struct {
 		name string
 		cfg  map[string]any
 	}{
 		{"memory", map[string]any{"second": 1e9, "limit_by": "ip"}},
-		{"redis", map[string]any{"second": 1e9, "limit_by": "ip", "policy": "redis", "redis": map[string]any{"host": host, "port": portNum}}},
+		{"redis", map[string]any{"second": 1e9, "limit_by": "ip", "policy": "redis", "redis": rs.KongRecord()}},
 	} {
 		b.Run(store.name+"/serial", func(b *testing.B) {
 			srv := kongproc.Start(b)

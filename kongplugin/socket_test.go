@@ -240,9 +240,7 @@ func TestKongRedisSharedAndFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rs.Stop)
-	host, port, _ := strings.Cut(rs.Addr, ":")
-	portNum, _ := strconv.Atoi(port)
-	cfg := map[string]any{"minute": 10, "policy": "redis", "redis": map[string]any{"host": host, "port": portNum, "timeout": 200}, "limit_by": "ip"}
+	cfg := map[string]any{"minute": 10, "policy": "redis", "redis": withTimeout(rs.KongRecord(), 200), "limit_by": "ip"}
 	node1, node2 := kongproc.Start(t), kongproc.Start(t)
 	c1, c2 := node1.Dial(), node2.Dial()
 	defer c1.Close()
@@ -279,7 +277,7 @@ func TestKongRedisSharedAndFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = rs.Signal(syscall.SIGCONT) }()
-	hung := map[string]any{"host": host, "port": portNum, "timeout": 100}
+	hung := withTimeout(rs.KongRecord(), 100)
 	tolerant := start(t, c1, map[string]any{"minute": 2, "policy": "redis", "redis": hung, "namespace": "tolerant"})
 	local := start(t, c1, map[string]any{"minute": 2, "policy": "redis", "redis": hung, "namespace": "local", "on_error": "local"})
 	strict := start(t, c2, map[string]any{"minute": 2, "policy": "redis", "fault_tolerant": false, "redis": hung, "namespace": "strict"})
@@ -626,11 +624,9 @@ func TestKongInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rs.Stop)
-	host, port, _ := strings.Cut(rs.Addr, ":")
-	portNum, _ := strconv.Atoi(port)
 	const lease = 2 * time.Second
 	cfg := map[string]any{"limits": []any{map[string]any{"count": 2, "window": "2s", "algorithm": "in_flight", "name": "exports"}},
-		"policy": "redis", "redis": map[string]any{"host": host, "port": portNum}, "limit_by": "header", "header_name": "X-Key",
+		"policy": "redis", "redis": rs.KongRecord(), "limit_by": "header", "header_name": "X-Key",
 		"headers": "both"}
 	node1, node2 := kongproc.Start(t), kongproc.Start(t)
 	c1, c2 := node1.Dial(), node2.Dial()
@@ -680,4 +676,10 @@ func TestKongInFlight(t *testing.T) {
 	if since := time.Since(killed); since < lease/3 {
 		t.Errorf("a slot came back %v after the kill: before any of node 1's leases could end", since)
 	}
+}
+
+// withTimeout is a redis record with its timeout in ms.
+func withTimeout(record map[string]any, ms int) map[string]any {
+	record["timeout"] = ms
+	return record
 }

@@ -119,6 +119,14 @@ func (s *Server) Do(args ...string) (string, error) {
 	return strings.TrimRight(line, "\r\n"), err
 }
 
+// KongRecord is the server as Kong's redis record names it: host and port
+// apart.
+func (s *Server) KongRecord() map[string]any {
+	host, port, _ := strings.Cut(s.Addr, ":")
+	n, _ := strconv.Atoi(port)
+	return map[string]any{"host": host, "port": n}
+}
+
 // Stop kills the server and waits for it.
 func (s *Server) Stop() {
 	if s.cmd != nil && s.cmd.Process != nil {
