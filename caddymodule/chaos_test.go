@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/caddyproc"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
 // outageLength is how long Redis stays down: short in `make test`, 5 s in
@@ -211,5 +212,87 @@ func TestCaddyHostileKeys(t *testing.T) {
 	}
 	if resp, body := c.Get("/", "X-Key", "ordinary"); resp.StatusCode != 200 || body != "ok" {
 		t.Fatalf("after hostile keys: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestCaddyStoreFailureLogsOnce: with on_error fail, a Redis outage under
+// load answers 503 to every request but writes a bounded number of log
+// lines: one when the store starts failing and one when it answers again,
+// not one (or two) per request.
+func TestCaddyStoreFailureLogsOnce(t *testing.T) {
+	srv, err := redistest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	c := caddyproc.Start(t, fmt.Sprintf(`
+	tollgate {
+		store redis redis://%s {
+			timeout 100ms
+			on_error fail
+		}
+		policy p {
+			key {http.request.header.X-Key}
+			limit 1000/1s sliding_counter
+		}
+	}
+	respond "ok"`, srv.Addr))
+	load := func(d time.Duration) (codes map[int]int) {
+		codes = map[int]int{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		end := time.Now().Add(d)
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(end) {
+					req, _ := http.NewRequest(http.MethodGet, c.URL+"/", nil)
+					req.Header.Set("X-Key", "k")
+					resp, err := http.DefaultClient.Do(req)
+					code := -1
+					if err == nil {
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						code = resp.StatusCode
+					}
+					mu.Lock()
+					codes[code]++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		return codes
+	}
+	load(300 * time.Millisecond)
+	before := len(c.LogTail(1 << 30))
+	srv.Stop()
+	during := load(outageLength())
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.True(t, 10*time.Second, "the store answering again", func() bool {
+		resp, _ := c.Get("/", "X-Key", "k")
+		return resp.StatusCode == 200
+	})
+	after := load(300 * time.Millisecond)
+	logged := c.LogTail(1 << 30)[before:]
+	var lines []string // every line, whatever wrote it (Caddy, go-redis)
+	for _, l := range strings.Split(logged, "\n") {
+		if strings.TrimSpace(l) != "" && !strings.Contains(l, `"level":"info"`) && !strings.Contains(l, `"level":"debug"`) {
+			lines = append(lines, l)
+		}
+	}
+	t.Logf("outage %v: %v; after: %v; %d log lines above info", outageLength(), during, after, len(lines))
+	if during[503] == 0 {
+		t.Errorf("no 503 during the outage: %v", during)
+	}
+	if after[200] == 0 || after[503] != 0 {
+		t.Errorf("after the outage: %v, want 200s only", after)
+	}
+	if len(lines) > 4 {
+		t.Errorf("%d log lines above info for %d failed requests, want at most 4 (the state changes):\n%s",
+			len(lines), during[503], strings.Join(lines[:min(len(lines), 6)], "\n"))
 	}
 }

@@ -7,6 +7,7 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -242,9 +243,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		case r.Context().Err() != nil:
 			return r.Context().Err()
 		case errors.As(err, &failed):
-			// Only on_error fail gets here: the store could not decide.
-			h.logger.Warn("rate-limit store failed", zap.String("policy", failed.Policy), zap.Error(failed.Err))
-			return caddyhttp.Error(http.StatusServiceUnavailable, err)
+			// Only on_error fail gets here: the store could not decide. Its
+			// state changes are logged once each (Provision's OnStateChange);
+			// a line per request would flood the log during an outage.
+			if h.HandleErrors {
+				return caddyhttp.Error(http.StatusServiceUnavailable, err)
+			}
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, err := io.WriteString(w, "rate limiter unavailable\n")
+			return err
 		}
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}

@@ -225,13 +225,7 @@ func or[T any](p *T, def T) T {
 // in eventual mode's algorithms) and builds what a request needs.
 func compile(c *Config) (*instance, error) {
 	inst := &instance{Config: c}
-	if err := core.CheckDenyStatus(c.ErrorCode); err != nil {
-		return nil, fmt.Errorf("error_code: %w", err)
-	}
-	style, err := core.ParseHeaderStyle(c.Headers)
-	if err != nil {
-		return nil, err
-	}
+	style, _ := core.ParseHeaderStyle(c.Headers) // the schema's one_of, as error_code's range
 	if c.HideClientHeaders {
 		style = core.HeadersNone
 	}

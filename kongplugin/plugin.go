@@ -6,6 +6,7 @@ package kongplugin
 
 import (
 	"context"
+	"log"
 	"net/http"
 	"slices"
 	"strconv"
@@ -57,12 +58,15 @@ func (inst *instance) gateOrErr() (*core.Gate, error) {
 		h, err := store.Acquire(inst.storeConfig)
 		var rule core.Rule
 		if err == nil {
+			h.LogStateChanges(log.Printf) // Kong logs the plugin server's output
 			rule, err = h.Rule(inst.policy, core.EmptyKeySkip, inst.scope)
 		}
 		if err == nil {
 			inst.gate, err = core.NewGate(core.GateConfig{Rules: []core.Rule{rule}, Status: inst.ErrorCode, Headers: inst.headers})
 		}
-		inst.openErr = err
+		if inst.openErr = err; err != nil {
+			log.Printf("tollgate: %v", err) // once per instance, not per request
+		}
 	})
 	return inst.gate, inst.openErr
 }
@@ -80,9 +84,9 @@ func (c *Config) Access(kong *pdk.PDK) {
 		err = gate.Decide(context.Background(), &req, &plan)
 	}
 	if err != nil {
-		// The store would not open, or failed with fault_tolerant false.
-		// Kong's own answer then: kong.response.exit(500, {message = ...}).
-		kong.Log.Err("tollgate: " + err.Error())
+		// The store would not open, or failed with fault_tolerant false
+		// (logged once when it started failing). Kong's own answer then:
+		// kong.response.exit(500, {message = ...}).
 		kong.Response.Exit(http.StatusInternalServerError, []byte(`{"message":"An unexpected error occurred"}`),
 			map[string][]string{"Content-Type": {core.ContentTypeJSON}})
 		return

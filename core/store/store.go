@@ -107,6 +107,7 @@ type Handle struct {
 	mu        sync.Mutex
 	listeners map[int]func(open bool, err error)
 	nextID    int
+	logging   bool // LogStateChanges registered
 }
 
 // handles are the open stores, by config identity.
@@ -236,6 +237,27 @@ func (h *Handle) FactorSync(scope string) core.FactorSync {
 		return nil
 	}
 	return h.Redis.FactorSync(scope)
+}
+
+// LogStateChanges logs the store's state changes with printf, once per
+// handle however often it is asked (an adapter whose configs are never
+// closed, as Kong's plugin instances, asks once per config): a line when
+// the shared store starts failing and one when it answers again, never one
+// per request.
+func (h *Handle) LogStateChanges(printf func(format string, args ...any)) {
+	h.mu.Lock()
+	first := !h.logging
+	h.logging = true
+	h.mu.Unlock()
+	if first {
+		h.OnStateChange(func(failing bool, err error) {
+			if failing {
+				printf("tollgate: rate-limit store failing (%v); its failure policy decides until it answers again", err)
+			} else {
+				printf("tollgate: rate-limit store answering again")
+			}
+		})
+	}
 }
 
 // OnStateChange registers f to hear when the Redis breaker opens (with the

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -96,6 +97,16 @@ type Store struct {
 	local   core.Clock // the deny cache's clock
 }
 
+// quietLogs silences go-redis's own log (process-wide, once a tollgate Redis
+// store opens): it writes a line for every failed dial, several a second
+// while Redis is down, and the failover store already reports the store's
+// state once per change.
+var quietLogs sync.Once
+
+type discardLog struct{}
+
+func (discardLog) Printf(context.Context, string, ...any) {}
+
 // New validates opts, connects lazily and returns the store. Errors name the
 // option and value at fault.
 func New(opts Options) (*Store, error) {
@@ -103,6 +114,7 @@ func New(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	quietLogs.Do(func() { goredis.SetLogger(discardLog{}) })
 	s := NewFromClient(goredis.NewUniversalClient(uo), opts)
 	if !uo.IsClusterMode {
 		// (A Cluster client learns of failovers from its own failed calls,
