@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -82,11 +83,20 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Err(err.Error())
 				}
 			}
+			if _, err := s.Config(); err != nil {
+				return d.Err(err.Error())
+			}
 			h.Store = s
 		case "policy":
 			p, err := parsePolicy(d)
 			if err != nil {
 				return err
+			}
+			if i := slices.IndexFunc(h.Policies, func(q *PolicyConfig) bool { return q.Name == p.Name }); i >= 0 {
+				return d.Errf("policy %q: name used twice", p.Name)
+			}
+			if err := h.Store.CheckPolicy(&p.PolicySpec); err != nil { // a store given after its policies: Provision checks
+				return d.Err(err.Error())
 			}
 			h.Policies = append(h.Policies, p)
 		case "headers", "body", "status", "jitter":

@@ -174,6 +174,30 @@ func TestCaddyfileErrors(t *testing.T) {
 		}`, `policy "a" plan "free" limit "lots"`},
 		{`policy a {
 			limit 10/1m
+		}
+		policy a {
+			limit 20/1m
+		}`, `policy "a": name used twice`},
+		{`store redis http://example.com`, `store redis: url: "http://example.com": redis: invalid URL scheme: http, at Caddyfile:3`},
+		{`policy a {
+			limit 1/1s
+			limit 2/2s
+			limit 3/3s
+			limit 4/4s
+			limit 5/5s
+			limit 6/6s
+			limit 7/7s
+			limit 8/8s
+			limit 9/9s
+		}`, `policy "a": 9 limits, at most 8 may be stacked`},
+		{`store redis redis://x:6379 {
+			mode eventual
+		}
+		policy a {
+			limit 10/1m gcra
+		}`, `policy "a" limit 1 (10/1m): eventual mode counts requests, so it needs fixed_window or sliding_counter, not gcra`},
+		{`policy a {
+			limit 10/1m
 			plans {
 				free 10/1m
 			}

@@ -5,6 +5,7 @@
 package caddymodule
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -87,7 +88,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if len(h.Policies) == 0 {
 		return fmt.Errorf("policies: need at least one policy")
 	}
-	style, err := core.ParseHeaderStyle(orDefault(h.Headers, "both"))
+	style, err := core.ParseHeaderStyle(cmp.Or(h.Headers, "both"))
 	if err != nil {
 		return err
 	}
@@ -148,7 +149,7 @@ func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy,
 		return nil, err
 	}
 	h.releases = append(h.releases, release)
-	p := &policy{cfg: pc, pol: pol, key: orDefault(pc.Key, DefaultKey), plan: pc.Plan, emptyKey: emptyKey, cost: pc.RequestCost()}
+	p := &policy{cfg: pc, pol: pol, key: cmp.Or(pc.Key, DefaultKey), plan: pc.Plan, emptyKey: emptyKey, cost: pc.RequestCost()}
 	p.literal = caddy.NewEmptyReplacer().ReplaceAll(p.key, "")
 	p.constant = p.literal == p.key
 	if pc.MatcherSetsRaw != nil {
@@ -161,13 +162,6 @@ func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy,
 		}
 	}
 	return p, nil
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // Validate is done by Provision, which must build the policies to check

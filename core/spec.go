@@ -354,6 +354,8 @@ func (s *PolicySpec) Check() ([]Limit, error) {
 		return nil, fmt.Errorf("policy %q: plan and default_plan need plans", s.Name)
 	case len(s.Limits) == 0:
 		return nil, fmt.Errorf("policy %q: needs at least one limit", s.Name)
+	case len(s.Limits) > MaxLimits:
+		return nil, fmt.Errorf("policy %q: %d limits, at most %d may be stacked", s.Name, len(s.Limits), MaxLimits)
 	}
 	if err := CheckCost(s.Cost); err != nil {
 		return nil, fmt.Errorf("policy %q cost: %w", s.Name, err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store/redis"
 )
 
 // Spec is a store as configured (in JSON, or written as option lines):
@@ -95,6 +96,9 @@ func (s *Spec) Config() (Config, error) {
 	}
 	if s.Timeout < 0 {
 		return c, fmt.Errorf("store timeout: %s must not be negative", time.Duration(s.Timeout))
+	}
+	if err := redis.CheckOptions(r.options()); err != nil { // the URL and addresses, before anything dials
+		return c, fmt.Errorf("store %s: %w", s.Type, err)
 	}
 	c.Redis = r
 	if s.OnError != "" {

@@ -198,6 +198,40 @@ func open(c Config) (*Handle, error) {
 	return h, nil
 }
 
+// CheckPolicy reports, building nothing, whether a store from s can decide
+// the policy p (every plan's limits too): s must be valid, and eventual mode
+// counts requests, so it takes only the counting algorithms. A nil Spec is
+// the memory store. Config errors find these at parse time.
+func (s *Spec) CheckPolicy(p *core.PolicySpec) error {
+	c, err := s.Config()
+	if err != nil || !c.Eventual {
+		return err
+	}
+	sets := [][]core.LimitSpec{p.Limits}
+	for _, plan := range p.Plans {
+		sets = append(sets, plan.Limits)
+	}
+	for _, specs := range sets {
+		limits := make([]core.Limit, len(specs))
+		for i := range specs {
+			if limits[i], err = specs[i].Limit(); err != nil {
+				return fmt.Errorf("policy %q limit %d: %w", p.Name, i+1, err)
+			}
+		}
+		if len(limits) == 0 {
+			continue
+		}
+		pol, err := core.NewPolicy(p.Name, core.PolicyOptions{}, limits...)
+		if err == nil {
+			err = c.CheckPolicy(pol)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CheckPolicy reports whether a store opened from c can decide p (eventual
 // mode counts requests, so it takes only the counting algorithms).
 func (c *Config) CheckPolicy(p *core.Policy) error {

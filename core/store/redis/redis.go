@@ -159,6 +159,13 @@ func NewFromClient(c goredis.UniversalClient, opts Options) *Store {
 	return s
 }
 
+// CheckOptions reports what New would refuse in o (its URL, addresses and
+// TLS settings), without connecting.
+func CheckOptions(o Options) error {
+	_, err := universalOptions(o)
+	return err
+}
+
 func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 	uo := &goredis.UniversalOptions{}
 	if o.URL != "" {
