@@ -11,7 +11,7 @@ CADDY_VERSION := v2.11.9
 # What bin/caddy is built from: rebuilt when any of it changes.
 CADDY_SRC := $(shell find core caddymodule -name '*.go' ! -name '*_test.go') tollgate.go go.mod go.sum
 
-.PHONY: test vet fmt unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong chaos plots run clean deps
+.PHONY: test vet fmt unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong chaos plots run clean deps monitoring
 
 # Caddy with tollgate on the memory store, serving Caddyfile.example on
 # http://localhost:8080 (admin API on localhost:2019).
@@ -71,9 +71,22 @@ deps:
 # short): Redis killed and paused for 5 s under load through a real Caddy,
 # 10 million rotating keys, a Cluster master killed, plugin server restarts.
 chaos: deps bin/caddy
-	TOLLGATE_CHAOS=long TOLLGATE_CADDY=$(CURDIR)/bin/caddy TOLLGATE_REQUIRE_CADDY=1 $(GO) test -count=1 -v \
-	  -run 'Outage|Hostile|ClusterMasterFailover|StoppedAndPaused|KongRedisSharedAndFaults|ClientIPTrustedProxies|RefusedConfigs|ReloadKeepsCounters' \
-	  ./caddymodule/ ./core/... ./kongplugin/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:'
+	bash -o pipefail -c "TOLLGATE_CHAOS=long TOLLGATE_CADDY=$(CURDIR)/bin/caddy TOLLGATE_REQUIRE_CADDY=1 $(GO) test -count=1 -v \
+	  -run 'Outage|Hostile|ClusterMasterFailover|StoppedAndPaused|KongRedisSharedAndFaults|ClientIPTrustedProxies|RefusedConfigs|ReloadKeepsCounters|StoreFailureLogsOnce|InFlightFleet' \
+	  ./caddymodule/ ./core/... ./kongplugin/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:'"
+
+# The alerting rules and the dashboard in examples/prometheus: promtool
+# checks the rules and runs their unit tests, then a real Prometheus
+# (Debian's package, installed when missing) scrapes a real Caddy with
+# tollgate under load until every dashboard query returns data.
+monitoring: deps bin/caddy
+	@command -v promtool >/dev/null 2>&1 || { \
+	  echo "prometheus missing: installing it with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; }
+	promtool check rules examples/prometheus/tollgate-rules.yml
+	cd examples/prometheus && promtool test rules tollgate-rules.test.yml
+	$(GO) vet -tags monitoring ./examples/prometheus/
+	TOLLGATE_CADDY=$(CURDIR)/bin/caddy TOLLGATE_REQUIRE_CADDY=1 $(GO) test -tags monitoring -count=1 -v -run Dashboard ./examples/prometheus/
 
 # docs/algorithms.svg: one bursty trace through every algorithm.
 plots:
