@@ -134,11 +134,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			h.logger.Warn("rate-limit store answering again")
 		}
 	})
-	var pols []*core.Policy
-	for _, p := range h.policies {
-		pols = append(pols, p.pol)
-	}
-	h.metrics, err = metrics.New(ctx.GetMetricsRegistry(), pols, h.store)
+	h.metrics, err = metrics.New(ctx.GetMetricsRegistry(), h.gate, h.store)
 	return err
 }
 
@@ -178,6 +174,9 @@ func (h *Handler) Validate() error {
 func (h *Handler) Cleanup() error {
 	if h.stopLog != nil {
 		h.stopLog()
+	}
+	if h.metrics != nil {
+		h.metrics.Close()
 	}
 	for _, release := range h.releases {
 		release()

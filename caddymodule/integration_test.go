@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/internal/caddyproc"
 	"github.com/tollgate/tollgate/internal/headercheck"
 	"github.com/tollgate/tollgate/internal/redistest"
@@ -525,5 +526,75 @@ func TestCaddyPlans(t *testing.T) {
 	}
 	if got := statuses("alice", 3); got != "200 200 429" {
 		t.Errorf("alice on pro after 2 on free: %s, want 200 200 429 (usage kept)", got)
+	}
+}
+
+// TestCaddyTopDeniedKeys: a real Caddy exports the keys each policy denied
+// most as tollgate_top_denied{policy,key}: the 10 heaviest of 1,010 keys,
+// hashed (core.KeyHash) unless the policy shows keys in clear, and no more
+// than 10 series per policy.
+func TestCaddyTopDeniedKeys(t *testing.T) {
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy api {
+			match {
+				path /api
+			}
+			key {http.request.header.X-Key}
+			limit 1/1h fixed_window
+		}
+		policy internal {
+			match {
+				path /internal
+			}
+			key {http.request.header.X-Key}
+			limit 1/1h fixed_window
+			clear_keys
+		}
+	}
+	respond "ok"`)
+	var wg sync.WaitGroup
+	send := func(path, key string, n int) {
+		defer wg.Done()
+		for i := 0; i < n; i++ {
+			c.Get(path, "X-Key", key)
+		}
+	}
+	for i := 0; i < 10; i++ {
+		wg.Add(2)
+		go send("/api", "heavy-"+strconv.Itoa(i), 12+i) // 11+i denials
+		go send("/internal", "team-"+strconv.Itoa(i), 3)
+	}
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := g; i < 1000; i += 8 { // one denial each
+				c.Get("/api", "X-Key", "light-"+strconv.Itoa(i))
+				c.Get("/api", "X-Key", "light-"+strconv.Itoa(i))
+			}
+		}(g)
+	}
+	wg.Wait()
+	m := c.Metrics()
+	series := regexp.MustCompile(`(?m)^tollgate_top_denied\{key="([^"]+)",policy="api"\} (\d+)$`).FindAllStringSubmatch(m, -1)
+	if len(series) != 10 {
+		t.Fatalf("%d top_denied series for policy api, want 10:\n%v", len(series), series)
+	}
+	got := map[string]string{}
+	for _, s := range series {
+		got[s[1]] = s[2]
+	}
+	for i := 0; i < 10; i++ {
+		key := "heavy-" + strconv.Itoa(i)
+		if n := got[core.KeyHash(key)]; n != strconv.Itoa(11+i) {
+			t.Errorf("%s (hash %s): %q denials shown, want %d", key, core.KeyHash(key), n, 11+i)
+		}
+	}
+	if !strings.Contains(m, `tollgate_top_denied{key="team-3",policy="internal"} 2`) {
+		t.Errorf("clear_keys policy: no series with its key in clear")
+	}
+	if strings.Contains(m, `key="heavy-`) {
+		t.Error("policy api's keys appear in clear")
 	}
 }

@@ -22,6 +22,7 @@ type Gate struct {
 	body       string
 	headers    HeaderOptions
 	skipFailed bool
+	top        []*topK // per rule: the keys it denied most; nil when off
 }
 
 // Rule is one policy as a gate applies it.
@@ -47,6 +48,9 @@ type GateConfig struct {
 	// fail lets a store fail) instead of ending the pipeline with a
 	// *StoreError.
 	SkipFailed bool
+	// TopDenied is how many keys each rule tracks as the ones it denied most
+	// recently (TopDenied): 0 means DefaultTopDenied, negative none.
+	TopDenied int
 }
 
 // DefaultDenyBody is the body of a denied response when none is set.
@@ -80,8 +84,31 @@ func NewGate(c GateConfig) (*Gate, error) {
 	if c.Body == "" {
 		c.Body = DefaultDenyBody
 	}
-	return &Gate{rules: c.Rules, status: c.Status, body: c.Body, headers: c.Headers,
-		skipFailed: c.SkipFailed}, nil
+	g := &Gate{rules: c.Rules, status: c.Status, body: c.Body, headers: c.Headers, skipFailed: c.SkipFailed}
+	if c.TopDenied == 0 {
+		c.TopDenied = DefaultTopDenied
+	}
+	for range g.rules {
+		if c.TopDenied > 0 {
+			g.top = append(g.top, newTopK(c.TopDenied))
+		}
+	}
+	return g, nil
+}
+
+// Rules returns the gate's rules, in order. The caller must not modify them.
+func (g *Gate) Rules() []Rule { return g.rules }
+
+// TopDenied returns the keys rule i denied most over the last few
+// TopDeniedPeriods (shadow denials included), most denied first: a
+// Space-Saving sketch of GateConfig.TopDenied counters, so memory does not
+// grow with the number of keys. Keys are as the store holds them
+// (BoundKey); show them with KeyHash unless the policy shows keys in clear.
+func (g *Gate) TopDenied(i int) []Heavy {
+	if g.top == nil {
+		return nil
+	}
+	return g.top[i].top()
 }
 
 // Status returns the status a denied request gets.
@@ -218,6 +245,9 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 		}
 		if plan.Decision.Policy == nil || MoreRestrictive(&d, &plan.Decision) {
 			plan.Decision = d
+		}
+		if (!d.Allowed || d.Shadowed) && g.top != nil && d.N > 0 {
+			g.top[i].offer(BoundKey(in.Key))
 		}
 		if !d.Allowed {
 			break

@@ -43,6 +43,7 @@ type Policy struct {
 	planIndex int // among the limited plans, in order
 	plans     *planTable
 	leases    bool // an InFlight limit holds leases
+	clearKeys bool
 }
 
 // planTable is a policy's plans: the variant for each plan name (nil for an
@@ -79,6 +80,10 @@ type PolicyOptions struct {
 	// identity of the counters, so a key keeps its usage when its plan
 	// changes.
 	Plan string
+	// ClearKeys shows the policy's keys as they are in what operators read
+	// (the heaviest denied keys, logs); by default they are shown as
+	// KeyHash, since keys can be API keys.
+	ClearKeys bool
 }
 
 // NewPolicy validates limits and returns a policy named name. Errors name the
@@ -93,7 +98,8 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 	if len(limits) > MaxLimits {
 		return nil, fmt.Errorf("policy %q: %d limits, at most %d may be stacked", name, len(limits), MaxLimits)
 	}
-	p := &Policy{name: name, shadow: opts.Shadow, adapt: opts.Adaptive, limits: make([]Limit, len(limits)), plan: opts.Plan}
+	p := &Policy{name: name, shadow: opts.Shadow, adapt: opts.Adaptive, limits: make([]Limit, len(limits)), plan: opts.Plan,
+		clearKeys: opts.ClearKeys}
 	var sig strings.Builder
 	sig.WriteString(name)
 	for i, l := range limits {
@@ -325,6 +331,15 @@ func (p *Policy) IdleTTL() time.Duration { return us(p.idleUS) }
 
 // IdleMicros is IdleTTL in µs.
 func (p *Policy) IdleMicros() int64 { return p.idleUS }
+
+// ShowKey is key as operators see it: in clear if the policy says so, else
+// KeyHash(key).
+func (p *Policy) ShowKey(key string) string {
+	if p.clearKeys {
+		return key
+	}
+	return KeyHash(key)
+}
 
 // HoldsLeases reports whether p has an InFlight limit: a request it allows
 // holds a lease until its gateway ends it (see ApplyLease).

@@ -247,6 +247,9 @@ type PolicySpec struct {
 	Plan        string     `json:"plan,omitempty"`
 	Plans       []PlanSpec `json:"plans,omitempty"`
 	DefaultPlan string     `json:"default_plan,omitempty"`
+	// ClearKeys shows the policy's keys in clear to operators (the heaviest
+	// denied keys); by default they are hashed (core.KeyHash).
+	ClearKeys bool `json:"clear_keys,omitempty"`
 }
 
 // PlanSpec is one plan of a policy: its stacked limits, or unlimited.
@@ -318,12 +321,17 @@ func (s *PolicySpec) Set(opt string, args []string) error {
 			return fmt.Errorf("shadow: unexpected %q", args[0])
 		}
 		s.Shadow = true
+	case "clear_keys":
+		if len(args) > 0 {
+			return fmt.Errorf("clear_keys: unexpected %q", args[0])
+		}
+		s.ClearKeys = true
 	case "plan":
 		s.Plan, err = one()
 	case "default_plan":
 		s.DefaultPlan, err = one()
 	default:
-		return fmt.Errorf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow, adaptive, plan, plans or default_plan)", s.Name, opt)
+		return fmt.Errorf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow, adaptive, plan, plans, default_plan or clear_keys)", s.Name, opt)
 	}
 	return err
 }
@@ -483,7 +491,7 @@ func (s *PolicySpec) buildPlans(owner string) (*Policy, func(), error) {
 // build makes one policy (or one plan's variant) of s with limits.
 func (s *PolicySpec) build(owner string, limits []Limit, plan string) (*Policy, func(), error) {
 	release := func() {}
-	opts := PolicyOptions{Shadow: s.Shadow, Plan: plan}
+	opts := PolicyOptions{Shadow: s.Shadow, Plan: plan, ClearKeys: s.ClearKeys}
 	if s.Adaptive != nil {
 		scope, err := PolicyScope(s.Name, limits...)
 		if err != nil {

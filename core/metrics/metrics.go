@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,65 @@ import (
 // Set is the series of one config's policies.
 type Set struct {
 	policies [][]*Policy // per rule, per plan (Policy.Variants)
+	gate     *core.Gate
+}
+
+// tops are the top-denied collectors, one per registry: every live config's
+// gate reports through it (Set.Close takes a gate out).
+var tops sync.Map // *prometheus.Registry → *topCollector
+
+// topCollector exports tollgate_top_denied{policy,key}: the keys each
+// policy denied most recently, at most GateConfig.TopDenied per policy, so
+// the label values stay bounded and fade out as the sketch ages.
+type topCollector struct {
+	desc  *prometheus.Desc
+	reg   *prometheus.Registry
+	mu    sync.Mutex
+	gates map[*core.Gate]struct{}
+}
+
+func (c *topCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *topCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	gates := make([]*core.Gate, 0, len(c.gates))
+	for g := range c.gates {
+		gates = append(gates, g)
+	}
+	c.mu.Unlock()
+	seen := map[[2]string]bool{} // a reload's old and new gates may share a policy
+	for _, g := range gates {
+		for i, r := range g.Rules() {
+			p := r.Limiter.Policy()
+			for _, h := range g.TopDenied(i) {
+				id := [2]string{p.Name(), p.ShowKey(h.Key)}
+				if !seen[id] {
+					seen[id] = true
+					ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(h.Count), id[0], id[1])
+				}
+			}
+		}
+	}
+}
+
+// Close takes the set's gate out of the top-denied metric (its config was
+// unloaded).
+func (s *Set) Close() {
+	// The collector lives while a config of its registry does, so a
+	// registry's entry goes with its last config (a reload that brings a new
+	// registry leaves nothing behind).
+	tops.Range(func(_, c any) bool {
+		top := c.(*topCollector)
+		top.mu.Lock()
+		delete(top.gates, s.gate)
+		empty := len(top.gates) == 0
+		top.mu.Unlock()
+		if empty {
+			top.reg.Unregister(top)
+			tops.CompareAndDelete(top.reg, top)
+		}
+		return true
+	})
 }
 
 // metrics are the shared vectors.
@@ -38,14 +98,31 @@ const (
 
 var resultNames = [resultCount]string{"allowed", "denied", "shadowed", "delayed"}
 
-// New registers the series of policies over store h in reg (nil: a
+// New registers the series of gate's policies over store h in reg (nil: a
 // registry nobody reads) and returns them; equal series registered by
-// another config in the same registry are shared.
-func New(reg *prometheus.Registry, policies []*core.Policy, h *store.Handle) (*Set, error) {
+// another config in the same registry are shared. Close the set when its
+// config is unloaded.
+func New(reg *prometheus.Registry, gate *core.Gate, h *store.Handle) (*Set, error) {
 	if reg == nil {
 		// A context without a registry (tests): count into one nobody reads.
 		reg = prometheus.NewRegistry()
 	}
+	var policies []*core.Policy
+	for _, r := range gate.Rules() {
+		policies = append(policies, r.Limiter.Policy())
+	}
+	c, loaded := tops.LoadOrStore(reg, &topCollector{reg: reg, gates: map[*core.Gate]struct{}{}, desc: prometheus.NewDesc(
+		"tollgate_top_denied", "Recent denials of the keys each policy denied most (a decaying Space-Saving estimate; keys hashed unless the policy shows them in clear).",
+		[]string{"policy", "key"}, nil)})
+	top := c.(*topCollector)
+	if !loaded {
+		if err := reg.Register(top); err != nil {
+			return nil, err
+		}
+	}
+	top.mu.Lock()
+	top.gates[gate] = struct{}{}
+	top.mu.Unlock()
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "tollgate", Name: "decisions_total",
@@ -71,7 +148,7 @@ func New(reg *prometheus.Registry, policies []*core.Policy, h *store.Handle) (*S
 	if m.storeDuration, err = register(reg, m.storeDuration); err != nil {
 		return nil, err
 	}
-	set := &Set{}
+	set := &Set{gate: gate}
 	for _, pol := range policies {
 		var variants []*Policy
 		for _, v := range pol.Variants() {
