@@ -1,9 +1,7 @@
 package caddymodule
 
 import (
-	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -61,6 +59,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    status <code>
 //	    body <text>
 //	    jitter <fraction>
+//	    log_denials <lines per second>
 //	    handle_errors
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -99,12 +98,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Err(err.Error())
 			}
 			h.Policies = append(h.Policies, p)
-		case "headers", "body", "status", "jitter":
+		case "headers", "body", "status", "jitter", "log_denials":
 			v, err := lineArg(d)
 			if err != nil {
 				return err
 			}
-			if err := h.set(opt, v); err != nil {
+			if err := h.ResponseSpec.Set(opt, v); err != nil {
 				return d.Err(err.Error())
 			}
 		case "handle_errors":
@@ -113,42 +112,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			h.HandleErrors = true
 		default:
-			return d.Errf("unknown subdirective %q (want store, policy, headers, status, body, jitter or handle_errors)", opt)
+			return d.Errf("unknown subdirective %q (want store, policy, headers, status, body, jitter, log_denials or handle_errors)", opt)
 		}
 	}
 	if len(h.Policies) == 0 {
 		return d.Err("tollgate: needs at least one policy block")
-	}
-	return nil
-}
-
-// set reads one of the handler's own options, checked by core.
-func (h *Handler) set(opt, v string) error {
-	switch opt {
-	case "headers":
-		h.Headers = v
-		_, err := core.ParseHeaderStyle(v)
-		return err
-	case "body":
-		h.Body = v
-	case "status":
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("status: %q is not a whole number", v)
-		}
-		h.Status = n
-		if err := core.CheckDenyStatus(n); err != nil {
-			return fmt.Errorf("status: %w", err)
-		}
-	case "jitter":
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return fmt.Errorf("jitter: %q is not a fraction between 0 and 1", v)
-		}
-		h.Jitter = f
-		if err := core.CheckJitter(f); err != nil {
-			return fmt.Errorf("jitter: %w", err)
-		}
 	}
 	return nil
 }

@@ -130,6 +130,10 @@ func TestCaddyfileErrors(t *testing.T) {
 			limit 10/1m
 		}
 		jitter 2`, `jitter: 2 must be between 0 and 1, at Caddyfile:6`},
+		{`policy a {
+			limit 10/1m
+		}
+		log_denials lots`, `log_denials: "lots" is not a number of lines per second`},
 		{`store disk`, `store: unknown type "disk"`},
 		{`store redis`, `store redis: want one URL`},
 		{`store redis redis://x:6379 {

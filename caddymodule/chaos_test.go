@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/internal/caddyproc"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/waitfor"
@@ -294,5 +295,56 @@ func TestCaddyStoreFailureLogsOnce(t *testing.T) {
 	if len(lines) > 4 {
 		t.Errorf("%d log lines above info for %d failed requests, want at most 4 (the state changes):\n%s",
 			len(lines), during[503], strings.Join(lines[:min(len(lines), 6)], "\n"))
+	}
+}
+
+// TestCaddyDenialLogSampled: with log_denials 5, a flood of denials from 8
+// clients writes at most 5 "rate limited" lines a second, each with the
+// policy, the limit, the key hashed and the retry-after, and the count of
+// denials it did not log.
+func TestCaddyDenialLogSampled(t *testing.T) {
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy api {
+			key {http.request.header.X-Key}
+			limit 1/1h fixed_window
+		}
+		log_denials 5
+	}
+	respond "ok"`)
+	before := len(c.LogTail(1 << 30))
+	began := time.Now()
+	var wg sync.WaitGroup
+	var denied sync.Map
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			n := 0
+			for time.Since(began) < 1500*time.Millisecond {
+				if resp, _ := c.Get("/", "X-Key", "flood-key"); resp.StatusCode == 429 {
+					n++
+				}
+			}
+			denied.Store(g, n)
+		}(g)
+	}
+	wg.Wait()
+	took := time.Since(began)
+	total := 0
+	denied.Range(func(_, v any) bool { total += v.(int); return true })
+	var lines []string
+	for _, l := range strings.Split(c.LogTail(1 << 30)[before:], "\n") {
+		if strings.Contains(l, `"msg":"rate limited"`) {
+			lines = append(lines, l)
+		}
+	}
+	t.Logf("%d denials in %v, %d lines logged", total, took.Round(time.Millisecond), len(lines))
+	if most := 5 * (int(took/time.Second) + 2); len(lines) == 0 || len(lines) > most {
+		t.Fatalf("%d lines for %d denials in %v, want 1 to %d", len(lines), total, took, most)
+	}
+	want := fmt.Sprintf(`"policy":"api","limit":"1/1h","key":"%s"`, core.KeyHash("flood-key"))
+	if !strings.Contains(lines[0], want) || !strings.Contains(lines[0], `"retry_after"`) || !strings.Contains(lines[len(lines)-1], `"not_logged"`) {
+		t.Errorf("line %s\nwant %s, retry_after and not_logged", lines[0], want)
 	}
 }

@@ -38,15 +38,9 @@ type Handler struct {
 	// Policies are applied in order; a request must pass every policy that
 	// matches it.
 	Policies []*PolicyConfig `json:"policies"`
-	// Headers picks the rate-limit headers: "both" (default), "ietf",
-	// "xratelimit" or "none".
-	Headers string `json:"headers,omitempty"`
-	// Status is the denial status code; default 429.
-	Status int `json:"status,omitempty"`
-	// Body is the denial body; default "rate limit exceeded\n".
-	Body string `json:"body,omitempty"`
-	// Jitter adds up to this fraction of Retry-After at random (0 to 1).
-	Jitter float64 `json:"jitter,omitempty"`
+	// ResponseSpec holds headers ("both" by default), status, body, jitter
+	// and log_denials, as core reads them.
+	core.ResponseSpec
 	// HandleErrors hands a denial to Caddy's handle_errors routes (with
 	// the status and the rate-limit headers set) instead of writing Body.
 	HandleErrors bool `json:"handle_errors,omitempty"`
@@ -58,6 +52,7 @@ type Handler struct {
 	releases []func() // adaptive controllers acquired
 	metrics  *metrics.Set
 	logger   *zap.Logger
+	sampler  *core.DenialSampler // nil unless log_denials
 }
 
 // policy is a provisioned PolicyConfig.
@@ -88,10 +83,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if len(h.Policies) == 0 {
 		return fmt.Errorf("policies: need at least one policy")
 	}
-	style, err := core.ParseHeaderStyle(cmp.Or(h.Headers, "both"))
+	gc, err := h.ResponseSpec.GateConfig(core.HeadersBoth)
 	if err != nil {
 		return err
 	}
+	h.sampler = core.NewDenialSampler(h.LogDenials)
 	sc, err := h.Store.Config()
 	if err != nil {
 		return err
@@ -115,7 +111,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	gc := core.GateConfig{Status: h.Status, Body: h.Body, Headers: core.HeaderOptions{Style: style, Jitter: h.Jitter}}
 	for _, p := range h.policies {
 		rule, err := h.store.Rule(p.pol, p.emptyKey, "")
 		if err != nil {
@@ -256,9 +251,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	setPlaceholders(repl, shown)
 	h.gate.WriteHeaders(w.Header(), &plan)
 	if !plan.Passes() {
-		if ce := h.logger.Check(zap.DebugLevel, "rate limited"); ce != nil {
-			ce.Write(zap.String("policy", shown.Policy.Name()), zap.Duration("retry_after", shown.RetryAfter),
-				zap.String("remote", r.RemoteAddr))
+		if ok, dropped := h.sampler.Sample(); ok { // log_denials lines a second at most
+			h.logger.Info("rate limited", zap.String("policy", shown.Policy.Name()), zap.String("limit", shown.DecidingLimit().Label()),
+				zap.String("key", shown.Policy.ShowKey(plan.Key)), zap.Duration("retry_after", shown.RetryAfter), zap.Int64("not_logged", dropped))
 		}
 		if h.HandleErrors {
 			return caddyhttp.Error(h.gate.Status(), ErrRateLimited)

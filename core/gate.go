@@ -178,6 +178,9 @@ type Plan struct {
 	// Delay is how long to hold the request before passing it on (shaping):
 	// the longest delay any rule asks for.
 	Delay time.Duration
+	// Key is the key of the rule whose decision Decision is (bounded, as
+	// the store holds it).
+	Key string
 	// watching are the adaptive controllers of the rules that allowed the
 	// request, which hear how the upstream answered (Observe): the first
 	// MaxLimits in place (no allocation), any more in extra.
@@ -200,7 +203,7 @@ type heldLease struct {
 // is returned as a *StoreError (unless the gate skips failed rules); a
 // cancelled ctx returns ctx's error.
 func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
-	plan.Decision = Decision{}
+	plan.Decision, plan.Key = Decision{}, ""
 	plan.Delay = 0
 	plan.watched, plan.extra, plan.leases = 0, nil, nil
 	var d Decision
@@ -213,6 +216,7 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 		if !in.Covered || in.Empty && r.EmptyKey == EmptyKeySkip {
 			continue
 		}
+		key := BoundKey(in.Key) // as the store holds it; a long key's hash once
 		pol := r.Limiter.Policy()
 		if pol.plans != nil {
 			var limited bool
@@ -228,7 +232,7 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 			dctx = context.WithoutCancel(ctx)
 		}
 		start := time.Now()
-		err = r.Limiter.DecideFor(dctx, pol, in.Key, in.Cost, &d)
+		err = r.Limiter.DecideFor(dctx, pol, key, in.Cost, &d)
 		if wait := slotWait(&d); err == nil && wait > 0 {
 			// Refused for want of an in-flight slot: wait for one, briefly.
 			err = waitForSlot(ctx, dctx, r.Limiter, pol, in, &d, start.Add(wait))
@@ -244,10 +248,10 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 			return &StoreError{Policy: r.Limiter.Policy().Name(), Err: err}
 		}
 		if plan.Decision.Policy == nil || MoreRestrictive(&d, &plan.Decision) {
-			plan.Decision = d
+			plan.Decision, plan.Key = d, key
 		}
 		if (!d.Allowed || d.Shadowed) && g.top != nil && d.N > 0 {
-			g.top[i].offer(BoundKey(in.Key))
+			g.top[i].offer(key)
 		}
 		if !d.Allowed {
 			break

@@ -1,0 +1,121 @@
+package core
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// ResponseSpec is how a gateway answers, as configured (the Caddy
+// handler's options): the rate-limit headers, the denial's status and body,
+// Retry-After jitter and sampled denial logs.
+type ResponseSpec struct {
+	// Headers picks the rate-limit headers: both, ietf, xratelimit, none or
+	// kong; empty means the adapter's default.
+	Headers string `json:"headers,omitempty"`
+	// Status is the denial status code; 0 means DefaultDenyStatus.
+	Status int `json:"status,omitempty"`
+	// Body is the denial body; empty means DefaultDenyBody.
+	Body string `json:"body,omitempty"`
+	// Jitter adds up to this fraction of Retry-After at random (0 to 1).
+	Jitter float64 `json:"jitter,omitempty"`
+	// LogDenials logs at most this many denials a second (policy, limit,
+	// key as the policy shows it, retry-after); 0, the default, logs none.
+	LogDenials int `json:"log_denials,omitempty"`
+}
+
+// Set reads one option line: headers, body, status, jitter or log_denials
+// and its value; errors name the option and the value.
+func (s *ResponseSpec) Set(opt, v string) error {
+	switch opt {
+	case "headers":
+		s.Headers = v
+		_, err := ParseHeaderStyle(v)
+		return err
+	case "body":
+		s.Body = v
+	case "status":
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("status: %q is not a whole number", v)
+		}
+		s.Status = n
+		if err := CheckDenyStatus(n); err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
+	case "jitter":
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("jitter: %q is not a fraction between 0 and 1", v)
+		}
+		s.Jitter = f
+		if err := CheckJitter(f); err != nil {
+			return fmt.Errorf("jitter: %w", err)
+		}
+	case "log_denials":
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("log_denials: %q is not a number of lines per second", v)
+		}
+		s.LogDenials = n
+	default:
+		return fmt.Errorf("unknown option %q", opt)
+	}
+	return nil
+}
+
+// GateConfig returns the gate settings s describes, with style when
+// Headers is empty; NewGate checks the rest.
+func (s *ResponseSpec) GateConfig(style HeaderStyle) (GateConfig, error) {
+	if s.Headers != "" {
+		var err error
+		if style, err = ParseHeaderStyle(s.Headers); err != nil {
+			return GateConfig{}, err
+		}
+	}
+	if s.LogDenials < 0 {
+		return GateConfig{}, fmt.Errorf("log_denials: %d must not be negative", s.LogDenials)
+	}
+	return GateConfig{Status: s.Status, Body: s.Body, Headers: HeaderOptions{Style: style, Jitter: s.Jitter}}, nil
+}
+
+// DenialSampler lets at most a number of denial log lines a second
+// through, so a flood of denials writes a bounded log. It is a fixed
+// window decided by Step, like any other limit, and counts what it drops.
+type DenialSampler struct {
+	mu      sync.Mutex
+	limit   Limit
+	state   State
+	clock   Clock
+	dropped int64
+}
+
+// NewDenialSampler returns a sampler of perSecond lines, or nil (logging
+// nothing) when perSecond is 0.
+func NewDenialSampler(perSecond int) *DenialSampler {
+	if perSecond <= 0 {
+		return nil
+	}
+	l := Limit{Count: int64(perSecond), Window: time.Second, Algorithm: FixedWindow}
+	_ = l.validate()
+	return &DenialSampler{limit: l, clock: NewMonotonicClock()}
+}
+
+// Sample reports whether a denial may be logged now and, if so, how many
+// denials were not logged since the last line.
+func (s *DenialSampler) Sample() (ok bool, dropped int64) {
+	if s == nil {
+		return false, 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var r Result
+	s.state, r = Step(&s.limit, s.state, s.clock.NowMicros(), 1)
+	if !r.Allowed {
+		s.dropped++
+		return false, 0
+	}
+	dropped, s.dropped = s.dropped, 0
+	return true, dropped
+}
