@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/core/metrics"
 	"github.com/tollgate/tollgate/core/store"
 )
@@ -53,6 +54,7 @@ type Handler struct {
 	metrics  *metrics.Set
 	logger   *zap.Logger
 	sampler  *core.DenialSampler // nil unless log_denials
+	offAdmin func()              // takes the policies out of the operators' API
 }
 
 // policy is a provisioned PolicyConfig.
@@ -130,6 +132,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	})
 	h.metrics, err = metrics.New(ctx.GetMetricsRegistry(), h.gate, h.store)
+	h.offAdmin = admin.Register(h.gate, h.store)
 	return err
 }
 
@@ -172,6 +175,9 @@ func (h *Handler) Cleanup() error {
 	}
 	if h.metrics != nil {
 		h.metrics.Close()
+	}
+	if h.offAdmin != nil {
+		h.offAdmin()
 	}
 	for _, release := range h.releases {
 		release()

@@ -10,7 +10,7 @@
 -- KEYS[1+i] limit i's sorted set, when it is a sliding_log or in_flight
 --           (members unique, scored by the time taken)
 -- ARGV[1]  now in µs, or -1 to use the server's TIME
--- ARGV[2]  cost
+-- ARGV[2]  cost, or -1 to probe (cost 0, nothing written)
 -- ARGV[3]  number of limits
 -- ARGV[4]  ttl ms of every key (the policy's idle time)
 -- then per limit, 7 values: algorithm, count, window µs, burst, max delay µs,
@@ -30,6 +30,10 @@ if now < 0 then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local cost = tonumber(ARGV[2])
+-- A cost of -1 probes: it decides as a request of cost 0 and writes nothing
+-- (an operator reading a key changes nothing, not even its expiry).
+local probe = cost < 0
+if probe then cost = 0 end
 local nlimits = tonumber(ARGV[3])
 local ttl = tonumber(ARGV[4])
 
@@ -274,7 +278,7 @@ for i = 1, nlimits do
   if results[i][1] == 0 then all = false end
 end
 
-if all then
+if all and not probe then
   local hset = {}
   for i = 1, nlimits do
     local l = limits[i]

@@ -86,6 +86,37 @@ func (l *Limiter) DecideFor(ctx context.Context, p *Policy, key string, cost int
 	return l.store.Decide(ctx, p, BoundKey(key), cost, d)
 }
 
+// Operator is a store whose keys operators can read and reset (see
+// Limiter.Inspect and Limiter.Reset).
+type Operator interface {
+	// Inspect fills d with what a request of cost 0 for key would see under
+	// p now, changing nothing.
+	Inspect(ctx context.Context, p *Policy, key string, d *Decision) error
+	// Reset forgets key's state under p (every limit's), atomically with
+	// concurrent decisions.
+	Reset(ctx context.Context, p *Policy, key string) error
+}
+
+// Inspect reads key's usage under p (the limiter's policy or one of its
+// plans' variants) without changing it.
+func (l *Limiter) Inspect(ctx context.Context, p *Policy, key string, d *Decision) error {
+	op, ok := l.store.(Operator)
+	if !ok {
+		return fmt.Errorf("policy %q: its store cannot show a key (eventual mode keeps counts on each node)", p.Name())
+	}
+	return op.Inspect(ctx, p, BoundKey(key), d)
+}
+
+// Reset forgets key's usage under the limiter's policy (every plan's: they
+// share it).
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	op, ok := l.store.(Operator)
+	if !ok {
+		return fmt.Errorf("policy %q: its store cannot reset a key (eventual mode keeps counts on each node)", l.policy.Name())
+	}
+	return op.Reset(ctx, l.policy, BoundKey(key))
+}
+
 // Lease is what a request allowed by a policy that holds leases (an
 // InFlight limit) gives back when its response is finished: see
 // Limiter.Lease and Limiter.EndLease.

@@ -126,6 +126,42 @@ func (f *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 	return nil
 }
 
+// Inspect reads the key where the failure policy would decide it now: on
+// the shared store, or on the local one (on_error local) while the shared
+// store fails (core.Operator).
+func (f *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core.Decision) error {
+	if op, ok := f.shared.(core.Operator); ok && !f.open.Load() {
+		err := op.Inspect(ctx, p, key, d)
+		if err == nil || f.opts.OnError != core.OnErrorLocal {
+			return err
+		}
+	}
+	if f.opts.OnError != core.OnErrorLocal {
+		return fmt.Errorf("shared store unavailable (breaker open)")
+	}
+	return f.opts.Local.(core.Operator).Inspect(ctx, p, key, d)
+}
+
+// Reset forgets the key on the local store (what the fallback counted) and
+// on the shared one (core.Operator). While the breaker is open with
+// on_error local, the local counts are what decides, and only they are
+// reset; otherwise it fails if the shared store does.
+func (f *Store) Reset(ctx context.Context, p *core.Policy, key string) error {
+	if local, ok := f.opts.Local.(core.Operator); ok {
+		if err := local.Reset(ctx, p, key); err != nil {
+			return err
+		}
+	}
+	if f.open.Load() && f.opts.OnError == core.OnErrorLocal {
+		return nil
+	}
+	op, ok := f.shared.(core.Operator)
+	if !ok {
+		return fmt.Errorf("shared store cannot reset keys")
+	}
+	return op.Reset(ctx, p, key)
+}
+
 // EndLease ends or renews a lease where it was taken: on the local store
 // for a lease the fallback took, else on the shared store (core.LeaseStore).
 // An undecided fallback (allow, deny) took no lease. A shared store's

@@ -208,6 +208,48 @@ func (s *Store) DecideAt(p *core.Policy, key string, cost, now int64, d *core.De
 	}
 }
 
+// Inspect fills d with what a request of cost 0 for key would see under p
+// now, changing nothing (core.Operator): the key's states are copied, and
+// a key the store does not hold is a fresh one.
+func (s *Store) Inspect(_ context.Context, p *core.Policy, key string, d *core.Decision) error {
+	states := make([]core.State, len(p.Limits()))
+	now := s.clock.NowMicros()
+	s.withEntry(p, key, func(held []core.State, last int64) {
+		copy(states, held) // Step with cost 0 writes no ring slot it returns
+		now = max(now, last)
+	})
+	p.Apply(states, now, 0, d)
+	return nil
+}
+
+// Reset forgets key's state under p, every limit's, under the key's lock:
+// atomic with concurrent decisions (core.Operator).
+func (s *Store) Reset(_ context.Context, p *core.Policy, key string) error {
+	s.withEntry(p, key, func(held []core.State, _ int64) { clear(held) })
+	return nil
+}
+
+// withEntry runs f on key's states under p and its last use, under the
+// key's lock, if the store holds the key.
+func (s *Store) withEntry(p *core.Policy, key string, f func(states []core.State, lastUsed int64)) {
+	id1 := maphash.String(s.seed, key) ^ p.ScopeHash()
+	id2 := maphash.String(s.seed2, key) ^ p.ScopeHash2()
+	e := s.shards[(id1>>32)%shardCount].table.Load().find(id1, id2)
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lastUsed == dead {
+		return
+	}
+	if len(p.Limits()) == 1 {
+		f(e.inline[:], e.lastUsed)
+	} else {
+		f(e.states, e.lastUsed)
+	}
+}
+
 // EndLease ends or renews a lease this store's decision took (see
 // core.LeaseStore). It never fails.
 func (s *Store) EndLease(_ context.Context, l *core.Lease, renew bool) (found, now int64, err error) {

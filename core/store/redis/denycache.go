@@ -24,6 +24,7 @@ type denyCache struct {
 	mu      sync.Mutex
 	entries map[denyKey]*held
 	hits    int64
+	epoch   int64 // resets so far (forget)
 }
 
 type denyKey struct{ scope, key string }
@@ -64,13 +65,16 @@ func (c *denyCache) lookup(p *core.Policy, key string, cost, now int64, d *core.
 
 // remember holds the states Redis returned with a denial it decided at the
 // local time now.
-func (c *denyCache) remember(p *core.Policy, key string, now int64, d *core.Decision, states []core.State) {
+func (c *denyCache) remember(p *core.Policy, key string, now, epoch int64, d *core.Decision, states []core.State) {
 	if d.Allowed && !d.Shadowed || d.RetryAfter <= 0 || p.HoldsLeases() {
 		// A lease another node ends frees a slot no local copy would see.
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if epoch != c.epoch {
+		return // a reset came between the decision and its reply
+	}
 	if len(c.entries) >= denyCacheSize {
 		for k, e := range c.entries {
 			if now >= e.until {
@@ -83,6 +87,23 @@ func (c *denyCache) remember(p *core.Policy, key string, now int64, d *core.Deci
 	}
 	c.entries[denyKey{p.Scope(), key}] = &held{states: states, at: d.At, localAt: now,
 		until: now + int64(d.RetryAfter/time.Microsecond)}
+}
+
+// forget drops what the cache holds for key after an operator reset it in
+// Redis, and moves the epoch on: a denial decided before the reset whose
+// reply arrives after it is not remembered (remember's epoch).
+func (c *denyCache) forget(p *core.Policy, key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch++
+	delete(c.entries, denyKey{p.Scope(), key})
+}
+
+// currentEpoch is what a decision reads before it asks Redis.
+func (c *denyCache) currentEpoch() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epoch
 }
 
 func (c *denyCache) hitCount() int64 {

@@ -301,19 +301,20 @@ func (s *Store) LocalDenials() int64 {
 // Decide applies p to key in one round trip, or none when the deny cache
 // holds the key's states and the step functions deny the request on them.
 func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
-	var localNow int64
+	var localNow, epoch int64
 	if s.denies != nil {
 		localNow = s.local.NowMicros()
 		if s.denies.lookup(p, key, cost, localNow, d) {
 			return nil
 		}
+		epoch = s.denies.currentEpoch()
 	}
 	states, err := s.decide(ctx, p, key, cost, d)
 	if err != nil {
 		return err
 	}
 	if s.denies != nil && states != nil {
-		s.denies.remember(p, key, localNow, d, states)
+		s.denies.remember(p, key, localNow, epoch, d, states)
 	}
 	return nil
 }
@@ -350,7 +351,7 @@ func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int
 	if len(reply) < 1+5*len(limits) {
 		return nil, fmt.Errorf("redis: script answered %d values, want at least %d", len(reply), 1+5*len(limits))
 	}
-	d.Start(p, cost)
+	d.Start(p, max(cost, 0)) // -1: a probe (Inspect)
 	d.At = reply[0]
 	allowed := true
 	for i := range limits {
@@ -370,6 +371,30 @@ func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int
 		return nil, nil
 	}
 	return parseStates(limits, reply[1+5*len(limits):])
+}
+
+// Inspect fills d with what a request of cost 0 for key would see under p,
+// in one round trip that writes nothing (core.Operator).
+func (s *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core.Decision) error {
+	_, err := s.decide(ctx, p, key, -1, d)
+	return err
+}
+
+// Reset forgets key's state under p, every limit's, in one DEL: atomic
+// with concurrent decisions (core.Operator). This node's deny cache forgets
+// the key too; another node's may answer a denial it holds until that
+// denial's Retry-After.
+func (s *Store) Reset(ctx context.Context, p *core.Policy, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	err := s.client.Del(ctx, s.Keys(p, key)...).Err()
+	if s.denies != nil {
+		s.denies.forget(p, key) // after the DEL: see forget
+	}
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
 }
 
 // EndLease ends or renews a lease a decision of this store took, in one

@@ -90,6 +90,9 @@ func (m *Model) Decide(p *core.Policy, key string, now, cost int64) core.Decisio
 	return d
 }
 
+// Reset forgets key's state under p, as an operator's reset does.
+func (m *Model) Reset(p *core.Policy, key string) { delete(m.keys, p.Scope()+"\x00"+key) }
+
 // EndLease is the model's answer to ending (or renewing) the lease a
 // request of cost units took under p for key at token: how many of its
 // slots the first in_flight limit still held.

@@ -39,7 +39,11 @@ type Step struct {
 	End   int
 	Renew bool
 	Found int64
-	Want  Want
+	// Inspect reads the key (an operator's view: a request of cost 0 that
+	// changes nothing) instead of deciding; Reset forgets it. Want applies
+	// to Inspect.
+	Inspect, Reset bool
+	Want           Want
 }
 
 // Free is the Cost of a request that costs nothing (it only reads the state).
@@ -236,6 +240,20 @@ func Traces() []Trace {
 			{At: 13 * time.Second, End: 13, Renew: true, Found: 2},
 			{At: 22 * time.Second, Want: Want{Remaining: 0, Reset: time.Second, RetryAfter: time.Second}},
 		}},
+		// An operator reads a key (nothing changes: reading twice, or then
+		// deciding, sees the same) and resets it (its quota is back).
+		{"inspect_and_reset", core.MustPolicy("ops", opts, lim(3, time.Second, core.SlidingLog), lim(5, time.Minute, core.FixedWindow)), []Step{
+			{At: 0, Inspect: true, Want: Want{Allowed: true, Remaining: 3, Index: 0}},
+			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: time.Second}},
+			{At: ms(100), Want: Want{Allowed: true, Remaining: 1, Reset: time.Second}},
+			{At: ms(200), Inspect: true, Want: Want{Allowed: true, Remaining: 1, Reset: ms(900)}},
+			{At: ms(200), Inspect: true, Want: Want{Allowed: true, Remaining: 1, Reset: ms(900)}},
+			{At: ms(300), Want: Want{Allowed: true, Remaining: 0, Reset: time.Second}},
+			{At: ms(400), Want: Want{Remaining: 0, Reset: ms(900), RetryAfter: ms(600)}},
+			{At: ms(500), Reset: true},
+			{At: ms(500), Inspect: true, Want: Want{Allowed: true, Remaining: 3}},
+			{At: ms(500), Want: Want{Allowed: true, Remaining: 2, Reset: time.Second}},
+		}},
 		{"shadow", core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(1, time.Second, core.FixedWindow)), []Step{
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
 			{At: ms(10), Want: Want{Allowed: true, Shadowed: true, Remaining: 0, Reset: ms(990), RetryAfter: ms(990)}},
@@ -307,6 +325,22 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 				key := st.Key
 				if key == "" {
 					key = "k"
+				}
+				if st.Reset {
+					if err := store.(core.Operator).Reset(context.Background(), tr.Policy, key); err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					continue
+				}
+				if st.Inspect {
+					var d core.Decision
+					if err := store.(core.Operator).Inspect(context.Background(), tr.Policy, key, &d); err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					if msg := mismatch(&d, st.Want); msg != "" {
+						t.Errorf("step %d (at %v, inspect %q): %s", i, st.At, key, msg)
+					}
+					continue
 				}
 				if st.End > 0 {
 					found, _, err := store.(core.LeaseStore).EndLease(context.Background(), &leases[st.End-1], st.Renew)
@@ -457,7 +491,30 @@ func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) 
 		grid = 1000
 	}
 	var held []core.Lease // leases the store holds for allowed requests
+	// Operators read and reset keys now and then, on their own random
+	// stream so the requests' sequence is the same with or without them.
+	ops := rand.New(rand.NewPCG(seed, 99))
+	op, _ := store.(core.Operator)
 	for i := 0; i < n; i++ {
+		if op != nil {
+			p, key := policies[ops.IntN(len(policies))], "key"+strconv.Itoa(ops.IntN(2))
+			switch ops.IntN(40) {
+			case 0:
+				if err := op.Reset(context.Background(), p, key); err != nil {
+					t.Fatalf("seed %d step %d: reset: %v", seed, i, err)
+				}
+				model.Reset(p, key)
+			case 1, 2, 3:
+				var got core.Decision
+				if err := op.Inspect(context.Background(), p, key, &got); err != nil {
+					t.Fatalf("seed %d step %d: inspect: %v", seed, i, err)
+				}
+				if want := model.Decide(p, key, clock.Micros, 0); !sameDecision(&got, &want) {
+					t.Fatalf("seed %d step %d (inspect policy %s key %s at +%dµs):\n got  %s\n want %s",
+						seed, i, p.Name(), key, clock.Micros-T0, summary(&got), summary(&want))
+				}
+			}
+		}
 		if len(held) > 0 && rng.IntN(4) == 0 {
 			// A response finishes (or a long one renews its lease).
 			j := rng.IntN(len(held))

@@ -1,0 +1,128 @@
+package caddymodule_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/internal/caddyproc"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/waitfor"
+)
+
+// adminCall sends method to Caddy's admin endpoint at path and decodes the
+// JSON answer.
+func adminCall(t *testing.T, c *caddyproc.Caddy, method, path string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, c.AdminURL+path, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		var list []any
+		if json.Unmarshal(b, &list) == nil {
+			return resp.StatusCode, map[string]any{"list": list}
+		}
+		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	return resp.StatusCode, out
+}
+
+// TestCaddyAdminAPI: on a real Caddy with tollgate on a real redis-server,
+// the admin endpoint lists the policies with their store's health, shows a
+// key's usage in each limit (and reading it twice changes nothing), shows
+// the keys denied most (hashed), and resets a key atomically while 8
+// clients hammer it: exactly one quota is allowed before the reset and
+// exactly one after, no more, no less.
+func TestCaddyAdminAPI(t *testing.T) {
+	rs, err := redistest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Stop)
+	c := caddyproc.Start(t, fmt.Sprintf(`
+	tollgate {
+		store redis redis://%s
+		policy api {
+			key {http.request.header.X-Key}
+			limit 5/1m sliding_log
+			limit 50/1h fixed_window
+		}
+	}
+	respond "ok"`, rs.Addr))
+
+	code, pols := adminCall(t, c, "GET", "/tollgate/policies")
+	list, _ := pols["list"].([]any)
+	if code != 200 || len(list) != 1 {
+		t.Fatalf("policies: %d %v", code, pols)
+	}
+	p := list[0].(map[string]any)
+	if p["name"] != "api" || p["store"] != "redis" || p["breaker_open"] != false || len(p["limits"].([]any)) != 2 {
+		t.Errorf("policy: %v", p)
+	}
+
+	for i := 0; i < 3; i++ {
+		c.Get("/", "X-Key", "acme")
+	}
+	for i := 0; i < 2; i++ { // reading twice: the same, nothing consumed
+		code, u := adminCall(t, c, "GET", "/tollgate/keys?policy=api&key=acme")
+		limits, _ := u["limits"].([]any)
+		if code != 200 || len(limits) != 2 || u["key"] != core.KeyHash("acme") {
+			t.Fatalf("usage: %d %v", code, u)
+		}
+		l0, l1 := limits[0].(map[string]any), limits[1].(map[string]any)
+		if l0["used"] != 3.0 || l0["remaining"] != 2.0 || l1["used"] != 3.0 || l1["remaining"] != 47.0 {
+			t.Errorf("read %d: %v %v, want 3 used of 5 and of 50", i, l0, l1)
+		}
+	}
+	for i := 0; i < 4; i++ {
+		c.Get("/", "X-Key", "acme") // 2 more allowed, then denied
+	}
+	if _, top := adminCall(t, c, "GET", "/tollgate/top?policy=api"); !strings.Contains(fmt.Sprint(top["top_denied"]), core.KeyHash("acme")) {
+		t.Errorf("top: %v", top)
+	}
+	if code, e := adminCall(t, c, "GET", "/tollgate/keys?policy=nope&key=acme"); code != 404 || !strings.Contains(fmt.Sprint(e["error"]), `policy "nope"`) {
+		t.Errorf("unknown policy: %d %v", code, e)
+	}
+
+	// Reset under load: the 5/1m quota is allowed exactly once before the
+	// reset and exactly once after it.
+	var allowed atomic.Int64
+	var resetDone atomic.Bool
+	var deniedAfter atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for deniedAfter.Load() < 20 {
+				resp, _ := c.Get("/", "X-Key", "busy")
+				if resp.StatusCode == 200 {
+					allowed.Add(1)
+				} else if resetDone.Load() {
+					deniedAfter.Add(1)
+				}
+			}
+		}()
+	}
+	waitfor.True(t, 10*time.Second, "the first quota spent", func() bool { return allowed.Load() >= 5 })
+	if code, r := adminCall(t, c, "DELETE", "/tollgate/keys?policy=api&key=busy"); code != 200 || r["reset"] != true {
+		t.Fatalf("reset: %d %v", code, r)
+	}
+	resetDone.Store(true)
+	wg.Wait()
+	if n := allowed.Load(); n != 10 {
+		t.Errorf("%d requests allowed across the reset, want exactly 10 (5 before, 5 after)", n)
+	}
+}

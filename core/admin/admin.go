@@ -1,0 +1,178 @@
+// Package admin is the operators' API over the gates adapters register:
+// the policies in force with their limits, effective limits and store
+// health; one key's usage in each limit (as the headers would say it),
+// read without changing it; a reset of one key; and the keys each policy
+// denied most. It is an http.Handler: the Caddy module mounts it on
+// Caddy's admin endpoint (admin.api.tollgate), under its access controls.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store"
+)
+
+// registered are the live gates, newest last.
+var (
+	mu         sync.Mutex
+	registered []*entry
+)
+
+type entry struct {
+	gate  *core.Gate
+	store *store.Handle
+}
+
+// Register makes a gate's policies visible to the API, over the store
+// they use; call the returned func when the config is unloaded.
+func Register(g *core.Gate, h *store.Handle) (unregister func()) {
+	e := &entry{g, h}
+	mu.Lock()
+	registered = append(registered, e)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for i, r := range registered {
+			if r == e {
+				registered = append(registered[:i], registered[i+1:]...)
+				return
+			}
+		}
+	}
+}
+
+// find returns the newest registered rule of the policy named name (during
+// a reload the new config's).
+func find(name string) (*entry, int, bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	for k := len(registered) - 1; k >= 0; k-- {
+		for i, r := range registered[k].gate.Rules() {
+			if r.Limiter.Policy().Name() == name {
+				return registered[k], i, true
+			}
+		}
+	}
+	return nil, 0, false
+}
+
+// Handler serves, under prefix (such as "/tollgate/"):
+//
+//	GET    policies                               every policy in force
+//	GET    keys?policy=<name>&key=<key>[&plan=<p>] one key's usage in each limit
+//	DELETE keys?policy=<name>&key=<key>           forget one key's usage (every limit)
+//	GET    top?policy=<name>                      the keys the policy denied most
+//
+// Answers are JSON; keys are shown hashed unless the policy shows them in
+// clear (core.Policy.ShowKey).
+func Handler(prefix string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out, status, err := serve(r, strings.TrimPrefix(r.URL.Path, prefix))
+		w.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			w.WriteHeader(status)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(out)
+	})
+}
+
+func serve(r *http.Request, path string) (any, int, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if path == "policies" && r.Method == http.MethodGet {
+		return policies(), 0, nil
+	}
+	q := r.URL.Query()
+	e, i, ok := find(q.Get("policy"))
+	if !ok {
+		return nil, http.StatusNotFound, fmt.Errorf("policy %q: not in force", q.Get("policy"))
+	}
+	lim := e.gate.Rules()[i].Limiter
+	p := lim.Policy()
+	switch {
+	case path == "top" && r.Method == http.MethodGet:
+		top := []map[string]any{}
+		for _, h := range e.gate.TopDenied(i) {
+			top = append(top, map[string]any{"key": p.ShowKey(h.Key), "denials": h.Count, "error": h.Error})
+		}
+		return map[string]any{"policy": p.Name(), "top_denied": top}, 0, nil
+	case path != "keys":
+	case q.Get("key") == "":
+		return nil, http.StatusBadRequest, fmt.Errorf("key: missing (keys?policy=<name>&key=<key>)")
+	case r.Method == http.MethodGet:
+		variant, _ := p.ForPlan(q.Get("plan"))
+		if variant == nil {
+			return nil, http.StatusBadRequest, fmt.Errorf("plan %q: unlimited, nothing is counted", q.Get("plan"))
+		}
+		var d core.Decision
+		if err := lim.Inspect(ctx, variant, q.Get("key"), &d); err != nil {
+			return nil, http.StatusBadGateway, err
+		}
+		return usage(variant, q.Get("key"), &d), 0, nil
+	case r.Method == http.MethodDelete:
+		if err := lim.Reset(ctx, q.Get("key")); err != nil {
+			return nil, http.StatusBadGateway, err
+		}
+		return map[string]any{"policy": p.Name(), "key": p.ShowKey(q.Get("key")), "reset": true}, 0, nil
+	}
+	return nil, http.StatusNotFound, fmt.Errorf("%s %s: want GET policies, GET or DELETE keys, GET top", r.Method, path)
+}
+
+// usage is one key's usage in each limit, as the headers would say it.
+func usage(p *core.Policy, key string, d *core.Decision) map[string]any {
+	limits := p.Limits()
+	out := []map[string]any{}
+	for i := 0; i < d.N; i++ {
+		res := d.Results[i]
+		out = append(out, map[string]any{"limit": limits[i].Label(), "count": res.Limit,
+			"used": res.Limit - res.Remaining, "remaining": res.Remaining, "reset_seconds": core.Seconds(res.Reset)})
+	}
+	return map[string]any{"policy": p.Name(), "plan": p.Plan(), "key": p.ShowKey(key), "limits": out}
+}
+
+// policies describes every policy in force, with its store's health.
+func policies() []map[string]any {
+	mu.Lock()
+	entries := append([]*entry(nil), registered...)
+	mu.Unlock()
+	out := []map[string]any{}
+	for _, e := range entries {
+		kind, open := "memory", false
+		switch {
+		case e.store.Eventual != nil:
+			kind = "redis (eventual)"
+		case e.store.Redis != nil:
+			kind = "redis"
+		}
+		if e.store.Failover != nil {
+			open = e.store.Failover.Open()
+		}
+		for _, r := range e.gate.Rules() {
+			p := r.Limiter.Policy()
+			var limits []map[string]any
+			for _, v := range p.Variants() {
+				for i, l := range v.Configured() {
+					limits = append(limits, map[string]any{"plan": v.Plan(), "limit": l.Label(), "algorithm": l.Algorithm.String(),
+						"count": l.Count, "effective_count": v.Limits()[i].Count, "window_seconds": l.Window.Seconds()})
+				}
+			}
+			pol := map[string]any{"name": p.Name(), "limits": limits, "shadow": p.Shadow(), "plans": p.Plans(),
+				"store": kind, "breaker_open": open}
+			if a := p.Adaptive(); a != nil {
+				pol["adaptive_factor"] = a.Factor()
+			}
+			out = append(out, pol)
+		}
+	}
+	return out
+}
