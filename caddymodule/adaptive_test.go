@@ -194,11 +194,7 @@ func metric(t *testing.T, c *caddyproc.Caddy, series string) float64 {
 // the same adaptive policy; only the first carries traffic to a struggling
 // upstream, yet the second tightens with it (one factor in Redis).
 func TestCaddyAdaptiveFleetSharesFactor(t *testing.T) {
-	rs, err := redistest.Start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rs.Stop)
+	rs := redistest.StartT(t)
 	_, upAddr := serveUpstream(t, 50)
 	body := fmt.Sprintf(`
 	tollgate {

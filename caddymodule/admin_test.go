@@ -46,11 +46,7 @@ func adminCall(t *testing.T, c *caddyproc.Caddy, method, path string) (int, map[
 // clients hammer it: exactly one quota is allowed before the reset and
 // exactly one after, no more, no less.
 func TestCaddyAdminAPI(t *testing.T) {
-	rs, err := redistest.Start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rs.Stop)
+	rs := redistest.StartT(t)
 	c := caddyproc.Start(t, fmt.Sprintf(`
 	tollgate {
 		store redis redis://%s

@@ -49,11 +49,7 @@ func TestCaddyRedisOutage(t *testing.T) {
 	)
 	for _, fault := range []string{"kill", "sigstop"} {
 		t.Run(fault, func(t *testing.T) {
-			srv, err := redistest.Start(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(srv.Stop)
+			srv := redistest.StartT(t)
 			c := caddyproc.Start(t, fmt.Sprintf(`
 	tollgate {
 		store redis redis://%s {
@@ -221,11 +217,7 @@ func TestCaddyHostileKeys(t *testing.T) {
 // lines: one when the store starts failing and one when it answers again,
 // not one (or two) per request.
 func TestCaddyStoreFailureLogsOnce(t *testing.T) {
-	srv, err := redistest.Start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := redistest.StartT(t)
 	c := caddyproc.Start(t, fmt.Sprintf(`
 	tollgate {
 		store redis redis://%s {

@@ -55,11 +55,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // SIGKILL while holding all 4 slots: the surviving Caddy gets them back
 // within the 2 s lease, and not before the lease could have ended.
 func TestInFlightFleetCaddyAndKong(t *testing.T) {
-	srv, err := redistest.Start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := redistest.StartT(t)
 	up := &upstream{work: 50 * time.Millisecond, hang: make(chan struct{})}
 	backend := httptest.NewServer(up)
 	t.Cleanup(backend.Close)
@@ -85,6 +81,7 @@ func TestInFlightFleetCaddyAndKong(t *testing.T) {
 	kongIDs := make([]int32, len(kongs))
 	for i, k := range kongs {
 		c := k.Dial()
+		var err error
 		if kongIDs[i], err = c.StartInstance(kongCfg); err != nil {
 			t.Fatal(err)
 		}

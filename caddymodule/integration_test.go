@@ -385,11 +385,7 @@ func TestCaddyClientIPTrustedProxies(t *testing.T) {
 // one sliding-log limit: in no 1 s window (of Redis time) do they allow
 // more than N together.
 func TestTwoCaddiesShareRedis(t *testing.T) {
-	srv, err := redistest.Start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := redistest.StartT(t)
 	const n = 20
 	body := fmt.Sprintf(`
 	tollgate {

@@ -235,11 +235,7 @@ func TestKongRefusedConfigs(t *testing.T) {
 // locally and fault_tolerant false answers 500; a restarted plugin server
 // finds its counters in Redis.
 func TestKongRedisSharedAndFaults(t *testing.T) {
-	rs, err := redistest.Start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rs.Stop)
+	rs := redistest.StartT(t)
 	cfg := map[string]any{"minute": 10, "policy": "redis", "redis": withTimeout(rs.KongRecord(), 200), "limit_by": "ip"}
 	node1, node2 := kongproc.Start(t), kongproc.Start(t)
 	c1, c2 := node1.Dial(), node2.Dial()
@@ -626,11 +622,7 @@ func TestKongPlans(t *testing.T) {
 // 2 s lease. Both nodes also share the 429 status and the IETF item
 // qu="concurrent-requests".
 func TestKongInFlight(t *testing.T) {
-	rs, err := redistest.Start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rs.Stop)
+	rs := redistest.StartT(t)
 	const lease = 2 * time.Second
 	cfg := map[string]any{"limits": []any{map[string]any{"count": 2, "window": "2s", "algorithm": "in_flight", "name": "exports"}},
 		"policy": "redis", "redis": rs.KongRecord(), "limit_by": "header", "header_name": "X-Key",

@@ -45,11 +45,7 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := redistest.Start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rs.Stop)
+	rs := redistest.StartT(t)
 	caddy := caddyproc.Start(t, fmt.Sprintf(`
 	tollgate {
 		store redis redis://%s

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -117,6 +118,18 @@ func (s *Server) Do(args ...string) (string, error) {
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimRight(line, "\r\n"), err
+}
+
+// StartT starts a server for test t in its temporary directory and stops
+// it when the test ends; it fails the test if the server does not start.
+func StartT(t testing.TB) *Server {
+	t.Helper()
+	s, err := Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
 }
 
 // KongRecord is the server as Kong's redis record names it: host and port
