@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
@@ -91,7 +92,7 @@ func (t *topK) top() []Heavy {
 		if a.Count != b.Count {
 			return int(b.Count - a.Count)
 		}
-		return compareStrings(a.Key, b.Key)
+		return cmp.Compare(a.Key, b.Key)
 	})
 	return out[:min(len(out), t.shown)]
 }
@@ -157,16 +158,6 @@ func (t *topK) age() {
 			t.down(i)
 		}
 	}
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // KeyHash is how a key is shown unless its policy shows keys in clear

@@ -214,9 +214,10 @@ func (s *Store) DecideAt(p *core.Policy, key string, cost, now int64, d *core.De
 func (s *Store) Inspect(_ context.Context, p *core.Policy, key string, d *core.Decision) error {
 	states := make([]core.State, len(p.Limits()))
 	now := s.clock.NowMicros()
-	s.withEntry(p, key, func(held []core.State, last int64) {
+	s.withEntry(p, key, func(held []core.State, last int64) int64 {
 		copy(states, held) // Step with cost 0 writes no ring slot it returns
 		now = max(now, last)
+		return last
 	})
 	p.Apply(states, now, 0, d)
 	return nil
@@ -225,13 +226,13 @@ func (s *Store) Inspect(_ context.Context, p *core.Policy, key string, d *core.D
 // Reset forgets key's state under p, every limit's, under the key's lock:
 // atomic with concurrent decisions (core.Operator).
 func (s *Store) Reset(_ context.Context, p *core.Policy, key string) error {
-	s.withEntry(p, key, func(held []core.State, _ int64) { clear(held) })
+	s.withEntry(p, key, func(held []core.State, last int64) int64 { clear(held); return last })
 	return nil
 }
 
 // withEntry runs f on key's states under p and its last use, under the
-// key's lock, if the store holds the key.
-func (s *Store) withEntry(p *core.Policy, key string, f func(states []core.State, lastUsed int64)) {
+// key's lock, if the store holds the key; f returns the key's new last use.
+func (s *Store) withEntry(p *core.Policy, key string, f func(states []core.State, lastUsed int64) int64) {
 	id1 := maphash.String(s.seed, key) ^ p.ScopeHash()
 	id2 := maphash.String(s.seed2, key) ^ p.ScopeHash2()
 	e := s.shards[(id1>>32)%shardCount].table.Load().find(id1, id2)
@@ -243,11 +244,11 @@ func (s *Store) withEntry(p *core.Policy, key string, f func(states []core.State
 	if e.lastUsed == dead {
 		return
 	}
+	states := e.states
 	if len(p.Limits()) == 1 {
-		f(e.inline[:], e.lastUsed)
-	} else {
-		f(e.states, e.lastUsed)
+		states = e.inline[:]
 	}
+	e.lastUsed = f(states, e.lastUsed)
 }
 
 // EndLease ends or renews a lease this store's decision took (see
@@ -260,26 +261,12 @@ func (s *Store) EndLease(_ context.Context, l *core.Lease, renew bool) (found, n
 // EndLeaseAt is EndLease as if at now (µs); it returns the slots found and
 // the time it ended or renewed them at (a key's clock never runs back).
 func (s *Store) EndLeaseAt(l *core.Lease, renew bool, now int64) (int64, int64) {
-	p := l.Policy
-	id1 := maphash.String(s.seed, l.Key) ^ p.ScopeHash()
-	id2 := maphash.String(s.seed2, l.Key) ^ p.ScopeHash2()
-	sh := &s.shards[(id1>>32)%shardCount]
-	e := sh.table.Load().find(id1, id2)
-	if e == nil {
-		return 0, now // forgotten: nothing live
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.lastUsed == dead {
-		return 0, now
-	}
-	now = max(now, e.lastUsed)
-	states := e.states
-	if len(p.Limits()) == 1 {
-		states = e.inline[:]
-	}
-	found := p.ApplyLease(states, now, l.Token, l.Cost, renew)
-	e.lastUsed = now
+	var found int64 // 0 when the store forgot the key: nothing live
+	s.withEntry(l.Policy, l.Key, func(states []core.State, last int64) int64 {
+		now = max(now, last)
+		found = l.Policy.ApplyLease(states, now, l.Token, l.Cost, renew)
+		return now
+	})
 	return found, now
 }
 
