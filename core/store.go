@@ -92,29 +92,35 @@ type Operator interface {
 	// Inspect fills d with what a request of cost 0 for key would see under
 	// p now, changing nothing.
 	Inspect(ctx context.Context, p *Policy, key string, d *Decision) error
-	// Reset forgets key's state under p (every limit's), atomically with
-	// concurrent decisions.
-	Reset(ctx context.Context, p *Policy, key string) error
+	// Reset forgets key's state under p in limit (an index of p.Limits(),
+	// or AllLimits), atomically with concurrent decisions.
+	Reset(ctx context.Context, p *Policy, key string, limit int) error
 }
+
+// AllLimits makes Operator.Reset forget a key's state in every limit.
+const AllLimits = -1
 
 // Inspect reads key's usage under p (the limiter's policy or one of its
 // plans' variants) without changing it.
 func (l *Limiter) Inspect(ctx context.Context, p *Policy, key string, d *Decision) error {
 	op, ok := l.store.(Operator)
 	if !ok {
-		return fmt.Errorf("policy %q: its store cannot show a key (eventual mode keeps counts on each node)", p.Name())
+		return fmt.Errorf("policy %q: its store cannot show a key", p.Name())
 	}
 	return op.Inspect(ctx, p, BoundKey(key), d)
 }
 
 // Reset forgets key's usage under the limiter's policy (every plan's: they
-// share it).
-func (l *Limiter) Reset(ctx context.Context, key string) error {
+// share it) in limit, an index of its limits, or in AllLimits.
+func (l *Limiter) Reset(ctx context.Context, key string, limit int) error {
+	if limit != AllLimits && (limit < 0 || limit >= len(l.policy.Limits())) {
+		return fmt.Errorf("policy %q: no limit %d", l.policy.Name(), limit)
+	}
 	op, ok := l.store.(Operator)
 	if !ok {
-		return fmt.Errorf("policy %q: its store cannot reset a key (eventual mode keeps counts on each node)", l.policy.Name())
+		return fmt.Errorf("policy %q: its store cannot reset a key", l.policy.Name())
 	}
-	return op.Reset(ctx, l.policy, BoundKey(key))
+	return op.Reset(ctx, l.policy, BoundKey(key), limit)
 }
 
 // Lease is what a request allowed by a policy that holds leases (an
@@ -195,4 +201,7 @@ type CountStore interface {
 	// AddCounts adds every count's Add to the shared count of its window and
 	// sets its Total, in one round trip.
 	AddCounts(ctx context.Context, counts []SharedCount) error
+	// DeleteCounts forgets the shared count of every count's window (an
+	// operator's reset), in one round trip.
+	DeleteCounts(ctx context.Context, counts []SharedCount) error
 }

@@ -7,6 +7,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -68,7 +69,7 @@ func find(name string) (*entry, int, bool) {
 //
 //	GET    policies                               every policy in force
 //	GET    keys?policy=<name>&key=<key>[&plan=<p>] one key's usage in each limit
-//	DELETE keys?policy=<name>&key=<key>           forget one key's usage (every limit)
+//	DELETE keys?policy=<name>&key=<key>[&limit=<l>] forget one key's usage (every limit, or the one named)
 //	GET    top?policy=<name>                      the keys the policy denied most
 //
 // Answers are JSON; keys are shown hashed unless the policy shows them in
@@ -120,12 +121,32 @@ func serve(r *http.Request, path string) (any, int, error) {
 		}
 		return usage(variant, q.Get("key"), &d), 0, nil
 	case r.Method == http.MethodDelete:
-		if err := lim.Reset(ctx, q.Get("key")); err != nil {
+		limit, err := limitIndex(p, q.Get("limit"))
+		if err != nil {
+			return nil, http.StatusBadRequest, err
+		}
+		if err := lim.Reset(ctx, q.Get("key"), limit); err != nil {
 			return nil, http.StatusBadGateway, err
 		}
-		return map[string]any{"policy": p.Name(), "key": p.ShowKey(q.Get("key")), "reset": true}, 0, nil
+		return map[string]any{"policy": p.Name(), "key": p.ShowKey(q.Get("key")), "limit": cmp.Or(q.Get("limit"), "all"), "reset": true}, 0, nil
 	}
 	return nil, http.StatusNotFound, fmt.Errorf("%s %s: want GET policies, GET or DELETE keys, GET top", r.Method, path)
+}
+
+// limitIndex finds the limit labelled label (as policies and keys show
+// it); "" is every limit.
+func limitIndex(p *core.Policy, label string) (int, error) {
+	if label == "" {
+		return core.AllLimits, nil
+	}
+	var labels []string
+	for i, l := range p.Configured() {
+		if l.Label() == label {
+			return i, nil
+		}
+		labels = append(labels, l.Label())
+	}
+	return 0, fmt.Errorf("limit %q: policy %q has %s", label, p.Name(), strings.Join(labels, ", "))
 }
 
 // usage is one key's usage in each limit, as the headers would say it.

@@ -49,6 +49,7 @@ type Store struct {
 	shared   core.CountStore
 	opts     Options
 	mu       sync.Mutex
+	syncMu   sync.Mutex // one Sync or Reset at a time: a reset is not undone by a push in flight
 	entries  map[entryKey]*entry
 	stop     chan struct{}
 	done     chan struct{}
@@ -215,6 +216,8 @@ type slot struct {
 // Entries idle past their policy's idle time with nothing pending are
 // dropped.
 func (e *Store) Sync(ctx context.Context) error {
+	e.syncMu.Lock()
+	defer e.syncMu.Unlock()
 	now := e.opts.Clock.NowMicros()
 	var work []core.SharedCount
 	index := map[slot]int{}
@@ -288,6 +291,104 @@ func (e *Store) Sync(ctx context.Context) error {
 	return nil
 }
 
+// windowsNow returns key's states under p as this node holds them, moved
+// to now by a request of cost 0 (so the step function, not this store,
+// says which windows count now), and a SharedCount for each window each
+// limit counts (all limits, or only limit).
+func (e *Store) windowsNow(p *core.Policy, key string, limit int, now int64) ([]core.State, []core.SharedCount) {
+	states := make([]core.State, len(p.Limits()))
+	if ent := e.entries[entryKey{p.Scope(), key}]; ent != nil {
+		copy(states, ent.states)
+	}
+	var probe core.Decision
+	p.Apply(states, now, 0, &probe)
+	var windows []core.SharedCount
+	limits := p.Limits()
+	for i := range limits {
+		if limit != core.AllLimits && i != limit {
+			continue
+		}
+		w, n := core.CountedWindows(&limits[i], states[i])
+		for _, win := range w[:n] {
+			windows = append(windows, core.SharedCount{Policy: p, Key: key, Limit: i, Start: win.Start})
+		}
+	}
+	return states, windows
+}
+
+// Inspect reads key's usage as the fleet counts it (core.Operator): the
+// shared counts of the windows that count now, plus what this node counted
+// and has not pushed, in one round trip; d is what a request of cost 0
+// would see on them. No count changes.
+func (e *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core.Decision) error {
+	if err := CheckPolicy(p); err != nil {
+		return err
+	}
+	now := e.opts.Clock.NowMicros()
+	e.mu.Lock()
+	states, windows := e.windowsNow(p, key, core.AllLimits, now)
+	e.mu.Unlock()
+	if err := e.shared.AddCounts(ctx, windows); err != nil { // Add 0: a read
+		return fmt.Errorf("eventual inspect: %w", err)
+	}
+	e.mu.Lock()
+	ent := e.entries[entryKey{p.Scope(), key}]
+	limits := p.Limits()
+	for i := range limits {
+		w, n := core.CountedWindows(&limits[i], states[i])
+		counts := [2]int64{w[0].Count, w[1].Count}
+		for j := 0; j < n; j++ {
+			for _, c := range windows {
+				if c.Limit == i && c.Start == w[j].Start {
+					counts[j] = c.Total
+				}
+			}
+			if ent != nil {
+				counts[j] += ent.unpushed(i, w[j].Start)
+			}
+		}
+		states[i] = core.WithCounts(&limits[i], states[i], counts)
+	}
+	e.mu.Unlock()
+	p.Apply(states, now, 0, d)
+	return nil
+}
+
+// Reset forgets key's counts under p in limit or every limit
+// (core.Operator): the fleet's shared counts of the windows that count
+// now, and this node's view and unpushed counts. Other nodes forget theirs
+// at their next sync, except what they counted and have not pushed yet:
+// up to one sync interval of their admissions survives a reset, the same
+// bound as eventual mode's overshoot.
+func (e *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int) error {
+	if err := CheckPolicy(p); err != nil {
+		return err
+	}
+	e.syncMu.Lock()
+	defer e.syncMu.Unlock()
+	e.mu.Lock()
+	_, windows := e.windowsNow(p, key, limit, e.opts.Clock.NowMicros())
+	if ent := e.entries[entryKey{p.Scope(), key}]; ent != nil {
+		kept := ent.pending[:0]
+		for _, pd := range ent.pending {
+			if limit != core.AllLimits && pd.limit != limit {
+				kept = append(kept, pd)
+			}
+		}
+		ent.pending = kept
+		for i := range ent.states {
+			if limit == core.AllLimits || i == limit {
+				ent.states[i] = core.State{}
+			}
+		}
+	}
+	e.mu.Unlock()
+	if err := e.shared.DeleteCounts(ctx, windows); err != nil {
+		return fmt.Errorf("eventual reset: %w", err)
+	}
+	return nil
+}
+
 // Close stops the sync loop after a last push.
 func (e *Store) Close() error {
 	select {
@@ -302,4 +403,7 @@ func (e *Store) Close() error {
 	return nil
 }
 
-var _ core.Store = (*Store)(nil)
+var (
+	_ core.Store    = (*Store)(nil)
+	_ core.Operator = (*Store)(nil)
+)

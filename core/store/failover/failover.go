@@ -146,9 +146,9 @@ func (f *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core
 // on the shared one (core.Operator). While the breaker is open with
 // on_error local, the local counts are what decides, and only they are
 // reset; otherwise it fails if the shared store does.
-func (f *Store) Reset(ctx context.Context, p *core.Policy, key string) error {
+func (f *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int) error {
 	if local, ok := f.opts.Local.(core.Operator); ok {
-		if err := local.Reset(ctx, p, key); err != nil {
+		if err := local.Reset(ctx, p, key, limit); err != nil {
 			return err
 		}
 	}
@@ -159,7 +159,7 @@ func (f *Store) Reset(ctx context.Context, p *core.Policy, key string) error {
 	if !ok {
 		return fmt.Errorf("shared store cannot reset keys")
 	}
-	return op.Reset(ctx, p, key)
+	return op.Reset(ctx, p, key, limit)
 }
 
 // EndLease ends or renews a lease where it was taken: on the local store

@@ -223,10 +223,17 @@ func (s *Store) Inspect(_ context.Context, p *core.Policy, key string, d *core.D
 	return nil
 }
 
-// Reset forgets key's state under p, every limit's, under the key's lock:
-// atomic with concurrent decisions (core.Operator).
-func (s *Store) Reset(_ context.Context, p *core.Policy, key string) error {
-	s.withEntry(p, key, func(held []core.State, last int64) int64 { clear(held); return last })
+// Reset forgets key's state under p in one limit or all, under the key's
+// lock: atomic with concurrent decisions (core.Operator).
+func (s *Store) Reset(_ context.Context, p *core.Policy, key string, limit int) error {
+	s.withEntry(p, key, func(held []core.State, last int64) int64 {
+		if limit == core.AllLimits {
+			clear(held)
+		} else {
+			held[limit] = core.State{}
+		}
+		return last
+	})
 	return nil
 }
 

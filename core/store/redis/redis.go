@@ -380,14 +380,25 @@ func (s *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core
 	return err
 }
 
-// Reset forgets key's state under p, every limit's, in one DEL: atomic
-// with concurrent decisions (core.Operator). This node's deny cache forgets
-// the key too; another node's may answer a denial it holds until that
+// Reset forgets key's state under p, every limit's in one DEL, or one
+// limit's in one MULTI (its hash fields and its sorted set): atomic with
+// concurrent decisions (core.Operator). This node's deny cache forgets the
+// key too; another node's may answer a denial it holds until that
 // denial's Retry-After.
-func (s *Store) Reset(ctx context.Context, p *core.Policy, key string) error {
+func (s *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	err := s.client.Del(ctx, s.Keys(p, key)...).Err()
+	keys := s.Keys(p, key)
+	var err error
+	if limit == core.AllLimits {
+		err = s.client.Del(ctx, keys...).Err()
+	} else {
+		_, err = s.client.TxPipelined(ctx, func(tx goredis.Pipeliner) error {
+			tx.HDel(ctx, keys[0], p.LimitID(limit), "seq:"+p.LimitID(limit))
+			tx.Del(ctx, keys[1+limit])
+			return nil
+		})
+	}
 	if s.denies != nil {
 		s.denies.forget(p, key) // after the DEL: see forget
 	}
@@ -481,7 +492,7 @@ func (s *Store) AddCounts(ctx context.Context, counts []core.SharedCount) error 
 	_, err := s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
 		for i := range counts {
 			c := &counts[i]
-			key := s.stateKey(c.Policy, c.Key) + ":" + c.Policy.LimitID(c.Limit) + ":" + strconv.FormatInt(c.Start, 10)
+			key := s.countKey(c)
 			cmds[i] = pipe.IncrBy(ctx, key, c.Add)
 			pipe.PExpire(ctx, key, 2*c.Policy.IdleTTL()+time.Second)
 		}
@@ -494,6 +505,28 @@ func (s *Store) AddCounts(ctx context.Context, counts []core.SharedCount) error 
 		counts[i].Total = cmds[i].Val()
 	}
 	return nil
+}
+
+// DeleteCounts forgets each count's window (core.CountStore), in one
+// pipeline.
+func (s *Store) DeleteCounts(ctx context.Context, counts []core.SharedCount) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	_, err := s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+		for _, c := range counts {
+			pipe.Del(ctx, s.countKey(&c))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
+}
+
+// countKey names the shared count of c's window.
+func (s *Store) countKey(c *core.SharedCount) string {
+	return s.stateKey(c.Policy, c.Key) + ":" + c.Policy.LimitID(c.Limit) + ":" + strconv.FormatInt(c.Start, 10)
 }
 
 var _ core.Store = (*Store)(nil)

@@ -90,8 +90,16 @@ func (m *Model) Decide(p *core.Policy, key string, now, cost int64) core.Decisio
 	return d
 }
 
-// Reset forgets key's state under p, as an operator's reset does.
-func (m *Model) Reset(p *core.Policy, key string) { delete(m.keys, p.Scope()+"\x00"+key) }
+// Reset forgets key's state under p in limit (or core.AllLimits), as an
+// operator's reset does.
+func (m *Model) Reset(p *core.Policy, key string, limit int) {
+	id := p.Scope() + "\x00" + key
+	if hist, ok := m.keys[id]; ok && limit != core.AllLimits {
+		hist[limit] = newModelLimit(&p.Limits()[limit])
+		return
+	}
+	delete(m.keys, id)
+}
 
 // EndLease is the model's answer to ending (or renewing) the lease a
 // request of cost units took under p for key at token: how many of its

@@ -40,9 +40,10 @@ type Step struct {
 	Renew bool
 	Found int64
 	// Inspect reads the key (an operator's view: a request of cost 0 that
-	// changes nothing) instead of deciding; Reset forgets it. Want applies
-	// to Inspect.
+	// changes nothing) instead of deciding; Reset forgets it (in every
+	// limit, or Only in limit Only-1). Want applies to Inspect.
 	Inspect, Reset bool
+	Only           int
 	Want           Want
 }
 
@@ -253,6 +254,24 @@ func Traces() []Trace {
 			{At: ms(500), Reset: true},
 			{At: ms(500), Inspect: true, Want: Want{Allowed: true, Remaining: 3}},
 			{At: ms(500), Want: Want{Allowed: true, Remaining: 2, Reset: time.Second}},
+			// One limit reset: the other keeps its count.
+			{At: ms(600), Reset: true, Only: 1},
+			{At: ms(600), Inspect: true, Want: Want{Allowed: true, Remaining: 3, Results: []WantResult{{true, 3}, {true, 4}}}},
+			{At: ms(600), Cost: 3, Want: Want{Allowed: true, Remaining: 0, Reset: time.Second, Results: []WantResult{{true, 0}, {true, 1}}}},
+			{At: ms(700), Reset: true, Only: 2},
+			{At: ms(700), Inspect: true, Want: Want{Allowed: true, Remaining: 0, Reset: ms(900), Results: []WantResult{{true, 0}, {true, 5}}}},
+		}},
+		// The same on the counting algorithms, which eventual mode shares.
+		{"inspect_and_reset_counted", core.MustPolicy("ops-counted", opts, lim(3, time.Second, core.FixedWindow), lim(5, time.Minute, core.SlidingCounter)), []Step{
+			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: time.Second}},
+			{At: ms(100), Want: Want{Allowed: true, Remaining: 1, Reset: ms(900)}},
+			{At: ms(200), Reset: true, Only: 2},
+			{At: ms(200), Inspect: true, Want: Want{Allowed: true, Remaining: 1, Reset: ms(800), Results: []WantResult{{true, 1}, {true, 5}}}},
+			{At: ms(300), Reset: true, Only: 1},
+			{At: ms(300), Cost: 3, Want: Want{Allowed: true, Remaining: 0, Reset: ms(700), Results: []WantResult{{true, 0}, {true, 2}}}},
+			{At: ms(400), Want: Want{Remaining: 0, Reset: ms(600), RetryAfter: ms(600), Results: []WantResult{{false, 0}, {true, 2}}}},
+			{At: ms(500), Reset: true},
+			{At: ms(500), Inspect: true, Want: Want{Allowed: true, Remaining: 3, Reset: ms(500), Results: []WantResult{{true, 3}, {true, 5}}}},
 		}},
 		{"shadow", core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(1, time.Second, core.FixedWindow)), []Step{
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
@@ -327,7 +346,7 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 					key = "k"
 				}
 				if st.Reset {
-					if err := store.(core.Operator).Reset(context.Background(), tr.Policy, key); err != nil {
+					if err := store.(core.Operator).Reset(context.Background(), tr.Policy, key, st.Only-1); err != nil {
 						t.Fatalf("step %d: %v", i, err)
 					}
 					continue
@@ -500,10 +519,11 @@ func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) 
 			p, key := policies[ops.IntN(len(policies))], "key"+strconv.Itoa(ops.IntN(2))
 			switch ops.IntN(40) {
 			case 0:
-				if err := op.Reset(context.Background(), p, key); err != nil {
-					t.Fatalf("seed %d step %d: reset: %v", seed, i, err)
+				limit := ops.IntN(len(p.Limits())+1) - 1 // one limit, or all
+				if err := op.Reset(context.Background(), p, key, limit); err != nil {
+					t.Fatalf("seed %d step %d: reset limit %d: %v", seed, i, limit, err)
 				}
-				model.Reset(p, key)
+				model.Reset(p, key, limit)
 			case 1, 2, 3:
 				var got core.Decision
 				if err := op.Inspect(context.Background(), p, key, &got); err != nil {
