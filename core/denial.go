@@ -6,6 +6,7 @@ import (
 	"html"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Denial bodies, in the formats and layout of Kong's kong.response.error
@@ -75,6 +76,48 @@ func DenialBody(accept, message, requestID string) (contentType, body string) {
 	m, _ := json.Marshal(message)
 	id, _ := json.Marshal(requestID)
 	return contentType, fmt.Sprintf(denialJSON, m, id)
+}
+
+// KongDenial renders a denial as Kong's kong.response.error does: for a
+// gRPC request (contentType application/grpc...), grpc-status and
+// grpc-message headers and no body; else the body Accept prefers (see
+// DenialBody), whose Content-Type it sets. accept and requestID are asked
+// for only when needed.
+func KongDenial(status int, message, contentType string, ask func() (accept, requestID string), set func(name, value string)) (body string) {
+	if strings.HasPrefix(contentType, "application/grpc") {
+		set("Content-Type", "application/grpc")
+		set("Grpc-Status", strconv.Itoa(GRPCStatus(status)))
+		set("Grpc-Message", GRPCMessage(message))
+		return ""
+	}
+	accept, requestID := ask()
+	ct, body := DenialBody(accept, message, requestID)
+	set("Content-Type", ct)
+	return body
+}
+
+// NginxSeconds is the total of an nginx time variable such as
+// $upstream_response_time: "0.012", or "0.010, 0.020" after retries (the
+// client waited on both); "" or "-" count nothing.
+func NginxSeconds(v string) time.Duration {
+	var total time.Duration
+	for _, part := range strings.Split(v, ",") {
+		if secs, err := strconv.ParseFloat(strings.TrimSpace(part), 64); err == nil {
+			total += time.Duration(secs * float64(time.Second))
+		}
+	}
+	return total
+}
+
+// KongUpstreamStatus is the status an adaptive policy observes for a
+// response Kong's PDK reports with source ("service" or "error") and
+// status: 0 (no answer: a timeout or refusal) when Kong made an error
+// response below 500 itself.
+func KongUpstreamStatus(source string, status int) int {
+	if source == "error" && status < 500 {
+		return 0
+	}
+	return status
 }
 
 // GRPCStatus returns the gRPC status code for an HTTP status, as gateways

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"hash/maphash"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -226,6 +227,17 @@ func (p *Policy) ForPlan(name string) (*Policy, bool) {
 		v = p.plans.byName[p.plans.defaultPlan]
 	}
 	return v, v != nil
+}
+
+// FirstPlan returns the first of names that names one of p's plans, or ""
+// (the default plan): how a consumer's tags choose its plan.
+func (p *Policy) FirstPlan(names []string) string {
+	for _, name := range names {
+		if slices.Contains(p.Plans(), name) {
+			return name
+		}
+	}
+	return ""
 }
 
 // PlanIndex returns p's place among Variants.

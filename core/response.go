@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -100,6 +101,18 @@ func NewDenialSampler(perSecond int) *DenialSampler {
 	l := Limit{Count: int64(perSecond), Window: time.Second, Algorithm: FixedWindow}
 	_ = l.validate()
 	return &DenialSampler{limit: l, clock: NewMonotonicClock()}
+}
+
+// Log logs plan's denial with printf if Sample lets it through: the
+// policy, the deciding limit, the key as the policy shows it (without
+// prefix, hashed unless in clear), the retry-after and how many denials
+// were not logged before it.
+func (s *DenialSampler) Log(plan *Plan, prefix string, printf func(format string, args ...any)) {
+	if ok, dropped := s.Sample(); ok {
+		d := &plan.Decision
+		printf("tollgate: rate limited policy=%q limit=%q key=%q retry_after=%s not_logged=%d", d.Policy.Name(),
+			d.DecidingLimit().Label(), d.Policy.ShowKey(strings.TrimPrefix(plan.Key, prefix)), d.RetryAfter, dropped)
+	}
 }
 
 // Sample reports whether a denial may be logged now and, if so, how many

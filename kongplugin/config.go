@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/core/kongschema"
 	"github.com/tollgate/tollgate/core/store"
 )
@@ -76,6 +77,10 @@ type Config struct {
 	// namespace; by default counters are per route and service the plugin is
 	// attached to, as Kong's.
 	Namespace string `json:"namespace"`
+	// LogDenials logs at most this many denials a second; ClearKeys shows
+	// keys in clear there and to operators (hashed by default).
+	LogDenials int  `json:"log_denials"`
+	ClearKeys  bool `json:"clear_keys"`
 	// OnError overrides fault_tolerant: local (limit on this node alone
 	// while Redis is down), allow (Kong's fault_tolerant), deny or fail (500).
 	OnError string `json:"on_error"`
@@ -235,7 +240,8 @@ func compile(c *Config) (*instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec := core.PolicySpec{Name: "tollgate", Limits: limits, Shadow: c.Shadow, DefaultPlan: c.DefaultPlan}
+	spec := core.PolicySpec{Name: "tollgate", Limits: limits, Shadow: c.Shadow, DefaultPlan: c.DefaultPlan, ClearKeys: c.ClearKeys}
+	inst.sampler = core.NewDenialSampler(c.LogDenials)
 	if len(c.Plans) > 0 && len(limits) > 0 {
 		return nil, fmt.Errorf("plans: set with second..year or limits; give one or the other (each plan holds its limits)")
 	}
@@ -249,10 +255,11 @@ func compile(c *Config) (*instance, error) {
 
 	// Counters are per route and service the plugin is attached to, as
 	// Kong's, unless a namespace shares them.
-	inst.scope = "route=" + c.attached.RouteID + ",service=" + c.attached.ServiceID + "|"
+	inst.name = "route=" + c.attached.RouteID + ",service=" + c.attached.ServiceID
 	if c.Namespace != "" {
-		inst.scope, spec.Name = "ns="+c.Namespace+"|", c.Namespace
+		inst.name, spec.Name = "ns="+c.Namespace, c.Namespace
 	}
+	inst.scope = inst.name + "|"
 	if c.Adaptive != nil && c.Adaptive.Enabled {
 		spec.Adaptive = c.Adaptive.spec()
 	}
@@ -269,6 +276,18 @@ func compile(c *Config) (*instance, error) {
 		return nil, fmt.Errorf("sync_rate: %v", err)
 	}
 	return inst, nil
+}
+
+// KeysTarget compiles a plugin config as Kong sends it (route_id and
+// service_id beside its fields; see kongschema.PluginConfig) for the keys
+// command.
+func KeysTarget(b []byte) (admin.Target, error) {
+	var c Config
+	if err := c.UnmarshalJSON(b); err != nil {
+		return admin.Target{}, err
+	}
+	inst := c.compiled
+	return admin.Target{Name: inst.name, Policy: inst.policy, Store: inst.storeConfig, Prefix: inst.scope}, nil
 }
 
 // limits reads Kong's periods (a longer one may not allow fewer), then the

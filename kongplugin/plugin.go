@@ -8,9 +8,6 @@ import (
 	"context"
 	"log"
 	"net/http"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 	"github.com/Kong/go-pdk/server"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/core/kongschema"
 	"github.com/tollgate/tollgate/core/store"
 )
@@ -30,12 +28,13 @@ const Version = "0.1.0"
 // authentication, so the consumer is known.
 const Priority = 910
 
-// Serve runs the plugin server as Kong starts it, or with -dump prints the
-// plugin's info and full schema for Kong's query command.
+// Serve runs the plugin server as Kong starts it; with -dump it prints the
+// plugin's info and full schema for Kong's query command, and with `keys`
+// it is the operators' command (kongschema.Main).
 func Serve() error {
 	newConfig := func() any { return &Config{} } // go-pdk's constructor
-	return schema.ServeOrDump(kongschema.Info{Version: Version, Priority: Priority, Phases: kongschema.Phases(&Config{})},
-		func() error { return server.StartServer(newConfig, Version, Priority) })
+	return schema.Main(kongschema.Info{Version: Version, Priority: Priority, Phases: kongschema.Phases(&Config{})},
+		func() error { return server.StartServer(newConfig, Version, Priority) }, KeysTarget)
 }
 
 // instance is a validated config, ready for requests.
@@ -44,7 +43,9 @@ type instance struct {
 	policy      *core.Policy
 	storeConfig store.Config
 	scope       string             // prefixed to every identifier
+	name        string             // the scope, to operators: ns=<namespace> or route=<id>,service=<id>
 	headers     core.HeaderOptions // style none when hide_client_headers
+	sampler     *core.DenialSampler
 
 	once    sync.Once
 	gate    *core.Gate
@@ -63,6 +64,9 @@ func (inst *instance) gateOrErr() (*core.Gate, error) {
 		}
 		if err == nil {
 			inst.gate, err = core.NewGate(core.GateConfig{Rules: []core.Rule{rule}, Status: inst.ErrorCode, Headers: inst.headers})
+		}
+		if err == nil {
+			admin.RegisterRule(inst.name, inst.scope, inst.gate, h)
 		}
 		if inst.openErr = err; err != nil {
 			log.Printf("tollgate: %v", err) // once per instance, not per request
@@ -94,6 +98,7 @@ func (c *Config) Access(kong *pdk.PDK) {
 	headers := map[string][]string{}
 	gate.Headers(&plan, func(name, value string) { headers[name] = []string{value} })
 	if !plan.Passes() {
+		inst.sampler.Log(&plan, inst.scope, log.Printf) // log_denials lines a second at most
 		deny(kong, gate.Status(), inst.ErrorMessage, headers)
 		return
 	}
@@ -135,20 +140,8 @@ func (c *Config) Log(kong *pdk.PDK) {
 	if err != nil {
 		return
 	}
-	if source == "error" && status < 500 {
-		status = 0 // Kong could not get an answer: a timeout or refusal
-	}
-	var took time.Duration
-	if v, err := kong.Nginx.GetVar("upstream_response_time"); err == nil {
-		// "0.012", or "0.010, 0.020" after retries: the total is what the
-		// client waited on the upstream.
-		for _, part := range strings.Split(v, ",") {
-			if secs, err := strconv.ParseFloat(strings.TrimSpace(part), 64); err == nil {
-				took += time.Duration(secs * float64(time.Second))
-			}
-		}
-	}
-	inst.policy.Adaptive().Observe(status, took)
+	took, _ := kong.Nginx.GetVar("upstream_response_time")
+	inst.policy.Adaptive().Observe(core.KongUpstreamStatus(source, status), core.NginxSeconds(took))
 }
 
 // identifier computes the key as Kong's rate-limiting does, falling back to
@@ -201,29 +194,18 @@ func planOf(kong *pdk.PDK, inst *instance, consumer *entities.Consumer) string {
 			}
 			consumer = &c
 		}
-		for _, tag := range consumer.Tags {
-			if slices.Contains(inst.policy.Plans(), tag) {
-				return tag
-			}
-		}
+		return inst.policy.FirstPlan(consumer.Tags)
 	}
 	return ""
 }
 
-// deny ends a denied request as kong.response.error does: grpc-status and
-// grpc-message for gRPC, else the body Accept asks for, with the request id.
+// deny ends a denied request as kong.response.error does (core.KongDenial).
 func deny(kong *pdk.PDK, status int, message string, headers map[string][]string) {
-	var body string
-	if ct, _ := kong.Request.GetHeader("Content-Type"); strings.HasPrefix(ct, "application/grpc") {
-		headers["Content-Type"] = []string{"application/grpc"}
-		headers["Grpc-Status"] = []string{strconv.Itoa(core.GRPCStatus(status))}
-		headers["Grpc-Message"] = []string{core.GRPCMessage(message)}
-	} else {
-		accept, _ := kong.Request.GetHeader("Accept")
-		requestID, _ := kong.Nginx.GetVar("kong_request_id")
-		var ct string
-		ct, body = core.DenialBody(accept, message, requestID)
-		headers["Content-Type"] = []string{ct}
-	}
+	ct, _ := kong.Request.GetHeader("Content-Type")
+	body := core.KongDenial(status, message, ct, func() (accept, requestID string) {
+		accept, _ = kong.Request.GetHeader("Accept")
+		requestID, _ = kong.Nginx.GetVar("kong_request_id")
+		return accept, requestID
+	}, func(name, value string) { headers[name] = []string{value} })
 	kong.Response.Exit(status, []byte(body), headers)
 }

@@ -12,6 +12,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,12 +31,30 @@ var (
 type entry struct {
 	gate  *core.Gate
 	store *store.Handle
+	// name, when set, names the gate's one rule instead of its policy's
+	// name, and prefix is prefixed to the keys operators give (Kong's
+	// plugin instances: scoped keys, one policy name for all).
+	name, prefix string
 }
 
 // Register makes a gate's policies visible to the API, over the store
 // they use; call the returned func when the config is unloaded.
 func Register(g *core.Gate, h *store.Handle) (unregister func()) {
-	e := &entry{g, h}
+	return register(&entry{gate: g, store: h})
+}
+
+// RegisterRule makes a one-rule gate visible as the policy name, whose
+// store keys are prefix followed by the key operators give. It replaces an
+// earlier registration of the same name: for adapters (Kong) whose configs
+// are never unloaded, the newest config is the one in force.
+func RegisterRule(name, prefix string, g *core.Gate, h *store.Handle) {
+	mu.Lock()
+	registered = slices.DeleteFunc(registered, func(e *entry) bool { return e.name == name })
+	mu.Unlock()
+	register(&entry{gate: g, store: h, name: name, prefix: prefix})
+}
+
+func register(e *entry) (unregister func()) {
 	mu.Lock()
 	registered = append(registered, e)
 	mu.Unlock()
@@ -56,13 +76,27 @@ func find(name string) (*entry, int, bool) {
 	mu.Lock()
 	defer mu.Unlock()
 	for k := len(registered) - 1; k >= 0; k-- {
-		for i, r := range registered[k].gate.Rules() {
-			if r.Limiter.Policy().Name() == name {
+		for i := range registered[k].gate.Rules() {
+			if registered[k].policyName(i) == name {
 				return registered[k], i, true
 			}
 		}
 	}
 	return nil, 0, false
+}
+
+// policyName is what the API calls rule i.
+func (e *entry) policyName(i int) string {
+	if e.name != "" {
+		return e.name
+	}
+	return e.gate.Rules()[i].Limiter.Policy().Name()
+}
+
+// showKey is a store key as operators see it: without the entry's prefix,
+// hashed unless the policy shows keys in clear.
+func (e *entry) showKey(p *core.Policy, key string) string {
+	return p.ShowKey(strings.TrimPrefix(key, e.prefix))
 }
 
 // Handler serves, under prefix (such as "/tollgate/"):
@@ -98,39 +132,44 @@ func serve(r *http.Request, path string) (any, int, error) {
 	if !ok {
 		return nil, http.StatusNotFound, fmt.Errorf("policy %q: not in force", q.Get("policy"))
 	}
+	return e.answer(ctx, i, r.Method, path, q)
+}
+
+// answer serves one call on rule i of e.
+func (e *entry) answer(ctx context.Context, i int, method, path string, q url.Values) (any, int, error) {
 	lim := e.gate.Rules()[i].Limiter
-	p := lim.Policy()
+	p, name, key := lim.Policy(), e.policyName(i), e.prefix+q.Get("key")
 	switch {
-	case path == "top" && r.Method == http.MethodGet:
+	case path == "top" && method == http.MethodGet:
 		top := []map[string]any{}
 		for _, h := range e.gate.TopDenied(i) {
-			top = append(top, map[string]any{"key": p.ShowKey(h.Key), "denials": h.Count, "error": h.Error})
+			top = append(top, map[string]any{"key": e.showKey(p, h.Key), "denials": h.Count, "error": h.Error})
 		}
-		return map[string]any{"policy": p.Name(), "top_denied": top}, 0, nil
+		return map[string]any{"policy": name, "top_denied": top}, 0, nil
 	case path != "keys":
 	case q.Get("key") == "":
 		return nil, http.StatusBadRequest, fmt.Errorf("key: missing (keys?policy=<name>&key=<key>)")
-	case r.Method == http.MethodGet:
+	case method == http.MethodGet:
 		variant, _ := p.ForPlan(q.Get("plan"))
 		if variant == nil {
 			return nil, http.StatusBadRequest, fmt.Errorf("plan %q: unlimited, nothing is counted", q.Get("plan"))
 		}
 		var d core.Decision
-		if err := lim.Inspect(ctx, variant, q.Get("key"), &d); err != nil {
+		if err := lim.Inspect(ctx, variant, key, &d); err != nil {
 			return nil, http.StatusBadGateway, err
 		}
-		return usage(variant, q.Get("key"), &d), 0, nil
-	case r.Method == http.MethodDelete:
+		return usage(name, variant, e.showKey(p, key), &d), 0, nil
+	case method == http.MethodDelete:
 		limit, err := limitIndex(p, q.Get("limit"))
 		if err != nil {
 			return nil, http.StatusBadRequest, err
 		}
-		if err := lim.Reset(ctx, q.Get("key"), limit); err != nil {
+		if err := lim.Reset(ctx, key, limit); err != nil {
 			return nil, http.StatusBadGateway, err
 		}
-		return map[string]any{"policy": p.Name(), "key": p.ShowKey(q.Get("key")), "limit": cmp.Or(q.Get("limit"), "all"), "reset": true}, 0, nil
+		return map[string]any{"policy": name, "key": e.showKey(p, key), "limit": cmp.Or(q.Get("limit"), "all"), "reset": true}, 0, nil
 	}
-	return nil, http.StatusNotFound, fmt.Errorf("%s %s: want GET policies, GET or DELETE keys, GET top", r.Method, path)
+	return nil, http.StatusNotFound, fmt.Errorf("%s %s: want GET policies, GET or DELETE keys, GET top", method, path)
 }
 
 // limitIndex finds the limit labelled label (as policies and keys show
@@ -150,7 +189,7 @@ func limitIndex(p *core.Policy, label string) (int, error) {
 }
 
 // usage is one key's usage in each limit, as the headers would say it.
-func usage(p *core.Policy, key string, d *core.Decision) map[string]any {
+func usage(name string, p *core.Policy, key string, d *core.Decision) map[string]any {
 	limits := p.Limits()
 	out := []map[string]any{}
 	for i := 0; i < d.N; i++ {
@@ -158,7 +197,7 @@ func usage(p *core.Policy, key string, d *core.Decision) map[string]any {
 		out = append(out, map[string]any{"limit": limits[i].Label(), "count": res.Limit,
 			"used": res.Limit - res.Remaining, "remaining": res.Remaining, "reset_seconds": core.Seconds(res.Reset)})
 	}
-	return map[string]any{"policy": p.Name(), "plan": p.Plan(), "key": p.ShowKey(key), "limits": out}
+	return map[string]any{"policy": name, "plan": p.Plan(), "key": key, "limits": out}
 }
 
 // policies describes every policy in force, with its store's health.
@@ -178,7 +217,7 @@ func policies() []map[string]any {
 		if e.store.Failover != nil {
 			open = e.store.Failover.Open()
 		}
-		for _, r := range e.gate.Rules() {
+		for i, r := range e.gate.Rules() {
 			p := r.Limiter.Policy()
 			var limits []map[string]any
 			for _, v := range p.Variants() {
@@ -187,7 +226,7 @@ func policies() []map[string]any {
 						"count": l.Count, "effective_count": v.Limits()[i].Count, "window_seconds": l.Window.Seconds()})
 				}
 			}
-			pol := map[string]any{"name": p.Name(), "limits": limits, "shadow": p.Shadow(), "plans": p.Plans(),
+			pol := map[string]any{"name": e.policyName(i), "limits": limits, "shadow": p.Shadow(), "plans": p.Plans(),
 				"store": kind, "breaker_open": open}
 			if a := p.Adaptive(); a != nil {
 				pol["adaptive_factor"] = a.Factor()

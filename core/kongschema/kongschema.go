@@ -27,6 +27,8 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	"github.com/tollgate/tollgate/core/admin"
 )
 
 // Schema is a plugin's schema: fields (one "config" record for a plugin)
@@ -558,14 +560,29 @@ func (s *Schema) Dump(w io.Writer, info Info) error {
 	})
 }
 
-// ServeOrDump is a go-pdk plugin server's main: with -dump (go-pdk's flag,
-// as Kong's query command runs it) it prints the plugin's info with this
-// full schema (go-pdk's own dump has the fields' types only, so Kong would
-// accept any value); otherwise it runs serve, go-pdk's server. Kong names
-// a Go plugin after its executable; its socket is <-kong-prefix>/<name>.socket.
-func (s *Schema) ServeOrDump(info Info, serve func() error) error {
+// Main is a go-pdk plugin server's main. With -dump (go-pdk's flag, as
+// Kong's query command runs it) it prints the plugin's info with this full
+// schema (go-pdk's own dump has the fields' types only, so Kong would
+// accept any value). With the arguments `keys ...` it is the operators'
+// command (admin.Keys; keys compiles a plugin config) and exits. Otherwise
+// it serves the operators' API on $TOLLGATE_ADMIN_SOCKET if set, then runs
+// serve, go-pdk's server. Kong names a Go plugin after its executable; its
+// socket is <-kong-prefix>/<name>.socket.
+func (s *Schema) Main(info Info, serve func() error, keys func([]byte) (admin.Target, error)) error {
+	if len(os.Args) > 1 && os.Args[1] == "keys" {
+		os.Exit(admin.Keys(os.Args[2:], os.Stdout, os.Stderr, func(b []byte) (admin.Target, error) {
+			config, err := PluginConfig(b)
+			if err != nil {
+				return admin.Target{}, err
+			}
+			return keys(config)
+		}))
+	}
 	flag.Parse() // go-pdk's flags are declared when its server package loads
 	if f := flag.Lookup("dump"); f == nil || f.Value.String() != "true" {
+		if err := admin.ServeSocketFromEnv(); err != nil {
+			return err
+		}
 		return serve()
 	}
 	exe, err := os.Executable()
@@ -575,6 +592,31 @@ func (s *Schema) ServeOrDump(info Info, serve func() error) error {
 	info.Name = filepath.Base(exe)
 	info.Socket = filepath.Join(flag.Lookup("kong-prefix").Value.String(), info.Name+".socket")
 	return s.Dump(os.Stdout, info)
+}
+
+// PluginConfig returns the config Kong sends a plugin server for a plugin
+// entity as Kong's Admin API returns it (GET /plugins/{id}): its config
+// with route_id and service_id added, as Kong adds them. A bare config (no
+// "config" object) is returned as it is.
+func PluginConfig(entity []byte) ([]byte, error) {
+	var e struct {
+		Config  map[string]any       `json:"config"`
+		Route   *struct{ ID string } `json:"route"`
+		Service *struct{ ID string } `json:"service"`
+	}
+	if err := json.Unmarshal(entity, &e); err != nil {
+		return nil, fmt.Errorf("not a plugin or its config as JSON: %w", err)
+	}
+	if e.Config == nil {
+		return entity, nil
+	}
+	if e.Route != nil {
+		e.Config["route_id"] = e.Route.ID
+	}
+	if e.Service != nil {
+		e.Config["service_id"] = e.Service.ID
+	}
+	return json.Marshal(e.Config)
 }
 
 // Phases lists the Kong phases a go-pdk plugin config handles, as go-pdk

@@ -10,6 +10,12 @@ import (
 // denyCacheSize caps the keys the deny cache remembers.
 const denyCacheSize = 100_000
 
+// DenyCacheHold is the longest the deny cache answers for a key without
+// asking Redis: an operator's reset made elsewhere (another node, or the
+// keys command) reaches this node within it. A denied key then costs one
+// round trip a second per node.
+const DenyCacheHold = time.Second
+
 // denyCache holds the states of keys Redis just denied, as Redis holds them,
 // and answers their next requests by running Policy.Apply on those states:
 // while the step functions deny a request there, it is denied without a
@@ -18,8 +24,9 @@ const denyCacheSize = 100_000
 // and more counted never turns a denial into an allowance. The values it
 // reports (remaining, reset, retry-after) are those of the states held, as
 // if nothing else arrived, which is what Redis reports too. An entry lives
-// until the RetryAfter of the denial that made it; a sliding log holding
-// more than 64 live times is not sent, so it is not cached.
+// until the RetryAfter of the denial that made it, at most DenyCacheHold;
+// a sliding log holding more than 64 live times is not sent, so it is not
+// cached.
 type denyCache struct {
 	mu      sync.Mutex
 	entries map[denyKey]*held
@@ -86,7 +93,7 @@ func (c *denyCache) remember(p *core.Policy, key string, now, epoch int64, d *co
 		}
 	}
 	c.entries[denyKey{p.Scope(), key}] = &held{states: states, at: d.At, localAt: now,
-		until: now + int64(d.RetryAfter/time.Microsecond)}
+		until: now + int64(min(d.RetryAfter, DenyCacheHold)/time.Microsecond)}
 }
 
 // forget drops what the cache holds for key after an operator reset it in

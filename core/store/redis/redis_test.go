@@ -264,6 +264,35 @@ func TestDenyCacheAnswersLocallyUntilRetryAfter(t *testing.T) {
 	}
 }
 
+// A reset made where this node's deny cache cannot see it (another node,
+// or the keys command) reaches it within DenyCacheHold, however long the
+// denial's Retry-After.
+func TestDenyCacheHoldsAtMostDenyCacheHold(t *testing.T) {
+	clock := &core.ManualClock{Micros: storetest.T0}
+	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
+	p := core.MustPolicy("deny-hold", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Minute, Algorithm: core.FixedWindow})
+	ctx := context.Background()
+	var d core.Decision
+	for i := 0; i < 2; i++ {
+		if err := s.Decide(ctx, p, "k", 1, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d.Allowed || d.RetryAfter != time.Minute {
+		t.Fatalf("second request: %+v", d)
+	}
+	// The other node: the same keys, no deny cache of this one's.
+	s.Client().Del(ctx, s.Keys(p, "k")...)
+	clock.Advance(DenyCacheHold - time.Microsecond)
+	if _ = s.Decide(ctx, p, "k", 1, &d); d.Allowed || s.LocalDenials() != 1 {
+		t.Fatalf("within the hold: allowed %v, %d local denials; want the cache's denial", d.Allowed, s.LocalDenials())
+	}
+	clock.Advance(time.Microsecond)
+	if _ = s.Decide(ctx, p, "k", 1, &d); !d.Allowed {
+		t.Fatalf("%v after another node's reset: still denied (retry %v)", DenyCacheHold, d.RetryAfter)
+	}
+}
+
 // Sentinel: the store finds the master through a real redis-sentinel.
 func TestConformanceSentinel(t *testing.T) {
 	sentinel, err := redistest.StartSentinel(t.TempDir(), "tollgate-master", standalone)

@@ -1,0 +1,176 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store"
+)
+
+// SocketEnv names the environment variable that, set on a process that
+// serves gates (Kong's plugin server), makes it serve the API on a Unix
+// socket at that path (see ServeSocketFromEnv).
+const SocketEnv = "TOLLGATE_ADMIN_SOCKET"
+
+// ServeSocketFromEnv serves Handler("/tollgate/") on the Unix socket named
+// by $TOLLGATE_ADMIN_SOCKET, if set, with mode 0600: only the user the
+// server runs as (and root) can read or reset keys. It is how operators
+// reach counters that live in a process with no admin endpoint of its own
+// (Kong's policy local, and every policy's heaviest offenders).
+func ServeSocketFromEnv() error {
+	path := os.Getenv(SocketEnv)
+	if path == "" {
+		return nil
+	}
+	_ = os.Remove(path) // a socket left by an earlier run of the server
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("%s=%s: %w", SocketEnv, path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return fmt.Errorf("%s=%s: %w", SocketEnv, path, err)
+	}
+	srv := &http.Server{Handler: Handler("/tollgate/"), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return nil
+}
+
+// Target is one policy over its store, as the keys command reaches it
+// without a running gateway (Kong's plugin config, compiled).
+type Target struct {
+	// Name names the policy in answers.
+	Name   string
+	Policy *core.Policy
+	Store  store.Config
+	// Prefix is prefixed to the keys operators give (Kong's scope).
+	Prefix string
+}
+
+// KeysUsage is the keys command's help.
+const KeysUsage = `usage:
+  keys show  --plugin FILE --key KEY [--plan PLAN]    a key's usage in each limit, read from Redis
+  keys reset --plugin FILE --key KEY [--limit LIMIT]  forget a key's usage (every limit, or one)
+  keys show|reset|top|policies --socket PATH [--policy NAME] ...
+                                                     the same, and the keys denied most, asked of a
+                                                     running server started with ` + SocketEnv + `=PATH
+FILE is the plugin as Kong's Admin API returns it (GET /plugins/{id}) or its
+config alone, JSON; KEY is the identifier limit_by names (a consumer id, an
+IP address, a header's value). Answers are JSON, keys hashed unless shown in
+clear; the exit status is 1 when the store or server refuses, 2 on bad usage.
+`
+
+// Keys runs the keys command with args (after "keys"); open compiles a
+// plugin file's bytes into a Target. It returns the exit status.
+func Keys(args []string, stdout, stderr io.Writer, open func([]byte) (Target, error)) int {
+	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	plugin := fs.String("plugin", "", "")
+	socket := fs.String("socket", "", "")
+	q := url.Values{}
+	for _, name := range []string{"policy", "key", "plan", "limit"} {
+		fs.Func(name, "", func(v string) error { q.Set(name, v); return nil })
+	}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, KeysUsage)
+		return 2
+	}
+	op := args[0]
+	call, ok := map[string]struct{ method, path string }{"show": {"GET", "keys"}, "reset": {"DELETE", "keys"},
+		"top": {"GET", "top"}, "policies": {"GET", "policies"}}[op]
+	if !ok {
+		fmt.Fprintf(stderr, "keys: unknown subcommand %q\n%s", op, KeysUsage)
+		return 2
+	}
+	method, path := call.method, call.path
+	if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 || (*plugin == "") == (*socket == "") {
+		fmt.Fprintf(stderr, "keys %s: give --plugin or --socket, and flags only (%v)\n%s", op, err, KeysUsage)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out any
+	var err error
+	if *socket != "" {
+		out, err = askSocket(ctx, *socket, method, path, q)
+	} else {
+		out, err = direct(ctx, *plugin, method, path, q, open)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "keys %s: %v\n", op, err)
+		return 1
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(out)
+	return 0
+}
+
+// direct answers from the store the plugin config names, without a server.
+func direct(ctx context.Context, file, method, path string, q url.Values, open func([]byte) (Target, error)) (any, error) {
+	if path != "keys" {
+		return nil, fmt.Errorf("--plugin reads and resets keys in Redis; the policies in force and the keys denied most live in the server: use --socket")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	t, err := open(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if t.Store.Redis == nil {
+		return nil, fmt.Errorf("%s: policy local keeps its counters in the plugin server's memory: start the server with %s=PATH and use --socket PATH", file, SocketEnv)
+	}
+	h, err := store.Acquire(t.Store)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Release()
+	if err := h.CheckPolicy(t.Policy); err != nil {
+		return nil, err
+	}
+	gate, err := core.NewGate(core.GateConfig{Rules: []core.Rule{{Limiter: core.NewLimiter(t.Policy, h.Store)}}})
+	if err != nil {
+		return nil, err
+	}
+	out, _, err := (&entry{gate: gate, store: h, name: t.Name, prefix: t.Prefix}).answer(ctx, 0, method, path, q)
+	return out, err
+}
+
+// askSocket asks the API a server serves on the Unix socket at path.
+func askSocket(ctx context.Context, socket, method, path string, q url.Values) (any, error) {
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	req, err := http.NewRequestWithContext(ctx, method, "http://tollgate/tollgate/"+path+"?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("%s: %s answered %s and no JSON", socket, path, resp.Status)
+	}
+	if resp.StatusCode != http.StatusOK {
+		if m, ok := out.(map[string]any); ok && m["error"] != nil {
+			return nil, errors.New(fmt.Sprint(m["error"]))
+		}
+		return nil, fmt.Errorf("%s: %s", socket, resp.Status)
+	}
+	return out, nil
+}
