@@ -121,4 +121,82 @@ func TestCaddyAdminAPI(t *testing.T) {
 	if n := allowed.Load(); n != 10 {
 		t.Errorf("%d requests allowed across the reset, want exactly 10 (5 before, 5 after)", n)
 	}
+
+	// One limit reset: the other keeps its count.
+	if code, r := adminCall(t, c, "DELETE", "/tollgate/keys?policy=api&key=acme&limit=50/1h"); code != 200 || r["limit"] != "50/1h" {
+		t.Fatalf("reset of one limit: %d %v", code, r)
+	}
+	if got := usedOf(t, c, "/tollgate/keys?policy=api&key=acme"); got != "5/1m:5 50/1h:0" {
+		t.Errorf("after resetting 50/1h: %s, want 5/1m:5 50/1h:0", got)
+	}
+	if code, e := adminCall(t, c, "DELETE", "/tollgate/keys?policy=api&key=acme&limit=1/1s"); code != 400 || !strings.Contains(fmt.Sprint(e["error"]), "has 5/1m, 50/1h") {
+		t.Errorf("reset of an unknown limit: %d %v", code, e)
+	}
+}
+
+// usedOf reads a key's usage: "<limit>:<used>" for each limit.
+func usedOf(t *testing.T, c *caddyproc.Caddy, path string) string {
+	t.Helper()
+	code, u := adminCall(t, c, "GET", path)
+	limits, _ := u["limits"].([]any)
+	if code != 200 {
+		t.Fatalf("GET %s: %d %v", path, code, u)
+	}
+	var parts []string
+	for _, l := range limits {
+		m := l.(map[string]any)
+		parts = append(parts, fmt.Sprintf("%v:%v", m["limit"], m["used"]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// TestCaddyAdminAPIEventual: in eventual mode, where each node counts
+// locally and syncs, the admin endpoint reads the fleet's counts and a
+// reset gives the key its quota back on every node. Two Caddies share one
+// redis-server; the key is used on both and read and reset on one.
+func TestCaddyAdminAPIEventual(t *testing.T) {
+	rs := redistest.StartT(t)
+	config := fmt.Sprintf(`
+	tollgate {
+		store redis redis://%s {
+			mode eventual sync 50ms
+		}
+		policy api {
+			key {http.request.header.X-Key}
+			limit 6/1m fixed_window
+		}
+	}
+	respond "ok"`, rs.Addr)
+	a, b := caddyproc.Start(t, config), caddyproc.Start(t, config)
+	for _, c := range []*caddyproc.Caddy{a, b, a} {
+		if resp, _ := c.Get("/", "X-Key", "acme"); resp.StatusCode != 200 {
+			t.Fatalf("request refused: %d", resp.StatusCode)
+		}
+	}
+	// Both nodes sync within 50 ms; a's reading is the fleet's.
+	waitfor.True(t, 10*time.Second, "node a reading 3 used", func() bool { return usedOf(t, a, "/tollgate/keys?policy=api&key=acme") == "6/1m:3" })
+	if code, r := adminCall(t, a, "DELETE", "/tollgate/keys?policy=api&key=acme"); code != 200 || r["reset"] != true {
+		t.Fatalf("reset: %d %v", code, r)
+	}
+	if got := usedOf(t, a, "/tollgate/keys?policy=api&key=acme"); got != "6/1m:0" {
+		t.Fatalf("after the reset, node a reads %s", got)
+	}
+	// Node b forgets its view at its next sync (the second to complete
+	// after the reset: the first may have read before it); then it allows
+	// the whole quota of 6 again, on its own.
+	syncs := func() float64 {
+		_, pols := adminCall(t, b, "GET", "/tollgate/policies")
+		return pols["list"].([]any)[0].(map[string]any)["eventual_syncs"].(float64)
+	}
+	after := syncs()
+	waitfor.True(t, 10*time.Second, "node b syncing twice", func() bool { return syncs() >= after+2 })
+	allowed := 0
+	for i := 0; i < 8; i++ {
+		if resp, _ := b.Get("/", "X-Key", "acme"); resp.StatusCode == 200 {
+			allowed++
+		}
+	}
+	if allowed != 6 {
+		t.Fatalf("node b allowed %d of 8 after the reset, want the quota of 6", allowed)
+	}
 }

@@ -231,6 +231,9 @@ func policies() []map[string]any {
 			if a := p.Adaptive(); a != nil {
 				pol["adaptive_factor"] = a.Factor()
 			}
+			if e.store.Eventual != nil {
+				pol["eventual_syncs"] = e.store.Eventual.Syncs() // completed: a reset reaches this node by the second after it
+			}
 			out = append(out, pol)
 		}
 	}
