@@ -91,6 +91,25 @@ func TestCaddyAdminAPI(t *testing.T) {
 	if code, e := adminCall(t, c, "GET", "/tollgate/keys?policy=nope&key=acme"); code != 404 || !strings.Contains(fmt.Sprint(e["error"]), `policy "nope"`) {
 		t.Errorf("unknown policy: %d %v", code, e)
 	}
+	// The API is on Caddy's admin listener only: on the site's listener the
+	// same paths are the site's (here its respond), and a DELETE resets
+	// nothing.
+	for _, method := range []string{"GET", "DELETE"} {
+		req, _ := http.NewRequest(method, c.URL+"/tollgate/keys?policy=api&key=acme", nil)
+		req.Header.Set("X-Key", "public-caller")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), `"limits"`) || strings.Contains(string(body), `"reset"`) {
+			t.Errorf("%s on the public listener reached the operators' API: %s", method, body)
+		}
+	}
+	if got := usedOf(t, c, "/tollgate/keys?policy=api&key=acme"); got != "5/1m:5 50/1h:5" {
+		t.Errorf("after the public listener's DELETE: %s, want acme's usage untouched (5/1m:5 50/1h:5)", got)
+	}
 
 	// Reset under load: the 5/1m quota is allowed exactly once before the
 	// reset and exactly once after it.
