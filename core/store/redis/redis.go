@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -167,6 +168,11 @@ func CheckOptions(o Options) error {
 }
 
 func universalOptions(o Options) (*goredis.UniversalOptions, error) {
+	if strings.ContainsAny(o.Prefix, "{}") {
+		// A brace would move the Cluster hash tag onto the prefix: every
+		// key in one slot, or a request's keys over several.
+		return nil, fmt.Errorf("prefix: %q: braces are not allowed (they would choose Redis Cluster's hash slot)", o.Prefix)
+	}
 	uo := &goredis.UniversalOptions{}
 	if o.URL != "" {
 		parsed, err := goredis.ParseURL(o.URL)
@@ -478,7 +484,20 @@ var errShortReply = errors.New("redis: script's reply ends early")
 // stateKey names the hash of key's state under p; its braces are the
 // Cluster hash tag every key of (p, key) shares.
 func (s *Store) stateKey(p *core.Policy, key string) string {
-	return s.prefix + "{" + p.Name() + ":" + key + "}"
+	return s.prefix + "{" + hashTagSafe(p.Name()+":"+key) + "}"
+}
+
+// tagEscaper escapes what would end a Cluster hash tag early: a "}" in a
+// key would make the tag the text before it, so a client could pick the
+// slot its counters land in, and its keys "a}1", "a}2", ... would all land
+// in one. "%" is escaped too, so two keys never share a name.
+var tagEscaper = strings.NewReplacer("%", "%25", "}", "%7D")
+
+func hashTagSafe(s string) string {
+	if !strings.ContainsAny(s, "%}") {
+		return s // the usual key: no copy
+	}
+	return tagEscaper.Replace(s)
 }
 
 // AddCounts adds each count to its window's shared count and reads the

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,7 +175,8 @@ func TestKeysShareAClusterSlot(t *testing.T) {
 		core.Limit{Count: 2, Window: time.Minute}, core.Limit{Count: 3, Window: time.Hour, Algorithm: core.SlidingLog})
 	keys := s.Keys(p, "client}{weird")
 	for _, k := range keys {
-		if !strings.HasPrefix(k, s.prefix+"{api:client}") {
+		// The whole key is the hash tag: its "}" is escaped.
+		if !strings.HasPrefix(k, s.prefix+"{api:client%7D{weird}") {
 			t.Fatalf("key %q", k)
 		}
 	}
@@ -191,12 +193,48 @@ func TestKeysShareAClusterSlot(t *testing.T) {
 	}
 }
 
+// Keys crafted against Cluster hash slots: a client cannot make its keys
+// share a tag by putting "}" in them (an unescaped "}" would end the tag,
+// so "evil}1", "evil}2", ... would all hash as "evil"), and every key of
+// one client's decision stays in one slot, whatever its bytes or length.
+func TestCraftedKeysCannotChooseClusterSlots(t *testing.T) {
+	s := newStore(t, Options{Addrs: cluster.Addrs(), Cluster: true})
+	p := core.MustPolicy("api", core.PolicyOptions{}, core.Limit{Count: 5, Window: time.Minute},
+		core.Limit{Count: 9, Window: time.Hour, Algorithm: core.SlidingLog})
+	ctx := context.Background()
+	slots := map[int64]bool{}
+	for i := 0; i < 64; i++ {
+		slots[s.Client().ClusterKeySlot(ctx, s.Keys(p, "evil}"+strconv.Itoa(i))[0]).Val()] = true
+	}
+	if len(slots) < 32 {
+		t.Fatalf("64 keys \"evil}<n>\" landed in %d slots: the client chose their slot", len(slots))
+	}
+	for _, key := range []string{"{}", "}{", "a}b{c}d", "%7D", "\x00\xff\n{\r}", strings.Repeat("}", 5000), strings.Repeat("k", 100_000)} {
+		var d core.Decision
+		if err := s.Decide(ctx, p, core.BoundKey(key), 1, &d); err != nil || !d.Allowed {
+			t.Fatalf("key %.20q: %v %+v", key, err, d)
+		}
+		keys := s.Keys(p, core.BoundKey(key))
+		slot := s.Client().ClusterKeySlot(ctx, keys[0]).Val()
+		for _, k := range keys[1:] {
+			if got := s.Client().ClusterKeySlot(ctx, k).Val(); got != slot {
+				t.Fatalf("key %.20q: its Redis keys span slots %d and %d", key, slot, got)
+			}
+		}
+	}
+	// "%7D" and "}" are different keys: escaping keeps names apart.
+	if a, b := s.Keys(p, "%7D")[0], s.Keys(p, "}")[0]; a == b {
+		t.Fatalf("keys %%7D and } share the Redis key %q", a)
+	}
+}
+
 func TestOptionErrorsNameFieldAndValue(t *testing.T) {
 	for _, c := range []struct {
 		o    Options
 		want string
 	}{
 		{Options{}, "addrs: need a URL or at least one address"},
+		{Options{Addrs: []string{"h:1"}, Prefix: "a{b}:"}, `prefix: "a{b}:": braces are not allowed`},
 		{Options{URL: "http://x:1"}, `url: "http://x:1"`},
 		{Options{URL: "redis://user:secret@x:1/zz"}, `url: "redis://user:xxxxx@x:1/zz"`},
 		{Options{Addrs: []string{"localhost"}}, `addrs: "localhost" is not host:port`},
