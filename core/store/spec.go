@@ -37,6 +37,9 @@ type Spec struct {
 	TLS           bool   `json:"tls,omitempty"`
 	TLSServerName string `json:"tls_server_name,omitempty"`
 	TLSSkipVerify bool   `json:"tls_skip_verify,omitempty"`
+	// TLSCA is a PEM file of the CAs that verify the server (default: the
+	// system's).
+	TLSCA string `json:"tls_ca,omitempty"`
 	// Timeout bounds one Redis decision (dial, write, read); default 500ms.
 	Timeout core.Duration `json:"timeout,omitempty"`
 	// PoolSize is the connections per Redis node; 0 means go-redis's default.
@@ -68,7 +71,7 @@ func (s *Spec) Config() (Config, error) {
 	r := &RedisConfig{
 		URL: s.URL, Addrs: s.Addrs, Username: s.Username, Password: s.Password, DB: s.DB,
 		SentinelUsername: s.SentinelUsername, SentinelPassword: s.SentinelPassword,
-		TLS: s.TLS, TLSServerName: s.TLSServerName, TLSInsecureSkipVerify: s.TLS && s.TLSSkipVerify,
+		TLS: s.TLS || s.TLSCA != "", TLSServerName: s.TLSServerName, TLSInsecureSkipVerify: s.TLS && s.TLSSkipVerify, TLSCA: s.TLSCA,
 		Timeout: time.Duration(s.Timeout), PoolSize: s.PoolSize, Prefix: s.Prefix,
 	}
 	switch s.Type {
@@ -169,7 +172,7 @@ func ParseSpecArgs(args []string) (*Spec, error) {
 // Set reads one option line of a Redis store: timeout <duration>, on_error
 // local|allow|deny|fail, mode exact|eventual [sync <duration>], max_keys,
 // pool_size and db <n>, prefix, username, password and sentinel_password
-// <string>, tls [<server name>].
+// <string>, tls [<server name>], tls_ca <PEM file>.
 func (s *Spec) Set(opt string, args []string) error {
 	if s.Type == "memory" {
 		return fmt.Errorf("store memory: takes no block (got %q)", opt)
@@ -224,12 +227,13 @@ func (s *Spec) Set(opt string, args []string) error {
 			return fmt.Errorf("store %s: %d must not be negative", opt, n)
 		}
 		*map[string]*int{"max_keys": &s.MaxKeys, "pool_size": &s.PoolSize, "db": &s.DB}[opt] = n
-	case "prefix", "username", "password", "sentinel_password":
+	case "prefix", "username", "password", "sentinel_password", "tls_ca":
 		v, err := one()
 		if err != nil {
 			return err
 		}
-		*map[string]*string{"prefix": &s.Prefix, "username": &s.Username, "password": &s.Password, "sentinel_password": &s.SentinelPassword}[opt] = v
+		*map[string]*string{"prefix": &s.Prefix, "username": &s.Username, "password": &s.Password,
+			"sentinel_password": &s.SentinelPassword, "tls_ca": &s.TLSCA}[opt] = v
 	case "tls":
 		if len(args) > 1 {
 			return fmt.Errorf("tls: unexpected %q", args[1])

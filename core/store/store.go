@@ -64,6 +64,9 @@ type RedisConfig struct {
 	TLS                   bool
 	TLSServerName         string
 	TLSInsecureSkipVerify bool
+	// TLSCA is a PEM file of the CA certificates that verify the server,
+	// instead of the system's (which SSL_CERT_FILE can also name).
+	TLSCA string
 	// Timeout bounds one decision's round trip; 0 means 500ms.
 	Timeout time.Duration
 	// PoolSize is the connections per node; 0 means go-redis's default.
@@ -77,7 +80,7 @@ func (r *RedisConfig) options() redis.Options {
 		URL: r.URL, Addrs: r.Addrs, Cluster: r.Cluster, MasterName: r.MasterName,
 		SentinelUsername: r.SentinelUsername, SentinelPassword: r.SentinelPassword,
 		Username: r.Username, Password: r.Password, DB: r.DB,
-		TLS: r.TLS, TLSServerName: r.TLSServerName, TLSInsecureSkipVerify: r.TLSInsecureSkipVerify,
+		TLS: r.TLS, TLSServerName: r.TLSServerName, TLSInsecureSkipVerify: r.TLSInsecureSkipVerify, TLSCA: r.TLSCA,
 		Timeout: r.Timeout, PoolSize: r.PoolSize, Prefix: r.Prefix,
 	}
 }

@@ -12,9 +12,11 @@ package redis
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +64,10 @@ type Options struct {
 	TLS                   bool
 	TLSServerName         string
 	TLSInsecureSkipVerify bool
+	// TLSCA is a PEM file of the CA certificates that verify the server
+	// (turning TLS on); empty means the system's (SSL_CERT_FILE names
+	// another file for the whole process).
+	TLSCA string
 	// Timeout bounds dialing, reading and writing for one decision; 0 means
 	// DefaultTimeout.
 	Timeout time.Duration
@@ -225,12 +231,23 @@ func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 	uo.MasterName = o.MasterName
 	uo.SentinelUsername, uo.SentinelPassword = o.SentinelUsername, o.SentinelPassword
 	uo.IsClusterMode = o.Cluster
-	if o.TLS || o.TLSServerName != "" || o.TLSInsecureSkipVerify {
+	if o.TLS || o.TLSServerName != "" || o.TLSInsecureSkipVerify || o.TLSCA != "" {
 		if uo.TLSConfig == nil {
 			uo.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
 		uo.TLSConfig.ServerName = o.TLSServerName
 		uo.TLSConfig.InsecureSkipVerify = o.TLSInsecureSkipVerify
+		if o.TLSCA != "" {
+			pem, err := os.ReadFile(o.TLSCA)
+			if err != nil {
+				return nil, fmt.Errorf("tls_ca: %w", err)
+			}
+			roots := x509.NewCertPool()
+			if !roots.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("tls_ca: %s holds no PEM certificate", o.TLSCA)
+			}
+			uo.TLSConfig.RootCAs = roots
+		}
 	}
 	timeout := o.Timeout
 	if timeout == 0 {
