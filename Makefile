@@ -11,7 +11,7 @@ CADDY_VERSION := v2.11.9
 # What bin/caddy is built from: rebuilt when any of it changes.
 CADDY_SRC := $(shell find core caddymodule -name '*.go' ! -name '*_test.go') tollgate.go go.mod go.sum
 
-.PHONY: test vet fmt unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong chaos plots run clean deps monitoring
+.PHONY: test vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong chaos plots run clean deps monitoring
 
 # Caddy with tollgate on the memory store, serving Caddyfile.example on
 # http://localhost:8080 (admin API on localhost:2019).
@@ -37,7 +37,13 @@ bin/caddy-race: $(CADDY_SRC)
 
 # unit runs last: its final line counts every test of every package as
 # "N passed, N failed, N skipped".
-test: vet fmt mutants unit
+test: vet fmt mutants acl unit
+
+# The Redis stores' suites again, connected as tollgate's least-privilege
+# Redis user (core/store/redis/acl) on standalone, Sentinel and Cluster:
+# every command tollgate sends, and every one its scripts call, is allowed.
+acl: deps
+	TOLLGATE_REDIS_ACL=1 $(GO) test -race -count=1 ./core/store/ ./core/store/redis/
 
 # -race compiles the dependencies as the unit tests will, so the two share
 # the build cache (a cold make test compiles Caddy's tree once for both).

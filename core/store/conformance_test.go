@@ -33,6 +33,12 @@ func TestMain(m *testing.M) {
 func newRedis(t *testing.T, opts redis.Options) *redis.Store {
 	t.Helper()
 	opts.Prefix = fmt.Sprintf("t%d:%s:", time.Now().UnixNano(), t.Name())
+	switch { // TOLLGATE_REDIS_ACL: the least-privilege user
+	case len(opts.Addrs) == 1 && opts.Addrs[0] == standalone.Addr:
+		opts.Username, opts.Password = standalone.User, standalone.Password
+	case opts.Cluster && len(opts.Addrs) > 0 && opts.Addrs[0] == cluster.Addrs()[0]:
+		opts.Username, opts.Password = cluster.User, cluster.Password
+	}
 	s, err := redis.New(opts)
 	if err != nil {
 		t.Fatal(err)

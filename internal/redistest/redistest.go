@@ -16,13 +16,21 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/core/store/redis/acl"
 )
+
+// ACLTestPassword is the least-privilege user's password in the tests.
+const ACLTestPassword = "tollgate-acl-test"
 
 // Server is one running redis-server.
 type Server struct {
 	Addr string
 	Port int
 	Dir  string
+	// User and Password, when set, are the least-privilege user
+	// (core/store/redis/acl) the tests' stores connect as: see Main.
+	User, Password string
 	cmd  *exec.Cmd
 	bin  string
 	args []string
@@ -154,6 +162,8 @@ func (s *Server) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig) 
 // Cluster is a Redis Cluster of three masters, with or without replicas.
 type Cluster struct {
 	Nodes []*Server
+	// User and Password: as Server's.
+	User, Password string
 }
 
 // Addrs returns the nodes' addresses.
@@ -176,10 +186,11 @@ func StartClusterWithReplicas(dir string, nodeTimeoutMS int) (*Cluster, error) {
 	return startCluster(dir, 1, nodeTimeoutMS)
 }
 
-func startCluster(dir string, replicas, nodeTimeoutMS int) (*Cluster, error) {
+func startCluster(dir string, replicas, nodeTimeoutMS int, extra ...string) (*Cluster, error) {
 	c := &Cluster{}
 	for i := 0; i < 3*(1+replicas); i++ {
-		s, err := Start(dir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(nodeTimeoutMS))
+		s, err := Start(dir, append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", strconv.Itoa(nodeTimeoutMS)}, extra...)...)
 		if err != nil {
 			c.Stop()
 			return nil, err
@@ -316,6 +327,11 @@ func StartSentinel(dir, name string, master *Server) (*Server, error) {
 // starts a standalone server into *standalone and, if cluster is not nil, a
 // three-master Cluster into *cluster, runs the tests and stops them. It
 // returns the exit code; a missing redis-server fails the package.
+//
+// With TOLLGATE_REDIS_ACL set, the standalone server has a user with only
+// what tollgate needs (acl.Rule) on keys starting "t" (every test prefix),
+// and on the Cluster's nodes, and the tests' stores on them connect as
+// that user (Server.User, Cluster.User).
 func Main(m interface{ Run() int }, standalone **Server, cluster **Cluster) int {
 	dir, err := os.MkdirTemp("", "tollgate-redis-")
 	if err != nil {
@@ -323,8 +339,20 @@ func Main(m interface{ Run() int }, standalone **Server, cluster **Cluster) int 
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if *standalone, err = Start(dir); err == nil && cluster != nil {
-		*cluster, err = StartCluster(dir)
+	// With TOLLGATE_REDIS_ACL the suite runs as tollgate's least-privilege
+	// user; the default user stays for the harness (readiness PINGs,
+	// Sentinel, redis-cli --cluster create, replication).
+	var user []string
+	if os.Getenv("TOLLGATE_REDIS_ACL") != "" {
+		user = append([]string{"--user", "tollgate"}, strings.Fields(acl.Rule(ACLTestPassword, "t"))...)
+	}
+	if *standalone, err = Start(dir, user...); err == nil && user != nil {
+		(*standalone).User, (*standalone).Password = "tollgate", ACLTestPassword
+	}
+	if err == nil && cluster != nil {
+		if *cluster, err = startCluster(dir, 0, 2000, user...); err == nil && user != nil {
+			(*cluster).User, (*cluster).Password = "tollgate", ACLTestPassword
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "these tests need a real redis-server:", err)

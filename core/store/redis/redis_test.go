@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/store/memory"
 	"github.com/tollgate/tollgate/core/store/storetest"
@@ -32,12 +34,33 @@ func TestMain(m *testing.M) {
 func newStore(t *testing.T, opts Options) *Store {
 	t.Helper()
 	opts.Prefix = fmt.Sprintf("t%d:%s:", time.Now().UnixNano(), t.Name())
+	switch { // TOLLGATE_REDIS_ACL: the least-privilege user
+	case len(opts.Addrs) == 1 && opts.Addrs[0] == standalone.Addr || opts.MasterName != "":
+		opts.Username, opts.Password = standalone.User, standalone.Password
+	case opts.Cluster && len(opts.Addrs) > 0 && opts.Addrs[0] == cluster.Addrs()[0]:
+		opts.Username, opts.Password = cluster.User, cluster.Password
+	}
 	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// adminClient is a client of the standalone server as its default user,
+// for what a test inspects beyond tollgate's own commands.
+func adminClient(t *testing.T) *goredis.Client {
+	c := goredis.NewClient(&goredis.Options{Addr: standalone.Addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// adminCluster is adminClient's Cluster twin.
+func adminCluster(t *testing.T) *goredis.ClusterClient {
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cluster.Addrs()})
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 func TestConformanceUnbatched(t *testing.T) {
@@ -171,6 +194,7 @@ func hammer(t *testing.T, prefix string, seen func(d *core.Decision, s *Store, i
 
 func TestKeysShareAClusterSlot(t *testing.T) {
 	s := newStore(t, Options{Addrs: cluster.Addrs(), Cluster: true})
+	admin := adminCluster(t)
 	p := core.MustPolicy("api", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second},
 		core.Limit{Count: 2, Window: time.Minute}, core.Limit{Count: 3, Window: time.Hour, Algorithm: core.SlidingLog})
 	keys := s.Keys(p, "client}{weird")
@@ -184,10 +208,10 @@ func TestKeysShareAClusterSlot(t *testing.T) {
 	if err := s.Decide(context.Background(), p, "client}{weird", 1, &d); err != nil || !d.Allowed {
 		t.Fatalf("decide on the cluster: %v %+v", err, d)
 	}
-	if got := s.Client().Exists(context.Background(), keys[0], keys[3]).Val(); got != 2 {
+	if got := admin.Exists(context.Background(), keys[0], keys[3]).Val(); got != 2 {
 		t.Fatalf("%d of the state hash and the sliding log's set exist, want 2", got)
 	}
-	ttl := s.Client().PTTL(context.Background(), keys[0]).Val()
+	ttl := admin.PTTL(context.Background(), keys[0]).Val()
 	if ttl <= 0 || ttl > 2*time.Hour+2*time.Second {
 		t.Fatalf("key TTL %v, want set and bounded by the policy's idle time", ttl)
 	}
@@ -199,12 +223,13 @@ func TestKeysShareAClusterSlot(t *testing.T) {
 // one client's decision stays in one slot, whatever its bytes or length.
 func TestCraftedKeysCannotChooseClusterSlots(t *testing.T) {
 	s := newStore(t, Options{Addrs: cluster.Addrs(), Cluster: true})
+	admin := adminCluster(t)
 	p := core.MustPolicy("api", core.PolicyOptions{}, core.Limit{Count: 5, Window: time.Minute},
 		core.Limit{Count: 9, Window: time.Hour, Algorithm: core.SlidingLog})
 	ctx := context.Background()
 	slots := map[int64]bool{}
 	for i := 0; i < 64; i++ {
-		slots[s.Client().ClusterKeySlot(ctx, s.Keys(p, "evil}"+strconv.Itoa(i))[0]).Val()] = true
+		slots[admin.ClusterKeySlot(ctx, s.Keys(p, "evil}"+strconv.Itoa(i))[0]).Val()] = true
 	}
 	if len(slots) < 32 {
 		t.Fatalf("64 keys \"evil}<n>\" landed in %d slots: the client chose their slot", len(slots))
@@ -215,9 +240,9 @@ func TestCraftedKeysCannotChooseClusterSlots(t *testing.T) {
 			t.Fatalf("key %.20q: %v %+v", key, err, d)
 		}
 		keys := s.Keys(p, core.BoundKey(key))
-		slot := s.Client().ClusterKeySlot(ctx, keys[0]).Val()
+		slot := admin.ClusterKeySlot(ctx, keys[0]).Val()
 		for _, k := range keys[1:] {
-			if got := s.Client().ClusterKeySlot(ctx, k).Val(); got != slot {
+			if got := admin.ClusterKeySlot(ctx, k).Val(); got != slot {
 				t.Fatalf("key %.20q: its Redis keys span slots %d and %d", key, slot, got)
 			}
 		}
