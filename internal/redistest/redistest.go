@@ -31,9 +31,9 @@ type Server struct {
 	// User and Password, when set, are the least-privilege user
 	// (core/store/redis/acl) the tests' stores connect as: see Main.
 	User, Password string
-	cmd  *exec.Cmd
-	bin  string
-	args []string
+	cmd            *exec.Cmd
+	bin            string
+	args           []string
 }
 
 // Binary returns the redis-server path, or an error that says how to get it.
