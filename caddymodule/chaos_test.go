@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,15 +25,6 @@ func outageLength() time.Duration {
 		return 5 * time.Second
 	}
 	return 1500 * time.Millisecond
-}
-
-// sample is one request of the load.
-type sample struct {
-	sent    time.Time
-	took    time.Duration
-	status  int
-	store   string // shared or fallback
-	decided int64  // µs, the deciding store's clock
 }
 
 // TestCaddyRedisOutage runs a steady load through a real Caddy whose
@@ -63,43 +53,7 @@ func TestCaddyRedisOutage(t *testing.T) {
 	}
 	respond "{http.tollgate.store} {http.tollgate.decided_at}"`, srv.Addr, timeout, limit))
 
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: 10 * time.Second}
-			var mu sync.Mutex
-			var samples []sample
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for g := 0; g < 8; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						req, _ := http.NewRequest(http.MethodGet, c.URL+"/", nil)
-						req.Header.Set("X-Key", "k")
-						s := sample{sent: time.Now()}
-						resp, err := client.Do(req)
-						if err != nil {
-							s.status = -1
-						} else {
-							b, _ := io.ReadAll(resp.Body)
-							resp.Body.Close()
-							s.status = resp.StatusCode
-							if store, at, ok := strings.Cut(string(b), " "); ok && s.status == 200 {
-								s.store = store
-								s.decided, _ = strconv.ParseInt(at, 10, 64)
-							}
-						}
-						s.took = time.Since(s.sent)
-						mu.Lock()
-						samples = append(samples, s)
-						mu.Unlock()
-					}
-				}()
-			}
+			load := startLoad(c, "k")
 			time.Sleep(time.Second)
 			down := time.Now()
 			switch fault {
@@ -124,8 +78,7 @@ func TestCaddyRedisOutage(t *testing.T) {
 			}
 			up = time.Now() // Redis answers from here
 			time.Sleep(2 * time.Second)
-			close(stop)
-			wg.Wait()
+			samples := load.finish()
 
 			var errors5xx, failed int
 			var outage []time.Duration
