@@ -63,6 +63,22 @@ func repoRoot() (string, error) {
 	}
 }
 
+// Pid is the Caddy process's id.
+func (c *Caddy) Pid() int { return c.cmd.Process.Pid }
+
+// Goroutines is how many goroutines Caddy runs, from its admin endpoint's
+// pprof.
+func (c *Caddy) Goroutines() (int, error) {
+	resp, err := http.Get(c.AdminURL + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var n int
+	_, err = fmt.Fscanf(resp.Body, "goroutine profile: total %d", &n)
+	return n, err
+}
+
 // Kill ends Caddy with SIGKILL, as a crashed gateway ends: nothing it
 // holds is given back.
 func (c *Caddy) Kill() {
@@ -181,9 +197,25 @@ func (c *Caddy) LogTail(n int) string {
 // through the admin API's POST /load, and returns the API's status and body.
 func (c *Caddy) Load(body string) (int, string) {
 	c.t.Helper()
-	resp, err := http.Post(c.AdminURL+"/load", "text/caddyfile", strings.NewReader(c.Caddyfile(body)))
-	if err != nil {
-		c.t.Fatal(err)
+	// Caddy replaces its admin server on every load (the old one stops
+	// after answering): a load sent in that moment finds the listener
+	// closing, before anything was read. Send it again then, on a
+	// connection of its own (a POST on a kept-alive one is not retried).
+	var resp *http.Response
+	for attempt := 1; ; attempt++ {
+		req, err := http.NewRequest(http.MethodPost, c.AdminURL+"/load", strings.NewReader(c.Caddyfile(body)))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "text/caddyfile")
+		req.Close = true
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			break
+		}
+		if attempt == 5 {
+			c.t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // the new admin server is starting
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)

@@ -116,6 +116,9 @@ func (s *Server) start() {
 	}
 }
 
+// Pid is the plugin server's process id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Kill stops the plugin server with SIGKILL.
 func (s *Server) Kill() {
 	if s.cmd != nil && s.cmd.Process != nil {
