@@ -78,7 +78,7 @@ deps:
 # 10 million rotating keys, a Cluster master killed, plugin server restarts.
 chaos: deps bin/caddy
 	bash -o pipefail -c "TOLLGATE_CHAOS=long TOLLGATE_CADDY=$(CURDIR)/bin/caddy TOLLGATE_REQUIRE_CADDY=1 $(GO) test -count=1 -v \
-	  -run 'Outage|Hostile|TopDeniedKeys|NetworkFaults|Partition|ThousandReloads|ThousandInstanceRestarts|ClusterMasterFailover|StoppedAndPaused|KongRedisSharedAndFaults|ClientIPTrustedProxies|RefusedConfigs|ReloadKeepsCounters|StoreFailureLogsOnce|InFlightFleet' \
+	  -run 'Outage|Hostile|TopDeniedKeys|NetworkFaults|Partition|ThousandReloads|ThousandInstanceRestarts|ShapingFlood|ClusterMasterFailover|StoppedAndPaused|KongRedisSharedAndFaults|ClientIPTrustedProxies|RefusedConfigs|ReloadKeepsCounters|StoreFailureLogsOnce|InFlightFleet' \
 	  ./caddymodule/ ./core/... ./kongplugin/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:'"
 
 # The alerting rules and the dashboard in examples/prometheus: promtool

@@ -20,7 +20,7 @@ func faultHold() time.Duration {
 	if os.Getenv("TOLLGATE_CHAOS") == "long" {
 		return 3 * time.Second
 	}
-	return 700 * time.Millisecond
+	return 400 * time.Millisecond
 }
 
 // netFaultCaddy is a Caddy whose Redis store is reached through addr,

@@ -176,6 +176,10 @@ const (
 	FieldDenied = "denied"
 	// FieldRetryAfter is the retry-after in whole seconds when denied, else 0.
 	FieldRetryAfter = "retry_after"
+	// FieldDelay is how long an allowed request is held before it is
+	// served (a leaky_bucket shaper's delay), as a Go duration ("250ms",
+	// "0s").
+	FieldDelay = "delay"
 	// FieldDecidedAt is when the store decided, in µs since the Unix epoch
 	// on the store's clock (Redis's TIME for the Redis store).
 	FieldDecidedAt = "decided_at"
@@ -194,6 +198,7 @@ type Fields struct {
 	limit     *Limit
 	remaining int64
 	retry     int64
+	delay     time.Duration
 	at        int64
 	denied    bool
 	fallback  bool
@@ -202,7 +207,7 @@ type Fields struct {
 // Fields returns the snapshot of d's fields.
 func (d *Decision) Fields() *Fields {
 	f := &Fields{policy: d.Policy.Name(), plan: d.Policy.Plan(), limit: d.DecidingLimit(), remaining: d.Remaining,
-		at: d.At, denied: !d.Allowed, fallback: d.Fallback}
+		at: d.At, denied: !d.Allowed, fallback: d.Fallback, delay: d.Delay}
 	if f.denied {
 		f.retry = Seconds(d.RetryAfter)
 	}
@@ -229,6 +234,8 @@ func (f *Fields) Field(name string) (any, bool) {
 		return f.retry, true
 	case FieldDecidedAt:
 		return f.at, true
+	case FieldDelay:
+		return f.delay.String(), true
 	case FieldStore:
 		if f.fallback {
 			return "fallback", true
