@@ -1,6 +1,7 @@
 package caddymodule_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/caddyproc"
 	"github.com/tollgate/tollgate/internal/procstat"
+	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
 // raiseFDLimit lifts this process's open-file limit (which Caddy, started
@@ -150,5 +152,92 @@ func TestCaddyShapingFlood(t *testing.T) {
 	}
 	if allowed < 101 {
 		t.Errorf("only %d allowed: the shaper should fill its queue", allowed)
+	}
+}
+
+// TestCaddyShapingCancelFreesPlaces: with a leaky_bucket queue full, 50
+// waiting clients give up; their places come free at once (the operators'
+// API reads them back far sooner than the queue drains by itself), and new
+// requests take them instead of being refused.
+func TestCaddyShapingCancelFreesPlaces(t *testing.T) {
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy shaped {
+			key {http.request.header.X-Key}
+			limit 100/1s leaky_bucket max_delay 1s
+		}
+	}
+	respond "ok"`)
+	room := func() int {
+		_, u := adminCall(t, c, "GET", "/tollgate/keys?policy=shaped&key=q")
+		return int(u["limits"].([]any)[0].(map[string]any)["remaining"].(float64))
+	}
+	type waiter struct {
+		cancel context.CancelFunc
+		done   chan int // the status, or -1
+	}
+	send := func() waiter {
+		ctx, cancel := context.WithCancel(context.Background())
+		w := waiter{cancel, make(chan int, 1)}
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.URL+"/", nil)
+			req.Header.Set("X-Key", "q")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				w.done <- -1
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			w.done <- resp.StatusCode
+		}()
+		return w
+	}
+	// Fill the queue: what it holds at once, then one more at a time until
+	// it has no room (so at most the last is refused).
+	var sent []waiter
+	for i := 0; i < 101; i++ {
+		sent = append(sent, send())
+	}
+	waitfor.True(t, 10*time.Second, "the queue full", func() bool {
+		if room() == 0 {
+			return true
+		}
+		sent = append(sent, send())
+		return false
+	})
+	// The 50 clients sent last (released last: none is out yet) give up.
+	gaveUp := sent[len(sent)-50:]
+	for _, w := range gaveUp {
+		w.cancel()
+	}
+	began := time.Now()
+	// Free places beyond what the queue drains by itself (one every 10 ms)
+	// can only be the cancelled clients'.
+	var freed, drained int
+	waitfor.True(t, 5*time.Second, "the cancelled clients' places coming free", func() bool {
+		drained = int(time.Since(began) / (10 * time.Millisecond))
+		freed = room()
+		return freed-drained >= 40
+	})
+	t.Logf("%d waiting clients gave up: %d places free %s later (the queue drains %d by itself in that time)",
+		len(gaveUp), freed, time.Since(began).Round(time.Millisecond), drained)
+	allowed := 0
+	var fresh []waiter
+	for i := 0; i < 40; i++ {
+		fresh = append(fresh, send())
+	}
+	for _, w := range fresh {
+		if <-w.done == 200 {
+			allowed++
+		}
+	}
+	if allowed != 40 {
+		t.Errorf("%d of 40 new requests allowed into the freed places", allowed)
+	}
+	for _, w := range sent {
+		if status := <-w.done; status != 200 && status != 429 && status != -1 {
+			t.Errorf("a request answered %d", status)
+		}
 	}
 }

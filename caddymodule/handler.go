@@ -274,7 +274,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// on a panic, or when the client left.
 	defer plan.HoldLeases(0)()
 	if !core.Hold(r.Context(), plan.Delay) {
-		return r.Context().Err() // the client left while its request was held
+		plan.CancelShaped() // the client left while its request was held: its place goes to the next
+		return r.Context().Err()
 	}
 	if plan.Watching() {
 		return observeUpstream(&plan, w, r, next)

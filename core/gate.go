@@ -189,6 +189,16 @@ type Plan struct {
 	extra    []*Adaptive
 	// leases are the in-flight slots the request holds (see HoldLeases).
 	leases []heldLease
+	// shaped are the places in shapers' queues it holds until its
+	// release (see CancelShaped).
+	shaped []heldShape
+}
+
+// heldShape is a shaped request's places and the limiter whose store
+// holds them.
+type heldShape struct {
+	limiter *Limiter
+	shaped  Shaped
 }
 
 // heldLease is a lease and the limiter whose store holds it.
@@ -205,7 +215,7 @@ type heldLease struct {
 func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 	plan.Decision, plan.Key = Decision{}, ""
 	plan.Delay = 0
-	plan.watched, plan.extra, plan.leases = 0, nil, nil
+	plan.watched, plan.extra, plan.leases, plan.shaped = 0, nil, nil, nil
 	var d Decision
 	for i := range g.rules {
 		in, err := req.Input(i)
@@ -259,6 +269,9 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 		if lease, ok := r.Limiter.Lease(in.Key, &d); ok {
 			plan.leases = append(plan.leases, heldLease{r.Limiter, lease})
 		}
+		if shaped, ok := r.Limiter.Shaped(in.Key, &d); ok {
+			plan.shaped = append(plan.shaped, heldShape{r.Limiter, shaped})
+		}
 		if a := r.Limiter.Policy().Adaptive(); a != nil {
 			if plan.watched < len(plan.watching) {
 				plan.watching[plan.watched] = a
@@ -271,10 +284,25 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 	}
 	if !plan.Passes() {
 		plan.Delay = 0
-		// A later rule denied: the slots earlier rules took go back now.
+		// A later rule denied: the slots and queue places earlier rules
+		// took go back now.
 		plan.endLeases(context.WithoutCancel(ctx))
+		plan.CancelShaped()
 	}
 	return nil
+}
+
+// CancelShaped gives back the places the request holds in shapers' queues
+// (leaky_bucket with max_delay), for a request that will not be served:
+// its client left while it was held, or a later rule denied it. The next
+// request takes its place at once. A store that cannot be reached is not
+// retried: the place then passes at its release, as if the request had
+// been served.
+func (p *Plan) CancelShaped() {
+	for i := range p.shaped {
+		_ = p.shaped[i].limiter.CancelShaped(context.Background(), &p.shaped[i].shaped)
+	}
+	p.shaped = nil
 }
 
 // SlotPoll is how often a request waiting for an in-flight slot (an

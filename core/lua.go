@@ -22,3 +22,10 @@ var AIMDLua string
 //
 //go:embed lease.lua
 var LeaseLua string
+
+// CancelLua is the Lua twin of CancelShaped and Policy.ApplyCancel
+// (cancel.lua beside step.lua): it gives back the places a shaped request
+// took in a policy's leaky_bucket limits, in one Redis EVALSHA.
+//
+//go:embed cancel.lua
+var CancelLua string

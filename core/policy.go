@@ -357,6 +357,18 @@ func (p *Policy) ShowKey(key string) string {
 // holds a lease until its gateway ends it (see ApplyLease).
 func (p *Policy) HoldsLeases() bool { return p.leases }
 
+// ApplyCancel gives back the places a shaped request took in p's
+// LeakyBucket limits (see CancelShaped), on states (one per limit, in
+// order) at now (µs). It is what a store runs under its lock for one key.
+func (p *Policy) ApplyCancel(states []State, now int64, s *Shaped) {
+	limits := p.Limits()
+	for i := range limits {
+		if s.Delays[i] > 0 {
+			states[i] = CancelShaped(&limits[i], states[i], now, s.At+s.Delays[i], s.Cost)
+		}
+	}
+}
+
 // ApplyLease ends (renew false) or renews the leases a request of cost
 // units took at token (its decision's At, or its last renewal's) in every
 // InFlight limit of p, on states (one per limit, in order) at now (µs), as

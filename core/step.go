@@ -255,6 +255,26 @@ func EndLease(l *Limit, s State, now, token, n int64, renew bool) (State, int64)
 	return State{A: 0, B: int64(len(kept)), C: s.C, Log: &Ring{Times: ring}}, found
 }
 
+// CancelShaped gives back the place a request of cost units took in a
+// LeakyBucket limit's queue when it leaves before its release at release
+// (µs: its decision's At plus the Delay this limit gave it), as a client
+// that gives up does. The queue is cost emission intervals shorter, so the
+// rate over any max_delay is kept; a place freed in the middle of the
+// queue is taken at its end, so the next request may be released at the
+// same instant as the last one queued. A request already released gives
+// nothing back.
+func CancelShaped(l *Limit, s State, now, release, cost int64) State {
+	if l.Algorithm != LeakyBucket || release <= now {
+		return s
+	}
+	n := l.Count
+	ahead := aheadOf(s, now, n) - cost*l.windowUS
+	if ahead <= 0 {
+		return State{A: now}
+	}
+	return State{A: now + ahead/n, B: ahead % n}
+}
+
 // slidingEstimate is Cloudflare's estimate of the requests in the sliding
 // window ending el µs into the current window: the previous window's count
 // weighted by its overlap, plus the current count. The Lua script computes the

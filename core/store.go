@@ -139,6 +139,48 @@ type Lease struct {
 	Fallback bool
 }
 
+// Shaped is what a request a shaper holds gives back when it leaves
+// before its release: see Limiter.Shaped and Policy.ApplyCancel.
+type Shaped struct {
+	// Policy is the policy (or plan variant) that decided, Key the key as
+	// the store holds it (bounded).
+	Policy *Policy
+	Key    string
+	// At is when the store decided (µs, its clock), Cost the units taken,
+	// and Delays each limit's delay in µs (0 for a limit that did not
+	// shape).
+	At, Cost int64
+	Delays   [MaxLimits]int64
+	// Fallback marks a decision the failure policy's local store made.
+	Fallback bool
+}
+
+// ShapeStore is a store that can give a shaped request's places back.
+type ShapeStore interface {
+	// CancelShaped runs Policy.ApplyCancel for s at the store's now, in one
+	// round trip.
+	CancelShaped(ctx context.Context, s *Shaped) error
+}
+
+// Shaped returns what an allowed decision d of this limiter that holds the
+// request (a Delay) gives back if it leaves early, and false when d holds
+// nothing or the store cannot give places back.
+func (l *Limiter) Shaped(key string, d *Decision) (Shaped, bool) {
+	if _, ok := l.store.(ShapeStore); !ok || d.Delay <= 0 || !d.Allowed || d.Shadowed || d.Cost == 0 {
+		return Shaped{}, false
+	}
+	s := Shaped{Policy: d.Policy, Key: BoundKey(key), At: d.At, Cost: d.Cost, Fallback: d.Fallback}
+	for i := 0; i < d.N; i++ {
+		s.Delays[i] = int64(d.Results[i].Delay / time.Microsecond)
+	}
+	return s, true
+}
+
+// CancelShaped gives s's places back on the limiter's store.
+func (l *Limiter) CancelShaped(ctx context.Context, s *Shaped) error {
+	return l.store.(ShapeStore).CancelShaped(ctx, s)
+}
+
 // LeaseStore is a store that holds leases.
 type LeaseStore interface {
 	// EndLease ends (renew false) or renews l in one round trip, as

@@ -138,7 +138,8 @@ func serve(gate *core.Gate, cfg *Config, next http.Handler, w http.ResponseWrite
 	}
 	defer plan.HoldLeases(0)() // in-flight slots go back when next returns, even on a panic
 	if !core.Hold(r.Context(), plan.Delay) {
-		return // the client went away while its request was being shaped
+		plan.CancelShaped() // the client went away while it was shaped: its place goes to the next
+		return
 	}
 	next.ServeHTTP(w, r)
 }

@@ -162,17 +162,42 @@ func (f *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int
 	return op.Reset(ctx, p, key, limit)
 }
 
+// decidedOn is the store a decision was made on: the shared one, or for a
+// fallback decision the local one, or nil when the failure policy allowed
+// or denied without a store (nothing was taken).
+func (f *Store) decidedOn(fallback bool) core.Store {
+	switch {
+	case !fallback:
+		return f.shared
+	case f.opts.OnError == core.OnErrorLocal:
+		return f.opts.Local
+	}
+	return nil
+}
+
+// CancelShaped gives a shaped request's places back where it was decided:
+// on the local store for a decision the fallback made, else on the shared
+// store (core.ShapeStore).
+func (f *Store) CancelShaped(ctx context.Context, s *core.Shaped) error {
+	target := f.decidedOn(s.Fallback)
+	if target == nil {
+		return nil
+	}
+	ss, ok := target.(core.ShapeStore)
+	if !ok {
+		return fmt.Errorf("store cannot give a shaped request's place back")
+	}
+	return ss.CancelShaped(ctx, s)
+}
+
 // EndLease ends or renews a lease where it was taken: on the local store
 // for a lease the fallback took, else on the shared store (core.LeaseStore).
 // An undecided fallback (allow, deny) took no lease. A shared store's
 // failure is returned: the lease then ends by itself after its window.
 func (f *Store) EndLease(ctx context.Context, l *core.Lease, renew bool) (found, now int64, err error) {
-	var target core.Store = f.shared
-	if l.Fallback {
-		if f.opts.OnError != core.OnErrorLocal {
-			return 0, 0, nil
-		}
-		target = f.opts.Local
+	target := f.decidedOn(l.Fallback)
+	if target == nil {
+		return 0, 0, nil
 	}
 	ls, ok := target.(core.LeaseStore)
 	if !ok {

@@ -258,6 +258,17 @@ func (s *Store) withEntry(p *core.Policy, key string, f func(states []core.State
 	e.lastUsed = f(states, e.lastUsed)
 }
 
+// CancelShaped gives back the places a shaped request took, under the
+// key's lock (core.ShapeStore). It never fails.
+func (s *Store) CancelShaped(_ context.Context, sh *core.Shaped) error {
+	now := s.clock.NowMicros()
+	s.withEntry(sh.Policy, sh.Key, func(held []core.State, last int64) int64 {
+		sh.Policy.ApplyCancel(held, max(now, last), sh)
+		return last
+	})
+	return nil
+}
+
 // EndLease ends or renews a lease this store's decision took (see
 // core.LeaseStore). It never fails.
 func (s *Store) EndLease(_ context.Context, l *core.Lease, renew bool) (found, now int64, err error) {

@@ -32,6 +32,7 @@ import (
 var (
 	decideScript = goredis.NewScript(core.StepLua)
 	leaseScript  = goredis.NewScript(core.LeaseLua)
+	cancelScript = goredis.NewScript(core.CancelLua)
 )
 
 // DefaultPrefix starts every key the store writes.
@@ -424,6 +425,33 @@ func (s *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int
 	}
 	if s.denies != nil {
 		s.denies.forget(p, key) // after the DEL: see forget
+	}
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
+}
+
+// CancelShaped gives back the places a shaped request took, in one round
+// trip (core.ShapeStore): core.CancelLua on the key's state hash, at
+// Redis TIME. The deny cache forgets the key: a place came free.
+func (s *Store) CancelShaped(ctx context.Context, sh *core.Shaped) error {
+	p := sh.Policy
+	now := int64(-1)
+	if s.clock != nil {
+		now = s.clock.NowMicros()
+	}
+	args := []any{now, sh.Cost}
+	for i, l := range p.Limits() {
+		if sh.Delays[i] > 0 {
+			args = append(args, p.LimitID(i), l.Window.Microseconds(), l.Count, sh.At+sh.Delays[i])
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	err := cancelScript.Run(ctx, s.client, []string{s.stateKey(p, sh.Key)}, args...).Err()
+	if s.denies != nil {
+		s.denies.forget(p, sh.Key)
 	}
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)

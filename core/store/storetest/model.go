@@ -122,6 +122,18 @@ func (m *Model) EndLease(p *core.Policy, key string, now, token, cost int64, ren
 	return max(found, 0)
 }
 
+// CancelShaped is the model's answer to a shaped request leaving early:
+// each limit that delayed it (s.Delays) gives back its places if it has
+// not released it yet.
+func (m *Model) CancelShaped(s *core.Shaped, now int64) {
+	hist := m.keys[s.Policy.Scope()+"\x00"+s.Key]
+	for i := range hist {
+		if meter, ok := hist[i].(*meterModel); ok && meter.shaper && s.Delays[i] > 0 {
+			meter.cancel(now, s.At+s.Delays[i], s.Cost)
+		}
+	}
+}
+
 func newModelLimit(l *core.Limit) modelLimit {
 	w, n := l.Window.Microseconds(), l.Count
 	switch l.Algorithm {
@@ -385,6 +397,19 @@ type meterModel struct {
 	shaper   bool
 	maxDelay int64
 	tat      *big.Rat // the theoretical arrival time of the next unit, µs
+}
+
+// cancel gives back the cost units a request released at release queued,
+// if it is not released yet: the schedule ends cost intervals sooner, and
+// never before now.
+func (m *meterModel) cancel(now, release, cost int64) {
+	if release <= now || m.tat == nil {
+		return
+	}
+	m.tat = new(big.Rat).Sub(m.tat, new(big.Rat).Mul(rat(cost), big.NewRat(m.w, m.n)))
+	if m.tat.Cmp(rat(now)) < 0 {
+		m.tat = rat(now)
+	}
 }
 
 func (m *meterModel) decide(now, cost int64) (core.Result, func()) {

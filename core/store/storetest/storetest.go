@@ -44,7 +44,11 @@ type Step struct {
 	// limit, or Only in limit Only-1). Want applies to Inspect.
 	Inspect, Reset bool
 	Only           int
-	Want           Want
+	// Cancel, instead of a request, gives back the places the request of
+	// step Cancel (counted from 1) holds in shapers' queues: its client
+	// left before its release.
+	Cancel int
+	Want   Want
 }
 
 // Free is the Cost of a request that costs nothing (it only reads the state).
@@ -167,6 +171,21 @@ func Traces() []Trace {
 			{At: ms(60), Want: Want{Allowed: true, Remaining: 0, Reset: ms(340), Delay: ms(240)}},
 			{At: ms(200), Want: Want{Allowed: true, Remaining: 0, Reset: ms(300), Delay: ms(200)}},
 			{At: ms(1000), Want: Want{Allowed: true, Remaining: 2, Reset: ms(100)}},
+		}},
+		// A client that leaves before its release gives its place back; one
+		// already released gives nothing.
+		{"shaper_cancel", core.MustPolicy("lb-cancel", opts, shaper), []Step{
+			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: ms(100)}},
+			{At: 0, Want: Want{Allowed: true, Remaining: 1, Reset: ms(200), Delay: ms(100)}},
+			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(300), Delay: ms(200)}},
+			{At: 0, Want: Want{Remaining: 0, Reset: ms(300), RetryAfter: ms(50)}},
+			{At: ms(10), Cancel: 2},
+			// Its place is the queue's end: released with step 3, at 200 ms.
+			{At: ms(10), Want: Want{Allowed: true, Remaining: 0, Reset: ms(290), Delay: ms(190)}},
+			{At: ms(250), Cancel: 3}, // released at 200 ms: nothing to give back
+			{At: ms(250), Want: Want{Allowed: true, Remaining: 2, Reset: ms(150), Delay: ms(50)}},
+			{At: ms(260), Cancel: 8},
+			{At: ms(260), Want: Want{Allowed: true, Remaining: 2, Reset: ms(140), Delay: ms(40)}},
 		}},
 		{"stacked_second_denies_consumes_nothing", core.MustPolicy("stack", opts,
 			lim(3, time.Second, core.FixedWindow), lim(2, time.Minute, core.FixedWindow)), []Step{
@@ -339,6 +358,7 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 			clock := &core.ManualClock{}
 			store := newStore(t, clock)
 			leases := make([]core.Lease, len(tr.Steps))
+			shaped := make([]core.Shaped, len(tr.Steps))
 			for i, st := range tr.Steps {
 				clock.Micros = T0 + int64(st.At/time.Microsecond)
 				key := st.Key
@@ -358,6 +378,12 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 					}
 					if msg := mismatch(&d, st.Want); msg != "" {
 						t.Errorf("step %d (at %v, inspect %q): %s", i, st.At, key, msg)
+					}
+					continue
+				}
+				if st.Cancel > 0 {
+					if err := store.(core.ShapeStore).CancelShaped(context.Background(), &shaped[st.Cancel-1]); err != nil {
+						t.Fatalf("step %d: %v", i, err)
 					}
 					continue
 				}
@@ -390,6 +416,7 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 					t.Errorf("step %d (at %v, key %q, cost %d): %s", i, st.At, key, cost, msg)
 				}
 				leases[i] = core.Lease{Policy: p, Key: key, Token: d.At, Cost: cost, Fallback: d.Fallback}
+				shaped[i], _ = core.NewLimiter(p, store).Shaped(key, &d)
 			}
 		})
 	}
@@ -509,7 +536,8 @@ func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) 
 	case 3:
 		grid = 1000
 	}
-	var held []core.Lease // leases the store holds for allowed requests
+	var held []core.Lease    // leases the store holds for allowed requests
+	var queued []core.Shaped // shaped requests whose clients may leave
 	// Operators read and reset keys now and then, on their own random
 	// stream so the requests' sequence is the same with or without them.
 	ops := rand.New(rand.NewPCG(seed, 99))
@@ -534,6 +562,15 @@ func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) 
 						seed, i, p.Name(), key, clock.Micros-T0, summary(&got), summary(&want))
 				}
 			}
+		}
+		if len(queued) > 0 && ops.IntN(20) == 0 {
+			// A shaped request's client leaves (before or after its release).
+			j := ops.IntN(len(queued))
+			if err := store.(core.ShapeStore).CancelShaped(context.Background(), &queued[j]); err != nil {
+				t.Fatalf("seed %d step %d: cancel: %v", seed, i, err)
+			}
+			model.CancelShaped(&queued[j], clock.Micros)
+			queued = append(queued[:j], queued[j+1:]...)
 		}
 		if len(held) > 0 && rng.IntN(4) == 0 {
 			// A response finishes (or a long one renews its lease).
@@ -579,6 +616,9 @@ func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) 
 		}
 		if p.HoldsLeases() && got.Allowed && !got.Shadowed && cost > 0 {
 			held = append(held, core.Lease{Policy: p, Key: key, Token: got.At, Cost: cost, Fallback: got.Fallback})
+		}
+		if sh, ok := core.NewLimiter(p, store).Shaped(key, &got); ok && len(queued) < 8 {
+			queued = append(queued, sh)
 		}
 	}
 	return sent, denied
