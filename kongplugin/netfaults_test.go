@@ -42,6 +42,7 @@ func TestKongRedisNetworkFaults(t *testing.T) {
 		{"latency 400ms", "latency", "downstream", map[string]any{"latency": 400, "jitter": 50}, true},
 		{"accepts, never answers", "timeout", "upstream", map[string]any{"timeout": 0}, true},
 		{"connections reset", "reset_peer", "upstream", map[string]any{"timeout": 0}, true},
+		{"closes delayed 1s", "slow_close", "downstream", map[string]any{"delay": 1000}, false},
 		{"replies cut after 100 bytes", "limit_data", "downstream", map[string]any{"bytes": 100}, true},
 		{"replies in 1-7 byte pieces", "slicer", "downstream", map[string]any{"average_size": 4, "size_variation": 3, "delay": 50}, false},
 	} {

@@ -156,6 +156,11 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 		ent = &entry{policy: p, key: key, states: make([]core.State, len(p.Configured()))}
 		e.entries[k] = ent
 	}
+	// The clock was read before the lock: a concurrent decision may have
+	// moved the key on since. Its time only moves forward, as in the
+	// memory store, or a state moved back a window forgets the new one's
+	// count.
+	now = max(now, ent.lastUsed)
 	ent.lastUsed = now
 	p.Apply(ent.states, now, cost, d)
 	if d.Allowed && !d.Shadowed && cost > 0 {

@@ -131,3 +131,31 @@ func TestEventualRefusesOtherAlgorithms(t *testing.T) {
 		t.Fatalf("sync interval error %v", err)
 	}
 }
+
+// A decision whose clock reading is older than the key's last one (read
+// before the lock, overtaken by a concurrent decision across a window
+// boundary) must not move the state back a window: doing so forgot the
+// new window's count, and a node admitted more than the limit in it (seen
+// once as 203 of 200 in TestCaddyPartitionEventual). As the memory store,
+// each key's time only moves forward.
+func TestEventualKeyTimeNeverGoesBack(t *testing.T) {
+	prefix := fmt.Sprintf("ev%d:", time.Now().UnixNano())
+	clock := &core.ManualClock{Micros: 1_700_006_400_000_000}
+	e := newEventual(t, prefix, time.Hour, clock)
+	p := core.MustPolicy("ev-back", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second, Algorithm: core.FixedWindow})
+	ctx := context.Background()
+	var allowed []int64
+	for _, at := range []int64{100, -1, 200} { // µs around a window boundary
+		clock.Micros = 1_700_006_400_000_000 + at
+		var d core.Decision
+		if err := e.Decide(ctx, p, "k", 1, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			allowed = append(allowed, at)
+		}
+	}
+	if len(allowed) != 1 {
+		t.Fatalf("allowed at %v µs: the late reading at -1 µs moved the key back a window, and the window after forgot its count", allowed)
+	}
+}
