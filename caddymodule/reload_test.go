@@ -1,7 +1,6 @@
 package caddymodule_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,8 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/caddyproc"
 	"github.com/tollgate/tollgate/internal/procstat"
@@ -31,7 +28,7 @@ func (r caddyResources) String() string {
 	return fmt.Sprintf("%d goroutines, %d fds, %d Redis connections, RSS %.1f MB", r.goroutines, r.fds, r.redisClients, float64(r.rss)/(1<<20))
 }
 
-func measure(t *testing.T, c *caddyproc.Caddy, rdb *goredis.Client) caddyResources {
+func measure(t *testing.T, c *caddyproc.Caddy, rs *redistest.Server) caddyResources {
 	t.Helper()
 	var r caddyResources
 	var err error
@@ -44,15 +41,8 @@ func measure(t *testing.T, c *caddyproc.Caddy, rdb *goredis.Client) caddyResourc
 	if r.rss, err = procstat.RSS(c.Pid()); err != nil {
 		t.Fatal(err)
 	}
-	info, err := rdb.Info(context.Background(), "clients").Result()
-	if err != nil {
+	if r.redisClients, err = rs.ConnectedClients(); err != nil {
 		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "connected_clients:"); ok {
-			r.redisClients, _ = strconv.Atoi(v)
-			r.redisClients-- // this client
-		}
 	}
 	return r
 }
@@ -69,8 +59,6 @@ func TestCaddyThousandReloads(t *testing.T) {
 		reloads = 1000
 	}
 	rs := redistest.StartT(t)
-	rdb := goredis.NewClient(&goredis.Options{Addr: rs.Addr})
-	defer rdb.Close()
 	site := func(i int) string {
 		return fmt.Sprintf(`
 	route /mem {
@@ -125,7 +113,7 @@ func TestCaddyThousandReloads(t *testing.T) {
 		var r caddyResources
 		waitfor.True(t, 10*time.Second, "Caddy's goroutines to settle", func() bool {
 			before := r.goroutines
-			r = measure(t, c, rdb)
+			r = measure(t, c, rs)
 			return r.goroutines == before
 		})
 		return r

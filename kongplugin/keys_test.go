@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,33 +115,16 @@ func TestKongKeysCommand(t *testing.T) {
 	// Eight clients hammer the key; once it is refused, the operator resets
 	// it. Exactly 5 are allowed before and 5 after.
 	var allowed, refused atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := node.Dial()
-			defer c.Close()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				res, err := c.Access(id, kongproc.Request{ForwardedIP: ip})
-				switch {
-				case err != nil:
-					t.Error(err)
-					return
-				case res.Exited:
-					refused.Add(1)
-				default:
-					allowed.Add(1)
-				}
-			}
-		}()
-	}
+	stop := hammer(node, id, 8, kongproc.Request{ForwardedIP: ip}, func(_ time.Time, res *kongproc.Result, err error) {
+		switch {
+		case err != nil:
+			t.Error(err)
+		case res.Exited:
+			refused.Add(1)
+		default:
+			allowed.Add(1)
+		}
+	})
 	waitfor.True(t, 20*time.Second, "the key refused", func() bool { return refused.Load() > 50 })
 	before := allowed.Load()
 	keys(t, 0, "reset", "--plugin", plugin, "--key", ip)
@@ -150,8 +132,7 @@ func TestKongKeysCommand(t *testing.T) {
 	waitfor.True(t, 20*time.Second, "the fresh quota used", func() bool { return allowed.Load() >= before+5 })
 	settled := refused.Load()
 	waitfor.True(t, 20*time.Second, "more refusals after the fresh quota", func() bool { return refused.Load() > settled+200 })
-	close(stop)
-	wg.Wait()
+	stop()
 	if before != 5 || allowed.Load() != 10 {
 		t.Fatalf("allowed %d before the reset and %d in all; want exactly 5 and 10", before, allowed.Load())
 	}

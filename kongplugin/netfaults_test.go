@@ -14,6 +14,34 @@ import (
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
+// hammer sends access events for req to instance id from clients
+// goroutines, each on a socket connection of its own, until the returned
+// stop is called (it waits for them); record hears every call, from any
+// goroutine.
+func hammer(node *kongproc.Server, id int32, clients int, req kongproc.Request, record func(sent time.Time, res *kongproc.Result, err error)) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < clients; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := node.Dial()
+			defer c.Close()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				sent := time.Now()
+				res, err := c.Access(id, req)
+				record(sent, res, err)
+			}
+		}()
+	}
+	return func() { close(done); wg.Wait() }
+}
+
 // kongCall is one access event of the load.
 type kongCall struct {
 	sent   time.Time
@@ -58,30 +86,12 @@ func TestKongRedisNetworkFaults(t *testing.T) {
 				"redis": map[string]any{"host": host, "port": portN, "timeout": int(timeout / time.Millisecond)}})
 			var mu sync.Mutex
 			var calls []kongCall
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for g := 0; g < 4; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					c := node.Dial()
-					defer c.Close()
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						call := kongCall{sent: time.Now()}
-						res, err := c.Access(id, kongproc.Request{ForwardedIP: "203.0.113.9"})
-						call.took, call.err = time.Since(call.sent), err
-						call.shared = err == nil && len(res.Headers) > 0
-						mu.Lock()
-						calls = append(calls, call)
-						mu.Unlock()
-					}
-				}()
-			}
+			stop := hammer(node, id, 4, kongproc.Request{ForwardedIP: "203.0.113.9"}, func(sent time.Time, res *kongproc.Result, err error) {
+				call := kongCall{sent: sent, took: time.Since(sent), err: err, shared: err == nil && len(res.Headers) > 0}
+				mu.Lock()
+				calls = append(calls, call)
+				mu.Unlock()
+			})
 			time.Sleep(300 * time.Millisecond) // steady load before the fault
 			began := time.Now()
 			proxy.Add("fault", f.kind, f.stream, f.attributes)
@@ -89,8 +99,7 @@ func TestKongRedisNetworkFaults(t *testing.T) {
 			proxy.Remove("fault")
 			healed := time.Now()
 			time.Sleep(time.Second)
-			close(stop)
-			wg.Wait()
+			stop()
 
 			var took []time.Duration
 			fallback, failed := 0, 0

@@ -1,13 +1,9 @@
 package kongplugin_test
 
 import (
-	"context"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/kongproc"
 	"github.com/tollgate/tollgate/internal/procstat"
@@ -26,8 +22,6 @@ func TestKongThousandInstanceRestarts(t *testing.T) {
 		restarts = 1000
 	}
 	rs := redistest.StartT(t)
-	rdb := goredis.NewClient(&goredis.Options{Addr: rs.Addr})
-	defer rdb.Close()
 	node := kongproc.Start(t)
 	c := node.Dial()
 	defer c.Close()
@@ -69,12 +63,8 @@ func TestKongThousandInstanceRestarts(t *testing.T) {
 		if r.rss, err = procstat.RSS(node.Pid()); err != nil {
 			t.Fatal(err)
 		}
-		info, _ := rdb.Info(context.Background(), "clients").Result()
-		for _, line := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, "connected_clients:"); ok {
-				r.redisClients, _ = strconv.Atoi(v)
-				r.redisClients-- // this client
-			}
+		if r.redisClients, err = rs.ConnectedClients(); err != nil {
+			t.Fatal(err)
 		}
 		return r
 	}

@@ -6,6 +6,7 @@ package redistest
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/core/store/redis/acl"
 )
@@ -126,6 +129,24 @@ func (s *Server) Do(args ...string) (string, error) {
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimRight(line, "\r\n"), err
+}
+
+// ConnectedClients is how many client connections s has (INFO clients),
+// besides the one asking.
+func (s *Server) ConnectedClients() (int, error) {
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "clients").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "connected_clients:"); ok {
+			n, err := strconv.Atoi(v)
+			return n - 1, err
+		}
+	}
+	return 0, fmt.Errorf("redis %s: INFO clients has no connected_clients", s.Addr)
 }
 
 // StartT starts a server for test t in its temporary directory and stops
