@@ -37,11 +37,12 @@ bin/caddy-race: $(CADDY_SRC)
 
 # unit runs last: its final line counts every test of every package as
 # "N passed, N failed, N skipped".
-test: vet fmt mutants acl unit
+test: vet fmt mutants unit
 
-# The Redis stores' suites again, connected as tollgate's least-privilege
+# The Redis stores' suites alone, connected as tollgate's least-privilege
 # Redis user (core/store/redis/acl) on standalone, Sentinel and Cluster:
-# every command tollgate sends, and every one its scripts call, is allowed.
+# every command tollgate sends, and every one its scripts call, is
+# allowed. make test runs them so too (unit sets TOLLGATE_REDIS_ACL).
 acl: deps
 	TOLLGATE_REDIS_ACL=1 $(GO) test -race -count=1 ./core/store/ ./core/store/redis/
 
@@ -56,9 +57,11 @@ fmt:
 	@out="$$(gofmt -l . )"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # The Caddy integration tests run bin/caddy-race; TOLLGATE_REQUIRE_CADDY
-# makes a missing binary a failure rather than a skip.
+# makes a missing binary a failure rather than a skip. TOLLGATE_REDIS_ACL
+# runs the Redis stores' suites as the least-privilege Redis user (the
+# other packages' Redis servers have only the default user).
 unit: deps bin/caddy-race
-	@{ TOLLGATE_CADDY=$(CURDIR)/bin/caddy-race TOLLGATE_REQUIRE_CADDY=1 $(GO) test -race -count=1 -json $(PKGS) 2>&1; echo "go test exit $$?"; } | $(GO) run ./internal/testsummary
+	@{ TOLLGATE_REDIS_ACL=1 TOLLGATE_CADDY=$(CURDIR)/bin/caddy-race TOLLGATE_REQUIRE_CADDY=1 $(GO) test -race -count=1 -json $(PKGS) 2>&1; echo "go test exit $$?"; } | $(GO) run ./internal/testsummary
 
 # The conformance suite must fail: each planted bug in
 # core/store/storetest/mutants is caught by its whole traces and by its

@@ -68,6 +68,18 @@ func startLoad(c *caddyproc.Caddy, key string) *loadRun {
 	return l
 }
 
+// sharedSince reports whether Redis decided a request sent at or after t.
+func (l *loadRun) sharedSince(t time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := len(l.samples) - 1; i >= 0 && !l.samples[i].sent.Before(t); i-- {
+		if l.samples[i].store == "shared" {
+			return true
+		}
+	}
+	return false
+}
+
 func (l *loadRun) finish() []sample {
 	close(l.stop)
 	l.wg.Wait()

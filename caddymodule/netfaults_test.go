@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/caddyproc"
 	"github.com/tollgate/tollgate/internal/faultproxy"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
 // faultHold is how long each network fault lasts: short in `make test`,
@@ -181,7 +182,8 @@ func TestCaddyRedisNetworkFaults(t *testing.T) {
 					"slow_close": "slow_close", "limit_data": "limit_data", "slicer": "slicer"}[f.name])
 			}
 			healed := time.Now()
-			time.Sleep(1500 * time.Millisecond) // back to Redis, then steady
+			waitfor.True(t, 5*time.Second, "Redis deciding again after healing", func() bool { return load.sharedSince(healed) })
+			time.Sleep(300 * time.Millisecond) // steady again
 			samples := load.finish()
 
 			for i, st := range f.steps {
@@ -239,7 +241,8 @@ func TestCaddyPartitionOneNode(t *testing.T) {
 	time.Sleep(faultHold())
 	proxy.Heal()
 	healed := time.Now()
-	time.Sleep(1500 * time.Millisecond)
+	waitfor.True(t, 5*time.Second, "the cut node deciding in Redis again", func() bool { return loadCut.sharedSince(healed) })
+	time.Sleep(time.Second) // both on Redis for a whole window
 	samplesCut, samplesDirect := loadCut.finish(), loadDirect.finish()
 
 	fallback, fallbackDirect := 0, 0
