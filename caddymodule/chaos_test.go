@@ -80,35 +80,14 @@ func TestCaddyRedisOutage(t *testing.T) {
 			time.Sleep(2 * time.Second)
 			samples := load.finish()
 
-			var errors5xx, failed int
-			var outage []time.Duration
-			backShared := time.Duration(-1)
-			var fallbackAllowed []int64
-			for _, s := range samples {
-				switch {
-				case s.status < 0:
-					failed++
-				case s.status >= 500:
-					errors5xx++
-				}
-				if s.sent.After(down) && s.sent.Before(up) {
-					outage = append(outage, s.took)
-				}
-				if s.store == "shared" && s.sent.After(up) && (backShared < 0 || s.sent.Sub(up) < backShared) {
-					backShared = s.sent.Sub(up)
-				}
-				if s.store == "fallback" {
-					fallbackAllowed = append(fallbackAllowed, s.decided)
-				}
-			}
-			sort.Slice(outage, func(i, j int) bool { return outage[i] < outage[j] })
-			p99 := outage[len(outage)*99/100]
-			worst := mostInWindow(fallbackAllowed, time.Second)
+			all, outage := summarize(samples, time.Time{}, time.Now()), summarize(samples, down, up)
+			p99, backShared := outage.p99, backToShared(samples, up)
+			worst := mostInWindow(decisions(samples, "fallback"), time.Second)
 			t.Logf("chaos %s (outage %s): %d requests, 5xx %d, transport errors %d; during the outage %d requests, p99 %s, max %s; shared again %s after Redis came back; fallback allowed at most %d in any 1 s (limit %d)",
-				fault, outageLength(), len(samples), errors5xx, failed, len(outage), p99.Round(time.Millisecond/10), outage[len(outage)-1].Round(time.Millisecond/10),
+				fault, outageLength(), all.requests, all.errors5xx, all.failed, outage.requests, p99.Round(time.Millisecond/10), outage.max.Round(time.Millisecond/10),
 				backShared.Round(time.Millisecond), worst, limit)
-			if errors5xx != 0 || failed != 0 {
-				t.Errorf("%d 5xx answers and %d failed requests, want none", errors5xx, failed)
+			if all.errors5xx != 0 || all.failed != 0 {
+				t.Errorf("%d 5xx answers and %d failed requests, want none", all.errors5xx, all.failed)
 			}
 			// Target: timeout + 5 ms, measured by make chaos (README,
 			// Reliability). The test only proves nothing waits on the dead

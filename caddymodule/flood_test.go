@@ -35,6 +35,19 @@ func raiseFDLimit(t *testing.T, want uint64) uint64 {
 	return l.Cur
 }
 
+// shapingCaddy is a Caddy whose policy "shaped" holds each key's requests
+// to 100/1s (leaky_bucket, max_delay 1s: 101 places) and answers body.
+func shapingCaddy(t *testing.T, body string) *caddyproc.Caddy {
+	return caddyproc.Start(t, `
+	tollgate {
+		policy shaped {
+			key {http.request.header.X-Key}
+			limit 100/1s leaky_bucket max_delay 1s
+		}
+	}
+	respond `+body)
+}
+
 // TestCaddyShapingFlood: 500 requests at once to one key (10,000 in
 // `make chaos`) through a real Caddy whose policy shapes it with
 // leaky_bucket 100/1s and max_delay 1s. Every request is answered: at most
@@ -50,14 +63,7 @@ func TestCaddyShapingFlood(t *testing.T) {
 	if got := raiseFDLimit(t, uint64(flood)+512); got < uint64(flood)+512 {
 		flood = int(got) - 512 // what this machine allows, said in the log
 	}
-	c := caddyproc.Start(t, `
-	tollgate {
-		policy shaped {
-			key {http.request.header.X-Key}
-			limit 100/1s leaky_bucket max_delay 1s
-		}
-	}
-	respond "{http.tollgate.decided_at} {http.tollgate.delay}"`)
+	c := shapingCaddy(t, `"{http.tollgate.decided_at} {http.tollgate.delay}"`)
 	rssBefore, _ := procstat.RSS(c.Pid())
 
 	type answer struct {
@@ -160,14 +166,7 @@ func TestCaddyShapingFlood(t *testing.T) {
 // API reads them back far sooner than the queue drains by itself), and new
 // requests take them instead of being refused.
 func TestCaddyShapingCancelFreesPlaces(t *testing.T) {
-	c := caddyproc.Start(t, `
-	tollgate {
-		policy shaped {
-			key {http.request.header.X-Key}
-			limit 100/1s leaky_bucket max_delay 1s
-		}
-	}
-	respond "ok"`)
+	c := shapingCaddy(t, `"ok"`)
 	room := func() int {
 		_, u := adminCall(t, c, "GET", "/tollgate/keys?policy=shaped&key=q")
 		return int(u["limits"].([]any)[0].(map[string]any)["remaining"].(float64))

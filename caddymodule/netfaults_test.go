@@ -100,12 +100,12 @@ func backToShared(samples []sample, healed time.Time) time.Duration {
 	return back
 }
 
-// sharedDecisions returns when Redis allowed each request (µs, Redis's
-// clock).
-func sharedDecisions(samples []sample) []int64 {
+// decisions returns when store ("shared": Redis, or "fallback") allowed
+// each request (µs, that store's clock).
+func decisions(samples []sample, store string) []int64 {
 	var at []int64
 	for _, s := range samples {
-		if s.store == "shared" {
+		if s.store == store {
 			at = append(at, s.decided)
 		}
 	}
@@ -212,11 +212,11 @@ func TestCaddyRedisNetworkFaults(t *testing.T) {
 			back := backToShared(samples, healed)
 			after := summarize(samples, healed, time.Now())
 			t.Logf("healed: %s; Redis deciding again %s after healing; Redis allowed at most %d in any 1 s (limit %d)",
-				after, back.Round(time.Millisecond), mostInWindow(sharedDecisions(samples), time.Second), limit)
+				after, back.Round(time.Millisecond), mostInWindow(decisions(samples, "shared"), time.Second), limit)
 			if back < 0 || back > 5*time.Second {
 				t.Errorf("Redis decided again %s after healing: the breaker did not close", back)
 			}
-			if worst := mostInWindow(sharedDecisions(samples), time.Second); worst > limit {
+			if worst := mostInWindow(decisions(samples, "shared"), time.Second); worst > limit {
 				t.Errorf("Redis allowed %d in 1 s, above the limit %d: a decision came from a torn reply", worst, limit)
 			}
 		})
@@ -245,19 +245,9 @@ func TestCaddyPartitionOneNode(t *testing.T) {
 	time.Sleep(time.Second) // both on Redis for a whole window
 	samplesCut, samplesDirect := loadCut.finish(), loadDirect.finish()
 
-	fallback, fallbackDirect := 0, 0
-	for _, s := range samplesCut {
-		if s.store == "fallback" {
-			fallback++
-		}
-	}
-	for _, s := range samplesDirect {
-		if s.store == "fallback" {
-			fallbackDirect++
-		}
-	}
+	fallback, fallbackDirect := len(decisions(samplesCut, "fallback")), len(decisions(samplesDirect, "fallback"))
 	back := backToShared(samplesCut, healed)
-	both := append(sharedDecisions(samplesCut), sharedDecisions(samplesDirect)...)
+	both := append(decisions(samplesCut, "shared"), decisions(samplesDirect, "shared")...)
 	t.Logf("cut node during the partition: %s, %d allowed by the fallback; other node: %s, %d by the fallback; cut node back on Redis %s after healing; Redis allowed at most %d in any 1 s (limit %d)",
 		summarize(samplesCut, began, healed), fallback, summarize(samplesDirect, began, healed), fallbackDirect,
 		back.Round(time.Millisecond), mostInWindow(both, time.Second), limit)

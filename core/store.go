@@ -166,7 +166,10 @@ type ShapeStore interface {
 // request (a Delay) gives back if it leaves early, and false when d holds
 // nothing or the store cannot give places back.
 func (l *Limiter) Shaped(key string, d *Decision) (Shaped, bool) {
-	if _, ok := l.store.(ShapeStore); !ok || d.Delay <= 0 || !d.Allowed || d.Shadowed || d.Cost == 0 {
+	if d.Delay <= 0 || !d.Allowed || d.Shadowed || d.Cost == 0 {
+		return Shaped{}, false // every unshaped decision: checked before the store
+	}
+	if _, ok := l.store.(ShapeStore); !ok {
 		return Shaped{}, false
 	}
 	s := Shaped{Policy: d.Policy, Key: BoundKey(key), At: d.At, Cost: d.Cost, Fallback: d.Fallback}

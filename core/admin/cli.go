@@ -140,7 +140,8 @@ func direct(ctx context.Context, file, method, path string, q url.Values, open f
 	if err := h.CheckPolicy(t.Policy); err != nil {
 		return nil, err
 	}
-	gate, err := core.NewGate(core.GateConfig{Rules: []core.Rule{{Limiter: core.NewLimiter(t.Policy, h.Store)}}})
+	// One call, no requests: no sketch of the keys denied most.
+	gate, err := core.NewGate(core.GateConfig{Rules: []core.Rule{{Limiter: core.NewLimiter(t.Policy, h.Store)}}, TopDenied: -1})
 	if err != nil {
 		return nil, err
 	}
