@@ -11,9 +11,23 @@ import (
 	"github.com/tollgate/tollgate/core/internal/refcount"
 )
 
+// The adaptive rules an AdaptiveOptions.Controller names.
+const (
+	// ControllerAIMD is AIMD, the default.
+	ControllerAIMD = "aimd"
+	// ControllerGradient is Gradient: latency, work in flight and the
+	// share served, not only errors (see README's figures; it becomes the
+	// default once it meets every target of the adaptive benchmark).
+	ControllerGradient = "gradient"
+)
+
 // AdaptiveOptions tunes an Adaptive controller. Zero fields take the
-// defaults, which work without tuning for most upstreams.
+// defaults, which work without tuning for most upstreams; Interval,
+// Decrease and Increase default by Controller.
 type AdaptiveOptions struct {
+	// Controller is the rule: ControllerAIMD (default) or
+	// ControllerGradient.
+	Controller string
 	// MinFactor is the lowest fraction of the configured counts the limit
 	// may fall to; default 0.1.
 	MinFactor float64
@@ -21,18 +35,28 @@ type AdaptiveOptions struct {
 	// upstream, timeouts) in an interval above which the limit shrinks;
 	// default 0.05.
 	ErrorRate float64
-	// LatencyTarget is the upstream latency the Quantile must stay under;
-	// above it the limit shrinks. 0 means latency is not watched.
+	// LatencyTarget is a latency the Quantile must stay under; above it the
+	// limit shrinks. 0 means no fixed target (Gradient still watches
+	// Tolerance).
 	LatencyTarget time.Duration
-	// Quantile is the latency quantile compared with LatencyTarget; default
-	// 0.9.
+	// Tolerance is how far above the unloaded latency (the lowest interval
+	// latency lately seen) Gradient lets the Quantile rise before it counts
+	// the interval congested; default 1.5. AIMD ignores it.
+	Tolerance float64
+	// Quantile is the latency quantile watched; default 0.9.
 	Quantile float64
-	// Interval is how often the signals are judged; default 1s.
+	// Interval is how often the signals are judged; default 500ms for
+	// Gradient, 1s for AIMD.
 	Interval time.Duration
-	// Decrease multiplies the factor when the upstream struggles; default 0.7.
+	// Decrease multiplies the factor when the upstream struggles. Gradient
+	// also multiplies by the share of work the upstream served, so Decrease
+	// is the margin kept below the capacity it measured; default 0.95. AIMD:
+	// default 0.7.
 	Decrease float64
-	// Increase is added to the factor after each healthy interval; default
-	// 0.05 (the full limit returns in at most 18 healthy intervals).
+	// Increase is the growth after a healthy interval: for Gradient the
+	// first probe, a fraction of the factor that doubles each healthy
+	// interval; for AIMD added to the factor each time. Default 0.05 (AIMD:
+	// the full limit returns in at most 18 healthy intervals).
 	Increase float64
 	// MinSamples is the fewest observations in an interval that can show
 	// the upstream struggling; default 10.
@@ -52,24 +76,39 @@ func (o AdaptiveOptions) withDefaults() (AdaptiveOptions, error) {
 			*v = d
 		}
 	}
+	if o.Controller == "" {
+		o.Controller = ControllerAIMD
+	}
 	def(&o.MinFactor, 0.1)
 	def(&o.ErrorRate, 0.05)
 	def(&o.Quantile, 0.9)
-	def(&o.Decrease, 0.7)
+	def(&o.Tolerance, 1.5)
 	def(&o.Increase, 0.05)
-	if o.Interval == 0 {
-		o.Interval = time.Second
+	if o.Controller == ControllerAIMD {
+		def(&o.Decrease, 0.7)
+		if o.Interval == 0 {
+			o.Interval = time.Second
+		}
+	} else {
+		def(&o.Decrease, 0.95)
+		if o.Interval == 0 {
+			o.Interval = 500 * time.Millisecond
+		}
 	}
 	if o.MinSamples == 0 {
 		o.MinSamples = 10
 	}
 	switch {
+	case o.Controller != ControllerGradient && o.Controller != ControllerAIMD:
+		return o, fmt.Errorf("adaptive controller: %q is not %s or %s", o.Controller, ControllerGradient, ControllerAIMD)
 	case o.MinFactor <= 0 || o.MinFactor > 1:
 		return o, fmt.Errorf("adaptive min: %g must be above 0 and at most 1", o.MinFactor)
 	case o.ErrorRate <= 0 || o.ErrorRate >= 1:
 		return o, fmt.Errorf("adaptive error_rate: %g must be between 0 and 1", o.ErrorRate)
 	case o.Quantile <= 0 || o.Quantile >= 1:
 		return o, fmt.Errorf("adaptive quantile: %g must be between 0 and 1", o.Quantile)
+	case o.Tolerance <= 1 || o.Tolerance > 100:
+		return o, fmt.Errorf("adaptive tolerance: %g must be above 1 and at most 100", o.Tolerance)
 	case o.Decrease <= 0 || o.Decrease >= 1:
 		return o, fmt.Errorf("adaptive decrease: %g must be between 0 and 1", o.Decrease)
 	case o.Increase <= 0 || o.Increase > 1:
@@ -85,43 +124,46 @@ func (o AdaptiveOptions) withDefaults() (AdaptiveOptions, error) {
 }
 
 // FactorSync shares an adaptive factor across gateway nodes: given this
-// node's verdict for the interval, it applies AIMD's Lua twin (AIMDLua) to
-// the shared factor on the shared store's clock and returns the factor all
-// nodes now use.
+// node's signals for the interval (and, for AIMD, its verdict on them), it
+// applies the controller's Lua twin (GradientLua or AIMDLua) to the shared
+// state on the shared store's clock and returns the factor all nodes now
+// use.
 type FactorSync interface {
-	SyncFactor(ctx context.Context, congested bool, o AdaptiveOptions) (float64, error)
+	SyncFactor(ctx context.Context, sig Signals, congested bool, o AdaptiveOptions) (float64, error)
 }
 
-// latencyBuckets are the upper bounds of the latency histogram, in µs: 25%
-// apart from 50 µs to over a minute.
+// latencyBuckets are the upper bounds of the latency histogram, in µs: 5%
+// apart (fine enough for Tolerance) from 50 µs to over a minute.
 var latencyBuckets = func() []int64 {
 	var b []int64
-	for v := 50.0; v < 120e6; v *= 1.25 {
+	for v := 50.0; v < 120e6; v *= 1.05 {
 		b = append(b, int64(v))
 	}
 	return b
 }()
 
-// Adaptive is an AIMD controller of a policy's limits: Observe feeds it
-// upstream results; every Interval it shrinks the factor multiplicatively
-// when the error rate or the latency quantile is over target, and grows it
-// additively otherwise, between MinFactor and 1. Policies built with it
-// scale their counts by the factor (see PolicyOptions.Adaptive).
+// Adaptive controls a policy's limits by the upstream's health: Start and
+// Observe feed it the requests let through and the upstream's answers;
+// every Interval its rule (Gradient or AIMD) moves the factor between
+// MinFactor and 1. Policies built with it scale their counts by the factor
+// (see PolicyOptions.Adaptive).
 type Adaptive struct {
 	opts AdaptiveOptions
 
-	total, errs atomic.Int64
-	latency     []atomic.Int64 // counts per latencyBuckets entry
+	started, total, errs atomic.Int64
+	latency              []atomic.Int64 // counts per latencyBuckets entry
 
 	factorBits atomic.Uint64
 	mu         sync.Mutex
 	sync       FactorSync
-	// state is the local AIMD state; judged counts the intervals judged,
-	// which is the local rule's clock (one Judge, one interval).
-	state   AIMDState
-	judged  int64
-	stop    chan struct{}
-	stopped sync.Once
+	// aimd and gradient are the local rule's state (one of them is used);
+	// judged counts the intervals judged, which is the local rule's clock
+	// (one Judge, one interval).
+	aimd     AIMDState
+	gradient GradientState
+	judged   int64
+	stop     chan struct{}
+	stopped  sync.Once
 	// lastQuantile is the latency quantile of the last judged interval.
 	lastQuantile atomic.Int64
 }
@@ -129,15 +171,27 @@ type Adaptive struct {
 // NewAdaptive validates opts and starts the controller at factor 1; Close
 // stops it.
 func NewAdaptive(opts AdaptiveOptions) (*Adaptive, error) {
+	a, err := NewAdaptiveJudged(opts)
+	if err == nil {
+		go a.loop()
+	}
+	return a, err
+}
+
+// NewAdaptiveJudged is NewAdaptive for a caller that ends each interval
+// itself with Judge, as a simulation on its own clock does: no timer runs.
+func NewAdaptiveJudged(opts AdaptiveOptions) (*Adaptive, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	a := &Adaptive{opts: o, latency: make([]atomic.Int64, len(latencyBuckets)+1), stop: make(chan struct{})}
 	a.factorBits.Store(math.Float64bits(1))
-	go a.loop()
 	return a, nil
 }
+
+// Options returns the controller's options, defaults filled in.
+func (a *Adaptive) Options() AdaptiveOptions { return a.opts }
 
 // SetSync shares the factor through s (the Redis store's FactorSync); nil
 // keeps it on this node.
@@ -147,6 +201,10 @@ func (a *Adaptive) SetSync(s FactorSync) {
 	a.mu.Unlock()
 }
 
+// Start records one request let through to the upstream; Observe records
+// its answer. Their difference is the work in flight.
+func (a *Adaptive) Start() { a.started.Add(1) }
+
 // Observe records one upstream result: its status (0 for a timeout or no
 // response) and how long the upstream took.
 func (a *Adaptive) Observe(status int, latency time.Duration) {
@@ -155,11 +213,17 @@ func (a *Adaptive) Observe(status int, latency time.Duration) {
 		a.errs.Add(1)
 	}
 	us := latency.Microseconds()
-	i := 0
-	for i < len(latencyBuckets) && us > latencyBuckets[i] {
-		i++
+	// The first bucket whose bound is at least us (binary search).
+	lo, hi := 0, len(latencyBuckets)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if latencyBuckets[mid] < us {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
 	}
-	a.latency[i].Add(1)
+	a.latency[lo].Add(1)
 }
 
 // Factor returns the current fraction of the configured counts, in
@@ -186,8 +250,8 @@ func (a *Adaptive) loop() {
 }
 
 // Judge ends the current interval: it reads and resets the signals and
-// moves the factor. The controller calls it every Interval; tests call it
-// directly.
+// moves the factor by the controller's rule. The controller calls it every
+// Interval; tests call it directly.
 func (a *Adaptive) Judge() {
 	total, errs := a.total.Swap(0), a.errs.Swap(0)
 	counts := make([]int64, len(a.latency))
@@ -196,21 +260,35 @@ func (a *Adaptive) Judge() {
 	}
 	q := quantile(counts, total, a.opts.Quantile)
 	a.lastQuantile.Store(q)
+	sig := Signals{Started: a.started.Swap(0), Answered: total, Failed: errs, Latency: q}
+	if q == math.MaxInt64 {
+		sig.Latency = latencyBuckets[len(latencyBuckets)-1]
+	}
+	// AIMD's verdict: errors or the fixed latency target.
 	congested := total >= a.opts.MinSamples &&
 		(float64(errs) > a.opts.ErrorRate*float64(total) ||
 			(a.opts.LatencyTarget > 0 && q > a.opts.LatencyTarget.Microseconds()))
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.judged++
-	a.state = AIMD(a.state, a.judged*a.opts.Interval.Microseconds(), congested, a.opts)
+	now := a.judged * a.opts.Interval.Microseconds()
+	var factor float64
+	if a.opts.Controller == ControllerAIMD {
+		a.aimd = AIMD(a.aimd, now, congested, a.opts)
+		factor = a.aimd.Factor
+	} else {
+		a.gradient = Gradient(a.gradient, now, sig, a.opts)
+		factor = a.gradient.Factor
+	}
 	if a.sync != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), a.opts.Interval/2)
-		if shared, err := a.sync.SyncFactor(ctx, congested, a.opts); err == nil {
-			a.state.Factor = shared
+		if shared, err := a.sync.SyncFactor(ctx, sig, congested, a.opts); err == nil {
+			// The local rule goes on from the fleet's factor if Redis fails.
+			factor, a.aimd.Factor, a.gradient.Factor = shared, shared, shared
 		}
 		cancel()
 	}
-	a.factorBits.Store(math.Float64bits(a.state.Factor))
+	a.factorBits.Store(math.Float64bits(factor))
 }
 
 // quantile returns the upper bound (µs) of the bucket holding quantile q.

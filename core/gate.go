@@ -288,6 +288,15 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 		// took go back now.
 		plan.endLeases(context.WithoutCancel(ctx))
 		plan.CancelShaped()
+		plan.watched, plan.extra = 0, nil
+		return nil
+	}
+	// The adaptive rules count the work sent upstream (see Adaptive.Start).
+	for _, a := range plan.watching[:plan.watched] {
+		a.Start()
+	}
+	for _, a := range plan.extra {
+		a.Start()
 	}
 	return nil
 }

@@ -29,3 +29,10 @@ var LeaseLua string
 //
 //go:embed cancel.lua
 var CancelLua string
+
+// GradientLua is the Lua twin of Gradient (gradient.lua beside
+// gradient.go): one node's interval signals added to a policy's fleet-wide
+// sums, judged once per interval, kept in a Redis hash.
+//
+//go:embed gradient.lua
+var GradientLua string

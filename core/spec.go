@@ -154,21 +154,29 @@ func ParseLimitArgs(args []string) (LimitSpec, error) {
 // AdaptiveSpec tunes adaptive limiting; zero fields take the defaults of
 // AdaptiveOptions.
 type AdaptiveSpec struct {
+	// Controller is the rule: "aimd" (default) or "gradient".
+	Controller string `json:"controller,omitempty"`
 	// Min is the lowest fraction of the configured counts; default 0.1.
 	Min float64 `json:"min,omitempty"`
 	// ErrorRate is the upstream error fraction (5xx, 429, timeouts) per
 	// interval above which limits shrink; default 0.05.
 	ErrorRate float64 `json:"error_rate,omitempty"`
-	// Latency is the target for the Quantile of upstream latency; 0 ignores
-	// latency.
+	// Latency is a fixed target for the Quantile of upstream latency; 0
+	// sets none.
 	Latency Duration `json:"latency,omitempty"`
+	// Tolerance is how far above the unloaded latency gradient lets the
+	// Quantile rise; default 1.5.
+	Tolerance float64 `json:"tolerance,omitempty"`
 	// Quantile is the latency quantile; default 0.9.
 	Quantile float64 `json:"quantile,omitempty"`
-	// Interval is how often signals are judged; default 1s.
+	// Interval is how often signals are judged; default 500ms (aimd: 1s).
 	Interval Duration `json:"interval,omitempty"`
-	// Decrease multiplies the limits when the upstream struggles; default 0.7.
+	// Decrease multiplies the limits when the upstream struggles (gradient:
+	// after cutting them to what the upstream served); default 0.95 (aimd:
+	// 0.7).
 	Decrease float64 `json:"decrease,omitempty"`
-	// Increase is added to the factor per healthy interval; default 0.05.
+	// Increase is the growth per healthy interval (gradient: the first
+	// probe, doubling; aimd: added to the factor); default 0.05.
 	Increase float64 `json:"increase,omitempty"`
 	// MinSamples is the fewest responses per interval that can show
 	// trouble; default 10.
@@ -178,16 +186,27 @@ type AdaptiveSpec struct {
 // Options returns s as controller options (not yet validated).
 func (s *AdaptiveSpec) Options() AdaptiveOptions {
 	return AdaptiveOptions{
-		MinFactor: s.Min, ErrorRate: s.ErrorRate, LatencyTarget: time.Duration(s.Latency), Quantile: s.Quantile,
+		Controller: s.Controller, Tolerance: s.Tolerance, MinFactor: s.Min, ErrorRate: s.ErrorRate, LatencyTarget: time.Duration(s.Latency), Quantile: s.Quantile,
 		Interval: time.Duration(s.Interval), Decrease: s.Decrease, Increase: s.Increase, MinSamples: s.MinSamples,
 	}
 }
 
-// Set reads option opt with value v as written in an option line: latency
-// and interval durations, min_samples a count, the rest fractions ("0.3" or
-// "30%").
+// Set reads option opt with value v as written in an option line:
+// controller a name, latency and interval durations, min_samples a count,
+// tolerance a multiple, the rest fractions ("0.3" or "30%").
 func (s *AdaptiveSpec) Set(opt, v string) error {
 	switch opt {
+	case "controller":
+		if v != ControllerGradient && v != ControllerAIMD {
+			return fmt.Errorf("%s: %q is not %s or %s", opt, v, ControllerGradient, ControllerAIMD)
+		}
+		s.Controller = v
+	case "tolerance":
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a number", opt, v)
+		}
+		s.Tolerance = f
 	case "latency", "interval":
 		d, err := ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -210,7 +229,7 @@ func (s *AdaptiveSpec) Set(opt, v string) error {
 		}
 		*map[string]*float64{"min": &s.Min, "error_rate": &s.ErrorRate, "quantile": &s.Quantile, "decrease": &s.Decrease, "increase": &s.Increase}[opt] = f
 	default:
-		return fmt.Errorf("unknown option %q (want min, error_rate, latency, quantile, interval, decrease, increase or min_samples)", opt)
+		return fmt.Errorf("unknown option %q (want controller, min, error_rate, latency, tolerance, quantile, interval, decrease, increase or min_samples)", opt)
 	}
 	return nil
 }

@@ -143,13 +143,15 @@ type RedisConfig struct {
 // for Kong's units: Latency is in ms, Interval in seconds.
 type AdaptiveConfig struct {
 	Enabled    bool     `json:"enabled"`
+	Controller *string  `json:"controller"`  // aimd (default) or gradient
 	Min        *float64 `json:"min"`         // lowest fraction of the limits (0.1)
 	ErrorRate  *float64 `json:"error_rate"`  // upstream error fraction that shrinks them (0.05)
-	Latency    *float64 `json:"latency"`     // ms target for Quantile (none)
+	Latency    *float64 `json:"latency"`     // ms, a fixed target for Quantile (none)
+	Tolerance  *float64 `json:"tolerance"`   // gradient: Quantile allowed above the unloaded latency (1.5×)
 	Quantile   *float64 `json:"quantile"`    // latency quantile (0.9)
-	Interval   *float64 `json:"interval"`    // seconds between judgements (1)
-	Decrease   *float64 `json:"decrease"`    // factor multiplier on trouble (0.7)
-	Increase   *float64 `json:"increase"`    // factor added per healthy interval (0.05)
+	Interval   *float64 `json:"interval"`    // seconds between judgements (0.5; aimd 1)
+	Decrease   *float64 `json:"decrease"`    // margin (gradient, 0.95) or multiplier (aimd, 0.7) on trouble
+	Increase   *float64 `json:"increase"`    // first probe (gradient) or step (aimd) per healthy interval (0.05)
 	MinSamples *int     `json:"min_samples"` // fewest responses that can show trouble (10)
 }
 
@@ -157,7 +159,7 @@ type AdaptiveConfig struct {
 // validates it.
 func (a *AdaptiveConfig) spec() *core.AdaptiveSpec {
 	return &core.AdaptiveSpec{
-		Min: or(a.Min, 0), ErrorRate: or(a.ErrorRate, 0), Quantile: or(a.Quantile, 0),
+		Controller: or(a.Controller, ""), Tolerance: or(a.Tolerance, 0), Min: or(a.Min, 0), ErrorRate: or(a.ErrorRate, 0), Quantile: or(a.Quantile, 0),
 		Decrease: or(a.Decrease, 0), Increase: or(a.Increase, 0), MinSamples: int64(or(a.MinSamples, 0)),
 		Latency:  core.Duration(or(a.Latency, 0) * float64(time.Millisecond)),
 		Interval: core.Duration(or(a.Interval, 0) * float64(time.Second)),

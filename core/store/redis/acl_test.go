@@ -54,8 +54,13 @@ func TestACLUserRefusedOutsideItsPrefix(t *testing.T) {
 			}
 			return s.DeleteCounts(ctx, c)
 		}},
-		{"adaptive factor", func() error {
-			_, err := s.FactorSync("acl").SyncFactor(ctx, true, core.AdaptiveOptions{Decrease: 0.5, Increase: 0.1, MinFactor: 0.1, Interval: time.Second})
+		{"adaptive factor (aimd)", func() error {
+			_, err := s.FactorSync("acl").SyncFactor(ctx, core.Signals{}, true, core.AdaptiveOptions{Controller: core.ControllerAIMD, Decrease: 0.5, Increase: 0.1, MinFactor: 0.1, Interval: time.Second})
+			return err
+		}},
+		{"adaptive factor (gradient)", func() error {
+			_, err := s.FactorSync("acl2").SyncFactor(ctx, core.Signals{Started: 1, Answered: 1}, false, core.AdaptiveOptions{Controller: core.ControllerGradient,
+				Decrease: 0.95, Increase: 0.05, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5, Interval: time.Second, MinSamples: 10})
 			return err
 		}},
 		{"breaker probe", func() error { return s.Ping(ctx) }},

@@ -9,8 +9,12 @@ import (
 	"github.com/tollgate/tollgate/core"
 )
 
-// aimdScript is core.AIMD's Lua twin, run on the server's TIME.
-var aimdScript = goredis.NewScript(core.AIMDLua)
+// aimdScript and gradientScript are core.AIMD's and core.Gradient's Lua
+// twins, run on the server's TIME.
+var (
+	aimdScript     = goredis.NewScript(core.AIMDLua)
+	gradientScript = goredis.NewScript(core.GradientLua)
+)
 
 // factorSync keeps one adaptive factor in Redis.
 type factorSync struct {
@@ -24,13 +28,30 @@ func (s *Store) FactorSync(scope string) core.FactorSync {
 	return &factorSync{s: s, key: s.prefix + "{adaptive:" + scope + "}"}
 }
 
-// SyncFactor applies congested to the shared factor and returns it.
-func (f *factorSync) SyncFactor(ctx context.Context, congested bool, o core.AdaptiveOptions) (float64, error) {
+// SyncFactor applies this node's interval (its signals to Gradient, its
+// verdict to AIMD) to the shared state and returns the shared factor.
+func (f *factorSync) SyncFactor(ctx context.Context, sig core.Signals, congested bool, o core.AdaptiveOptions) (float64, error) {
 	now := int64(-1)
 	if f.s.clock != nil {
 		now = f.s.clock.NowMicros()
 	}
-	return runAIMD(ctx, f.s, f.key, now, congested, o)
+	if o.Controller == core.ControllerAIMD {
+		return runAIMD(ctx, f.s, f.key, now, congested, o)
+	}
+	return runGradient(ctx, f.s, f.key, now, sig, o)
+}
+
+// runGradient runs gradient.lua once on key at now (-1: the server's TIME);
+// o must have its defaults filled in (as an Adaptive's options have).
+func runGradient(ctx context.Context, s *Store, key string, now int64, sig core.Signals, o core.AdaptiveOptions) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	v, err := gradientScript.Run(ctx, s.client, []string{key}, now, sig.Started, sig.Answered, sig.Failed, sig.Latency,
+		o.MinFactor, o.ErrorRate, o.Tolerance, o.LatencyTarget.Microseconds(), o.Decrease, o.Increase, o.Interval.Microseconds(), o.MinSamples).Text()
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseFloat(v, 64)
 }
 
 // runAIMD runs aimd.lua once on key at now (-1: the server's TIME).

@@ -393,12 +393,12 @@ func TestPasswordFromURL(t *testing.T) {
 func TestAdaptiveFactorSharedByNodes(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
 	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
-	o := core.AdaptiveOptions{MinFactor: 0.1, Decrease: 0.5, Increase: 0.25, Interval: 300 * time.Millisecond}
+	o := core.AdaptiveOptions{Controller: core.ControllerAIMD, MinFactor: 0.1, Decrease: 0.5, Increase: 0.25, Interval: 300 * time.Millisecond}
 	sync := s.FactorSync("api")
 	ctx := context.Background()
 	var got []float64
 	for node := 0; node < 3; node++ {
-		f, err := sync.SyncFactor(ctx, true, o)
+		f, err := sync.SyncFactor(ctx, core.Signals{}, true, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -408,10 +408,51 @@ func TestAdaptiveFactorSharedByNodes(t *testing.T) {
 		t.Fatalf("three congested nodes in one interval: %v, want one decrease to 0.5 seen by all", got)
 	}
 	clock.Advance(350 * time.Millisecond)
-	f, _ := sync.SyncFactor(ctx, false, o)
-	f2, _ := sync.SyncFactor(ctx, true, o)
+	f, _ := sync.SyncFactor(ctx, core.Signals{}, false, o)
+	f2, _ := sync.SyncFactor(ctx, core.Signals{}, true, o)
 	if f != 0.75 || f2 != 0.375 {
 		t.Fatalf("next interval: healthy → %g, congested → %g; want 0.75 then 0.375 (a decrease overrides)", f, f2)
+	}
+}
+
+// TestGradientFleetJudgesSums: the gradient rule judges the sum of every
+// node's signals once per interval. Each of three nodes alone saw only 4%
+// failing, but one of them judged the fleet's interval while the others'
+// signals were still pending, and the fleet's sums (300 started, 120
+// served) cut the shared factor to 0.4 × 0.95.
+func TestGradientFleetJudgesSums(t *testing.T) {
+	clock := &core.ManualClock{Micros: storetest.T0}
+	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
+	o := core.AdaptiveOptions{Controller: core.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
+		Decrease: 0.95, Increase: 0.05, Interval: 500 * time.Millisecond, MinSamples: 10}
+	sync := s.FactorSync("fleet")
+	ctx := context.Background()
+	// The unloaded latency is known (1ms), so no measurement starts.
+	if err := s.client.HSet(ctx, s.prefix+"{adaptive:fleet}", "m", 1000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var got []float64
+	for _, sig := range []core.Signals{
+		{Started: 100, Answered: 100, Failed: 60, Latency: 1000}, // judged at once: the first interval
+		{Started: 100, Answered: 100, Failed: 60, Latency: 1000}, // pending
+		{Started: 100, Answered: 100, Failed: 60, Latency: 1000}, // pending
+	} {
+		f, err := sync.SyncFactor(ctx, sig, false, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, f)
+	}
+	clock.Advance(500 * time.Millisecond)
+	f, err := sync.SyncFactor(ctx, core.Signals{Started: 100, Answered: 100, Failed: 60, Latency: 1000}, false, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, f)
+	first := 1.0 * 0.4 * 0.95 // 40% served, a margin of 0.95
+	want := fmt.Sprint([]float64{first, first, first, first * 0.4 * 0.95})
+	if fmt.Sprint(got) != want {
+		t.Fatalf("factors %v, want %s: one judgement per interval, of the fleet's sums", got, want)
 	}
 }
 
@@ -439,6 +480,61 @@ func TestAIMDLuaTwin(t *testing.T) {
 			if got != state.Factor {
 				t.Fatalf("seed %d step %d (congested %v): Lua %v, Go %v", seed, step, congested, got, state.Factor)
 			}
+		}
+	}
+}
+
+// TestGradientLuaTwin replays random traces (signals from several nodes at
+// jittered times, including idle and failing intervals and latency that
+// climbs past the tolerance) through core.Gradient and gradient.lua and
+// requires the very same factor after every step, and the same whole state
+// at the end of each trace.
+func TestGradientLuaTwin(t *testing.T) {
+	s := newStore(t, Options{Addrs: []string{standalone.Addr}})
+	ctx := context.Background()
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		o := core.AdaptiveOptions{Controller: core.ControllerGradient, MinFactor: 0.05 + rng.Float64()/4,
+			ErrorRate: 0.01 + rng.Float64()/5, Tolerance: 1.1 + rng.Float64()*2, Decrease: 0.5 + rng.Float64()*0.49,
+			Increase: 0.01 + rng.Float64()/5, Interval: time.Duration(10+rng.IntN(2000)) * time.Millisecond,
+			MinSamples: 1 + rng.Int64N(20)}
+		if rng.IntN(2) == 0 {
+			o.LatencyTarget = time.Duration(1+rng.IntN(100)) * time.Millisecond
+		}
+		// bias: how often the upstream answers more than it was sent
+		// (draining), from always (0) to seldom (39).
+		bias := []int64{0, 20, 39}[seed%3]
+		key := fmt.Sprintf("%sgradtwin%d", s.prefix, seed)
+		now := storetest.T0
+		var state core.GradientState
+		for step := 0; step < 300; step++ {
+			now += rng.Int64N(o.Interval.Microseconds())
+			started := rng.Int64N(200)
+			sig := core.Signals{Started: started, Answered: max(0, started+rng.Int64N(40)-bias)}
+			if sig.Answered > 0 {
+				sig.Failed = rng.Int64N(sig.Answered/max(1, rng.Int64N(10)) + 1)
+				sig.Failed = min(sig.Failed, sig.Answered)
+				sig.Latency = 50 + rng.Int64N(200_000)
+			}
+			state = core.Gradient(state, now, sig, o)
+			got, err := runGradient(ctx, s, key, now, sig, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != state.Factor {
+				t.Fatalf("seed %d step %d (%+v): Lua %v, Go %v (state %+v)", seed, step, sig, got, state.Factor, state)
+			}
+		}
+		h, err := s.client.HGetAll(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		num := func(k string) float64 { v, _ := strconv.ParseFloat(h[k], 64); return v }
+		lua := core.GradientState{Factor: num("f"), Growth: num("g"), Ceiling: num("c"), MinLatency: int64(num("m")),
+			Measuring: int64(num("ms")), Held: num("h"), Epoch: int64(num("e")), Judged: int64(num("j")),
+			Pending: core.Signals{Started: int64(num("s")), Answered: int64(num("a")), Failed: int64(num("x")), Latency: int64(num("l"))}}
+		if lua != state {
+			t.Fatalf("seed %d: Lua's state %+v, Go's %+v", seed, lua, state)
 		}
 	}
 }

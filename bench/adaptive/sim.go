@@ -1,0 +1,379 @@
+package main
+
+import (
+	"container/heap"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+)
+
+// The model upstreams: capacity C = 100 requests/s, unloaded latency 100ms.
+const (
+	capacity = 100.0                  // C, requests/s
+	service  = 100 * time.Millisecond // an answer's unloaded latency
+	refusal  = 20 * time.Millisecond  // how long the rate-capacity upstream takes to answer 503
+	workers  = 10                     // the queueing upstream's concurrency: C × service
+	timeout  = 5 * time.Second        // the gateway's upstream timeout: a later answer counts as failed
+	// offeredTimes is the offered load, in multiples of C.
+	offeredTimes = 3.0
+	// bucket is the resolution of the recorded trace.
+	bucket = 50 * time.Millisecond
+)
+
+// upstreamKind is how a model upstream meets more than its capacity.
+type upstreamKind int
+
+const (
+	// rateCapacity serves C/s and answers the excess with 503 after refusal.
+	rateCapacity upstreamKind = iota
+	// queueing never refuses: requests wait for one of workers, so latency
+	// grows with the work in flight.
+	queueing
+)
+
+// scenario is a model upstream and the load offered to it over time.
+type scenario struct {
+	name     string
+	limit    limitKind
+	upstream upstreamKind
+	length   time.Duration
+	// changes are when capacity or load change (0 first); each phase is
+	// judged from 3 s after its change.
+	changes []time.Duration
+	// capacityAt and offeredAt are in requests/s.
+	capacityAt, offeredAt func(t time.Duration) float64
+	// recovery: the load stops at the last change; measure the time until
+	// the configured limit is back.
+	recovery bool
+}
+
+func constant(v float64) func(time.Duration) float64 { return func(time.Duration) float64 { return v } }
+
+// scenarios are the benchmark's: each limit against each upstream it is
+// made for. An in-flight limit meets the queueing upstream (whose capacity
+// is a concurrency); in front of an upstream that refuses its excess fast
+// (503 in 20ms, answers in 100ms) each slot above C × latency turns into 50
+// refusals a second, which is what a rate limit is for.
+func scenarios() []scenario {
+	step := func(t time.Duration) float64 {
+		if t >= 10*time.Second && t < 20*time.Second {
+			return capacity / 2
+		}
+		return capacity
+	}
+	stopAt10 := func(t time.Duration) float64 {
+		if t < 10*time.Second {
+			return offeredTimes * capacity
+		}
+		return 0
+	}
+	var out []scenario
+	for _, k := range []limitKind{rateLimit, inFlightLimit} {
+		kinds := []upstreamKind{rateCapacity, queueing}
+		if k == inFlightLimit {
+			kinds = []upstreamKind{queueing}
+		}
+		for _, u := range kinds {
+			out = append(out, scenario{name: map[upstreamKind]string{rateCapacity: "rate-capacity", queueing: "queueing"}[u], limit: k, upstream: u,
+				length: 20 * time.Second, changes: []time.Duration{0}, capacityAt: constant(capacity), offeredAt: constant(offeredTimes * capacity)})
+		}
+		u := kinds[0]
+		out = append(out,
+			scenario{name: "capacity-step", limit: k, upstream: u, length: 30 * time.Second, changes: []time.Duration{0, 10 * time.Second, 20 * time.Second},
+				capacityAt: step, offeredAt: constant(offeredTimes * capacity)},
+			scenario{name: "recovery", limit: k, upstream: u, length: 40 * time.Second, changes: []time.Duration{0, 10 * time.Second}, recovery: true,
+				capacityAt: constant(capacity), offeredAt: stopAt10})
+	}
+	return out
+}
+
+// limitKind is what the adaptive policy limits.
+type limitKind string
+
+const (
+	rateLimit     limitKind = "rate"      // 400/1s GCRA, burst 20
+	inFlightLimit limitKind = "in_flight" // 40 in flight
+)
+
+// policy returns the adaptive policy of kind k, configured at 4× what the
+// upstream can take (4C a second, or 4 × workers in flight).
+func policy(k limitKind, a *core.Adaptive) *core.Policy {
+	l := core.Limit{Count: 4 * capacity, Window: time.Second, Algorithm: core.GCRA, Burst: 20}
+	if k == inFlightLimit {
+		l = core.Limit{Count: 4 * workers, Window: time.Minute, Algorithm: core.InFlight}
+	}
+	return core.MustPolicy("upstream", core.PolicyOptions{Adaptive: a}, l)
+}
+
+// sample is one trace bucket.
+type sample struct {
+	offered, admitted, served, failed int
+	capacity, factor                  float64
+}
+
+// run is one scenario through one controller and limit.
+type run struct {
+	scenario scenario
+	limit    limitKind
+	options  core.AdaptiveOptions
+	trace    []sample
+	// latencies are the successful answers' latencies, per phase, from 3 s
+	// after the phase began.
+	latencies [][]time.Duration
+	// factorBack is when the factor was back at 1 after the load stopped
+	// (recovery), or -1.
+	factorBack time.Duration
+}
+
+// event kinds
+const (
+	arrive = iota
+	answer
+	judge
+)
+
+type event struct {
+	at   int64 // µs
+	kind int
+	req  *request
+	seq  int64
+}
+
+type request struct {
+	start, sent int64 // µs: when it reached the upstream, and the gateway
+	status      int
+	d           core.Decision
+}
+
+type events []*event
+
+func (e events) Len() int { return len(e) }
+func (e events) Less(i, j int) bool {
+	if e[i].at != e[j].at {
+		return e[i].at < e[j].at
+	}
+	return e[i].seq < e[j].seq
+}
+func (e events) Swap(i, j int) { e[i], e[j] = e[j], e[i] }
+func (e *events) Push(x any)   { *e = append(*e, x.(*event)) }
+func (e *events) Pop() any {
+	old := *e
+	x := old[len(old)-1]
+	*e = old[:len(old)-1]
+	return x
+}
+
+// simulate runs scn through an adaptive policy of kind k with options o on
+// a virtual clock, from seed: Poisson arrivals at the offered rate, the
+// model upstream, the controller judging every o.Interval.
+func simulate(scn scenario, o core.AdaptiveOptions, seed uint64) run {
+	k := scn.limit
+	a, err := core.NewAdaptiveJudged(o)
+	if err != nil {
+		panic(err)
+	}
+	o = a.Options()
+	p := policy(k, a)
+	states := make([]core.State, 1)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	r := run{scenario: scn, limit: k, options: o, factorBack: -1,
+		trace: make([]sample, int(scn.length/bucket)), latencies: make([][]time.Duration, len(scn.changes))}
+	var q events
+	var seq int64
+	push := func(at int64, kind int, req *request) {
+		seq++
+		heap.Push(&q, &event{at: at, kind: kind, req: req, seq: seq})
+	}
+	end := scn.length.Microseconds()
+	const t0 = int64(1_000_000_000) // the policy's clock: any positive start
+	at := func(t int64) time.Duration { return time.Duration(t) * time.Microsecond }
+	nextArrival := func(now int64) int64 {
+		// Thinning keeps the process Poisson while the offered rate changes.
+		const maxRate = offeredTimes * capacity
+		for {
+			now += int64(rng.ExpFloat64() / maxRate * 1e6)
+			if now >= end || rng.Float64()*maxRate < scn.offeredAt(at(now)) {
+				return now
+			}
+		}
+	}
+	push(nextArrival(0), arrive, nil)
+	push(o.Interval.Microseconds(), judge, nil)
+	// the rate-capacity upstream's GCRA: the theoretical arrival time
+	var tat int64
+	// the queueing upstream: busy workers and requests waiting
+	busy := 0
+	var waiting []*request
+	queueWorkers := func(now int64) int { return int(scn.capacityAt(at(now)) * service.Seconds()) }
+	startService := func(req *request, now int64) {
+		busy++
+		req.start = now
+		req.status = 200
+		push(now+service.Microseconds(), answer, req)
+	}
+	phaseOf := func(t int64) int {
+		i := 0
+		for i+1 < len(scn.changes) && at(t) >= scn.changes[i+1] {
+			i++
+		}
+		return i
+	}
+	for q.Len() > 0 {
+		e := heap.Pop(&q).(*event)
+		now := e.at
+		if now >= end {
+			break
+		}
+		b := &r.trace[now/bucket.Microseconds()]
+		switch e.kind {
+		case arrive:
+			push(nextArrival(now), arrive, nil)
+			b.offered++
+			req := &request{sent: now}
+			p.Apply(states, t0+now, 1, &req.d)
+			if !req.d.Allowed {
+				continue
+			}
+			a.Start()
+			b.admitted++
+			switch scn.upstream {
+			case rateCapacity:
+				c := scn.capacityAt(at(now))
+				interval := int64(1e6 / c)
+				tat = max(tat, now)
+				if tat-now <= 5*interval { // a burst of 5
+					tat += interval
+					req.start, req.status = now, 200
+					push(now+service.Microseconds(), answer, req)
+				} else {
+					req.start, req.status = now, 503
+					push(now+refusal.Microseconds(), answer, req)
+				}
+			case queueing:
+				if busy < queueWorkers(now) {
+					startService(req, now)
+				} else {
+					waiting = append(waiting, req)
+				}
+			}
+		case answer:
+			req := e.req
+			if scn.upstream == queueing {
+				busy--
+				if len(waiting) > 0 && busy < queueWorkers(now) {
+					next := waiting[0]
+					waiting = waiting[1:]
+					startService(next, now)
+				}
+			}
+			took := time.Duration(now-req.sent) * time.Microsecond
+			status := req.status
+			if took > timeout {
+				status = 504
+			}
+			a.Observe(status, took)
+			if k == inFlightLimit {
+				p.ApplyLease(states, t0+now, req.d.At, 1, false)
+			}
+			if status == 200 {
+				b.served++
+				ph := phaseOf(now)
+				if at(now) >= scn.changes[ph]+3*time.Second {
+					r.latencies[ph] = append(r.latencies[ph], took)
+				}
+			} else {
+				b.failed++
+			}
+		case judge:
+			a.Judge()
+			b.factor = a.Factor()
+			push(now+o.Interval.Microseconds(), judge, nil)
+			if scn.recovery && r.factorBack < 0 && at(now) >= scn.changes[len(scn.changes)-1] && a.Factor() == 1 {
+				r.factorBack = at(now) - scn.changes[len(scn.changes)-1]
+			}
+		}
+	}
+	f := 1.0
+	for i := range r.trace {
+		r.trace[i].capacity = scn.capacityAt(time.Duration(i) * bucket)
+		// the factor in force at the bucket's end: carried between judgements
+		if r.trace[i].factor == 0 {
+			r.trace[i].factor = f
+		}
+		f = r.trace[i].factor
+	}
+	return r
+}
+
+// figures are one run's results against the targets.
+type figures struct {
+	// goodput is the successful answers a second over each phase's judged
+	// part, as a share of the capacity then.
+	goodput float64
+	// failing is the share of the upstream's answers that failed in the
+	// same parts.
+	failing float64
+	// p99 is the 99th percentile latency of successful answers over the
+	// judged parts, in multiples of the unloaded latency.
+	p99 float64
+	// settle is the longest time, over the changes, from a change until
+	// the first 500ms in which the upstream served at least 0.9 of its
+	// capacity with at most 5% failing (recovery: the load stops, so only
+	// the first change).
+	settle time.Duration
+	// recovery is the time from the load stopping until the configured
+	// limit was back (recovery only; -1 never).
+	recovery time.Duration
+}
+
+func (r run) figures() figures {
+	var f figures
+	per := int(time.Second / bucket)
+	var served, failed, owed float64
+	var lat []time.Duration
+	for ph, from := range r.scenario.changes {
+		to := r.scenario.length
+		if ph+1 < len(r.scenario.changes) {
+			to = r.scenario.changes[ph+1]
+		}
+		if r.scenario.recovery && ph == len(r.scenario.changes)-1 {
+			continue // no load: nothing to serve
+		}
+		for i := int((from + 3*time.Second) / bucket); i < int(to/bucket); i++ {
+			s := r.trace[i]
+			served += float64(s.served)
+			failed += float64(s.failed)
+			owed += s.capacity / float64(per)
+		}
+		lat = append(lat, r.latencies[ph]...)
+		// settle: the first 500ms window at 0.9 C and ≤ 5% failing
+		settled := to - from
+		w := int(500 * time.Millisecond / bucket)
+		for i := int(from / bucket); i+w <= int(to/bucket); i++ {
+			var sv, fl, cap float64
+			for _, s := range r.trace[i : i+w] {
+				sv += float64(s.served)
+				fl += float64(s.failed)
+				cap += s.capacity / float64(per)
+			}
+			if sv >= 0.9*cap && fl <= 0.05*(sv+fl) {
+				settled = time.Duration(i)*bucket - from
+				break
+			}
+		}
+		f.settle = max(f.settle, settled)
+	}
+	f.goodput = served / owed
+	if served+failed > 0 {
+		f.failing = failed / (served + failed)
+	}
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		f.p99 = float64(lat[int(math.Ceil(0.99*float64(len(lat))))-1]) / float64(service)
+	}
+	f.recovery = r.factorBack
+	return f
+}

@@ -1,0 +1,190 @@
+package core
+
+import (
+	"testing"
+	"time"
+)
+
+// gradientOptions are the defaults, filled in as an Adaptive has them.
+func gradientOptions(t *testing.T) AdaptiveOptions {
+	t.Helper()
+	o, err := AdaptiveOptions{Controller: ControllerGradient}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// judge runs Gradient for one whole interval of signals.
+func judge(s GradientState, o AdaptiveOptions, sig Signals) GradientState {
+	return Gradient(s, s.Judged+o.Interval.Microseconds(), sig, o)
+}
+
+func TestGradientDefaults(t *testing.T) {
+	o := gradientOptions(t)
+	if o, _ := (AdaptiveOptions{}).withDefaults(); o.Controller != ControllerAIMD {
+		t.Fatalf("default controller %q, want aimd", o.Controller)
+	}
+	if o.Controller != ControllerGradient || o.Interval != 500*time.Millisecond || o.Decrease != 0.95 || o.Increase != 0.05 || o.Tolerance != 1.5 {
+		t.Fatalf("defaults %+v", o)
+	}
+}
+
+// measured is a state whose unloaded latency (5ms) is known, so no
+// measurement starts.
+var measured = GradientState{Factor: 1, MinLatency: 5000}
+
+// TestGradientCutsToWhatWasServed: failures cut the factor to the share of
+// the interval's work the upstream served, less the margin, in one step;
+// healthy intervals then grow it by a growth that doubles each time, up to
+// the capacity measured (the Ceiling) once, then past it from Increase.
+func TestGradientCutsToWhatWasServed(t *testing.T) {
+	o := gradientOptions(t)
+	s := judge(measured, o, Signals{Started: 300, Answered: 300, Failed: 200, Latency: 5000})
+	if want := 1.0 / 3 * 0.95; s.Factor != want || s.Ceiling != 1.0/3 {
+		t.Fatalf("a third served: factor %v ceiling %v, want %v and 1/3", s.Factor, s.Ceiling, want)
+	}
+	f := s.Factor
+	s = judge(s, o, Signals{Started: 100, Answered: 100, Latency: 5000})
+	if f *= 1.05; s.Factor != f {
+		t.Fatalf("first healthy interval: factor %v, want %v", s.Factor, f)
+	}
+	s = judge(s, o, Signals{Started: 100, Answered: 100, Latency: 5000})
+	if s.Factor != 1.0/3 {
+		t.Fatalf("second healthy interval: factor %v, want it held at the ceiling 1/3", s.Factor)
+	}
+	f = s.Factor
+	for i, growth := range []float64{1.05, 1.1, 1.2} {
+		s = judge(s, o, Signals{Started: 100, Answered: 100, Latency: 5000})
+		if f *= growth; s.Factor != f {
+			t.Fatalf("healthy interval %d past the ceiling: factor %v, want %v", i, s.Factor, f)
+		}
+	}
+	// A share of failures under ErrorRate is no congestion.
+	s = judge(s, o, Signals{Started: 100, Answered: 100, Failed: 4, Latency: 5000})
+	if s.Factor != f*1.4 {
+		t.Fatalf("4%% failing: factor %v, want growth to %v", s.Factor, f*1.4)
+	}
+}
+
+// TestGradientWatchesLatencyAndWorkInFlight: with no failure at all, an
+// interval whose latency is over Tolerance × the unloaded latency cuts the
+// factor by the gradient (bound/latency), or by the share of the started
+// work that came back if the upstream piles it up; while the upstream
+// drains (answers more than it is sent) latency alone cuts nothing.
+func TestGradientWatchesLatencyAndWorkInFlight(t *testing.T) {
+	o := gradientOptions(t)
+	s := GradientState{Factor: 0.9, MinLatency: 10_000}
+	s = judge(s, o, Signals{Started: 100, Answered: 100, Latency: 20_000}) // 15ms allowed: gradient 0.75
+	if want := 0.9 * 0.75; s.Factor != want*0.95 {
+		t.Fatalf("latency 2× unloaded: factor %v, want %v", s.Factor, want*0.95)
+	}
+	f := s.Factor
+	s = judge(s, o, Signals{Started: 100, Answered: 60, Latency: 16_000}) // gradient 0.9375, 60% came back
+	if want := f * 0.6 * 0.95; s.Factor != want {
+		t.Fatalf("work piling up: factor %v, want %v", s.Factor, want)
+	}
+	f = s.Factor
+	s = judge(s, o, Signals{Started: 100, Answered: 100, Latency: 100_000}) // the gradient's floor is 0.5
+	if want := max(o.MinFactor, f*0.5*0.95); s.Factor != want {
+		t.Fatalf("latency 10× unloaded: factor %v, want %v", s.Factor, want)
+	}
+	f = s.Factor
+	s = judge(s, o, Signals{Started: 50, Answered: 100, Latency: 100_000})
+	if want := f * 1.05; s.Factor != want {
+		t.Fatalf("draining: factor %v, want growth to %v", s.Factor, want)
+	}
+	// Too few answers say nothing: the factor grows.
+	f = s.Factor
+	s = judge(s, o, Signals{Started: 5, Answered: 5, Failed: 5, Latency: 900_000})
+	if want := min(f*1.1, s.Ceiling); s.Factor != want {
+		t.Fatalf("5 answers: factor %v, want growth to %v", s.Factor, want)
+	}
+}
+
+// TestGradientMeasuresUnloadedLatency: the first interval with answers
+// starts a measurement: the limits are held at MinFactor while the
+// upstream drains (it answers more than it is sent, at most four
+// intervals), the next interval's latency becomes the unloaded latency,
+// and the factor comes back. The next measurement is due MeasureEvery
+// intervals later, at a healthy moment, so an upstream that became slower
+// for good is believed then.
+func TestGradientMeasuresUnloadedLatency(t *testing.T) {
+	o := gradientOptions(t)
+	var s GradientState
+	s = judge(s, o, Signals{Started: 140, Answered: 40, Latency: 100_000})
+	if s.Measuring != 1 || s.Factor != o.MinFactor || s.Held == 0 {
+		t.Fatalf("first judgement: %+v, want a measurement at MinFactor", s)
+	}
+	held := s.Held
+	s = judge(s, o, Signals{Started: 20, Answered: 50, Latency: 900_000}) // draining
+	s = judge(s, o, Signals{Started: 20, Answered: 50, Latency: 600_000}) // draining
+	if s.Measuring != 3 {
+		t.Fatalf("while draining: stage %d, want 3", s.Measuring)
+	}
+	s = judge(s, o, Signals{Started: 20, Answered: 20, Latency: 150_000}) // drained
+	s = judge(s, o, Signals{Started: 20, Answered: 20, Latency: 100_000}) // measured
+	if s.Measuring != 0 || s.MinLatency != 100_000 || s.Factor != held {
+		t.Fatalf("after measuring: %+v, want 100ms unloaded and the factor %v back", s, held)
+	}
+	// The upstream becomes three times slower for good: congested until
+	// the next measurement believes it.
+	congested := 0
+	for i := 0; i < 3*MeasureEvery && s.MinLatency != 300_000; i++ {
+		s = judge(s, o, Signals{Started: 100, Answered: 100, Latency: 300_000})
+		if s.Growth == 0 && s.Measuring == 0 {
+			congested++
+		}
+	}
+	if s.MinLatency != 300_000 || congested > 2*MeasureEvery {
+		t.Fatalf("after %d congested intervals: %+v, want 300ms believed unloaded within two measurement periods", congested, s)
+	}
+}
+
+// TestGradientJudgesOncePerInterval: signals that come before an interval
+// has passed (7/8 of it) wait in Pending and are judged together.
+func TestGradientJudgesOncePerInterval(t *testing.T) {
+	o := gradientOptions(t)
+	s := Gradient(measured, 1_000_000, Signals{Started: 50, Answered: 50, Latency: 1000}, o)
+	s = Gradient(s, 1_100_000, Signals{Started: 50, Answered: 50, Failed: 50, Latency: 1000}, o)
+	s = Gradient(s, 1_300_000, Signals{Started: 50, Answered: 50, Failed: 50, Latency: 1000}, o)
+	if s.Factor != 1 || s.Pending.Answered != 100 || s.Pending.Failed != 100 {
+		t.Fatalf("within one interval: %+v", s)
+	}
+	s = Gradient(s, 1_440_000, Signals{Started: 100, Answered: 100, Latency: 1000}, o)
+	if want := 0.5 * 0.95; s.Factor != want || s.Pending != (Signals{}) || s.Judged != 1_440_000 {
+		t.Fatalf("judged at 7/8 of the interval: %+v, want factor %v", s, want)
+	}
+}
+
+// TestAdaptiveGradientSettlesAtCapacity runs the default controller against
+// a model upstream that fails the share of requests above its capacity X,
+// offered 3X: after settling, the upstream serves at least 0.9X a second
+// on average and at most 5% of what reaches it fails.
+func TestAdaptiveGradientSettlesAtCapacity(t *testing.T) {
+	const count, capacity, offered = 1000.0, 300.0, 900.0
+	a := newTestAdaptive(t, AdaptiveOptions{Controller: ControllerGradient})
+	var served, failed float64
+	for i := 0; i < 120; i++ {
+		rate := min(offered, count*a.Factor())
+		for j := 0; j < int(rate); j++ {
+			a.Start()
+			status := 200
+			if float64(j) >= capacity {
+				status = 503
+			}
+			a.Observe(status, time.Millisecond)
+			if i >= 10 {
+				served += map[bool]float64{true: 1}[status == 200]
+				failed += map[bool]float64{true: 1}[status != 200]
+			}
+		}
+		a.Judge()
+	}
+	if goodput := served / 110; goodput < 0.9*capacity {
+		t.Fatalf("goodput %.0f per interval, want at least 0.9 × %v", goodput, capacity)
+	}
+	if share := failed / (served + failed); share > 0.05 {
+		t.Fatalf("%.1f%% failing, want at most 5%%", 100*share)
+	}
+}
