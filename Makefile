@@ -11,7 +11,7 @@ CADDY_VERSION := v2.11.9
 # What bin/caddy is built from: rebuilt when any of it changes.
 CADDY_SRC := $(shell find core caddymodule -name '*.go' ! -name '*_test.go') tollgate.go go.mod go.sum
 
-.PHONY: test vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong chaos plots run clean deps monitoring
+.PHONY: test vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong adaptive adaptive-short chaos plots run clean deps monitoring
 
 # Caddy with tollgate on the memory store, serving Caddyfile.example on
 # http://localhost:8080 (admin API on localhost:2019).
@@ -37,7 +37,7 @@ bin/caddy-race: $(CADDY_SRC)
 
 # unit runs last: its final line counts every test of every package as
 # "N passed, N failed, N skipped".
-test: vet fmt mutants unit
+test: vet fmt mutants adaptive-short unit
 
 # The Redis stores' suites alone, connected as tollgate's least-privilege
 # Redis user (core/store/redis/acl) on standalone, Sentinel and Cluster:
@@ -97,9 +97,21 @@ monitoring: deps bin/caddy
 	$(GO) vet -tags monitoring ./examples/prometheus/
 	TOLLGATE_CADDY=$(CURDIR)/bin/caddy TOLLGATE_REQUIRE_CADDY=1 $(GO) test -tags monitoring -count=1 -v -run Dashboard ./examples/prometheus/
 
-# docs/algorithms.svg: one bursty trace through every algorithm.
+# docs/algorithms.svg: one bursty trace through every algorithm;
+# docs/adaptive.svg: the adaptive benchmark's traces, both controllers.
 plots:
 	$(GO) run ./examples/plots -o docs/algorithms.svg
+	cd bench && $(GO) run ./adaptive -seeds 1 -svg ../docs/adaptive.svg > /dev/null
+
+# The adaptive benchmark: both controllers against model upstreams of known
+# capacity, on a virtual clock (tollgate's own policy and controller code),
+# five seeds each; prints the table and its `vs aimd` lines. adaptive-short
+# (in make test) asserts the targets over three seeds.
+adaptive:
+	cd bench && $(GO) run ./adaptive
+
+adaptive-short:
+	cd bench && $(GO) test -count=1 ./adaptive
 
 # Each fuzz target briefly, from its seed corpus (go test runs one target per
 # call). make test runs every seed corpus as a unit test, but no fuzzing: an
@@ -116,7 +128,7 @@ fuzz-short:
 	$(GO) test ./core -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
 
 # Peers are measured in the same run, in the bench/ module.
-bench: bench-core deps
+bench: bench-core deps adaptive
 	cd bench && $(GO) run ./compare
 	cd bench && $(GO) run ./rediscompare
 	$(MAKE) bench-kong

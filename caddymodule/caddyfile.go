@@ -50,7 +50,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        limit <count>/<window> [<algorithm>] [burst <n>] [max_delay <duration>] [name <label>]
 //	        cost <n>
 //	        shadow
-//	        adaptive { controller aimd|gradient, min|error_rate|quantile|decrease|increase <fraction>, tolerance <multiple>, latency|interval <duration>, min_samples <n> }
+//	        adaptive { controller gradient|aimd, min|error_rate|quantile|decrease|increase <fraction>, tolerance <multiple>, latency|interval <duration>, min_samples <n> }
 //	        plan <string with placeholders>
 //	        plans { <plan> <count>/<window> [...] | <plan> unlimited }
 //	        default_plan <plan>

@@ -120,17 +120,17 @@ func TestReloadKeepsAdaptiveFactor(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		a.Observe(503, time.Millisecond)
 	}
-	a.Judge()
+	a.Judge() // nothing served: the factor falls to min, 0.1
 	reloaded, err := provision(t, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = old.Cleanup()
-	if got := reloaded.policies[0].pol.Adaptive(); got != a || got.Factor() != 0.7 {
-		t.Fatalf("after reload: same controller %v, factor %g; want the old one at 0.7", got == a, got.Factor())
+	if got := reloaded.policies[0].pol.Adaptive(); got != a || got.Factor() != 0.1 {
+		t.Fatalf("after reload: same controller %v, factor %g; want the old one at 0.1", got == a, got.Factor())
 	}
-	if got := reloaded.policies[0].pol.Limits()[0].Count; got != 70 {
-		t.Fatalf("after reload the count is %d, want the adapted 70", got)
+	if got := reloaded.policies[0].pol.Limits()[0].Count; got != 10 {
+		t.Fatalf("after reload the count is %d, want the adapted 10", got)
 	}
 	_ = reloaded.Cleanup()
 }

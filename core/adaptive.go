@@ -13,20 +13,20 @@ import (
 
 // The adaptive rules an AdaptiveOptions.Controller names.
 const (
-	// ControllerAIMD is AIMD, the default.
-	ControllerAIMD = "aimd"
-	// ControllerGradient is Gradient: latency, work in flight and the
-	// share served, not only errors (see README's figures; it becomes the
-	// default once it meets every target of the adaptive benchmark).
+	// ControllerGradient is Gradient, the default: errors, latency, work
+	// in flight and the share served.
 	ControllerGradient = "gradient"
+	// ControllerAIMD is AIMD, the rule before Gradient: errors and a fixed
+	// latency target only.
+	ControllerAIMD = "aimd"
 )
 
 // AdaptiveOptions tunes an Adaptive controller. Zero fields take the
 // defaults, which work without tuning for most upstreams; Interval,
 // Decrease and Increase default by Controller.
 type AdaptiveOptions struct {
-	// Controller is the rule: ControllerAIMD (default) or
-	// ControllerGradient.
+	// Controller is the rule: ControllerGradient (default) or
+	// ControllerAIMD.
 	Controller string
 	// MinFactor is the lowest fraction of the configured counts the limit
 	// may fall to; default 0.1.
@@ -77,7 +77,7 @@ func (o AdaptiveOptions) withDefaults() (AdaptiveOptions, error) {
 		}
 	}
 	if o.Controller == "" {
-		o.Controller = ControllerAIMD
+		o.Controller = ControllerGradient
 	}
 	def(&o.MinFactor, 0.1)
 	def(&o.ErrorRate, 0.05)
@@ -150,8 +150,8 @@ var latencyBuckets = func() []int64 {
 type Adaptive struct {
 	opts AdaptiveOptions
 
-	started, total, errs atomic.Int64
-	latency              []atomic.Int64 // counts per latencyBuckets entry
+	started, denied, total, errs atomic.Int64
+	latency                      []atomic.Int64 // counts per latencyBuckets entry
 
 	factorBits atomic.Uint64
 	mu         sync.Mutex
@@ -205,12 +205,18 @@ func (a *Adaptive) SetSync(s FactorSync) {
 // its answer. Their difference is the work in flight.
 func (a *Adaptive) Start() { a.started.Add(1) }
 
+// Deny records one request the policy refused.
+func (a *Adaptive) Deny() { a.denied.Add(1) }
+
 // Observe records one upstream result: its status (0 for a timeout or no
-// response) and how long the upstream took.
+// response) and how long the upstream took. Only successful answers'
+// latency is watched: a failure counts as one, however fast or slow it
+// came.
 func (a *Adaptive) Observe(status int, latency time.Duration) {
 	a.total.Add(1)
 	if status == 0 || status >= 500 || status == 429 {
 		a.errs.Add(1)
+		return
 	}
 	us := latency.Microseconds()
 	// The first bucket whose bound is at least us (binary search).
@@ -258,9 +264,9 @@ func (a *Adaptive) Judge() {
 	for i := range a.latency {
 		counts[i] = a.latency[i].Swap(0)
 	}
-	q := quantile(counts, total, a.opts.Quantile)
+	q := quantile(counts, total-errs, a.opts.Quantile)
 	a.lastQuantile.Store(q)
-	sig := Signals{Started: a.started.Swap(0), Answered: total, Failed: errs, Latency: q}
+	sig := Signals{Started: a.started.Swap(0), Denied: a.denied.Swap(0), Answered: total, Failed: errs, Latency: q}
 	if q == math.MaxInt64 {
 		sig.Latency = latencyBuckets[len(latencyBuckets)-1]
 	}

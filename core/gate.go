@@ -264,6 +264,9 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 			g.top[i].offer(key)
 		}
 		if !d.Allowed {
+			if a := r.Limiter.Policy().Adaptive(); a != nil {
+				a.Deny() // its limit binds: see Signals.Denied
+			}
 			break
 		}
 		if lease, ok := r.Limiter.Lease(in.Key, &d); ok {

@@ -5,14 +5,16 @@
 -- very double Lua computed.
 --
 -- KEYS[1]  a hash: f (factor), g (growth), c (ceiling), m (unloaded latency
---          µs), ms (measuring stage), h (held factor), e (epoch), j (judged
---          µs), s, a, x, l (pending started, answered, failed,
---          Σ latency×answered)
+--          µs), ms (measuring stage), h (held factor), e (epoch), sl (slow
+--          intervals), j (judged µs), s, a, x, l (pending started,
+--          answered, failed, Σ latency×successful answers), k (1 after a
+--          cut), dn (pending denied)
 -- ARGV[1]  now in µs, or -1 to use the server's TIME
 -- ARGV[2..5]  this node's started, answered, failed, latency µs
 -- ARGV[6..12] min factor, error rate, tolerance, latency target µs,
 --             decrease, increase, interval µs
 -- ARGV[13] min samples
+-- ARGV[14] this node's denied
 -- Returns the factor in force, as a string.
 
 local MEASURE_EVERY, MEASURING = 40, 5
@@ -23,23 +25,27 @@ if now < 0 then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local started, answered, failed, lat = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local denied = tonumber(ARGV[14])
 local minf, errrate, tol, target = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local decrease, increase, interval, minsamples = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
 
-local v = redis.call('HMGET', KEYS[1], 'f', 'g', 'c', 'm', 'ms', 'h', 'e', 'j', 's', 'a', 'x', 'l')
+local v = redis.call('HMGET', KEYS[1], 'f', 'g', 'c', 'm', 'ms', 'h', 'e', 'sl', 'j', 's', 'a', 'x', 'l', 'k', 'dn')
 local f = tonumber(v[1]) or 1
 local growth, ceiling = tonumber(v[2]) or 0, tonumber(v[3]) or 0
-local m, ms, held, epoch, j = tonumber(v[4]) or 0, tonumber(v[5]) or 0, tonumber(v[6]) or 0, tonumber(v[7]) or 0, tonumber(v[8]) or 0
-local ps = (tonumber(v[9]) or 0) + started
-local pa = (tonumber(v[10]) or 0) + answered
-local px = (tonumber(v[11]) or 0) + failed
-local pl = (tonumber(v[12]) or 0) + lat * answered
+local m, ms, held = tonumber(v[4]) or 0, tonumber(v[5]) or 0, tonumber(v[6]) or 0
+local epoch, slowcount, j = tonumber(v[7]) or 0, tonumber(v[8]) or 0, tonumber(v[9]) or 0
+local ps = (tonumber(v[10]) or 0) + started
+local pa = (tonumber(v[11]) or 0) + answered
+local px = (tonumber(v[12]) or 0) + failed
+local pl = (tonumber(v[13]) or 0) + lat * (answered - failed)
+local justcut = tonumber(v[14]) or 0
+local pd = (tonumber(v[15]) or 0) + denied
 
 local function save()
   local g = function(x) return string.format('%.17g', x) end
   local i = function(x) return string.format('%.0f', x) end
   redis.call('HSET', KEYS[1], 'f', g(f), 'g', g(growth), 'c', g(ceiling), 'm', i(m), 'ms', i(ms), 'h', g(held),
-    'e', i(epoch), 'j', i(j), 's', i(ps), 'a', i(pa), 'x', i(px), 'l', i(pl))
+    'e', i(epoch), 'sl', i(slowcount), 'j', i(j), 's', i(ps), 'a', i(pa), 'x', i(px), 'l', i(pl), 'k', i(justcut), 'dn', i(pd))
   redis.call('PEXPIRE', KEYS[1], math.floor(interval / 1000) * 60 + 1000)
   return g(f)
 end
@@ -48,13 +54,13 @@ if now - j < interval - math.floor(interval / 8) then
   return save()
 end
 j = now
-local sa, ans, fl, sl = ps, pa, px, pl
-ps, pa, px, pl = 0, 0, 0, 0
+local sa, ans, fl, sl, dn = ps, pa, px, pl, pd
+ps, pa, px, pl, pd = 0, 0, 0, 0, 0
 local latency = 0
-if ans > 0 then
-  latency = math.floor(sl / ans)
+if ans - fl > 0 then
+  latency = math.floor(sl / (ans - fl))
 end
-local enough = ans >= minsamples and latency > 0
+local enough = ans >= minsamples
 if ms > 0 and ms < MEASURING then
   if ans > sa and ms < MEASURING - 1 then
     ms = ms + 1
@@ -63,34 +69,42 @@ if ms > 0 and ms < MEASURING then
   end
   return save()
 elseif ms == MEASURING then
-  if enough then
+  if latency > 0 then
     m = latency
   end
-  f, held, ms, epoch = held, 0, 0, 0
+  f, held, ms, epoch, slowcount = held, 0, 0, 0, 0
   return save()
 end
 epoch = epoch + 1
-local congested = false
-local cut = 1.0
+local congested, slow, piling = false, false, false
+local served, cut = 1.0, 1.0
 if enough then
-  if latency < m then
+  if latency > 0 and latency < m then
     m = latency
   end
-  if fl > errrate * ans or ans < (1 - errrate) * sa then
-    congested = true
-  end
-  cut = (ans - fl) / math.max(sa, ans)
+  local failing = fl > errrate * ans
+  piling = ans < (1 - errrate) * sa and (m == 0 or (epoch > 1 and latency > 1.1 * m))
+  congested = failing or piling
+  served = (ans - fl) / math.max(sa, ans)
+  cut = served
   for _, bound in ipairs({tol * m, target}) do
     if bound > 0 and latency > bound and ans <= sa then
-      congested = true
+      congested, slow = true, true
       cut = math.min(cut, math.max(0.5, bound / latency))
     end
   end
 end
+if slow then
+  slowcount = slowcount + 1
+end
+if justcut == 1 then
+  justcut = 0
+  return save()
+end
 if congested then
-  ceiling = f * cut
-  f = math.max(minf, ceiling * decrease)
-  growth = 0
+  ceiling = f * served
+  f = math.max(minf, f * cut * decrease)
+  growth, justcut = 0, 1
 else
   local step = growth
   if step == 0 then
@@ -98,13 +112,20 @@ else
   end
   local nxt = f * (1 + step)
   growth = math.min(1, step * 2)
+  local rising = enough and m > 0 and latency > (1 + tol) / 2 * m
   if f < ceiling and nxt > ceiling then
     nxt, growth = ceiling, 0
+  elseif enough and fl == 0 and not rising and ceiling > 0 and f > ceiling * (1 + increase / 2) then
+    ceiling = 0
+  elseif (f >= ceiling and f < ceiling * (1 + increase)) or rising then
+    growth = step
   end
   f = math.min(1, nxt)
 end
-local steady = (not congested) and f >= ceiling
-if enough and (m == 0 or (epoch >= MEASURE_EVERY and steady) or epoch >= 2 * MEASURE_EVERY) then
-  held, f, ms = f, minf, 1
+if enough and latency > 0 and m == 0 and dn == 0 and not piling then
+  m = latency
+end
+if enough and latency > 0 and (m == 0 or (slow and epoch >= MEASURE_EVERY) or slowcount >= MEASURE_EVERY) then
+  held, f, ms, justcut = f, minf, 1, 0
 end
 return save()

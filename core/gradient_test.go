@@ -8,7 +8,7 @@ import (
 // gradientOptions are the defaults, filled in as an Adaptive has them.
 func gradientOptions(t *testing.T) AdaptiveOptions {
 	t.Helper()
-	o, err := AdaptiveOptions{Controller: ControllerGradient}.withDefaults()
+	o, err := AdaptiveOptions{}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,11 +20,19 @@ func judge(s GradientState, o AdaptiveOptions, sig Signals) GradientState {
 	return Gradient(s, s.Judged+o.Interval.Microseconds(), sig, o)
 }
 
+// hold runs the interval after a cut, whose signals (here failing ones)
+// neither cut nor grow the factor.
+func hold(t *testing.T, s GradientState, o AdaptiveOptions) GradientState {
+	t.Helper()
+	next := judge(s, o, Signals{Started: 100, Answered: 100, Failed: 90, Latency: 1_000_000})
+	if s.Cut != 1 || next.Factor != s.Factor || next.Cut != 0 {
+		t.Fatalf("the interval after a cut: %+v after %+v, want the factor kept", next, s)
+	}
+	return next
+}
+
 func TestGradientDefaults(t *testing.T) {
 	o := gradientOptions(t)
-	if o, _ := (AdaptiveOptions{}).withDefaults(); o.Controller != ControllerAIMD {
-		t.Fatalf("default controller %q, want aimd", o.Controller)
-	}
 	if o.Controller != ControllerGradient || o.Interval != 500*time.Millisecond || o.Decrease != 0.95 || o.Increase != 0.05 || o.Tolerance != 1.5 {
 		t.Fatalf("defaults %+v", o)
 	}
@@ -36,14 +44,17 @@ var measured = GradientState{Factor: 1, MinLatency: 5000}
 
 // TestGradientCutsToWhatWasServed: failures cut the factor to the share of
 // the interval's work the upstream served, less the margin, in one step;
-// healthy intervals then grow it by a growth that doubles each time, up to
-// the capacity measured (the Ceiling) once, then past it from Increase.
+// the next interval (what the upstream owed the old factor) changes
+// nothing; healthy intervals then grow it by a growth that doubles each
+// time, up to the capacity measured (the Ceiling) once, then past it from
+// Increase.
 func TestGradientCutsToWhatWasServed(t *testing.T) {
 	o := gradientOptions(t)
 	s := judge(measured, o, Signals{Started: 300, Answered: 300, Failed: 200, Latency: 5000})
 	if want := 1.0 / 3 * 0.95; s.Factor != want || s.Ceiling != 1.0/3 {
 		t.Fatalf("a third served: factor %v ceiling %v, want %v and 1/3", s.Factor, s.Ceiling, want)
 	}
+	s = hold(t, s, o)
 	f := s.Factor
 	s = judge(s, o, Signals{Started: 100, Answered: 100, Latency: 5000})
 	if f *= 1.05; s.Factor != f {
@@ -53,17 +64,23 @@ func TestGradientCutsToWhatWasServed(t *testing.T) {
 	if s.Factor != 1.0/3 {
 		t.Fatalf("second healthy interval: factor %v, want it held at the ceiling 1/3", s.Factor)
 	}
+	// Just past the ceiling the growth stays at Increase; a clean interval
+	// there (no failure, latency flat) shows the capacity grew: the ceiling
+	// is forgotten and the growth doubles again.
 	f = s.Factor
-	for i, growth := range []float64{1.05, 1.1, 1.2} {
+	for i, growth := range []float64{1.05, 1.05, 1.1, 1.2} {
 		s = judge(s, o, Signals{Started: 100, Answered: 100, Latency: 5000})
 		if f *= growth; s.Factor != f {
 			t.Fatalf("healthy interval %d past the ceiling: factor %v, want %v", i, s.Factor, f)
 		}
 	}
+	if s.Ceiling != 0 {
+		t.Fatalf("ceiling %v after clean intervals past it, want it forgotten", s.Ceiling)
+	}
 	// A share of failures under ErrorRate is no congestion.
 	s = judge(s, o, Signals{Started: 100, Answered: 100, Failed: 4, Latency: 5000})
-	if s.Factor != f*1.4 {
-		t.Fatalf("4%% failing: factor %v, want growth to %v", s.Factor, f*1.4)
+	if want := min(1, f*1.4); s.Factor != want {
+		t.Fatalf("4%% failing: factor %v, want growth to %v", s.Factor, want)
 	}
 }
 
@@ -79,16 +96,19 @@ func TestGradientWatchesLatencyAndWorkInFlight(t *testing.T) {
 	if want := 0.9 * 0.75; s.Factor != want*0.95 {
 		t.Fatalf("latency 2× unloaded: factor %v, want %v", s.Factor, want*0.95)
 	}
+	s = hold(t, s, o)
 	f := s.Factor
 	s = judge(s, o, Signals{Started: 100, Answered: 60, Latency: 16_000}) // gradient 0.9375, 60% came back
 	if want := f * 0.6 * 0.95; s.Factor != want {
 		t.Fatalf("work piling up: factor %v, want %v", s.Factor, want)
 	}
+	s = hold(t, s, o)
 	f = s.Factor
 	s = judge(s, o, Signals{Started: 100, Answered: 100, Latency: 100_000}) // the gradient's floor is 0.5
 	if want := max(o.MinFactor, f*0.5*0.95); s.Factor != want {
 		t.Fatalf("latency 10× unloaded: factor %v, want %v", s.Factor, want)
 	}
+	s = hold(t, s, o)
 	f = s.Factor
 	s = judge(s, o, Signals{Started: 50, Answered: 100, Latency: 100_000})
 	if want := f * 1.05; s.Factor != want {
@@ -97,8 +117,8 @@ func TestGradientWatchesLatencyAndWorkInFlight(t *testing.T) {
 	// Too few answers say nothing: the factor grows.
 	f = s.Factor
 	s = judge(s, o, Signals{Started: 5, Answered: 5, Failed: 5, Latency: 900_000})
-	if want := min(f*1.1, s.Ceiling); s.Factor != want {
-		t.Fatalf("5 answers: factor %v, want growth to %v", s.Factor, want)
+	if s.Factor <= f {
+		t.Fatalf("5 answers: factor %v, want growth from %v", s.Factor, f)
 	}
 }
 
@@ -186,5 +206,23 @@ func TestAdaptiveGradientSettlesAtCapacity(t *testing.T) {
 	}
 	if share := failed / (served + failed); share > 0.05 {
 		t.Fatalf("%.1f%% failing, want at most 5%%", 100*share)
+	}
+}
+
+// TestGradientFirstLatencyNeedsNoMeasurement: a policy whose first busy
+// interval refused nothing and piled nothing up takes that interval's
+// latency as the unloaded one (failures are judged apart), so a healthy
+// gateway never holds its limits low to measure; a policy that refused
+// requests (its limit binds, as an in-flight limit in front of a queue)
+// measures first.
+func TestGradientFirstLatencyNeedsNoMeasurement(t *testing.T) {
+	o := gradientOptions(t)
+	s := judge(GradientState{}, o, Signals{Started: 100, Answered: 100, Failed: 50, Latency: 20_000})
+	if s.Measuring != 0 || s.MinLatency != 20_000 || s.Factor != 0.5*0.95 {
+		t.Fatalf("first interval, half failing, nothing refused: %+v, want 20ms unloaded, the factor cut, no measurement", s)
+	}
+	s = judge(GradientState{}, o, Signals{Started: 40, Denied: 260, Answered: 40, Latency: 400_000})
+	if s.Measuring != 1 || s.MinLatency != 0 || s.Factor != o.MinFactor {
+		t.Fatalf("first interval with refusals: %+v, want a measurement at MinFactor", s)
 	}
 }

@@ -154,7 +154,7 @@ func ParseLimitArgs(args []string) (LimitSpec, error) {
 // AdaptiveSpec tunes adaptive limiting; zero fields take the defaults of
 // AdaptiveOptions.
 type AdaptiveSpec struct {
-	// Controller is the rule: "aimd" (default) or "gradient".
+	// Controller is the rule: "gradient" (default) or "aimd".
 	Controller string `json:"controller,omitempty"`
 	// Min is the lowest fraction of the configured counts; default 0.1.
 	Min float64 `json:"min,omitempty"`

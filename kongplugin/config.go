@@ -143,7 +143,7 @@ type RedisConfig struct {
 // for Kong's units: Latency is in ms, Interval in seconds.
 type AdaptiveConfig struct {
 	Enabled    bool     `json:"enabled"`
-	Controller *string  `json:"controller"`  // aimd (default) or gradient
+	Controller *string  `json:"controller"`  // gradient (default) or aimd
 	Min        *float64 `json:"min"`         // lowest fraction of the limits (0.1)
 	ErrorRate  *float64 `json:"error_rate"`  // upstream error fraction that shrinks them (0.05)
 	Latency    *float64 `json:"latency"`     // ms, a fixed target for Quantile (none)

@@ -84,6 +84,7 @@ var columns = []struct {
 func main() {
 	seeds := flag.Int("seeds", 5, "runs (random arrivals) per scenario, limit and controller")
 	svg := flag.String("svg", "", "also draw the first seed's traces to this SVG file")
+	flag.Float64Var(&capacity, "capacity", capacity, "the model upstreams' capacity C, requests/s")
 	flag.Parse()
 	out := measure(*seeds)
 	fmt.Printf("adaptive: model upstreams of C = %.0f requests/s (unloaded latency %s) offered %.0fC; mean (least–greatest) over %d seeds\n",

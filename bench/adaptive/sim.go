@@ -10,13 +10,17 @@ import (
 	"github.com/tollgate/tollgate/core"
 )
 
-// The model upstreams: capacity C = 100 requests/s, unloaded latency 100ms.
+// capacity is the model upstreams' capacity C, in requests/s (-capacity).
+var capacity = 400.0
+
+// workers is the queueing upstream's concurrency: C × service.
+func workers() int { return int(capacity * service.Seconds()) }
+
+// The model upstreams' other constants.
 const (
-	capacity = 100.0                  // C, requests/s
-	service  = 100 * time.Millisecond // an answer's unloaded latency
-	refusal  = 20 * time.Millisecond  // how long the rate-capacity upstream takes to answer 503
-	workers  = 10                     // the queueing upstream's concurrency: C × service
-	timeout  = 5 * time.Second        // the gateway's upstream timeout: a later answer counts as failed
+	service = 100 * time.Millisecond // an answer's unloaded latency
+	refusal = 80 * time.Millisecond  // how long the rate-capacity upstream takes to answer 503
+	timeout = 5 * time.Second        // the gateway's upstream timeout: a later answer counts as failed
 	// offeredTimes is the offered load, in multiples of C.
 	offeredTimes = 3.0
 	// bucket is the resolution of the recorded trace.
@@ -27,8 +31,14 @@ const (
 type upstreamKind int
 
 const (
-	// rateCapacity serves C/s and answers the excess with 503 after refusal.
+	// rateCapacity serves C/s, spaced (a burst of 5 at most), and answers
+	// the excess with 503 after refusal.
 	rateCapacity upstreamKind = iota
+	// rateWindow serves at most C requests in any second (a fresh second
+	// takes a burst of C) and answers the excess with 503 after refusal:
+	// what it refused depends on the second before, a memory the
+	// controller must not mistake for the present.
+	rateWindow
 	// queueing never refuses: requests wait for one of workers, so latency
 	// grows with the work in flight.
 	queueing
@@ -72,12 +82,12 @@ func scenarios() []scenario {
 	}
 	var out []scenario
 	for _, k := range []limitKind{rateLimit, inFlightLimit} {
-		kinds := []upstreamKind{rateCapacity, queueing}
+		kinds := []upstreamKind{rateCapacity, rateWindow, queueing}
 		if k == inFlightLimit {
 			kinds = []upstreamKind{queueing}
 		}
 		for _, u := range kinds {
-			out = append(out, scenario{name: map[upstreamKind]string{rateCapacity: "rate-capacity", queueing: "queueing"}[u], limit: k, upstream: u,
+			out = append(out, scenario{name: map[upstreamKind]string{rateCapacity: "rate-capacity", rateWindow: "rate-window", queueing: "queueing"}[u], limit: k, upstream: u,
 				length: 20 * time.Second, changes: []time.Duration{0}, capacityAt: constant(capacity), offeredAt: constant(offeredTimes * capacity)})
 		}
 		u := kinds[0]
@@ -94,16 +104,16 @@ func scenarios() []scenario {
 type limitKind string
 
 const (
-	rateLimit     limitKind = "rate"      // 400/1s GCRA, burst 20
-	inFlightLimit limitKind = "in_flight" // 40 in flight
+	rateLimit     limitKind = "rate"      // 4C/1s GCRA, burst C/5
+	inFlightLimit limitKind = "in_flight" // 4 × workers in flight
 )
 
 // policy returns the adaptive policy of kind k, configured at 4× what the
 // upstream can take (4C a second, or 4 × workers in flight).
 func policy(k limitKind, a *core.Adaptive) *core.Policy {
-	l := core.Limit{Count: 4 * capacity, Window: time.Second, Algorithm: core.GCRA, Burst: 20}
+	l := core.Limit{Count: int64(4 * capacity), Window: time.Second, Algorithm: core.GCRA, Burst: int64(capacity / 5)}
 	if k == inFlightLimit {
-		l = core.Limit{Count: 4 * workers, Window: time.Minute, Algorithm: core.InFlight}
+		l = core.Limit{Count: 4 * int64(workers()), Window: time.Minute, Algorithm: core.InFlight}
 	}
 	return core.MustPolicy("upstream", core.PolicyOptions{Adaptive: a}, l)
 }
@@ -112,6 +122,10 @@ func policy(k limitKind, a *core.Adaptive) *core.Policy {
 type sample struct {
 	offered, admitted, served, failed int
 	capacity, factor                  float64
+	// slowest is the slowest successful answer's latency; slow counts the
+	// successful answers slower than twice the unloaded latency.
+	slowest time.Duration
+	slow    int
 }
 
 // run is one scenario through one controller and limit.
@@ -192,7 +206,7 @@ func simulate(scn scenario, o core.AdaptiveOptions, seed uint64) run {
 	at := func(t int64) time.Duration { return time.Duration(t) * time.Microsecond }
 	nextArrival := func(now int64) int64 {
 		// Thinning keeps the process Poisson while the offered rate changes.
-		const maxRate = offeredTimes * capacity
+		maxRate := offeredTimes * capacity
 		for {
 			now += int64(rng.ExpFloat64() / maxRate * 1e6)
 			if now >= end || rng.Float64()*maxRate < scn.offeredAt(at(now)) {
@@ -202,8 +216,10 @@ func simulate(scn scenario, o core.AdaptiveOptions, seed uint64) run {
 	}
 	push(nextArrival(0), arrive, nil)
 	push(o.Interval.Microseconds(), judge, nil)
-	// the rate-capacity upstream's GCRA: the theoretical arrival time
+	// the rate-capacity upstream's theoretical arrival time (GCRA), and
+	// the rate-window upstream's successes in the last second, in µs
 	var tat int64
+	var recent []int64
 	// the queueing upstream: busy workers and requests waiting
 	busy := 0
 	var waiting []*request
@@ -235,17 +251,30 @@ func simulate(scn scenario, o core.AdaptiveOptions, seed uint64) run {
 			req := &request{sent: now}
 			p.Apply(states, t0+now, 1, &req.d)
 			if !req.d.Allowed {
+				a.Deny() // as the gate does
 				continue
 			}
 			a.Start()
 			b.admitted++
 			switch scn.upstream {
 			case rateCapacity:
-				c := scn.capacityAt(at(now))
-				interval := int64(1e6 / c)
+				interval := int64(1e6 / scn.capacityAt(at(now)))
 				tat = max(tat, now)
-				if tat-now <= 5*interval { // a burst of 5
+				if tat-now <= 5*interval {
 					tat += interval
+					req.start, req.status = now, 200
+					push(now+service.Microseconds(), answer, req)
+				} else {
+					req.start, req.status = now, 503
+					push(now+refusal.Microseconds(), answer, req)
+				}
+			case rateWindow:
+				// at most C successes in any second
+				for len(recent) > 0 && recent[0] <= now-1_000_000 {
+					recent = recent[1:]
+				}
+				if len(recent) < int(scn.capacityAt(at(now))) {
+					recent = append(recent, now)
 					req.start, req.status = now, 200
 					push(now+service.Microseconds(), answer, req)
 				} else {
@@ -280,6 +309,10 @@ func simulate(scn scenario, o core.AdaptiveOptions, seed uint64) run {
 			}
 			if status == 200 {
 				b.served++
+				b.slowest = max(b.slowest, took)
+				if took > 2*service {
+					b.slow++
+				}
 				ph := phaseOf(now)
 				if at(now) >= scn.changes[ph]+3*time.Second {
 					r.latencies[ph] = append(r.latencies[ph], took)
@@ -320,9 +353,11 @@ type figures struct {
 	// judged parts, in multiples of the unloaded latency.
 	p99 float64
 	// settle is the longest time, over the changes, from a change until
-	// the first 500ms in which the upstream served at least 0.9 of its
-	// capacity with at most 5% failing (recovery: the load stops, so only
-	// the first change).
+	// the moment from which the next 2 s (or the rest of the phase) meet
+	// the targets: the upstream served at least 0.9 of its capacity, at
+	// most 5% failed and at most 1% of its answers took more than twice
+	// the unloaded latency (recovery: the load stops, so only the first
+	// change counts).
 	settle time.Duration
 	// recovery is the time from the load stopping until the configured
 	// limit was back (recovery only; -1 never).
@@ -349,17 +384,20 @@ func (r run) figures() figures {
 			owed += s.capacity / float64(per)
 		}
 		lat = append(lat, r.latencies[ph]...)
-		// settle: the first 500ms window at 0.9 C and ≤ 5% failing
+		// settle: the first moment from which the next 2 s (or the rest of
+		// the phase) meet the targets: served ≥ 0.9 C, ≤ 5% failing, ≤ 1%
+		// of answers slower than twice the unloaded latency
 		settled := to - from
-		w := int(500 * time.Millisecond / bucket)
-		for i := int(from / bucket); i+w <= int(to/bucket); i++ {
-			var sv, fl, cap float64
-			for _, s := range r.trace[i : i+w] {
+		w := int(2 * time.Second / bucket)
+		for i := int(from / bucket); i < int(to/bucket); i++ {
+			var sv, fl, cap, slow float64
+			for _, s := range r.trace[i:min(i+w, int(to/bucket))] {
 				sv += float64(s.served)
 				fl += float64(s.failed)
 				cap += s.capacity / float64(per)
+				slow += float64(s.slow)
 			}
-			if sv >= 0.9*cap && fl <= 0.05*(sv+fl) {
+			if sv >= 0.9*cap && fl <= 0.05*(sv+fl) && slow <= 0.01*sv {
 				settled = time.Duration(i)*bucket - from
 				break
 			}

@@ -16,8 +16,6 @@ const (
 	gapY    = 34
 	// smooth is the bucket the curves are averaged over.
 	smooth = 250 * time.Millisecond
-	// yMax is the top of every panel's y axis, requests/s.
-	yMax = 3.2 * capacity
 )
 
 // series are the curves of one panel: name, colour, value per sample.
@@ -30,6 +28,9 @@ var series = []struct {
 	{"goodput", "#2ca02c", func(s sample) float64 { return float64(s.served) }},
 	{"failing", "#d62728", func(s sample) float64 { return float64(s.failed) }},
 }
+
+// yMax is the top of every panel's y axis, requests/s.
+func yMax() float64 { return 3.2 * capacity }
 
 // render draws each outcome's first run: rows are scenario and limit,
 // columns the controllers (gradient, then AIMD), as the table prints them.
@@ -46,7 +47,7 @@ func render(out []outcome) string {
 		fmt.Fprintf(&b, `<line x1="%d" y1="32" x2="%d" y2="32" stroke="%s" stroke-width="2"/><text x="%d" y="36">%s/s</text>`+"\n", x, x+18, s.colour, x+22, s.name)
 		x += 110
 	}
-	fmt.Fprintf(&b, `<text x="%d" y="50" fill="#444">left: gradient (default) · right: AIMD (latency target 2× unloaded) · y up to %.0f/s · x: seconds</text>`+"\n", marginL, yMax)
+	fmt.Fprintf(&b, `<text x="%d" y="50" fill="#444">left: gradient (default) · right: AIMD (latency target 2× unloaded) · y up to %.0f/s · x: seconds</text>`+"\n", marginL, yMax())
 	for i, oc := range out {
 		row, col := i/2, i%2
 		left := marginL + col*(panelW+gapX)
@@ -63,7 +64,7 @@ func panel(b *strings.Builder, oc outcome, left, top int) {
 	f := oc.figures[0]
 	span := r.scenario.length
 	px := func(t time.Duration) float64 { return float64(left) + float64(t)/float64(span)*panelW }
-	py := func(v float64) float64 { return float64(top) + panelH - min(v, yMax)/yMax*panelH }
+	py := func(v float64) float64 { return float64(top) + panelH - min(v, yMax())/yMax()*panelH }
 	fmt.Fprintf(b, `<text x="%d" y="%d" font-weight="bold">%s · %s · %s</text>`+"\n", left, top-4, r.scenario.name, oc.limit, oc.options.Controller)
 	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end" fill="#444">goodput %.2fC · failing %.1f%%</text>`+"\n", left+panelW, top-4, f.goodput, 100*f.failing)
 	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#ccc"/>`+"\n", left, top, panelW, panelH)

@@ -96,13 +96,13 @@ func main() {
 		panels = append(panels, panel{title: c.title, outcomes: replay(p, ts, nil)})
 	}
 
-	// Adaptive: a sliding counter of 10/1s in front of an upstream that
-	// handles 6 requests per second and fails the rest; judged every 500 ms.
-	a, err := core.NewAdaptive(core.AdaptiveOptions{Interval: time.Hour, MinSamples: 2, MinFactor: 0.2})
+	// Adaptive (the default controller): a sliding counter of 10/1s in
+	// front of an upstream that handles 6 requests per second and fails
+	// the rest; judged every 500 ms on the trace's clock.
+	a, err := core.NewAdaptiveJudged(core.AdaptiveOptions{Interval: 500 * time.Millisecond, MinSamples: 2, MinFactor: 0.2})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer a.Close()
 	p := core.MustPolicy("plot", core.PolicyOptions{Adaptive: a}, limit(core.SlidingCounter, 0, 0))
 	adaptive := panel{title: "adaptive sliding_counter 10/1s, upstream capacity 6/s — blue: the effective limit"}
 	var served []time.Duration
@@ -118,8 +118,10 @@ func main() {
 	adaptive.outcomes = replay(p, ts, func(at time.Duration, o outcome) {
 		judgeUntil(at)
 		if !o.allowed {
+			a.Deny()
 			return
 		}
+		a.Start()
 		for len(served) > 0 && at-served[0] >= time.Second {
 			served = served[1:]
 		}

@@ -47,7 +47,7 @@ func runGradient(ctx context.Context, s *Store, key string, now int64, sig core.
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	v, err := gradientScript.Run(ctx, s.client, []string{key}, now, sig.Started, sig.Answered, sig.Failed, sig.Latency,
-		o.MinFactor, o.ErrorRate, o.Tolerance, o.LatencyTarget.Microseconds(), o.Decrease, o.Increase, o.Interval.Microseconds(), o.MinSamples).Text()
+		o.MinFactor, o.ErrorRate, o.Tolerance, o.LatencyTarget.Microseconds(), o.Decrease, o.Increase, o.Interval.Microseconds(), o.MinSamples, sig.Denied).Text()
 	if err != nil {
 		return 0, err
 	}

@@ -416,10 +416,11 @@ func TestAdaptiveFactorSharedByNodes(t *testing.T) {
 }
 
 // TestGradientFleetJudgesSums: the gradient rule judges the sum of every
-// node's signals once per interval. Each of three nodes alone saw only 4%
-// failing, but one of them judged the fleet's interval while the others'
-// signals were still pending, and the fleet's sums (300 started, 120
-// served) cut the shared factor to 0.4 × 0.95.
+// node's signals once per interval. The first node's healthy interval is
+// judged at once; the other two nodes' failing ones wait, and the next
+// interval judges them with the first node's next (healthy again): the
+// fleet served 60% of what it was sent, so the shared factor is cut to
+// 0.6 × 0.95, though the first node alone never saw a failure.
 func TestGradientFleetJudgesSums(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
 	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
@@ -431,12 +432,10 @@ func TestGradientFleetJudgesSums(t *testing.T) {
 	if err := s.client.HSet(ctx, s.prefix+"{adaptive:fleet}", "m", 1000).Err(); err != nil {
 		t.Fatal(err)
 	}
+	healthy := core.Signals{Started: 100, Answered: 100, Latency: 1000}
+	failing := core.Signals{Started: 100, Answered: 100, Failed: 60, Latency: 1000}
 	var got []float64
-	for _, sig := range []core.Signals{
-		{Started: 100, Answered: 100, Failed: 60, Latency: 1000}, // judged at once: the first interval
-		{Started: 100, Answered: 100, Failed: 60, Latency: 1000}, // pending
-		{Started: 100, Answered: 100, Failed: 60, Latency: 1000}, // pending
-	} {
+	for _, sig := range []core.Signals{healthy, failing, failing} {
 		f, err := sync.SyncFactor(ctx, sig, false, o)
 		if err != nil {
 			t.Fatal(err)
@@ -444,13 +443,13 @@ func TestGradientFleetJudgesSums(t *testing.T) {
 		got = append(got, f)
 	}
 	clock.Advance(500 * time.Millisecond)
-	f, err := sync.SyncFactor(ctx, core.Signals{Started: 100, Answered: 100, Failed: 60, Latency: 1000}, false, o)
+	f, err := sync.SyncFactor(ctx, healthy, false, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got = append(got, f)
-	first := 1.0 * 0.4 * 0.95 // 40% served, a margin of 0.95
-	want := fmt.Sprint([]float64{first, first, first, first * 0.4 * 0.95})
+	served := 180.0 / 300
+	want := fmt.Sprint([]float64{1, 1, 1, served * 0.95})
 	if fmt.Sprint(got) != want {
 		t.Fatalf("factors %v, want %s: one judgement per interval, of the fleet's sums", got, want)
 	}
@@ -510,7 +509,7 @@ func TestGradientLuaTwin(t *testing.T) {
 		for step := 0; step < 300; step++ {
 			now += rng.Int64N(o.Interval.Microseconds())
 			started := rng.Int64N(200)
-			sig := core.Signals{Started: started, Answered: max(0, started+rng.Int64N(40)-bias)}
+			sig := core.Signals{Started: started, Denied: rng.Int64N(3) * rng.Int64N(50), Answered: max(0, started+rng.Int64N(40)-bias)}
 			if sig.Answered > 0 {
 				sig.Failed = rng.Int64N(sig.Answered/max(1, rng.Int64N(10)) + 1)
 				sig.Failed = min(sig.Failed, sig.Answered)
@@ -531,8 +530,8 @@ func TestGradientLuaTwin(t *testing.T) {
 		}
 		num := func(k string) float64 { v, _ := strconv.ParseFloat(h[k], 64); return v }
 		lua := core.GradientState{Factor: num("f"), Growth: num("g"), Ceiling: num("c"), MinLatency: int64(num("m")),
-			Measuring: int64(num("ms")), Held: num("h"), Epoch: int64(num("e")), Judged: int64(num("j")),
-			Pending: core.Signals{Started: int64(num("s")), Answered: int64(num("a")), Failed: int64(num("x")), Latency: int64(num("l"))}}
+			Measuring: int64(num("ms")), Held: num("h"), Epoch: int64(num("e")), Slow: int64(num("sl")), Cut: int64(num("k")), Judged: int64(num("j")),
+			Pending: core.Signals{Started: int64(num("s")), Denied: int64(num("dn")), Answered: int64(num("a")), Failed: int64(num("x")), Latency: int64(num("l"))}}
 		if lua != state {
 			t.Fatalf("seed %d: Lua's state %+v, Go's %+v", seed, lua, state)
 		}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+)
+
+// TestTargets is the benchmark's short form (make test runs it): every
+// scenario through both controllers over three seeds, on the virtual
+// clock, so the figures are the same on any machine. The default
+// controller must meet the targets on average — goodput ≥ 0.9 C, failing ≤
+// 5%, p99 ≤ 2× the unloaded latency, settled within 3 s, the configured
+// limit back within 10 s of the load stopping — except on the rate-window
+// upstream, whose memory of the second before is reported, not promised;
+// and it must fail less than AIMD wherever AIMD fails.
+func TestTargets(t *testing.T) {
+	out := measure(3)
+	for i := 0; i+1 < len(out); i += 2 {
+		grad, aimd := out[i], out[i+1]
+		if grad.options.Controller != core.ControllerGradient || aimd.options.Controller != core.ControllerAIMD {
+			t.Fatalf("outcome %d: controllers %s and %s, want gradient then aimd", i, grad.options.Controller, aimd.options.Controller)
+		}
+		name := grad.scenario.name + "/" + string(grad.limit)
+		mean := func(oc outcome, v func(figures) float64) float64 { m, _, _ := spread(oc.figures, v); return m }
+		goodput := mean(grad, func(f figures) float64 { return f.goodput })
+		failing := mean(grad, func(f figures) float64 { return f.failing })
+		p99 := mean(grad, func(f figures) float64 { return f.p99 })
+		settle := time.Duration(mean(grad, func(f figures) float64 { return float64(f.settle) }))
+		t.Logf("%s: goodput %.2fC, %.1f%% failing, p99 %.2f× unloaded, settled in %s", name, goodput, 100*failing, p99, settle)
+		if goodput < 0.9 {
+			t.Errorf("%s: goodput %.2fC, want ≥ 0.9C", name, goodput)
+		}
+		if aimdFailing := mean(aimd, func(f figures) float64 { return f.failing }); aimdFailing > 0 && failing >= aimdFailing {
+			t.Errorf("%s: %.1f%% failing, no fewer than AIMD's %.1f%%", name, 100*failing, 100*aimdFailing)
+		}
+		if grad.scenario.upstream == rateWindow {
+			continue
+		}
+		if failing > 0.05 {
+			t.Errorf("%s: %.1f%% failing, want ≤ 5%%", name, 100*failing)
+		}
+		if grad.scenario.upstream == queueing && p99 > 2 {
+			t.Errorf("%s: p99 %.2f× the unloaded latency, want ≤ 2×", name, p99)
+		}
+		if settle > 3*time.Second {
+			t.Errorf("%s: settled in %s, want ≤ 3s", name, settle)
+		}
+		if grad.scenario.recovery {
+			for _, f := range grad.figures {
+				if f.recovery < 0 || f.recovery > 10*time.Second {
+					t.Errorf("%s: the configured limit back %s after the load stopped, want ≤ 10s", name, f.recovery)
+				}
+			}
+		}
+	}
+}
