@@ -429,7 +429,7 @@ func TestGradientFleetJudgesSums(t *testing.T) {
 	sync := s.FactorSync("fleet")
 	ctx := context.Background()
 	// The unloaded latency is known (1ms), so no measurement starts.
-	if err := s.client.HSet(ctx, s.prefix+"{adaptive:fleet}", "m", 1000).Err(); err != nil {
+	if err := adminClient(t).HSet(ctx, s.prefix+"{adaptive:fleet}", "m", 1000).Err(); err != nil {
 		t.Fatal(err)
 	}
 	healthy := core.Signals{Started: 100, Answered: 100, Latency: 1000}
@@ -524,7 +524,7 @@ func TestGradientLuaTwin(t *testing.T) {
 				t.Fatalf("seed %d step %d (%+v): Lua %v, Go %v (state %+v)", seed, step, sig, got, state.Factor, state)
 			}
 		}
-		h, err := s.client.HGetAll(ctx, key).Result()
+		h, err := adminClient(t).HGetAll(ctx, key).Result() // HGETALL is the test's (TOLLGATE_REDIS_ACL)
 		if err != nil {
 			t.Fatal(err)
 		}
