@@ -242,16 +242,49 @@ func (a *Adaptive) LastQuantile() time.Duration {
 	return time.Duration(a.lastQuantile.Load()) * time.Microsecond
 }
 
+// loop ends an interval at every multiple of Interval on the wall clock
+// and, with a shared state, reads the fleet's factor half an interval
+// later. Every node of a fleet so sends its interval's signals at about
+// the same moment, and the first read after them judges them all (Redis
+// judges once an interval has passed since the last judgement, at 7/8 of
+// it): every node uses the new factor within moments, and no node's
+// signals wait a whole interval. Nodes' clocks may differ by Interval/8.
 func (a *Adaptive) loop() {
-	t := time.NewTicker(a.opts.Interval)
+	half := a.opts.Interval / 2
+	t := time.NewTimer(0)
 	defer t.Stop()
+	<-t.C
 	for {
+		next := time.Now().Truncate(half).Add(half)
+		t.Reset(time.Until(next))
 		select {
 		case <-a.stop:
 			return
 		case <-t.C:
-			a.Judge()
 		}
+		if next.UnixNano()/int64(half)%2 == 0 {
+			a.Judge()
+		} else {
+			a.readShared()
+		}
+	}
+}
+
+// readShared reads the shared factor (judging the fleet's signals if an
+// interval has passed since the last judgement); it sends no signals of
+// its own. AIMD's shared state takes verdicts only, so it has nothing to
+// read between them.
+func (a *Adaptive) readShared() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.sync == nil || a.opts.Controller == ControllerAIMD {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.Interval/2)
+	defer cancel()
+	if shared, err := a.sync.SyncFactor(ctx, Signals{}, false, a.opts); err == nil {
+		a.aimd.Factor, a.gradient.Factor = shared, shared
+		a.factorBits.Store(math.Float64bits(shared))
 	}
 }
 
