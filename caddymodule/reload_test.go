@@ -123,9 +123,11 @@ func TestCaddyThousandReloads(t *testing.T) {
 	// Caddy itself, with or without tollgate, closes kept-alive
 	// connections as a reloaded server stops, and a request racing that
 	// close is reset on the wire (plain Caddy, same load: 4 to 18 of about
-	// 126,000 requests over 1,000 reloads; with a connection per request,
-	// about 5%). Those are counted apart: every request Caddy does read
-	// must be answered 200.
+	// 126,000 requests over 1,000 reloads; over make test's 50 reloads,
+	// with the other packages' tests running, 4 to 8 of about 800; with a
+	// connection per request, about 5%). Those are counted apart and
+	// bounded per reload, their cause: every request Caddy does read must
+	// be answered 200.
 	var sent, failed, reset atomic.Int64
 	var firstFailure atomic.Value
 	stop := make(chan struct{})
@@ -174,8 +176,8 @@ func TestCaddyThousandReloads(t *testing.T) {
 	if failed.Load() != 0 {
 		t.Errorf("%d of %d requests answered other than 200 during reloads, the first: %v", failed.Load(), sent.Load(), firstFailure.Load())
 	}
-	if reset.Load()*200 > sent.Load() {
-		t.Errorf("%d of %d requests reset during reloads: more than 0.5%%, far above plain Caddy's", reset.Load(), sent.Load())
+	if reset.Load()*4 > int64(reloads) {
+		t.Errorf("%d requests reset during %d reloads: more than one in four reloads, far above plain Caddy's (at most 8 in 50 under make test's load)", reset.Load(), reloads)
 	}
 	for _, path := range []string{"/mem", "/redis"} {
 		policy := strings.TrimPrefix(path, "/")

@@ -14,8 +14,8 @@ import (
 // event carrying the status and upstream_response_time of a model
 // upstream that serves 50 requests/s, spaced (a burst of 5 at most), and
 // refuses the excess with a slow 503, as bench/adaptive's rate-capacity
-// model. Offered 150/s through 200/s and the default (gradient)
-// controller, the upstream serves at least 80% of its capacity in the last
+// model. Offered 150/s through 200/s GCRA (a window algorithm admits in
+// bursts: see README) and the default (gradient) controller, the upstream serves at least 80% of its capacity in the last
 // 3 s with at most 10% failing; when the load stops, the configured 200/s
 // is back.
 func TestKongAdaptiveFindsCapacity(t *testing.T) {
@@ -23,7 +23,7 @@ func TestKongAdaptiveFindsCapacity(t *testing.T) {
 	srv := kongproc.Start(t)
 	c := srv.Dial()
 	defer c.Close()
-	id := start(t, c, map[string]any{"second": 200, "limit_by": "ip", "algorithm": "sliding_counter",
+	id := start(t, c, map[string]any{"second": 200, "limit_by": "ip", "algorithm": "gcra",
 		"adaptive": map[string]any{"enabled": true}})
 	req := kongproc.Request{ForwardedIP: "192.0.2.1"}
 	limitSeen := func(res *kongproc.Result) int {

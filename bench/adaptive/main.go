@@ -85,10 +85,15 @@ func main() {
 	seeds := flag.Int("seeds", 5, "runs (random arrivals) per scenario, limit and controller")
 	svg := flag.String("svg", "", "also draw the first seed's traces to this SVG file")
 	flag.Float64Var(&capacity, "capacity", capacity, "the model upstreams' capacity C, requests/s")
+	algorithm := flag.String("algorithm", "gcra", "the rate limit's algorithm: gcra, token_bucket, sliding_counter, fixed_window, sliding_log")
 	flag.Parse()
+	var err error
+	if rateAlgorithm, err = core.ParseAlgorithm(*algorithm); err != nil {
+		log.Fatal(err)
+	}
 	out := measure(*seeds)
-	fmt.Printf("adaptive: model upstreams of C = %.0f requests/s (unloaded latency %s) offered %.0fC; mean (least–greatest) over %d seeds\n",
-		capacity, service, offeredTimes, *seeds)
+	fmt.Printf("adaptive: model upstreams of C = %.0f requests/s (unloaded latency %s) offered %.0fC; rate limit %s; mean (least–greatest) over %d seeds\n",
+		capacity, service, offeredTimes, rateAlgorithm, *seeds)
 	fmt.Printf("%-14s %-10s %-9s", "scenario", "limit", "controller")
 	for _, c := range columns {
 		fmt.Printf(" %-22s", c.name)

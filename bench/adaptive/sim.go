@@ -13,6 +13,10 @@ import (
 // capacity is the model upstreams' capacity C, in requests/s (-capacity).
 var capacity = 400.0
 
+// rateAlgorithm is the rate limit's algorithm (-algorithm): GCRA, whose
+// spacing follows the factor at once, by default.
+var rateAlgorithm = core.GCRA
+
 // workers is the queueing upstream's concurrency: C × service.
 func workers() int { return int(capacity * service.Seconds()) }
 
@@ -104,14 +108,17 @@ func scenarios() []scenario {
 type limitKind string
 
 const (
-	rateLimit     limitKind = "rate"      // 4C/1s GCRA, burst C/5
+	rateLimit     limitKind = "rate"      // 4C/1s GCRA, burst C/5 (or -algorithm)
 	inFlightLimit limitKind = "in_flight" // 4 × workers in flight
 )
 
 // policy returns the adaptive policy of kind k, configured at 4× what the
 // upstream can take (4C a second, or 4 × workers in flight).
 func policy(k limitKind, a *core.Adaptive) *core.Policy {
-	l := core.Limit{Count: int64(4 * capacity), Window: time.Second, Algorithm: core.GCRA, Burst: int64(capacity / 5)}
+	l := core.Limit{Count: int64(4 * capacity), Window: time.Second, Algorithm: rateAlgorithm}
+	if rateAlgorithm == core.GCRA || rateAlgorithm == core.TokenBucket {
+		l.Burst = int64(capacity / 5)
+	}
 	if k == inFlightLimit {
 		l = core.Limit{Count: 4 * int64(workers()), Window: time.Minute, Algorithm: core.InFlight}
 	}
