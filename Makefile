@@ -106,12 +106,13 @@ plots:
 # The adaptive benchmark: both controllers against model upstreams of known
 # capacity, on a virtual clock (tollgate's own policy and controller code),
 # five seeds each; prints the table and its `vs aimd` lines. adaptive-short
-# (in make test) asserts the targets over three seeds.
+# (in make test) asserts the targets over three seeds, built with -race as
+# everything else make test builds, so the two share the build cache.
 adaptive:
 	cd bench && $(GO) run ./adaptive
 
 adaptive-short:
-	cd bench && $(GO) test -count=1 ./adaptive
+	cd bench && $(GO) test -race -count=1 ./adaptive
 
 # Each fuzz target briefly, from its seed corpus (go test runs one target per
 # call). make test runs every seed corpus as a unit test, but no fuzzing: an
