@@ -199,6 +199,7 @@ func waitFactorBack(t *testing.T, nodes ...*caddyproc.Caddy) time.Duration {
 // the upstream serves at least 80% of its capacity with at most 10%
 // failing; when the load stops, the configured 400/s is back within 10 s.
 func TestCaddyAdaptiveFindsCapacity(t *testing.T) {
+	t.Parallel() // the three adaptive tests at once: each holds its own Caddy and upstream
 	const capacity = 100
 	up := &modelUpstream{capacity: capacity, service: 20 * time.Millisecond, refusal: 80 * time.Millisecond}
 	addr := serveModel(t, up)
@@ -233,6 +234,7 @@ func TestCaddyAdaptiveFindsCapacity(t *testing.T) {
 // queue, so its latency stays within three times the unloaded 50 ms while
 // it serves at least 80% of its capacity.
 func TestCaddyAdaptiveInFlightFindsConcurrency(t *testing.T) {
+	t.Parallel() // the three adaptive tests at once: each holds its own Caddy and upstream
 	const capacity = 100
 	up := &modelUpstream{capacity: capacity, workers: 5, service: 50 * time.Millisecond}
 	addr := serveModel(t, up)
@@ -269,6 +271,7 @@ func metric(t *testing.T, c *caddyproc.Caddy, series string) float64 {
 // all) towards one upstream of 100/s. The fleet together holds the
 // targets, and both nodes use the same factor.
 func TestCaddyAdaptiveFleetFindsCapacity(t *testing.T) {
+	t.Parallel() // the three adaptive tests at once: each holds its own Caddy and upstream
 	const capacity = 100
 	rs := redistest.StartT(t)
 	up := &modelUpstream{capacity: capacity, service: 20 * time.Millisecond, refusal: 80 * time.Millisecond}

@@ -39,9 +39,9 @@ type AdaptiveOptions struct {
 	// limit shrinks. 0 means no fixed target (Gradient still watches
 	// Tolerance).
 	LatencyTarget time.Duration
-	// Tolerance is how far above the unloaded latency (the lowest interval
-	// latency lately seen) Gradient lets the Quantile rise before it counts
-	// the interval congested; default 1.5. AIMD ignores it.
+	// Tolerance is how far above the unloaded latency (measured: see
+	// MeasureEvery) Gradient lets the Quantile rise before it counts the
+	// interval congested, as a multiple; default 1.5. AIMD ignores it.
 	Tolerance float64
 	// Quantile is the latency quantile watched; default 0.9.
 	Quantile float64
