@@ -97,6 +97,18 @@ func TestCaddyfileErrors(t *testing.T) {
 			colour blue
 		}`, `policy "a": unknown option "colour"`},
 		{`policy a {
+			limit 10/1s gcra
+			adaptive {
+				controller vegas
+			}
+		}`, `policy "a" adaptive controller: "vegas" is not gradient or aimd`},
+		{`policy a {
+			limit 10/1s gcra
+			adaptive {
+				tolerance 0.8
+			}
+		}`, `adaptive tolerance: 0.8 must be above 1`},
+		{`policy a {
 			limit 10/1m
 			empty_key drop
 		}`, `empty_key: unknown "drop"`},

@@ -116,6 +116,8 @@ var kongRefuses = []struct {
 	{`{"second": 10, "fault_tolerant": "yes"}`, "config.fault_tolerant: expected a boolean", false},
 	{`{"second": 10, "error_message": ""}`, "config.error_message: length must be at least 1", false},
 	{`{"second": "ten"}`, "config.second: expected a number", false},
+	{`{"second": 10, "adaptive": {"controller": "vegas"}}`, "config.adaptive.controller: expected one of: gradient, aimd", false},
+	{`{"second": 10, "adaptive": {"tolerance": 0.5}}`, "config.adaptive.tolerance: value must be greater than 1", false},
 }
 
 // kongAccepts are configs Kong's rate-limiting accepts; tollgate's schema
