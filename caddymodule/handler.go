@@ -72,10 +72,7 @@ type policy struct {
 
 // CaddyModule returns the Caddy module information.
 func (Handler) CaddyModule() caddy.ModuleInfo {
-	return caddy.ModuleInfo{
-		ID:  "http.handlers.tollgate",
-		New: func() caddy.Module { return new(Handler) },
-	}
+	return caddy.ModuleInfo{ID: "http.handlers.tollgate", New: func() caddy.Module { return new(Handler) }}
 }
 
 // Provision validates the config, opens (or joins) the store and loads the
@@ -199,9 +196,10 @@ const PlaceholderPrefix = "http.tollgate."
 
 // request is one Caddy request as the gate sees it.
 type request struct {
-	h    *Handler
-	r    *http.Request
-	repl *caddy.Replacer
+	h      *Handler
+	r      *http.Request
+	repl   *caddy.Replacer
+	fields core.Fields // the shown decision's, for placeholders
 }
 
 // Input is policy i's view of the request: its matchers and its key.
@@ -231,7 +229,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		repl = caddy.NewReplacer()
 	}
 	var plan core.Plan
-	if err := h.gate.Decide(r.Context(), &request{h, r, repl}, &plan); err != nil {
+	q := &request{h: h, r: r, repl: repl}
+	if err := h.gate.Decide(r.Context(), q, &plan); err != nil {
 		var failed *core.StoreError
 		switch {
 		case r.Context().Err() != nil:
@@ -254,7 +253,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return next.ServeHTTP(w, r)
 	}
 	shown := &plan.Decision
-	setPlaceholders(repl, shown)
+	q.setPlaceholders(shown)
 	h.gate.WriteHeaders(w.Header(), &plan)
 	if !plan.Passes() {
 		if ok, dropped := h.sampler.Sample(); ok { // log_denials lines a second at most
@@ -328,16 +327,16 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// setPlaceholders offers d's fields to the replacer, computed when a
-// placeholder is used: most requests use none.
-func setPlaceholders(repl *caddy.Replacer, d *core.Decision) {
-	fields := d.Fields()
-	repl.Map(func(key string) (any, bool) {
-		if name, ok := strings.CutPrefix(key, PlaceholderPrefix); ok {
-			return fields.Field(name)
-		}
-		return nil, false
-	})
+// setPlaceholders offers d's fields to the replacer (q.placeholder looks
+// them up), computed when a placeholder is used: most requests use none.
+// They live in q, which the request allocated anyway.
+func (q *request) setPlaceholders(d *core.Decision) { d.FieldsTo(&q.fields); q.repl.Map(q.placeholder) }
+
+func (q *request) placeholder(key string) (any, bool) {
+	if name, ok := strings.CutPrefix(key, PlaceholderPrefix); ok {
+		return q.fields.Field(name)
+	}
+	return nil, false
 }
 
 // Interface guards.

@@ -206,12 +206,19 @@ type Fields struct {
 
 // Fields returns the snapshot of d's fields.
 func (d *Decision) Fields() *Fields {
-	f := &Fields{policy: d.Policy.Name(), plan: d.Policy.Plan(), limit: d.DecidingLimit(), remaining: d.Remaining,
+	f := new(Fields)
+	d.FieldsTo(f)
+	return f
+}
+
+// FieldsTo writes the snapshot of d's fields into f, for a caller that
+// keeps it in memory it already has.
+func (d *Decision) FieldsTo(f *Fields) {
+	*f = Fields{policy: d.Policy.Name(), plan: d.Policy.Plan(), limit: d.DecidingLimit(), remaining: d.Remaining,
 		at: d.At, denied: !d.Allowed, fallback: d.Fallback, delay: d.Delay}
 	if f.denied {
 		f.retry = Seconds(d.RetryAfter)
 	}
-	return f
 }
 
 // Field returns the field named name, and false for an unknown name.
