@@ -66,6 +66,12 @@ type GradientState struct {
 // good). An upstream whose latency never rises is not measured again.
 const MeasureEvery = 40
 
+// latencySlack is how far above the unloaded latency, in µs, latency may
+// always rise without counting as congestion: 1 ms, the scheduling noise
+// of a loaded gateway in front of a sub-millisecond upstream, where
+// Tolerance alone would read a pause as a queue.
+const latencySlack = 1000
+
 // measuringStage is GradientState.Measuring's last stage: the interval
 // measured, after one to four in which the upstream drained.
 const measuringStage = 5
@@ -81,9 +87,10 @@ const measuringStage = 5
 // has passed since the last judgement (at 7/8 of its length, as AIMD), the
 // sums are judged and cleared, so k nodes sharing one state judge the
 // fleet's signals once per interval. An interval with at least MinSamples
-// answers is congested when more than ErrorRate of them failed, when fewer than 1 − ErrorRate of the requests started came
-// back while latency rose (work piling up in the upstream), or when its
-// latency is above Tolerance × the unloaded latency or above
+// answers is congested when more than ErrorRate of them failed, when fewer
+// than 1 − ErrorRate of the requests started came back while latency rose
+// (work piling up in the upstream), or when its latency is above Tolerance
+// × the unloaded latency (and latencySlack above it) or above
 // LatencyTarget while the upstream is not draining.
 //
 // Congested, the factor is multiplied by the share of the interval's work
@@ -157,7 +164,11 @@ func Gradient(s GradientState, now int64, sig Signals, o AdaptiveOptions) Gradie
 		cut = served
 		// Latency over a bound while the upstream answers more than it is
 		// sent is a queue draining after a cut, not a reason for another.
-		for _, bound := range [2]float64{o.Tolerance * float64(s.MinLatency), float64(o.LatencyTarget.Microseconds())} {
+		tolerated := 0.0
+		if s.MinLatency > 0 {
+			tolerated = max(o.Tolerance*float64(s.MinLatency), float64(s.MinLatency)+latencySlack)
+		}
+		for _, bound := range [2]float64{tolerated, float64(o.LatencyTarget.Microseconds())} {
 			if bound > 0 && float64(latency) > bound && p.Answered <= p.Started {
 				congested, slow = true, true
 				cut = min(cut, max(0.5, bound/float64(latency)))

@@ -17,7 +17,7 @@
 -- ARGV[14] this node's denied
 -- Returns the factor in force, as a string.
 
-local MEASURE_EVERY, MEASURING = 40, 5
+local MEASURE_EVERY, MEASURING, LATENCY_SLACK = 40, 5, 1000
 
 local now = tonumber(ARGV[1])
 if now < 0 then
@@ -87,7 +87,11 @@ if enough then
   congested = failing or piling
   served = (ans - fl) / math.max(sa, ans)
   cut = served
-  for _, bound in ipairs({tol * m, target}) do
+  local tolerated = 0
+  if m > 0 then
+    tolerated = math.max(tol * m, m + LATENCY_SLACK)
+  end
+  for _, bound in ipairs({tolerated, target}) do
     if bound > 0 and latency > bound and ans <= sa then
       congested, slow = true, true
       cut = math.min(cut, math.max(0.5, bound / latency))

@@ -226,3 +226,20 @@ func TestGradientFirstLatencyNeedsNoMeasurement(t *testing.T) {
 		t.Fatalf("first interval with refusals: %+v, want a measurement at MinFactor", s)
 	}
 }
+
+// TestGradientLatencySlack: in front of a sub-millisecond upstream, latency
+// within latencySlack (1 ms) of the unloaded latency is a loaded gateway's
+// scheduling noise, not a queue: 4.5× the unloaded 200 µs cuts nothing,
+// and 1.5 ms above it does.
+func TestGradientLatencySlack(t *testing.T) {
+	o := gradientOptions(t)
+	s := judge(GradientState{Factor: 0.5, MinLatency: 200}, o, Signals{Started: 100, Answered: 100, Latency: 900})
+	if s.Factor != 0.5*1.05 {
+		t.Fatalf("900 µs over an unloaded 200 µs: factor %v, want growth to %v", s.Factor, 0.5*1.05)
+	}
+	s = judge(GradientState{Factor: 0.5, MinLatency: 200}, o, Signals{Started: 100, Answered: 100, Latency: 1700})
+	f, bound := 0.5, 1200.0 // the bound: 200 µs + the 1 ms slack
+	if want := f * (bound / 1700) * 0.95; s.Factor != want {
+		t.Fatalf("1.7 ms over an unloaded 200 µs: factor %v, want %v", s.Factor, want)
+	}
+}
