@@ -280,12 +280,24 @@ func (a *Adaptive) readShared() {
 	if a.sync == nil || a.opts.Controller == ControllerAIMD {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), a.opts.Interval/2)
-	defer cancel()
-	if shared, err := a.sync.SyncFactor(ctx, Signals{}, false, a.opts); err == nil {
-		a.aimd.Factor, a.gradient.Factor = shared, shared
+	if shared, ok := a.syncShared(Signals{}, false); ok {
 		a.factorBits.Store(math.Float64bits(shared))
 	}
+}
+
+// syncShared sends sig (and AIMD's verdict) to the shared state and, when
+// it answers within half an interval, makes its factor the local rule's
+// too, so the local rule goes on from the fleet's factor if Redis fails.
+// The caller holds a.mu and has a.sync set.
+func (a *Adaptive) syncShared(sig Signals, congested bool) (float64, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.Interval/2)
+	defer cancel()
+	shared, err := a.sync.SyncFactor(ctx, sig, congested, a.opts)
+	if err != nil {
+		return 0, false
+	}
+	a.aimd.Factor, a.gradient.Factor = shared, shared
+	return shared, true
 }
 
 // Judge ends the current interval: it reads and resets the signals and
@@ -320,12 +332,9 @@ func (a *Adaptive) Judge() {
 		factor = a.gradient.Factor
 	}
 	if a.sync != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), a.opts.Interval/2)
-		if shared, err := a.sync.SyncFactor(ctx, sig, congested, a.opts); err == nil {
-			// The local rule goes on from the fleet's factor if Redis fails.
-			factor, a.aimd.Factor, a.gradient.Factor = shared, shared, shared
+		if shared, ok := a.syncShared(sig, congested); ok {
+			factor = shared
 		}
-		cancel()
 	}
 	a.factorBits.Store(math.Float64bits(factor))
 }

@@ -263,31 +263,35 @@ func simulate(scn scenario, o core.AdaptiveOptions, seed uint64) run {
 			}
 			a.Start()
 			b.admitted++
+			// answerAfter: served (200 after service) or refused (503 after
+			// refusal).
+			answerAfter := func(served bool) {
+				req.start, req.status = now, 200
+				after := service
+				if !served {
+					req.status, after = 503, refusal
+				}
+				push(now+after.Microseconds(), answer, req)
+			}
 			switch scn.upstream {
 			case rateCapacity:
 				interval := int64(1e6 / scn.capacityAt(at(now)))
 				tat = max(tat, now)
-				if tat-now <= 5*interval {
+				served := tat-now <= 5*interval
+				if served {
 					tat += interval
-					req.start, req.status = now, 200
-					push(now+service.Microseconds(), answer, req)
-				} else {
-					req.start, req.status = now, 503
-					push(now+refusal.Microseconds(), answer, req)
 				}
+				answerAfter(served)
 			case rateWindow:
 				// at most C successes in any second
 				for len(recent) > 0 && recent[0] <= now-1_000_000 {
 					recent = recent[1:]
 				}
-				if len(recent) < int(scn.capacityAt(at(now))) {
+				served := len(recent) < int(scn.capacityAt(at(now)))
+				if served {
 					recent = append(recent, now)
-					req.start, req.status = now, 200
-					push(now+service.Microseconds(), answer, req)
-				} else {
-					req.start, req.status = now, 503
-					push(now+refusal.Microseconds(), answer, req)
 				}
+				answerAfter(served)
 			case queueing:
 				if busy < queueWorkers(now) {
 					startService(req, now)

@@ -44,10 +44,16 @@ func (f *factorSync) SyncFactor(ctx context.Context, sig core.Signals, congested
 // runGradient runs gradient.lua once on key at now (-1: the server's TIME);
 // o must have its defaults filled in (as an Adaptive's options have).
 func runGradient(ctx context.Context, s *Store, key string, now int64, sig core.Signals, o core.AdaptiveOptions) (float64, error) {
+	return runFactorScript(ctx, s, gradientScript, key, now, sig.Started, sig.Answered, sig.Failed, sig.Latency,
+		o.MinFactor, o.ErrorRate, o.Tolerance, o.LatencyTarget.Microseconds(), o.Decrease, o.Increase, o.Interval.Microseconds(), o.MinSamples, sig.Denied)
+}
+
+// runFactorScript runs an adaptive rule's script on key, within the
+// store's timeout, and reads back the factor it returns.
+func runFactorScript(ctx context.Context, s *Store, script *goredis.Script, key string, args ...any) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	v, err := gradientScript.Run(ctx, s.client, []string{key}, now, sig.Started, sig.Answered, sig.Failed, sig.Latency,
-		o.MinFactor, o.ErrorRate, o.Tolerance, o.LatencyTarget.Microseconds(), o.Decrease, o.Increase, o.Interval.Microseconds(), o.MinSamples, sig.Denied).Text()
+	v, err := script.Run(ctx, s.client, []string{key}, args...).Text()
 	if err != nil {
 		return 0, err
 	}
@@ -60,11 +66,5 @@ func runAIMD(ctx context.Context, s *Store, key string, now int64, congested boo
 	if congested {
 		c = 1
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	v, err := aimdScript.Run(ctx, s.client, []string{key}, now, c, o.Decrease, o.Increase, o.MinFactor, o.Interval.Microseconds()).Text()
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseFloat(v, 64)
+	return runFactorScript(ctx, s, aimdScript, key, now, c, o.Decrease, o.Increase, o.MinFactor, o.Interval.Microseconds())
 }
