@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +66,8 @@ type policy struct {
 	key      string
 	plan     string // the template naming the request's plan, if any
 	literal  string // key with every placeholder removed: an "empty" key
+	header   string // a key that is one request header's placeholder: its canonical name
+	variable string // a key that is one {http.vars.*} placeholder: its name
 	constant bool   // key has no placeholder: one bucket, never empty
 	emptyKey core.EmptyKey
 	cost     int64
@@ -143,6 +146,13 @@ func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy,
 	p := &policy{cfg: pc, pol: pol, key: cmp.Or(pc.Key, DefaultKey), plan: pc.Plan, emptyKey: emptyKey, cost: pc.RequestCost()}
 	p.literal = caddy.NewEmptyReplacer().ReplaceAll(p.key, "")
 	p.constant = p.literal == p.key
+	// The common keys are read as Caddy's replacer reads them, without
+	// parsing the template on every request.
+	if name, ok := solePlaceholder(p.key, "http.request.header."); ok {
+		p.header = textproto.CanonicalMIMEHeaderKey(name)
+	} else if name, ok := solePlaceholder(p.key, "http.vars."); ok {
+		p.variable = name
+	}
 	if pc.MatcherSetsRaw != nil {
 		mods, err := ctx.LoadModule(pc, "MatcherSetsRaw")
 		if err != nil {
@@ -153,6 +163,13 @@ func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy,
 		}
 	}
 	return p, nil
+}
+
+// solePlaceholder returns the name in key = "{" + prefix + name + "}".
+func solePlaceholder(key, prefix string) (name string, ok bool) {
+	name, ok = strings.CutPrefix(key, "{"+prefix)
+	name, closed := strings.CutSuffix(name, "}")
+	return name, ok && closed && name != "" && !strings.ContainsAny(name, "{}\\")
 }
 
 // Validate is done by Provision, which must build the policies to check
@@ -209,7 +226,15 @@ func (q *request) Input(i int) (core.Input, error) {
 	if err != nil || !match {
 		return core.Input{}, err
 	}
-	key := q.repl.ReplaceKnown(p.key, "")
+	var key string
+	switch {
+	case p.header != "":
+		key = strings.Join(q.r.Header[p.header], ",")
+	case p.variable != "":
+		key = caddy.ToString(caddyhttp.GetVar(q.r.Context(), p.variable))
+	default:
+		key = q.repl.ReplaceKnown(p.key, "")
+	}
 	in := core.Input{Covered: true, Key: key, Empty: key == p.literal && !p.constant, Cost: p.cost}
 	if p.plan != "" {
 		in.Plan = q.repl.ReplaceKnown(p.plan, "")
@@ -242,10 +267,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			if h.HandleErrors {
 				return caddyhttp.Error(http.StatusServiceUnavailable, err)
 			}
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, err := io.WriteString(w, "rate limiter unavailable\n")
-			return err
+			return writeText(w, http.StatusServiceUnavailable, "rate limiter unavailable\n")
 		}
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
@@ -263,11 +285,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		if h.HandleErrors {
 			return caddyhttp.Error(h.gate.Status(), ErrRateLimited)
 		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Content-Length", strconv.Itoa(len(h.gate.Body())))
-		w.WriteHeader(h.gate.Status())
-		_, err := w.Write([]byte(h.gate.Body()))
-		return err
+		return writeText(w, h.gate.Status(), h.gate.Body())
 	}
 	// In-flight slots go back when the chain returns: after the response,
 	// on a panic, or when the client left.
@@ -282,50 +300,32 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return next.ServeHTTP(w, r)
 }
 
+// writeText answers with status and a plain-text body.
+func writeText(w http.ResponseWriter, status int, body string) error {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, err := io.WriteString(w, body)
+	return err
+}
+
 // observeUpstream serves the request and reports its status and duration
 // to the adaptive controllers. An error a later handler returns (such as
 // reverse_proxy's 502 or 504) counts with its status.
 func observeUpstream(plan *core.Plan, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	rec := &statusRecorder{ResponseWriter: w}
+	rec := &core.StatusRecorder{ResponseWriter: w}
 	began := time.Now()
 	err := next.ServeHTTP(rec, r)
-	took := time.Since(began)
-	status := rec.status
-	if err != nil {
+	status := rec.Answered()
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode != 0 {
+		status = he.StatusCode
+	} else if err != nil {
 		status = http.StatusInternalServerError
-		var he caddyhttp.HandlerError
-		if errors.As(err, &he) && he.StatusCode != 0 {
-			status = he.StatusCode
-		}
-	} else if status == 0 {
-		status = http.StatusOK
 	}
-	plan.Observe(status, took)
+	plan.Observe(status, time.Since(began))
 	return err
 }
-
-// statusRecorder remembers the status a handler writes.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 && code >= 200 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // setPlaceholders offers d's fields to the replacer (q.placeholder looks
 // them up), computed when a placeholder is used: most requests use none.

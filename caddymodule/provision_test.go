@@ -3,11 +3,14 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/tollgate/tollgate/core/store"
 )
@@ -133,4 +136,30 @@ func TestReloadKeepsAdaptiveFactor(t *testing.T) {
 		t.Fatalf("after reload the count is %d, want the adapted 10", got)
 	}
 	_ = reloaded.Cleanup()
+}
+
+// TestKeyReadLikeReplacer checks that a key read without the replacer (one
+// request-header or one variable placeholder) is what the replacer gives,
+// for every key template shape, with the header absent, once or twice.
+func TestKeyReadLikeReplacer(t *testing.T) {
+	for _, key := range []string{
+		"{http.request.header.x-api-key}", "{http.request.header.X-Api-Key}", "{http.vars.client_ip}", "{http.vars.tenant}",
+		"k-{http.request.header.X-Api-Key}", "{http.request.header.X-Api-Key}{http.vars.tenant}", "{http.request.header.}",
+	} {
+		h, err := provision(t, `{"policies":[{"name":"p","key":`+strconv.Quote(key)+`,"limits":[{"count":1,"window":1000000000}]}]}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, values := range [][]string{nil, {"alice"}, {"alice", "bob"}} {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.Header["X-Api-Key"] = values
+			r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{"client_ip": "192.0.2.1", "tenant": 7}))
+			repl := caddyhttp.NewTestReplacer(r)
+			in, err := (&request{h: h, r: r, repl: repl}).Input(0)
+			if want := repl.ReplaceKnown(key, ""); err != nil || in.Key != want {
+				t.Errorf("key %s, header %q: got %q (%v), want %q", key, values, in.Key, err, want)
+			}
+		}
+		_ = h.Cleanup()
+	}
 }

@@ -216,7 +216,11 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 	plan.Decision, plan.Key = Decision{}, ""
 	plan.Delay = 0
 	plan.watched, plan.extra, plan.leases, plan.shaped = 0, nil, nil, nil
-	var d Decision
+	// A store's Decide takes d through an interface, so a local would
+	// escape: one 0.5 KB allocation per request. Pooled instead.
+	pd := decisions.Get().(*Decision)
+	defer decisions.Put(pd)
+	d := pd
 	for i := range g.rules {
 		in, err := req.Input(i)
 		if err != nil {
@@ -242,12 +246,12 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 			dctx = context.WithoutCancel(ctx)
 		}
 		start := time.Now()
-		err = r.Limiter.DecideFor(dctx, pol, key, in.Cost, &d)
-		if wait := slotWait(&d); err == nil && wait > 0 {
+		err = r.Limiter.DecideFor(dctx, pol, key, in.Cost, d)
+		if wait := slotWait(d); err == nil && wait > 0 {
 			// Refused for want of an in-flight slot: wait for one, briefly.
-			err = waitForSlot(ctx, dctx, r.Limiter, pol, in, &d, start.Add(wait))
+			err = waitForSlot(ctx, dctx, r.Limiter, pol, in, d, start.Add(wait))
 		}
-		req.Decided(i, &d, err, time.Since(start))
+		req.Decided(i, d, err, time.Since(start))
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -257,8 +261,8 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 			}
 			return &StoreError{Policy: r.Limiter.Policy().Name(), Err: err}
 		}
-		if plan.Decision.Policy == nil || MoreRestrictive(&d, &plan.Decision) {
-			plan.Decision, plan.Key = d, key
+		if plan.Decision.Policy == nil || MoreRestrictive(d, &plan.Decision) {
+			plan.Decision, plan.Key = *d, key
 		}
 		if (!d.Allowed || d.Shadowed) && g.top != nil && d.N > 0 {
 			g.top[i].offer(key)
@@ -269,10 +273,10 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 			}
 			break
 		}
-		if lease, ok := r.Limiter.Lease(in.Key, &d); ok {
+		if lease, ok := r.Limiter.Lease(in.Key, d); ok {
 			plan.leases = append(plan.leases, heldLease{r.Limiter, lease})
 		}
-		if shaped, ok := r.Limiter.Shaped(in.Key, &d); ok {
+		if shaped, ok := r.Limiter.Shaped(in.Key, d); ok {
 			plan.shaped = append(plan.shaped, heldShape{r.Limiter, shaped})
 		}
 		if a := r.Limiter.Policy().Adaptive(); a != nil {
@@ -303,6 +307,9 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 	}
 	return nil
 }
+
+// decisions are Decide's scratch decisions.
+var decisions = sync.Pool{New: func() any { return new(Decision) }}
 
 // CancelShaped gives back the places the request holds in shapers' queues
 // (leaky_bucket with max_delay), for a request that will not be served:

@@ -100,11 +100,97 @@ func (o HeaderOptions) RetryAfterSeconds(d *Decision) int64 {
 // RenderHeaders calls set for every header d carries under o. Retry-After is
 // set only for a request that is denied (not for shadowed ones).
 func RenderHeaders(d *Decision, o HeaderOptions, setHeader func(name, value string)) {
+	var v headerValues
+	v.render(d, o)
+	v.each(setHeader)
+}
+
+// headerValues are the headers of one decision: the numbers are written
+// into one buffer that becomes a single string, so rendering a decision's
+// headers allocates once, not once per value.
+type headerValues struct {
+	n     int
+	names [maxHeaders]string
+	fixed [maxHeaders]string // a value that needs no formatting, or ""
+	ends  [maxHeaders]int    // else the end of its bytes in the buffer
+	used  int                // bytes of space written
+	space [160]byte          // the buffer; enough for all but long names
+	spill []byte             // the buffer once space is full
+}
+
+// write appends b to the buffer.
+func (v *headerValues) write(b []byte) {
+	if v.spill == nil && v.used+len(b) <= len(v.space) {
+		v.used += copy(v.space[v.used:], b)
+		return
+	}
+	if v.spill == nil {
+		v.spill = append(make([]byte, 0, 2*len(v.space)), v.space[:v.used]...)
+	}
+	v.spill = append(v.spill, b...)
+	v.used = len(v.spill)
+}
+
+func (v *headerValues) writeString(s string) {
+	for len(s) > 0 { // in chunks, so a long name needs no []byte of its own
+		var chunk [32]byte
+		n := copy(chunk[:], s)
+		v.write(chunk[:n])
+		s = s[n:]
+	}
+}
+
+func (v *headerValues) writeInt(i int64) {
+	var digits [20]byte
+	v.write(strconv.AppendInt(digits[:0], i, 10))
+}
+
+// add starts a value whose bytes are written next, up to end.
+func (v *headerValues) add(name string) { v.names[v.n], v.fixed[v.n] = name, ""; v.n++ }
+
+// end closes the value added last.
+func (v *headerValues) end() { v.ends[v.n-1] = v.used }
+
+// addFixed adds a value that is already a string.
+func (v *headerValues) addFixed(name, value string) {
+	v.names[v.n], v.fixed[v.n], v.ends[v.n] = name, value, v.used
+	v.n++
+}
+
+// addInt adds a value that is one number.
+func (v *headerValues) addInt(name string, i int64) {
+	v.add(name)
+	v.writeInt(i)
+	v.end()
+}
+
+// each calls set for every header, in order.
+func (v *headerValues) each(set func(name, value string)) {
+	var all string
+	if v.spill != nil {
+		all = string(v.spill)
+	} else {
+		all = string(v.space[:v.used])
+	}
+	start := 0
+	for i := 0; i < v.n; i++ {
+		value := v.fixed[i]
+		if value == "" {
+			value = all[start:v.ends[i]]
+		}
+		start = v.ends[i]
+		set(v.names[i], value)
+	}
+}
+
+// render fills v with d's headers under o.
+func (v *headerValues) render(d *Decision, o HeaderOptions) {
+	v.n, v.used, v.spill = 0, 0, nil
 	if o.Style == HeadersNone || d.Policy == nil || d.N == 0 {
 		return
 	}
 	if o.Style == HeadersKong {
-		renderKong(d, setHeader)
+		v.renderKong(d)
 		return
 	}
 	// t (and X-RateLimit-Reset): when the quota returns; on a denial, when
@@ -123,61 +209,64 @@ func RenderHeaders(d *Decision, o HeaderOptions, setHeader func(name, value stri
 		if set.limits[d.Index].Algorithm == InFlight {
 			units = `;qu="concurrent-requests"` // as its policy item says
 		}
-		setHeader(HeaderRateLimitPolicy, policy)
-		setHeader(HeaderRateLimit, d.Policy.ietfNames[d.Index]+";r="+strconv.FormatInt(max(0, d.Remaining), 10)+
-			";t="+strconv.FormatInt(reset, 10)+units)
+		v.addFixed(HeaderRateLimitPolicy, policy)
+		v.add(HeaderRateLimit)
+		v.writeString(d.Policy.ietfNames[d.Index])
+		v.writeString(";r=")
+		v.writeInt(max(0, d.Remaining))
+		v.writeString(";t=")
+		v.writeInt(reset)
+		v.writeString(units)
+		v.end()
 	}
 	if o.Style == HeadersBoth || o.Style == HeadersXRateLimit {
-		setHeader(HeaderXLimit, strconv.FormatInt(d.Limit, 10))
-		setHeader(HeaderXRemaining, strconv.FormatInt(max(0, d.Remaining), 10))
-		setHeader(HeaderXReset, strconv.FormatInt(reset, 10))
+		v.addInt(HeaderXLimit, d.Limit)
+		v.addInt(HeaderXRemaining, max(0, d.Remaining))
+		v.addInt(HeaderXReset, reset)
 	}
 	if !d.Allowed {
-		setHeader(HeaderRetryAfter, strconv.FormatInt(o.RetryAfterSeconds(d), 10))
+		v.addInt(HeaderRetryAfter, o.RetryAfterSeconds(d))
 	}
 }
 
 // WriteHeaders sets d's headers (see RenderHeaders) on h.
 func WriteHeaders(h http.Header, d *Decision, o HeaderOptions) {
-	// Collect first, so every value shares one backing array: one
-	// allocation instead of one per header.
-	var names, values [maxHeaders]string
-	n := 0
-	RenderHeaders(d, o, func(name, value string) {
-		names[n], values[n] = name, value
-		n++
-	})
-	if n == 0 {
+	var v headerValues
+	v.render(d, o)
+	if v.n == 0 {
 		return
 	}
-	backing := make([]string, n)
-	copy(backing, values[:n])
-	for i := 0; i < n; i++ {
-		name := names[i]
+	// Every value shares one backing array: one allocation, not one per
+	// header.
+	backing := make([]string, v.n)
+	i := 0
+	v.each(func(name, value string) {
+		backing[i] = value
 		if o.Style == HeadersKong {
 			name = http.CanonicalHeaderKey(name) // Kong's casing is not net/http's
 		}
 		h[name] = backing[i : i+1 : i+1]
-	}
+		i++
+	})
 }
 
-// renderKong sets Kong's header set for d (see HeadersKong).
-func renderKong(d *Decision, set func(name, value string)) {
+// renderKong adds Kong's header set for d (see HeadersKong).
+func (v *headerValues) renderKong(d *Decision) {
 	names := d.Policy.kongNames
 	for i := 0; i < d.N; i++ {
 		r := &d.Results[i]
-		set(names[2*i], strconv.FormatInt(r.Limit, 10))
-		set(names[2*i+1], strconv.FormatInt(max(0, r.Remaining), 10))
+		v.addInt(names[2*i], r.Limit)
+		v.addInt(names[2*i+1], max(0, r.Remaining))
 	}
 	reset := max(1, Seconds(d.Reset))
 	if !d.Allowed {
 		reset = max(reset, Seconds(d.RetryAfter))
 	}
-	set(HeaderKongLimit, strconv.FormatInt(d.Limit, 10))
-	set(HeaderKongRemaining, strconv.FormatInt(max(0, d.Remaining), 10))
-	set(HeaderKongReset, strconv.FormatInt(reset, 10))
+	v.addInt(HeaderKongLimit, d.Limit)
+	v.addInt(HeaderKongRemaining, max(0, d.Remaining))
+	v.addInt(HeaderKongReset, reset)
 	if !d.Allowed {
-		set(HeaderRetryAfter, strconv.FormatInt(reset, 10))
+		v.addInt(HeaderRetryAfter, reset)
 	}
 }
 

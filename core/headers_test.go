@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,5 +81,36 @@ func TestHoldRespectsClientCancel(t *testing.T) {
 	}
 	if !Hold(context.Background(), 0) {
 		t.Fatal("a zero hold did not pass")
+	}
+}
+
+// Long names spill out of the rendering buffer's fixed space: the values
+// must come out whole and in order all the same.
+func TestHeadersLongNames(t *testing.T) {
+	name := strings.Repeat("n", 300)
+	p := MustPolicy(name, PolicyOptions{}, Limit{Count: 1234567, Window: time.Minute})
+	d := Decision{Policy: p, N: 1, Index: 0, Limit: 1234567, Remaining: 0, Reset: time.Minute, RetryAfter: 90 * time.Second}
+	h := http.Header{}
+	WriteHeaders(h, &d, HeaderOptions{Style: HeadersBoth})
+	want := http.Header{
+		"Ratelimit-Policy":  {`"` + name + `";q=1234567;w=60`},
+		"Ratelimit":         {`"` + name + `";r=0;t=90`},
+		"X-Ratelimit-Limit": {"1234567"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"90"},
+		"Retry-After": {"90"},
+	}
+	if !reflect.DeepEqual(h, want) {
+		t.Fatalf("got %v, want %v", h, want)
+	}
+}
+
+// Writing a decision's headers allocates their values once and the
+// header map's slices once, whatever the number of headers.
+func TestWriteHeadersAllocatesTwice(t *testing.T) {
+	p := MustPolicy("api", PolicyOptions{}, Limit{Count: 100000, Window: time.Minute})
+	d := Decision{Policy: p, N: 1, Allowed: true, Limit: 100000, Remaining: 99999, Reset: time.Minute}
+	h := http.Header{}
+	WriteHeaders(h, &d, HeaderOptions{}) // the map's buckets
+	if n := testing.AllocsPerRun(100, func() { WriteHeaders(h, &d, HeaderOptions{}) }); n != 2 {
+		t.Fatalf("%v allocations, want 2", n)
 	}
 }

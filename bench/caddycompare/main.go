@@ -28,14 +28,36 @@ import (
 // site is one contender: a Caddyfile site body serving "ok" behind a
 // limiter, in a Caddy process of its own (so its memory can be read).
 type site struct {
-	name string
-	body string // %d: the limit's count per second
-	port int
-	pid  int
+	name   string
+	body   string // %d: the limit's count per second
+	denied string // the body for the 1key-denied workload, if not body
+	port   int
+	pid    int
 }
+
+// floorHeaders are five headers of the sizes tollgate sends on an
+// allowed request of the 100k-keys workload (sliding_counter, 100/1s).
+const floorHeaders = `header RateLimit-Policy "\"p\";q=100;w=1"
+	header RateLimit "\"p\";r=99;t=1"
+	header X-RateLimit-Limit 100
+	header X-RateLimit-Remaining 99
+	header X-RateLimit-Reset 1
+	`
 
 var sites = []*site{
 	{name: "no limiter", body: "respond ok"},
+	// The fair floors: plain Caddy writing what tollgate writes, from
+	// header directives: the five headers and "ok" when allowing; the
+	// denial's six headers, 429 and body when denying.
+	{name: "floor", body: floorHeaders + "respond ok", denied: `header RateLimit-Policy "\"p\";q=100;w=1"
+	header RateLimit "\"p\";r=0;t=1"
+	header X-RateLimit-Limit 100
+	header X-RateLimit-Remaining 0
+	header X-RateLimit-Reset 1
+	header Retry-After 1
+	header Content-Type "text/plain; charset=utf-8"
+	respond "rate limit exceeded
+" 429`},
 	{name: "tollgate sliding_log", body: `tollgate {
 		policy p {
 			key {http.request.header.X-Key}
@@ -133,6 +155,10 @@ end
 			fmt.Printf("%-18s %-26s %12.0f %9.2fms %8.1fMB\n", w.name, s.name, m.rps, m.p99*1000, rss[s.name])
 		}
 		base := rss["no limiter"]
+		floorName := map[string]string{"100k-keys-allowed": "header-floor", "1key-denied": "respond-floor"}[w.name]
+		for _, alg := range []string{"sliding_counter", "sliding_log"} {
+			lines = append(lines, fmt.Sprintf("vs %s %s-%s %.2f", floorName, w.name, alg, med["tollgate "+alg].rps/med["floor"].rps))
+		}
 		lines = append(lines, fmt.Sprintf("vs plain-caddy %s-sliding_counter %.2f", w.name, med["tollgate sliding_counter"].rps/med["no limiter"].rps),
 			fmt.Sprintf("vs plain-caddy %s-sliding_log %.2f", w.name, med["tollgate sliding_log"].rps/med["no limiter"].rps),
 			fmt.Sprintf("vs caddy-ratelimit %s-sliding_counter-rss %.2f", w.name, rss["caddy-ratelimit"]/rss["tollgate sliding_counter"]),
@@ -163,6 +189,9 @@ func startCaddy(bin, dir string, w workload) (stop func()) {
 		admin := freePort()
 		s.port = freePort()
 		body := s.body
+		if s.denied != "" && w.name == "1key-denied" {
+			body = s.denied
+		}
 		if strings.Contains(body, "%d") {
 			body = fmt.Sprintf(body, w.limit)
 		}

@@ -141,5 +141,12 @@ func serve(gate *core.Gate, cfg *Config, next http.Handler, w http.ResponseWrite
 		plan.CancelShaped() // the client went away while it was shaped: its place goes to the next
 		return
 	}
+	if plan.Watching() { // adaptive rules hear how the upstream answered
+		rec := &core.StatusRecorder{ResponseWriter: w}
+		began := time.Now()
+		next.ServeHTTP(rec, r)
+		plan.Observe(rec.Answered(), time.Since(began))
+		return
+	}
 	next.ServeHTTP(w, r)
 }

@@ -252,3 +252,31 @@ func TestInFlightWaitsForASlot(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// TestAdaptiveHearsUpstream checks that an adaptive rule hears the
+// upstream's answers: failing answers make it cut its limit.
+func TestAdaptiveHearsUpstream(t *testing.T) {
+	a, err := core.NewAdaptiveJudged(core.AdaptiveOptions{Controller: core.ControllerAIMD, MinSamples: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	p := core.MustPolicy("api", core.PolicyOptions{Adaptive: a}, core.Limit{Count: 1000, Window: time.Minute, Algorithm: core.FixedWindow})
+	mw, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, memory.MustNew(memory.Options{}))}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})))
+	defer srv.Close()
+	for i := 0; i < 20; i++ {
+		if resp, _ := get(t, srv.URL, nil); resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	a.Judge()
+	if f := a.Factor(); f >= 1 {
+		t.Fatalf("factor %v after 20 failing answers, want below 1", f)
+	}
+}
