@@ -152,7 +152,7 @@ bin/caddy-bench: $(CADDY_SRC)
 
 # One access event over the plugin server's socket, as Kong sends it.
 bench-kong: deps
-	$(GO) test -run '^$$' -bench AccessOverSocket -benchtime 3s ./kongplugin/
+	$(GO) test -run '^$$' -bench 'AccessOverSocket|VsFloor' -benchtime 3s ./kongplugin/
 
 # The memory store's benchmarks, and the Caddy handler in process beside
 # a handler that only sets the same five headers (its `vs header-floor`

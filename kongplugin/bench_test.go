@@ -1,8 +1,11 @@
 package kongplugin_test
 
 import (
+	"fmt"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,4 +78,57 @@ func BenchmarkAccessOverSocket(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 		})
 	}
+}
+
+// BenchmarkVsFloor measures the access event of an allowed request (limit
+// by IP, memory store) through tollgate's plugin server and through the
+// floor plugin server (internal/kongfloor: the same go-pdk server and the
+// same PDK calls, no decision), one connection each, in five alternating
+// rounds of 2,000 events. It prints both p50s and p99s and `vs
+// floor-plugin kong-access-p50 <floor p50 ÷ tollgate p50>` (> 1 would mean
+// tollgate is faster than the floor). make bench runs it.
+func BenchmarkVsFloor(b *testing.B) {
+	if b.N > 1 {
+		return // measured once, at b.N == 1, by its own rounds
+	}
+	names := []string{"floor", "tollgate"}
+	servers := []*kongproc.Server{kongproc.StartPackage(b, "github.com/tollgate/tollgate/internal/kongfloor"), kongproc.Start(b)}
+	clients := make([]*kongproc.Client, len(servers))
+	ids := make([]int32, len(servers))
+	calls := make([][]string, len(servers))
+	for i, s := range servers {
+		clients[i] = s.Dial()
+		defer clients[i].Close()
+		var err error
+		if ids[i], err = clients[i].StartInstance(kongConfig(map[string]any{"second": 1e9, "limit_by": "ip"})); err != nil {
+			b.Fatal(err)
+		}
+		res, err := clients[i].Access(ids[i], kongproc.Request{ForwardedIP: "192.0.2.1"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		calls[i] = res.Calls
+	}
+	if strings.Join(calls[0], " ") != strings.Join(calls[1], " ") {
+		b.Fatalf("the floor makes PDK calls %v, tollgate %v: not the same", calls[0], calls[1])
+	}
+	took := make([][]time.Duration, len(servers))
+	for round := 0; round < 5; round++ {
+		for i, c := range clients {
+			for n := 0; n < 2000; n++ {
+				began := time.Now()
+				if _, err := c.Access(ids[i], kongproc.Request{ForwardedIP: "192.0.2." + strconv.Itoa(n%250)}); err != nil {
+					b.Fatal(err)
+				}
+				took[i] = append(took[i], time.Since(began))
+			}
+		}
+	}
+	var p50 [2]time.Duration
+	for i, t := range took {
+		slices.Sort(t)
+		p50[i] = t[len(t)/2]
+		fmt.Printf("%-8s p50 %v p99 %v (PDK calls: %s)\n", names[i], p50[i], t[len(t)*99/100], strings.Join(calls[i], ", "))
+	}
+	fmt.Printf("vs floor-plugin kong-access-p50 %.2f (tollgate %.2f× the floor's p50)\n", float64(p50[0])/float64(p50[1]), float64(p50[1])/float64(p50[0]))
 }

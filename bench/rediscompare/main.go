@@ -8,7 +8,8 @@
 //	vs <peer> <workload> <factor>
 //
 // with factor = tollgate's decisions/s ÷ the peer's (> 1: tollgate better),
-// and redis-benchmark's EVAL ops/s on the same server as the ceiling.
+// p99 latency ratios (the peer's ÷ tollgate's), and tollgate against the
+// pipelined ceiling: redis-benchmark -P 16 running the same EVALSHA.
 package main
 
 import (
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,21 +48,34 @@ func check(err error) {
 	}
 }
 
-// rate runs decide from callers goroutines for d and returns decisions/s.
-func rate(d time.Duration, decide decider) float64 {
+// result is one measurement: decisions/s and the 99th percentile of one
+// decision's latency.
+type result struct {
+	rps float64
+	p99 time.Duration
+}
+
+// rate runs decide from callers goroutines for d.
+func rate(d time.Duration, decide decider) result {
 	var done atomic.Int64
 	var failed atomic.Int64
 	stop := time.Now().Add(d)
 	var wg sync.WaitGroup
+	took := make([][]time.Duration, callers)
 	for g := 0; g < callers; g++ {
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
 			ctx := context.Background()
-			for i := g * 7919; time.Now().Before(stop); i++ {
+			for i := g * 7919; ; i++ {
+				began := time.Now()
+				if began.After(stop) {
+					return
+				}
 				if !decide(ctx, "client-"+strconv.Itoa(i%keys)) {
 					failed.Add(1)
 				}
+				took[g] = append(took[g], time.Since(began))
 				done.Add(1)
 			}
 		}(g)
@@ -69,7 +84,9 @@ func rate(d time.Duration, decide decider) float64 {
 	if failed.Load() > 0 {
 		fmt.Fprintf(os.Stderr, "warning: %d of %d decisions denied or failed\n", failed.Load(), done.Load())
 	}
-	return float64(done.Load()) / d.Seconds()
+	all := slices.Concat(took...)
+	slices.Sort(all)
+	return result{float64(done.Load()) / d.Seconds(), all[len(all)*99/100]}
 }
 
 func main() {
@@ -96,13 +113,13 @@ func main() {
 	periods := []time.Duration{time.Second, time.Minute, time.Hour}
 
 	batch := *batchFlag
-	tollgate := func(limits []core.Limit) decider {
+	tollgate := func(limits []core.Limit) (decider, *tgredis.Store, *core.Policy) {
 		s := tgredis.NewFromClient(client(), tgredis.Options{Timeout: 2 * time.Second, Batch: batch})
 		p := core.MustPolicy("bench"+strconv.Itoa(len(limits)), core.PolicyOptions{}, limits...)
 		return func(ctx context.Context, key string) bool {
 			var d core.Decision
 			return s.Decide(ctx, p, key, 1, &d) == nil && d.Allowed
-		}
+		}, s, p
 	}
 	redisRate := func(n int) decider {
 		l := redis_rate.NewLimiter(client())
@@ -136,28 +153,37 @@ func main() {
 	}
 
 	fmt.Printf("redis-server %s, %d callers, %d keys, %v per measurement\n\n", srv.Addr, callers, keys, *dur)
-	fmt.Printf("%-18s %-22s %14s\n", "workload", "limiter", "decisions/s")
+	fmt.Printf("%-18s %-32s %14s %10s\n", "workload", "limiter", "decisions/s", "p99")
+	show := func(workload, name string, r result) {
+		fmt.Printf("%-18s %-32s %14.0f %10s\n", workload, name, r.rps, r.p99.Round(10*time.Microsecond))
+	}
 	var lines []string
 	for _, w := range []struct {
 		name   string
 		limits []core.Limit
 	}{{"1-limit", one}, {"3-stacked-limits", three}} {
 		n := len(w.limits)
-		ours := rate(*dur, tollgate(w.limits))
-		fmt.Printf("%-18s %-22s %14.0f\n", w.name, "tollgate", ours)
+		decide, store, policy := tollgate(w.limits)
+		ours := rate(*dur, decide)
+		show(w.name, "tollgate", ours)
 		for _, peer := range []struct {
 			name string
 			d    decider
 		}{{"redis_rate", redisRate(n)}, {"ulule/limiter", ululeStore(n)}} {
 			theirs := rate(*dur, peer.d)
-			fmt.Printf("%-18s %-22s %14.0f\n", w.name, peer.name, theirs)
-			lines = append(lines, fmt.Sprintf("vs %s %s %.2f", peer.name, w.name, ours/theirs))
+			show(w.name, peer.name, theirs)
+			lines = append(lines, fmt.Sprintf("vs %s %s %.2f", peer.name, w.name, ours.rps/theirs.rps),
+				fmt.Sprintf("vs %s %s-p99 %.2f", peer.name, w.name, float64(theirs.p99)/float64(ours.p99)))
 		}
-	}
-	if ceiling, err := evalCeiling(srv.Port); err == nil {
-		fmt.Printf("\nceiling: redis-benchmark EVAL \"return 1\" 0: %s ops/s\n", ceiling)
-	} else {
-		fmt.Printf("\nceiling: redis-benchmark unavailable: %v\n", err)
+		// The floor: redis-benchmark pipelining 16 EVALSHAs of the same
+		// script, keys and arguments on the same server.
+		ceiling, err := pipelinedCeiling(srv.Port, store, policy)
+		if err != nil {
+			fmt.Printf("%-18s ceiling unavailable: %v\n", w.name, err)
+			continue
+		}
+		show(w.name, "redis-benchmark -P16 EVALSHA", result{rps: ceiling})
+		lines = append(lines, fmt.Sprintf("vs pipelined-ceiling %s %.2f", w.name, ours.rps/ceiling))
 	}
 	fmt.Println()
 	for _, l := range lines {
@@ -165,19 +191,32 @@ func main() {
 	}
 }
 
-// evalCeiling runs redis-benchmark's EVAL of an empty script with the same
-// number of clients and returns its ops/s.
-func evalCeiling(port int) (string, error) {
-	out, err := exec.Command("redis-benchmark", "-p", strconv.Itoa(port), "-c", strconv.Itoa(callers),
-		"-n", "200000", "-q", "eval", "return 1", "0").CombinedOutput()
+// pipelinedCeiling loads the decision script and runs redis-benchmark with
+// 64 clients pipelining 16 EVALSHAs each, with the keys and arguments
+// tollgate's store sends for p over 10,000 keys, and returns its ops/s.
+func pipelinedCeiling(port int, s *tgredis.Store, p *core.Policy) (float64, error) {
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port)})
+	defer c.Close()
+	sha, err := c.ScriptLoad(context.Background(), core.StepLua).Result()
 	if err != nil {
-		return "", fmt.Errorf("%v: %s", err, out)
+		return 0, err
+	}
+	keyList, args := s.DecideCommand(p, "client-__rand_int__", 1)
+	cmd := []string{"-p", strconv.Itoa(port), "-c", strconv.Itoa(callers), "-P", "16", "-n", "1000000", "-r", strconv.Itoa(keys),
+		"-q", "evalsha", sha, strconv.Itoa(len(keyList))}
+	cmd = append(cmd, keyList...)
+	for _, a := range args {
+		cmd = append(cmd, fmt.Sprint(a))
+	}
+	out, err := exec.Command("redis-benchmark", cmd...).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("%v: %s", err, out)
 	}
 	// The last line reads "<command>: <ops> requests per second, p50=...".
 	text := strings.ReplaceAll(string(out), "\r", "\n")
 	if i := strings.LastIndex(text, " requests per second"); i >= 0 {
 		fields := strings.Fields(text[:i])
-		return fields[len(fields)-1], nil
+		return strconv.ParseFloat(fields[len(fields)-1], 64)
 	}
-	return "", fmt.Errorf("no figure in %q", out)
+	return 0, fmt.Errorf("no figure in %q", out)
 }

@@ -28,43 +28,50 @@ import (
 )
 
 var (
-	buildOnce sync.Once
-	buildPath string
-	buildErr  error
+	buildMu sync.Mutex
+	built   = map[string]string{} // package → binary
 )
+
+// PluginPackage is the plugin server Kong runs: tollgate's.
+const PluginPackage = "github.com/tollgate/tollgate/kongplugin/cmd/tollgate"
 
 // Binary builds the plugin server once per test process and returns it,
 // with the race detector when the tests have it.
-func Binary(t testing.TB) string {
+func Binary(t testing.TB) string { return BinaryOf(t, PluginPackage) }
+
+// BinaryOf builds the plugin server command pkg once per test process and
+// returns it, named after pkg's last element (go-pdk names its socket after
+// the binary).
+func BinaryOf(t testing.TB, pkg string) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "tollgate-kong")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildPath = filepath.Join(dir, "tollgate")
-		args := []string{"build", "-o", buildPath}
-		if raceEnabled {
-			// As the tests are built: the plugin shares their compiled
-			// packages, and a data race in it fails the test that meets it.
-			args = append(args, "-race")
-		}
-		out, err := exec.Command("go", append(args, "github.com/tollgate/tollgate/kongplugin/cmd/tollgate")...).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("building the plugin: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if path, ok := built[pkg]; ok {
+		return path
 	}
-	return buildPath
+	dir, err := os.MkdirTemp("", "tollgate-kong")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, filepath.Base(pkg))
+	args := []string{"build", "-o", path}
+	if raceEnabled {
+		// As the tests are built: the plugin shares their compiled
+		// packages, and a data race in it fails the test that meets it.
+		args = append(args, "-race")
+	}
+	if out, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
+		t.Fatalf("building the plugin %s: %v\n%s", pkg, err, out)
+	}
+	built[pkg] = path
+	return path
 }
 
 // Server is a running plugin server.
 type Server struct {
 	// Prefix is its Kong prefix (-kong-prefix); Socket its Unix socket.
 	Prefix, Socket string
+	bin            string
 	env            []string
 	cmd            *exec.Cmd
 	log            string
@@ -80,8 +87,15 @@ func Start(t testing.TB) *Server { return StartEnv(t) }
 // environment, kept across Restart.
 func StartEnv(t testing.TB, env ...string) *Server {
 	t.Helper()
-	s := &Server{Prefix: t.TempDir(), t: t, env: env}
-	s.Socket = filepath.Join(s.Prefix, "tollgate.socket")
+	return StartPackage(t, PluginPackage, env...)
+}
+
+// StartPackage is StartEnv for the plugin server command pkg (see
+// BinaryOf).
+func StartPackage(t testing.TB, pkg string, env ...string) *Server {
+	t.Helper()
+	s := &Server{Prefix: t.TempDir(), t: t, env: env, bin: BinaryOf(t, pkg)}
+	s.Socket = filepath.Join(s.Prefix, filepath.Base(s.bin)+".socket")
 	s.log = filepath.Join(s.Prefix, "plugin.log")
 	s.start()
 	t.Cleanup(s.Kill)
@@ -94,7 +108,7 @@ func (s *Server) start() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	s.cmd = exec.Command(Binary(s.t), "-kong-prefix", s.Prefix)
+	s.cmd = exec.Command(s.bin, "-kong-prefix", s.Prefix)
 	s.cmd.Env = append(os.Environ(), s.env...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -348,26 +348,16 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 // times to send).
 func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) ([]core.State, error) {
 	limits := p.Limits()
-	now := int64(-1)
-	if s.clock != nil {
-		now = s.clock.NowMicros()
-	}
-	args := make([]any, 0, 4+7*len(limits))
-	args = append(args, now, cost, len(limits), (p.IdleMicros()+999)/1000+1)
-	for i := range limits {
-		l := &limits[i]
-		args = append(args, int(l.Algorithm), l.Count, int64(l.Window/time.Microsecond),
-			l.EffectiveBurst(), int64(l.MaxDelay/time.Microsecond), l.CalendarMonths(), p.LimitID(i))
-	}
+	keys, args := s.DecideCommand(p, key, cost)
 	// The deadline bounds the whole decision, NOSCRIPT reload included.
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var reply []int64
 	var err error
 	if s.batch != nil {
-		reply, err = s.batch.do(ctx, s.Keys(p, key), args)
+		reply, err = s.batch.do(ctx, keys, args)
 	} else {
-		reply, err = decideScript.Run(ctx, s.client, s.Keys(p, key), args...).Int64Slice()
+		reply, err = decideScript.Run(ctx, s.client, keys, args...).Int64Slice()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
@@ -395,6 +385,26 @@ func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int
 		return nil, nil
 	}
 	return parseStates(limits, reply[1+5*len(limits):])
+}
+
+// DecideCommand returns the keys and arguments of the EVALSHA of
+// core.StepLua that decides a request of cost units for key under p (cost
+// -1: a probe that changes nothing), as Decide sends it: for tools that
+// replay the store's work (the benchmark's pipelined ceiling).
+func (s *Store) DecideCommand(p *core.Policy, key string, cost int64) (keys []string, args []any) {
+	limits := p.Limits()
+	now := int64(-1) // the server's TIME
+	if s.clock != nil {
+		now = s.clock.NowMicros()
+	}
+	args = make([]any, 0, 4+7*len(limits))
+	args = append(args, now, cost, len(limits), (p.IdleMicros()+999)/1000+1)
+	for i := range limits {
+		l := &limits[i]
+		args = append(args, int(l.Algorithm), l.Count, int64(l.Window/time.Microsecond),
+			l.EffectiveBurst(), int64(l.MaxDelay/time.Microsecond), l.CalendarMonths(), p.LimitID(i))
+	}
+	return s.Keys(p, key), args
 }
 
 // Inspect fills d with what a request of cost 0 for key would see under p,
