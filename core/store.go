@@ -24,13 +24,19 @@ type Clock interface {
 
 // monotonicClock reads the process's monotonic clock, anchored once to the
 // wall clock so windows align to the epoch, but never stepping with it.
-type monotonicClock struct{ start time.Time }
+type monotonicClock struct {
+	start       time.Time
+	startMicros int64 // start's Unix time, µs
+}
 
 // NewMonotonicClock returns the Clock stores use by default.
-func NewMonotonicClock() Clock { return monotonicClock{start: time.Now()} }
+func NewMonotonicClock() Clock {
+	start := time.Now()
+	return monotonicClock{start: start, startMicros: start.UnixMicro()}
+}
 
 func (c monotonicClock) NowMicros() int64 {
-	return c.start.UnixMicro() + int64(time.Since(c.start)/time.Microsecond)
+	return c.startMicros + int64(time.Since(c.start)/time.Microsecond)
 }
 
 // ManualClock is a Clock that tests set by hand.

@@ -51,7 +51,7 @@ type heavyEntry struct {
 const counterFactor = 100
 
 func newTopK(shown int) *topK {
-	return &topK{shown: shown, index: make(map[string]*heavyEntry, shown*counterFactor), nowFunc: time.Now}
+	return &topK{shown: shown, index: make(map[string]*heavyEntry, shown*counterFactor), nowFunc: monotonicTime}
 }
 
 // offer counts one denial of key.
@@ -168,3 +168,7 @@ func KeyHash(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:6])
 }
+
+// monotonicTime is time.Now from the monotonic clock alone (see
+// monotonicNow): a denial flood ages the sketch on every denial.
+func monotonicTime() time.Time { return clockOrigin.Add(monotonicNow()) }
