@@ -89,6 +89,29 @@ var peers = []peer{
 	}},
 }
 
+// floorName is the floor every limiter stands on: per decision, read the
+// monotonic clock and write one key's state in a mutex-guarded map, with
+// no algorithm at all. It is measured with the others, not as a peer.
+const floorName = "floor(clock+map+mutex)"
+
+func floor(int) decider {
+	var mu sync.Mutex
+	m := map[string]*int64{}
+	start := time.Now()
+	return func(key string) bool {
+		now := int64(time.Since(start))
+		mu.Lock()
+		s := m[key]
+		if s == nil {
+			s = new(int64)
+			m[key] = s
+		}
+		*s = now
+		mu.Unlock()
+		return true
+	}
+}
+
 func tollgate(a core.Algorithm) func(keys int) decider {
 	return func(keys int) decider {
 		store := memory.MustNew(memory.Options{MaxKeys: 2 * keys})
@@ -241,14 +264,25 @@ func main() {
 		for _, p := range peers {
 			contenders = append(contenders, limiter{p.name, p.algorithm, p.make})
 		}
+		contenders = append(contenders, limiter{floorName, 0, floor})
 		ns, allocs := measureAll(w, contenders)
 		ours := map[core.Algorithm]float64{}
 		slowest, fastest, fastestName := 0.0, 0.0, ""
 		for i, c := range contenders {
-			fmt.Printf("%-22s %-22s %-16s %10.1f %10d\n", w.name, c.name, c.algorithm, ns[i], allocs[i])
+			alg := c.algorithm.String()
+			if c.name == floorName {
+				alg = "-"
+			}
+			fmt.Printf("%-22s %-22s %-16s %10.1f %10d\n", w.name, c.name, alg, ns[i], allocs[i])
 			if i < ourCount {
 				ours[c.algorithm] = ns[i]
 				slowest = max(slowest, ns[i])
+				continue
+			}
+			if c.name == floorName {
+				// What 1.3× the fastest peer would leave above the floor.
+				lines = append(lines, fmt.Sprintf("vs %s %s-token_bucket %.2f (tollgate %.0f ns above the floor; 1.3x the fastest peer would leave %.0f ns above it)",
+					floorName, w.name, ns[i]/ours[core.TokenBucket], ours[core.TokenBucket]-ns[i], fastest/1.3-ns[i]))
 				continue
 			}
 			lines = append(lines, fmt.Sprintf("vs %s %s %.2f", c.name, w.name, ns[i]/ours[c.algorithm]))
