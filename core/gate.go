@@ -273,12 +273,7 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 			}
 			break
 		}
-		if lease, ok := r.Limiter.Lease(in.Key, d); ok {
-			plan.leases = append(plan.leases, heldLease{r.Limiter, lease})
-		}
-		if shaped, ok := r.Limiter.Shaped(in.Key, d); ok {
-			plan.shaped = append(plan.shaped, heldShape{r.Limiter, shaped})
-		}
+		plan.keep(r.Limiter, in.Key, d)
 		if a := r.Limiter.Policy().Adaptive(); a != nil {
 			if plan.watched < len(plan.watching) {
 				plan.watching[plan.watched] = a
@@ -317,6 +312,20 @@ var clockOrigin = time.Now()
 
 // monotonicNow returns the time since clockOrigin, from the monotonic clock.
 func monotonicNow() time.Duration { return time.Since(clockOrigin) }
+
+// keep holds the in-flight slots and shaper queue places d took.
+// Apart from Decide, so its large locals are not on the stack while a
+// store decides: a shallower stack is copied less often when it grows.
+//
+//go:noinline
+func (p *Plan) keep(l *Limiter, key string, d *Decision) {
+	if lease, ok := l.Lease(key, d); ok {
+		p.leases = append(p.leases, heldLease{l, lease})
+	}
+	if shaped, ok := l.Shaped(key, d); ok {
+		p.shaped = append(p.shaped, heldShape{l, shaped})
+	}
+}
 
 // decisions are Decide's scratch decisions.
 var decisions = sync.Pool{New: func() any { return new(Decision) }}

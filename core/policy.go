@@ -405,6 +405,14 @@ func (p *Policy) Apply(states []State, now, cost int64, d *Decision) {
 		d.Summarize(d.Results[0].Allowed)
 		return
 	}
+	p.applyStacked(limits, states, now, cost, d)
+}
+
+// applyStacked is Apply for more than one limit: apart, so the next
+// states' array is on the stack only for stacked limits.
+//
+//go:noinline
+func (p *Policy) applyStacked(limits []Limit, states []State, now, cost int64, d *Decision) {
 	var next [MaxLimits]State
 	allowed := true
 	for i := range limits {

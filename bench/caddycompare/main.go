@@ -111,6 +111,7 @@ func main() {
 	dur := flag.Duration("d", 4*time.Second, "wrk duration per measurement")
 	conns := flag.Int("c", 64, "wrk connections")
 	rounds := flag.Int("rounds", 3, "measurements per contender (median kept)")
+	only := flag.String("workload", "", "run only the workload with this name")
 	flag.Parse()
 	if _, err := exec.LookPath("wrk"); err != nil {
 		log.Fatal("wrk not found: apt-get install -y wrk")
@@ -126,6 +127,9 @@ func main() {
 	type result struct{ rps, p99 float64 }
 	var lines []string
 	for _, w := range workloads {
+		if *only != "" && w.name != *only {
+			continue
+		}
 		stop := startCaddy(*caddy, dir, w)
 		script := filepath.Join(dir, "keys.lua")
 		must(os.WriteFile(script, []byte(fmt.Sprintf(`local n = 0
