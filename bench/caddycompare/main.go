@@ -110,7 +110,7 @@ func main() {
 	caddy := flag.String("caddy", "../bin/caddy-bench", "Caddy with tollgate and caddy-ratelimit")
 	dur := flag.Duration("d", 4*time.Second, "wrk duration per measurement")
 	conns := flag.Int("c", 64, "wrk connections")
-	rounds := flag.Int("rounds", 3, "measurements per contender (median kept)")
+	rounds := flag.Int("rounds", 5, "measurements per contender (median kept)")
 	only := flag.String("workload", "", "run only the workload with this name")
 	flag.Parse()
 	if _, err := exec.LookPath("wrk"); err != nil {
