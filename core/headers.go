@@ -132,6 +132,10 @@ func (v *headerValues) write(b []byte) {
 }
 
 func (v *headerValues) writeString(s string) {
+	if v.spill == nil && v.used+len(s) <= len(v.space) {
+		v.used += copy(v.space[v.used:], s)
+		return
+	}
 	for len(s) > 0 { // in chunks, so a long name needs no []byte of its own
 		var chunk [32]byte
 		n := copy(chunk[:], s)
@@ -141,6 +145,10 @@ func (v *headerValues) writeString(s string) {
 }
 
 func (v *headerValues) writeInt(i int64) {
+	if v.spill == nil && v.used+20 <= len(v.space) { // 20: the longest int64
+		v.used += len(strconv.AppendInt(v.space[v.used:v.used], i, 10))
+		return
+	}
 	var digits [20]byte
 	v.write(strconv.AppendInt(digits[:0], i, 10))
 }
