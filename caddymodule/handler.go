@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/textproto"
-	"strconv"
 	"strings"
 	"time"
 
@@ -300,10 +299,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return next.ServeHTTP(w, r)
 }
 
-// writeText answers with status and a plain-text body.
+// writeText answers with status and a plain-text body, as Caddy's
+// respond does: net/http adds Content-Length for a body this short.
 func writeText(w http.ResponseWriter, status int, body string) error {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.Header()["Content-Type"] = []string{"text/plain; charset=utf-8"} // canonical: no Set
 	w.WriteHeader(status)
 	_, err := io.WriteString(w, body)
 	return err

@@ -56,7 +56,7 @@ func TestCaddyPerKeyLimitAndHeaders(t *testing.T) {
 	}
 	expectHeaders(t, "denied", resp, map[string]string{
 		"Retry-After": "59..60", "X-Ratelimit-Remaining": "0", "Content-Type": "text/plain; charset=utf-8",
-		"Ratelimit": `"per-key";r=0;t=60`,
+		"Ratelimit": `"per-key";r=0;t=60`, "Content-Length": "20",
 	})
 	// Another key has its own quota; a request without the key header is
 	// not limited (empty_key skip) and carries no rate-limit headers.
