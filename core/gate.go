@@ -218,9 +218,8 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 	plan.watched, plan.extra, plan.leases, plan.shaped = 0, nil, nil, nil
 	// A store's Decide takes d through an interface, so a local would
 	// escape: one 0.5 KB allocation per request. Pooled instead.
-	pd := decisions.Get().(*Decision)
-	defer decisions.Put(pd)
-	d := pd
+	d := decisions.Get().(*Decision)
+	defer decisions.Put(d)
 	for i := range g.rules {
 		in, err := req.Input(i)
 		if err != nil {
