@@ -37,10 +37,10 @@ bin/caddy-race: $(CADDY_SRC)
 
 # unit runs last: its final line counts every test of every package as
 # "N passed, N failed, N skipped". The planted-bug runs mostly link test
-# binaries one at a time, so bin/caddy-race builds beside them.
+# binaries one at a time, so bin/caddy-race and the adaptive benchmark's
+# short form run beside them.
 test: vet fmt
-	$(MAKE) --no-print-directory -j2 mutants bin/caddy-race
-	$(MAKE) --no-print-directory adaptive-short
+	$(MAKE) --no-print-directory -j2 mutants bin/caddy-race adaptive-short
 	$(MAKE) --no-print-directory unit
 
 # The Redis stores' suites alone, connected as tollgate's least-privilege
