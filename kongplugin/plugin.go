@@ -187,14 +187,12 @@ func planOf(kong *pdk.PDK, inst *instance, consumer *entities.Consumer) string {
 		v, _ := kong.Request.GetHeader(inst.PlanHeader)
 		return v
 	case "consumer_tag":
-		if consumer == nil {
-			c, err := kong.Client.GetConsumer()
-			if err != nil {
-				return ""
-			}
-			consumer = &c
+		if consumer != nil { // limit_by consumer asked Kong already
+			return inst.policy.FirstPlan(consumer.Tags)
 		}
-		return inst.policy.FirstPlan(consumer.Tags)
+		if c, err := kong.Client.GetConsumer(); err == nil {
+			return inst.policy.FirstPlan(c.Tags)
+		}
 	}
 	return ""
 }
