@@ -311,18 +311,17 @@ func writeText(w http.ResponseWriter, status int, body string) error {
 // observeUpstream serves the request and reports its status and duration
 // to the adaptive controllers. An error a later handler returns (such as
 // reverse_proxy's 502 or 504) counts with its status.
-func observeUpstream(plan *core.Plan, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	rec := &core.StatusRecorder{ResponseWriter: w}
-	began := time.Now()
-	err := next.ServeHTTP(rec, r)
-	status := rec.Answered()
-	var he caddyhttp.HandlerError
-	if errors.As(err, &he) && he.StatusCode != 0 {
-		status = he.StatusCode
-	} else if err != nil {
-		status = http.StatusInternalServerError
-	}
-	plan.Observe(status, time.Since(began))
+func observeUpstream(plan *core.Plan, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
+	plan.ServeObserved(w, func(w http.ResponseWriter) int {
+		if err = next.ServeHTTP(w, r); err == nil {
+			return 0
+		}
+		var he caddyhttp.HandlerError
+		if errors.As(err, &he) && he.StatusCode != 0 {
+			return he.StatusCode
+		}
+		return http.StatusInternalServerError
+	})
 	return err
 }
 

@@ -309,6 +309,9 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 // (it reads the wall clock too), and Decide times every store decision.
 var clockOrigin = time.Now()
 
+// clockOriginMicros is clockOrigin's Unix time in µs.
+var clockOriginMicros = clockOrigin.UnixMicro()
+
 // monotonicNow returns the time since clockOrigin, from the monotonic clock.
 func monotonicNow() time.Duration { return time.Since(clockOrigin) }
 

@@ -118,17 +118,11 @@ type headerValues struct {
 	spill []byte             // the buffer once space is full
 }
 
-// write appends b to the buffer.
-func (v *headerValues) write(b []byte) {
-	if v.spill == nil && v.used+len(b) <= len(v.space) {
-		v.used += copy(v.space[v.used:], b)
-		return
-	}
+// spillOver moves the buffer to the heap, where a long name fits.
+func (v *headerValues) spillOver() {
 	if v.spill == nil {
 		v.spill = append(make([]byte, 0, 2*len(v.space)), v.space[:v.used]...)
 	}
-	v.spill = append(v.spill, b...)
-	v.used = len(v.spill)
 }
 
 func (v *headerValues) writeString(s string) {
@@ -136,12 +130,9 @@ func (v *headerValues) writeString(s string) {
 		v.used += copy(v.space[v.used:], s)
 		return
 	}
-	for len(s) > 0 { // in chunks, so a long name needs no []byte of its own
-		var chunk [32]byte
-		n := copy(chunk[:], s)
-		v.write(chunk[:n])
-		s = s[n:]
-	}
+	v.spillOver()
+	v.spill = append(v.spill, s...)
+	v.used = len(v.spill)
 }
 
 func (v *headerValues) writeInt(i int64) {
@@ -149,8 +140,9 @@ func (v *headerValues) writeInt(i int64) {
 		v.used += len(strconv.AppendInt(v.space[v.used:v.used], i, 10))
 		return
 	}
-	var digits [20]byte
-	v.write(strconv.AppendInt(digits[:0], i, 10))
+	v.spillOver()
+	v.spill = strconv.AppendInt(v.spill, i, 10)
+	v.used = len(v.spill)
 }
 
 // add starts a value whose bytes are written next, up to end.

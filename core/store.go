@@ -23,20 +23,15 @@ type Clock interface {
 }
 
 // monotonicClock reads the process's monotonic clock, anchored once to the
-// wall clock so windows align to the epoch, but never stepping with it.
-type monotonicClock struct {
-	start       time.Time
-	startMicros int64 // start's Unix time, µs
-}
+// wall clock so windows align to the epoch, but never stepping with it
+// (see monotonicNow).
+type monotonicClock struct{}
 
 // NewMonotonicClock returns the Clock stores use by default.
-func NewMonotonicClock() Clock {
-	start := time.Now()
-	return monotonicClock{start: start, startMicros: start.UnixMicro()}
-}
+func NewMonotonicClock() Clock { return monotonicClock{} }
 
-func (c monotonicClock) NowMicros() int64 {
-	return c.startMicros + int64(time.Since(c.start)/time.Microsecond)
+func (monotonicClock) NowMicros() int64 {
+	return clockOriginMicros + int64(monotonicNow()/time.Microsecond)
 }
 
 // ManualClock is a Clock that tests set by hand.

@@ -142,10 +142,7 @@ func serve(gate *core.Gate, cfg *Config, next http.Handler, w http.ResponseWrite
 		return
 	}
 	if plan.Watching() { // adaptive rules hear how the upstream answered
-		rec := &core.StatusRecorder{ResponseWriter: w}
-		began := time.Now()
-		next.ServeHTTP(rec, r)
-		plan.Observe(rec.Answered(), time.Since(began))
+		plan.ServeObserved(w, func(w http.ResponseWriter) int { next.ServeHTTP(w, r); return 0 })
 		return
 	}
 	next.ServeHTTP(w, r)
