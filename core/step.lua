@@ -1,9 +1,11 @@
 -- tollgate: decide one request for every stacked limit of a policy, all or
--- nothing, in one call. Each algorithm mirrors its Go step function in
--- core/step.go operation for operation: every integer stays below 2^53, so
--- Lua's doubles compute exactly what Go's int64s do, and the sliding
--- counter's double expressions are evaluated in the same order.
+-- nothing, in one call; or a pipeline's batch of such requests, in order, in
+-- one call. Each algorithm mirrors its Go step function in core/step.go
+-- operation for operation: every integer stays below 2^53, so Lua's doubles
+-- compute exactly what Go's int64s do, and the sliding counter's double
+-- expressions are evaluated in the same order.
 --
+-- One request:
 -- KEYS[1]   a hash holding every limit's state but sliding logs': field
 --           <limit id>, value "a b c"; and an in_flight limit's lease
 --           counter, field "seq:<limit id>"
@@ -20,22 +22,18 @@
 -- the step on it: "a b c", or for a sliding log (or in_flight) its live count
 -- k and its k live times oldest first (k = -1 and no times when more than 64
 -- are live).
-
+--
+-- A batch (standalone Redis and Sentinel: its keys span many Cluster slots):
+-- ARGV[1]  -2
+-- ARGV[2]  number of policies, then per policy: number of limits, ttl ms,
+--          and its limits' 7 values each, as above
+-- then per request, 3 values: its policy (counted from 1), now (-1: the
+--          server's TIME, read once for the batch) and cost
+-- KEYS     per request in turn, its keys as above (1 + its policy's limits)
+-- Returns one reply per request, in order: as above, or the error it met
+-- (one request's error does not stop the others).
 local FIXED, LOG, COUNTER, BUCKET, GCRA, SHAPER, INFLIGHT = 1, 2, 3, 4, 5, 6, 7
 local MAX_INFLIGHT_RETRY = 1000000 -- core.MaxInFlightRetry, µs
-
-local now = tonumber(ARGV[1])
-if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local cost = tonumber(ARGV[2])
--- A cost of -1 probes: it decides as a request of cost 0 and writes nothing
--- (an operator reading a key changes nothing, not even its expiry).
-local probe = cost < 0
-if probe then cost = 0 end
-local nlimits = tonumber(ARGV[3])
-local ttl = tonumber(ARGV[4])
 
 -- Integer division truncating toward zero, exact for |a| < 2^53.
 local function idiv(a, b)
@@ -47,7 +45,9 @@ local function idiv(a, b)
   return q
 end
 local function ceildiv(a, b) return idiv(a + b - 1, b) end
-local function fmt(x) return string.format('%.0f', x) end
+-- Every value is an integer below 2^53, which Redis's Lua formats exactly
+-- with %d (a C long), and faster than with %.0f.
+local function fmt(x) return string.format('%d', x) end
 
 local function parse(v)
   if not v then return {0, 0, 0} end
@@ -256,101 +256,157 @@ end
 
 local steps = {[FIXED] = fixed, [COUNTER] = counter, [BUCKET] = bucket, [GCRA] = gcra, [SHAPER] = shaper}
 
-local limits, states, nexts, results = {}, {}, {}, {}
-local fields = {}
-for i = 1, nlimits do
-  local base = 4 + (i - 1) * 7
-  limits[i] = {alg = tonumber(ARGV[base + 1]), n = tonumber(ARGV[base + 2]), w = tonumber(ARGV[base + 3]),
-               b = tonumber(ARGV[base + 4]), d = tonumber(ARGV[base + 5]), months = tonumber(ARGV[base + 6]),
-               id = ARGV[base + 7]}
-  fields[i] = limits[i].id
-end
-local stored = redis.call('HMGET', KEYS[1], unpack(fields))
-local all = true
-for i = 1, nlimits do
-  local l = limits[i]
-  if logged(l) then
-    states[i], results[i] = logged_step(l, KEYS[1 + i], now, cost)
-  else
-    states[i] = parse(stored[i])
-    nexts[i], results[i] = steps[l.alg](l, states[i], now, cost)
+-- The n limits whose 7 values each start after ARGV[base], and the hash
+-- fields holding their states.
+local function read_limits(base, n)
+  local limits = {fields = {}}
+  for i = 1, n do
+    local at = base + (i - 1) * 7
+    limits[i] = {alg = tonumber(ARGV[at + 1]), n = tonumber(ARGV[at + 2]), w = tonumber(ARGV[at + 3]),
+                 b = tonumber(ARGV[at + 4]), d = tonumber(ARGV[at + 5]), months = tonumber(ARGV[at + 6]),
+                 id = ARGV[at + 7]}
+    limits.fields[i] = limits[i].id
   end
-  if results[i][1] == 0 then all = false end
+  return limits
 end
 
-if all and not probe then
-  local hset = {}
-  for i = 1, nlimits do
-    local l = limits[i]
-    if l.alg == LOG then
-      local key = KEYS[1 + i]
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - l.w))
-      -- Members are unique: the live count only grows between two requests
-      -- at the same µs, so "<now>:<position>" never repeats while live.
-      for k = 1, cost do
-        redis.call('ZADD', key, now, fmt(now) .. ':' .. fmt(states[i] + k))
-      end
-      if cost > 0 then redis.call('PEXPIRE', key, ttl) end
-    elseif l.alg == INFLIGHT then
-      local key = KEYS[1 + i]
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - l.w))
-      -- A release can shrink the live count between two requests at the
-      -- same µs, so members are numbered by a counter instead.
-      if cost > 0 then
-        local top = redis.call('HINCRBY', KEYS[1], 'seq:' .. l.id, cost)
-        for k = 1, cost do
-          redis.call('ZADD', key, now, fmt(now) .. ':' .. fmt(top - cost + k))
-        end
-        redis.call('PEXPIRE', key, ttl)
-        redis.call('PEXPIRE', KEYS[1], ttl)
-      end
-    else
-      local s = nexts[i]
-      hset[#hset + 1] = l.id
-      hset[#hset + 1] = fmt(s[1]) .. ' ' .. fmt(s[2]) .. ' ' .. fmt(s[3])
-    end
-  end
-  if #hset > 0 then
-    redis.call('HSET', KEYS[1], unpack(hset))
-    redis.call('PEXPIRE', KEYS[1], ttl)
-  end
-else
-  -- Nothing is consumed: limits that would have allowed report what they
-  -- still have, as a request of cost 0 sees it.
-  for i = 1, nlimits do
-    if results[i][1] == 1 then
-      local l = limits[i]
-      if logged(l) then
-        local _, r = logged_step(l, KEYS[1 + i], now, 0)
-        results[i] = r
-      else
-        local _, r = steps[l.alg](l, states[i], now, 0)
-        results[i] = r
-      end
-    end
-  end
-end
-
-local out = {now}
-for i = 1, nlimits do
-  for k = 1, 5 do out[#out + 1] = results[i][k] end
-end
-if not all then
+-- One request of cost (-1: a probe) at now under limits, its keys from
+-- KEYS[kb + 1]; the reply described at the top.
+local function decide(limits, kb, now, cost, ttl)
+  -- A cost of -1 probes: it decides as a request of cost 0 and writes
+  -- nothing (an operator reading a key changes nothing, not even its expiry).
+  local probe = cost < 0
+  if probe then cost = 0 end
+  local nlimits = #limits
+  local hash = KEYS[kb + 1]
+  local states, nexts, results = {}, {}, {}
+  local stored = redis.call('HMGET', hash, unpack(limits.fields))
+  local all = true
   for i = 1, nlimits do
     local l = limits[i]
     if logged(l) then
-      local live = redis.call('ZRANGEBYSCORE', KEYS[1 + i], '(' .. fmt(now - l.w), '+inf', 'WITHSCORES')
-      local k = #live / 2
-      if k > 64 then
-        out[#out + 1] = -1
-      else
-        out[#out + 1] = k
-        for j = 2, #live, 2 do out[#out + 1] = tonumber(live[j]) end
-      end
+      states[i], results[i] = logged_step(l, KEYS[kb + 1 + i], now, cost)
     else
-      local s = states[i]
-      out[#out + 1], out[#out + 2], out[#out + 3] = s[1], s[2], s[3]
+      states[i] = parse(stored[i])
+      nexts[i], results[i] = steps[l.alg](l, states[i], now, cost)
+    end
+    if results[i][1] == 0 then all = false end
+  end
+
+  if all and not probe then
+    local hset = {}
+    for i = 1, nlimits do
+      local l = limits[i]
+      if l.alg == LOG then
+        local key = KEYS[kb + 1 + i]
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - l.w))
+        -- Members are unique: the live count only grows between two requests
+        -- at the same µs, so "<now>:<position>" never repeats while live.
+        for k = 1, cost do
+          redis.call('ZADD', key, now, fmt(now) .. ':' .. fmt(states[i] + k))
+        end
+        if cost > 0 then redis.call('PEXPIRE', key, ttl) end
+      elseif l.alg == INFLIGHT then
+        local key = KEYS[kb + 1 + i]
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - l.w))
+        -- A release can shrink the live count between two requests at the
+        -- same µs, so members are numbered by a counter instead.
+        if cost > 0 then
+          local top = redis.call('HINCRBY', hash, 'seq:' .. l.id, cost)
+          for k = 1, cost do
+            redis.call('ZADD', key, now, fmt(now) .. ':' .. fmt(top - cost + k))
+          end
+          redis.call('PEXPIRE', key, ttl)
+          redis.call('PEXPIRE', hash, ttl)
+        end
+      else
+        local s = nexts[i]
+        hset[#hset + 1] = l.id
+        hset[#hset + 1] = string.format('%d %d %d', s[1], s[2], s[3])
+      end
+    end
+    if #hset > 0 then
+      redis.call('HSET', hash, unpack(hset))
+      redis.call('PEXPIRE', hash, ttl)
+    end
+  else
+    -- Nothing is consumed: limits that would have allowed report what they
+    -- still have, as a request of cost 0 sees it.
+    for i = 1, nlimits do
+      if results[i][1] == 1 then
+        local l = limits[i]
+        if logged(l) then
+          local _, r = logged_step(l, KEYS[kb + 1 + i], now, 0)
+          results[i] = r
+        else
+          local _, r = steps[l.alg](l, states[i], now, 0)
+          results[i] = r
+        end
+      end
     end
   end
+
+  local out = {now}
+  for i = 1, nlimits do
+    for k = 1, 5 do out[#out + 1] = results[i][k] end
+  end
+  if not all then
+    for i = 1, nlimits do
+      local l = limits[i]
+      if logged(l) then
+        local live = redis.call('ZRANGEBYSCORE', KEYS[kb + 1 + i], '(' .. fmt(now - l.w), '+inf', 'WITHSCORES')
+        local k = #live / 2
+        if k > 64 then
+          out[#out + 1] = -1
+        else
+          out[#out + 1] = k
+          for j = 2, #live, 2 do out[#out + 1] = tonumber(live[j]) end
+        end
+      else
+        local s = states[i]
+        out[#out + 1], out[#out + 2], out[#out + 3] = s[1], s[2], s[3]
+      end
+    end
+  end
+  return out
 end
-return out
+
+local function server_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local BATCH = -2
+local first = tonumber(ARGV[1])
+if first ~= BATCH then
+  local now = first
+  if now < 0 then now = server_now() end
+  return decide(read_limits(4, tonumber(ARGV[3])), 0, now, tonumber(ARGV[2]), tonumber(ARGV[4]))
+end
+
+-- A batch: each policy's limits are read once, the server's TIME at most
+-- once, and each request decided in turn as if it came alone.
+local policies, a = {}, 3
+for j = 1, tonumber(ARGV[2]) do
+  local n = tonumber(ARGV[a])
+  policies[j] = {limits = read_limits(a + 1, n), ttl = tonumber(ARGV[a + 1])}
+  a = a + 2 + 7 * n
+end
+local replies, kb, server = {}, 0, nil
+for r = a, #ARGV, 3 do
+  local policy = policies[tonumber(ARGV[r])]
+  local now = tonumber(ARGV[r + 1])
+  if now < 0 then
+    server = server or server_now()
+    now = server
+  end
+  local ok, reply = pcall(decide, policy.limits, kb, now, tonumber(ARGV[r + 2]), policy.ttl)
+  if not ok then
+    -- Redis 7 raises a failed redis.call as a table with an err field;
+    -- Lua raises its own errors as strings.
+    if type(reply) == 'table' and reply.err then reply = {err = reply.err} else reply = {err = tostring(reply)} end
+  end
+  replies[#replies + 1] = reply
+  kb = kb + 1 + #policy.limits
+end
+return replies

@@ -2,18 +2,28 @@ package redis
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/core"
 )
 
-// batcher sends concurrent decisions to Redis in pipelines: each lane takes
+// batcher sends concurrent decisions to Redis together: each lane takes
 // whatever calls are queued (up to max) and sends them in one round trip, so
-// while one pipeline is in flight the next one fills. A busy gateway is then
-// not capped at one decision per round trip per connection, and Redis reads
-// and answers many scripts per system call.
+// while one batch is in flight the next one fills. A busy gateway is then
+// not capped at one decision per round trip per connection.
+//
+// On standalone Redis and Sentinel a batch is one EVALSHA of core.StepLua
+// in its batch form: Redis runs the script's set-up, reads the policies'
+// limits and its clock once per batch instead of once per decision. On a
+// Cluster (whose scripts must keep to one hash slot) a batch is a pipeline
+// of one EVALSHA per decision.
 type batcher struct {
 	client  goredis.UniversalClient
 	queue   chan *call
@@ -21,20 +31,29 @@ type batcher struct {
 	timeout time.Duration
 	stop    chan struct{}
 	wg      sync.WaitGroup
+	// scripted: batches go as one script. Cleared for good when Redis
+	// refuses a batch but decides its requests one by one (a proxy that
+	// checks every script's keys share a slot, say).
+	scripted atomic.Bool
 }
 
+// call is one decision: cost units (-1: a probe) under policy at now µs
+// (-1: Redis's TIME), on keys (Store.Keys).
 type call struct {
-	keys  []string
-	args  []any
-	reply []int64
-	err   error
-	done  chan struct{}
+	policy    *core.Policy
+	keys      []string
+	cost, now int64
+	reply     []int64
+	err       error
+	done      chan struct{}
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 func newBatcher(client goredis.UniversalClient, lanes, max int, timeout time.Duration) *batcher {
 	b := &batcher{client: client, queue: make(chan *call, lanes*max), max: max, timeout: timeout, stop: make(chan struct{})}
+	_, cluster := client.(*goredis.ClusterClient)
+	b.scripted.Store(!cluster)
 	for i := 0; i < lanes; i++ {
 		b.wg.Add(1)
 		go b.lane()
@@ -42,10 +61,10 @@ func newBatcher(client goredis.UniversalClient, lanes, max int, timeout time.Dur
 	return b
 }
 
-// do queues one script call and waits for its reply or ctx's end.
-func (b *batcher) do(ctx context.Context, keys []string, args []any) ([]int64, error) {
+// do queues one decision and waits for its reply or ctx's end.
+func (b *batcher) do(ctx context.Context, p *core.Policy, keys []string, cost, now int64) ([]int64, error) {
 	c := callPool.Get().(*call)
-	c.keys, c.args, c.reply, c.err = keys, args, nil, nil
+	c.policy, c.keys, c.cost, c.now, c.reply, c.err = p, keys, cost, now, nil, nil
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
@@ -83,30 +102,136 @@ func (b *batcher) lane() {
 			}
 		}
 		b.send(batch)
+		for _, c := range batch {
+			c.done <- struct{}{}
+		}
 	}
 }
 
-// send runs batch in one pipeline, loading the script once if Redis lost it.
+// send decides batch in one round trip, filling each call's reply or err,
+// and loads the script once if Redis lost it.
 func (b *batcher) send(batch []*call) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
-	cmds := b.pipeline(ctx, batch)
+	if len(batch) > 1 && b.scripted.Load() {
+		err := b.script(ctx, batch)
+		var refused goredis.Error
+		if err == nil || !errors.As(err, &refused) {
+			return
+		}
+		// Redis refused the whole batch before running it: decide its
+		// requests one by one, and if Redis takes those, batch no more.
+		b.pipeline(ctx, batch)
+		for _, c := range batch {
+			if c.err == nil {
+				b.scripted.Store(false)
+				break
+			}
+		}
+		return
+	}
+	b.pipeline(ctx, batch)
+}
+
+// script sends batch as one EVALSHA of the script's batch form. It returns
+// the error that failed the whole batch (also set on every call).
+func (b *batcher) script(ctx context.Context, batch []*call) error {
+	keys, args := batchCommand(batch)
+	replies, err := decideScript.EvalSha(ctx, b.client, keys, args...).Slice()
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if err = decideScript.Load(ctx, b.client).Err(); err == nil {
+			replies, err = decideScript.EvalSha(ctx, b.client, keys, args...).Slice()
+		}
+	}
+	if err == nil && len(replies) != len(batch) {
+		err = fmt.Errorf("batch script answered %d replies for %d requests", len(replies), len(batch))
+	}
+	for i, c := range batch {
+		if err != nil {
+			c.err = err
+			continue
+		}
+		c.reply, c.err = int64s(replies[i])
+	}
+	return err
+}
+
+// batchCommand is the batch form's keys and arguments (see core.StepLua):
+// each distinct policy's limits once, then each request's policy, now and
+// cost.
+func batchCommand(batch []*call) (keys []string, args []any) {
+	var policies []*core.Policy
+	index := make([]int, len(batch))
+	nkeys := 0
+	for i, c := range batch {
+		index[i] = -1
+		for j, p := range policies {
+			if p == c.policy {
+				index[i] = j
+				break
+			}
+		}
+		if index[i] < 0 {
+			index[i] = len(policies)
+			policies = append(policies, c.policy)
+		}
+		nkeys += len(c.keys)
+	}
+	args = make([]any, 0, 2+len(policies)*16+3*len(batch))
+	args = append(args, batchForm, len(policies))
+	for _, p := range policies {
+		args = append(args, len(p.Limits()), ttlMillis(p))
+		args = appendLimits(args, p)
+	}
+	keys = make([]string, 0, nkeys)
+	for i, c := range batch {
+		args = append(args, index[i]+1, c.now, c.cost)
+		keys = append(keys, c.keys...)
+	}
+	return keys, args
+}
+
+// batchForm is ARGV[1] of the script's batch form.
+const batchForm = -2
+
+// int64s reads one request's reply within a batch's.
+func int64s(v any) ([]int64, error) {
+	switch v := v.(type) {
+	case []any:
+		out := make([]int64, len(v))
+		for i, x := range v {
+			n, ok := x.(int64)
+			if !ok {
+				return nil, fmt.Errorf("batch script answered %T where an integer belongs", x)
+			}
+			out[i] = n
+		}
+		return out, nil
+	case error:
+		return nil, v
+	default:
+		return nil, fmt.Errorf("batch script answered %T for a request", v)
+	}
+}
+
+// pipeline sends batch as one EVALSHA per call, in one pipeline.
+func (b *batcher) pipeline(ctx context.Context, batch []*call) {
+	cmds := b.pipelined(ctx, batch)
 	if noScript(cmds) {
 		if err := decideScript.Load(ctx, b.client).Err(); err == nil {
-			cmds = b.pipeline(ctx, batch)
+			cmds = b.pipelined(ctx, batch)
 		}
 	}
 	for i, c := range batch {
 		c.reply, c.err = cmds[i].Int64Slice()
-		c.done <- struct{}{}
 	}
 }
 
-func (b *batcher) pipeline(ctx context.Context, batch []*call) []*goredis.Cmd {
+func (b *batcher) pipelined(ctx context.Context, batch []*call) []*goredis.Cmd {
 	cmds := make([]*goredis.Cmd, len(batch))
 	_, _ = b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, c := range batch {
-			cmds[i] = decideScript.EvalSha(ctx, p, c.keys, c.args...)
+			cmds[i] = decideScript.EvalSha(ctx, p, c.keys, stepArgs(c.policy, c.now, c.cost)...)
 		}
 		return nil
 	})

@@ -347,21 +347,27 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 // limits' states as Redis holds them (nil when a sliding log holds too many
 // times to send).
 func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) ([]core.State, error) {
-	limits := p.Limits()
-	keys, args := s.DecideCommand(p, key, cost)
+	keys, now := s.Keys(p, key), s.now()
 	// The deadline bounds the whole decision, NOSCRIPT reload included.
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var reply []int64
 	var err error
 	if s.batch != nil {
-		reply, err = s.batch.do(ctx, keys, args)
+		reply, err = s.batch.do(ctx, p, keys, cost, now)
 	} else {
-		reply, err = decideScript.Run(ctx, s.client, keys, args...).Int64Slice()
+		reply, err = decideScript.Run(ctx, s.client, keys, stepArgs(p, now, cost)...).Int64Slice()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
+	return fill(p, cost, reply, d)
+}
+
+// fill reads the script's reply to one request into d, and on a denial
+// returns the limits' states it carries.
+func fill(p *core.Policy, cost int64, reply []int64, d *core.Decision) ([]core.State, error) {
+	limits := p.Limits()
 	if len(reply) < 1+5*len(limits) {
 		return nil, fmt.Errorf("redis: script answered %d values, want at least %d", len(reply), 1+5*len(limits))
 	}
@@ -387,24 +393,41 @@ func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int
 	return parseStates(limits, reply[1+5*len(limits):])
 }
 
+// now is the time a script decides at: the injected clock's, or -1 for
+// the server's TIME.
+func (s *Store) now() int64 {
+	if s.clock != nil {
+		return s.clock.NowMicros()
+	}
+	return -1
+}
+
 // DecideCommand returns the keys and arguments of the EVALSHA of
 // core.StepLua that decides a request of cost units for key under p (cost
-// -1: a probe that changes nothing), as Decide sends it: for tools that
-// replay the store's work (the benchmark's pipelined ceiling).
+// -1: a probe that changes nothing), as Decide sends it alone: for tools
+// that replay the store's work (the benchmark's pipelined ceiling).
 func (s *Store) DecideCommand(p *core.Policy, key string, cost int64) (keys []string, args []any) {
-	limits := p.Limits()
-	now := int64(-1) // the server's TIME
-	if s.clock != nil {
-		now = s.clock.NowMicros()
-	}
-	args = make([]any, 0, 4+7*len(limits))
-	args = append(args, now, cost, len(limits), (p.IdleMicros()+999)/1000+1)
-	for i := range limits {
-		l := &limits[i]
+	return s.Keys(p, key), stepArgs(p, s.now(), cost)
+}
+
+// stepArgs is the arguments of core.StepLua for one request.
+func stepArgs(p *core.Policy, now, cost int64) []any {
+	args := make([]any, 0, 4+7*len(p.Limits()))
+	args = append(args, now, cost, len(p.Limits()), ttlMillis(p))
+	return appendLimits(args, p)
+}
+
+// ttlMillis is how long, in ms, the script keeps an idle key of p's.
+func ttlMillis(p *core.Policy) int64 { return (p.IdleMicros()+999)/1000 + 1 }
+
+// appendLimits appends p's limits as core.StepLua reads them, 7 values each.
+func appendLimits(args []any, p *core.Policy) []any {
+	for i := range p.Limits() {
+		l := &p.Limits()[i]
 		args = append(args, int(l.Algorithm), l.Count, int64(l.Window/time.Microsecond),
 			l.EffectiveBurst(), int64(l.MaxDelay/time.Microsecond), l.CalendarMonths(), p.LimitID(i))
 	}
-	return s.Keys(p, key), args
+	return args
 }
 
 // Inspect fills d with what a request of cost 0 for key would see under p,

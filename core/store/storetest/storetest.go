@@ -321,6 +321,28 @@ type Options struct {
 	Algorithms []core.Algorithm
 	// Seeds is how many random traces to replay; 0 means 6.
 	Seeds int
+	// Batch, above 1 and for a store that is a Batcher, makes the random
+	// traces send their requests in runs of up to Batch through DecideBatch
+	// (a run ends early where a lease ends, a shaped request is cancelled or
+	// an operator acts).
+	Batch int
+}
+
+// Request is one request of a batch: Cost units for Key under Policy, at
+// At (Unix µs).
+type Request struct {
+	Policy *core.Policy
+	Key    string
+	Cost   int64
+	At     int64
+}
+
+// Batcher is a store that decides several requests in one call, in order,
+// each at its own time: as if each came alone at its At.
+type Batcher interface {
+	// DecideBatch fills decisions[i] for reqs[i] and returns each one's
+	// error (nil for none).
+	DecideBatch(ctx context.Context, reqs []Request, decisions []core.Decision) []error
 }
 
 func (o Options) supports(p *core.Policy) bool {
@@ -538,6 +560,53 @@ func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) 
 	}
 	var held []core.Lease    // leases the store holds for allowed requests
 	var queued []core.Shaped // shaped requests whose clients may leave
+	// Requests not yet sent: one at a time, or in runs through a Batcher.
+	var pending []Request
+	var steps []int // each pending request's step
+	batcher, _ := store.(Batcher)
+	batch := 1
+	if batcher != nil && o.Batch > 1 {
+		batch = o.Batch
+	}
+	decided := func(i int, r Request, got *core.Decision) {
+		want := model.Decide(r.Policy, r.Key, r.At, r.Cost)
+		if !sameDecision(got, &want) {
+			t.Fatalf("seed %d step %d (policy %s key %s cost %d at +%dµs):\n got  %s\n want %s",
+				seed, i, r.Policy.Name(), r.Key, r.Cost, r.At-T0, summary(got), summary(&want))
+		}
+		sent++
+		if !want.Allowed || want.Shadowed {
+			denied++
+		}
+		if r.Policy.HoldsLeases() && got.Allowed && !got.Shadowed && r.Cost > 0 {
+			held = append(held, core.Lease{Policy: r.Policy, Key: r.Key, Token: got.At, Cost: r.Cost, Fallback: got.Fallback})
+		}
+		if sh, ok := core.NewLimiter(r.Policy, store).Shaped(r.Key, got); ok && len(queued) < 8 {
+			queued = append(queued, sh)
+		}
+	}
+	flush := func() {
+		defer func() { pending, steps = pending[:0], steps[:0] }()
+		if len(pending) == 0 {
+			return
+		}
+		got := make([]core.Decision, len(pending))
+		if batch == 1 {
+			r := pending[0]
+			if err := store.Decide(context.Background(), r.Policy, r.Key, r.Cost, &got[0]); err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, steps[0], err)
+			}
+		} else {
+			for j, err := range batcher.DecideBatch(context.Background(), pending, got) {
+				if err != nil {
+					t.Fatalf("seed %d step %d (request %d of a batch of %d): %v", seed, steps[j], j+1, len(pending), err)
+				}
+			}
+		}
+		for j := range pending {
+			decided(steps[j], pending[j], &got[j])
+		}
+	}
 	// Operators read and reset keys now and then, on their own random
 	// stream so the requests' sequence is the same with or without them.
 	ops := rand.New(rand.NewPCG(seed, 99))
@@ -547,12 +616,14 @@ func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) 
 			p, key := policies[ops.IntN(len(policies))], "key"+strconv.Itoa(ops.IntN(2))
 			switch ops.IntN(40) {
 			case 0:
+				flush()
 				limit := ops.IntN(len(p.Limits())+1) - 1 // one limit, or all
 				if err := op.Reset(context.Background(), p, key, limit); err != nil {
 					t.Fatalf("seed %d step %d: reset limit %d: %v", seed, i, limit, err)
 				}
 				model.Reset(p, key, limit)
 			case 1, 2, 3:
+				flush()
 				var got core.Decision
 				if err := op.Inspect(context.Background(), p, key, &got); err != nil {
 					t.Fatalf("seed %d step %d: inspect: %v", seed, i, err)
@@ -565,6 +636,7 @@ func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) 
 		}
 		if len(queued) > 0 && ops.IntN(20) == 0 {
 			// A shaped request's client leaves (before or after its release).
+			flush()
 			j := ops.IntN(len(queued))
 			if err := store.(core.ShapeStore).CancelShaped(context.Background(), &queued[j]); err != nil {
 				t.Fatalf("seed %d step %d: cancel: %v", seed, i, err)
@@ -574,6 +646,7 @@ func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) 
 		}
 		if len(held) > 0 && rng.IntN(4) == 0 {
 			// A response finishes (or a long one renews its lease).
+			flush()
 			j := rng.IntN(len(held))
 			l, renew := held[j], rng.IntN(3) == 0
 			found, _, err := store.(core.LeaseStore).EndLease(context.Background(), &l, renew)
@@ -601,26 +674,13 @@ func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) 
 		p := policies[rng.IntN(len(policies))]
 		key := "key" + strconv.Itoa(rng.IntN(2))
 		cost := rng.Int64N(4)
-		var got core.Decision
-		if err := store.Decide(context.Background(), p, key, cost, &got); err != nil {
-			t.Fatalf("seed %d step %d: %v", seed, i, err)
-		}
-		want := model.Decide(p, key, clock.Micros, cost)
-		if !sameDecision(&got, &want) {
-			t.Fatalf("seed %d step %d (policy %s key %s cost %d at +%dµs):\n got  %s\n want %s",
-				seed, i, p.Name(), key, cost, clock.Micros-T0, summary(&got), summary(&want))
-		}
-		sent++
-		if !want.Allowed || want.Shadowed {
-			denied++
-		}
-		if p.HoldsLeases() && got.Allowed && !got.Shadowed && cost > 0 {
-			held = append(held, core.Lease{Policy: p, Key: key, Token: got.At, Cost: cost, Fallback: got.Fallback})
-		}
-		if sh, ok := core.NewLimiter(p, store).Shaped(key, &got); ok && len(queued) < 8 {
-			queued = append(queued, sh)
+		pending = append(pending, Request{Policy: p, Key: key, Cost: cost, At: clock.Micros})
+		steps = append(steps, i)
+		if len(pending) >= batch {
+			flush()
 		}
 	}
+	flush()
 	return sent, denied
 }
 

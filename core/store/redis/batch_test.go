@@ -1,0 +1,182 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store/storetest"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// batches decides the random traces' runs of requests as a lane sends a
+// batch it gathered: one EVALSHA of the script's batch form on standalone
+// and Sentinel, a pipeline of single EVALSHAs on a Cluster.
+type batches struct {
+	*Store
+	multi *int // batches of more than one request sent
+}
+
+func (s batches) DecideBatch(ctx context.Context, reqs []storetest.Request, ds []core.Decision) []error {
+	calls := make([]*call, len(reqs))
+	for i, r := range reqs {
+		calls[i] = &call{policy: r.Policy, keys: s.Keys(r.Policy, r.Key), cost: r.Cost, now: r.At}
+	}
+	s.batch.send(calls)
+	if len(calls) > 1 {
+		*s.multi++
+	}
+	errs := make([]error, len(reqs))
+	for i, c := range calls {
+		errs[i] = c.err
+		if c.err == nil {
+			_, errs[i] = fill(reqs[i].Policy, reqs[i].Cost, c.reply, &ds[i])
+		}
+	}
+	return errs
+}
+
+func TestConformanceBatches(t *testing.T) {
+	run := func(t *testing.T, opts Options, scripted bool) {
+		var stores []*Store
+		multi := 0
+		storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
+			o := opts
+			o.Clock, o.NoDenyCache = clock, true
+			s := newStore(t, o)
+			stores = append(stores, s)
+			return batches{s, &multi}
+		}, storetest.Options{Batch: 8})
+		if multi == 0 {
+			t.Fatal("no batch held more than one request: the suite did not exercise batches")
+		}
+		for _, s := range stores {
+			if s.batch.scripted.Load() != scripted {
+				t.Fatalf("batches sent as one script: %v, want %v", s.batch.scripted.Load(), scripted)
+			}
+		}
+		t.Logf("%d batches of 2 to 8 requests", multi)
+	}
+	t.Run("standalone", func(t *testing.T) { run(t, Options{Addrs: []string{standalone.Addr}}, true) })
+	t.Run("cluster", func(t *testing.T) { run(t, Options{Addrs: cluster.Addrs(), Cluster: true}, false) })
+	t.Run("sentinel", func(t *testing.T) {
+		sentinel, err := redistest.StartSentinel(t.TempDir(), "tollgate-master", standalone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sentinel.Stop()
+		run(t, Options{MasterName: "tollgate-master", Addrs: []string{sentinel.Addr}}, true)
+	})
+}
+
+var batchPolicy = core.MustPolicy("batch", core.PolicyOptions{},
+	core.Limit{Count: 2, Window: time.Hour, Algorithm: core.FixedWindow},
+	core.Limit{Count: 3, Window: time.Hour, Algorithm: core.SlidingLog})
+
+// decideAll sends one batch of a request for each key and returns each
+// request's decision and error.
+func decideAll(s *Store, keys ...string) ([]core.Decision, []error) {
+	calls := make([]*call, len(keys))
+	for i, k := range keys {
+		calls[i] = &call{policy: batchPolicy, keys: s.Keys(batchPolicy, k), cost: 1, now: -1}
+	}
+	s.batch.send(calls)
+	ds, errs := make([]core.Decision, len(keys)), make([]error, len(keys))
+	for i, c := range calls {
+		errs[i] = c.err
+		if c.err == nil {
+			_, errs[i] = fill(batchPolicy, 1, c.reply, &ds[i])
+		}
+	}
+	return ds, errs
+}
+
+// A request whose key Redis cannot read (here, not a hash) fails alone:
+// the batch's other requests are decided, and decided once.
+func TestBatchRequestErrorStaysItsOwn(t *testing.T) {
+	s := newStore(t, Options{Addrs: []string{standalone.Addr}})
+	admin := adminClient(t)
+	if err := admin.Set(context.Background(), s.stateKey(batchPolicy, "broken"), "not a hash", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for round, wantAllowed := range []bool{true, true, false} {
+		ds, errs := decideAll(s, "a", "broken", "b", "a")
+		if errs[1] == nil || !strings.Contains(errs[1].Error(), "WRONGTYPE") {
+			t.Fatalf("round %d: the broken key's error is %v, want WRONGTYPE", round, errs[1])
+		}
+		for _, i := range []int{0, 2} {
+			if errs[i] != nil {
+				t.Fatalf("round %d, request %d: %v beside a broken key", round, i, errs[i])
+			}
+		}
+		// "a" is asked twice per round, "b" once: fixed window 2 per hour.
+		if round == 0 && (!ds[0].Allowed || !ds[3].Allowed || ds[3].Remaining != 0) {
+			t.Fatalf("round 0: key a allowed %v then %v (remaining %d), want two allowed, none left", ds[0].Allowed, ds[3].Allowed, ds[3].Remaining)
+		}
+		if round > 0 && ds[0].Allowed {
+			t.Fatalf("round %d: key a allowed a third time in its window", round)
+		}
+		if ds[2].Allowed != wantAllowed {
+			t.Fatalf("round %d: key b allowed %v, want %v (two per hour)", round, ds[2].Allowed, wantAllowed)
+		}
+	}
+	if !s.batch.scripted.Load() {
+		t.Fatal("one request's error turned batching off")
+	}
+}
+
+// A server that refuses a batch but decides its requests one by one (here a
+// Cluster node, which refuses a script over keys of several slots, reached
+// as a standalone server) gets them one by one, once, and no batch again.
+func TestBatchRefusedGoesOneByOne(t *testing.T) {
+	node := cluster.Addrs()[0]
+	s := newStore(t, Options{Addrs: []string{node}, Username: cluster.User, Password: cluster.Password})
+	// Two keys whose slots (different ones) this node serves.
+	admin := adminCluster(t)
+	slots, err := admin.ClusterSlots(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serves := func(slot int64) bool {
+		for _, r := range slots {
+			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 && r.Nodes[0].Addr == node {
+				return true
+			}
+		}
+		return false
+	}
+	var keys []string
+	var taken []int64
+	nodeClient := goredis.NewClient(&goredis.Options{Addr: node})
+	defer nodeClient.Close()
+	for i := 0; len(keys) < 2 && i < 1000; i++ {
+		k := "k" + strconv.Itoa(i)
+		slot, err := nodeClient.ClusterKeySlot(context.Background(), s.stateKey(batchPolicy, k)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if serves(slot) && (len(taken) == 0 || taken[0] != slot) {
+			keys, taken = append(keys, k), append(taken, slot)
+		}
+	}
+	if len(keys) < 2 {
+		t.Fatalf("found %d keys this node serves", len(keys))
+	}
+	ds, errs := decideAll(s, keys[0], keys[1], keys[0], keys[0])
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if !ds[0].Allowed || !ds[1].Allowed || !ds[2].Allowed || ds[3].Allowed {
+		t.Fatalf("allowed %v %v %v %v, want the first three (2 per hour for %s)", ds[0].Allowed, ds[1].Allowed, ds[2].Allowed, ds[3].Allowed, keys[0])
+	}
+	if s.batch.scripted.Load() {
+		t.Fatal("still batching in one script after the server refused it")
+	}
+}
