@@ -29,6 +29,7 @@ type batcher struct {
 	queue   chan *call
 	max     int
 	timeout time.Duration
+	clock   core.Clock // monotonic: when calls were queued
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	// scripted: batches go as one script. Cleared for good when Redis
@@ -38,20 +39,22 @@ type batcher struct {
 }
 
 // call is one decision: cost units (-1: a probe) under policy at now µs
-// (-1: Redis's TIME), on keys (Store.Keys).
+// (-1: Redis's TIME), on keys (Store.Keys), queued at the monotonic µs
+// queued.
 type call struct {
-	policy    *core.Policy
-	keys      []string
-	cost, now int64
-	reply     []int64
-	err       error
-	done      chan struct{}
+	policy            *core.Policy
+	keys              []string
+	cost, now, queued int64
+	reply             []int64
+	err               error
+	done              chan struct{}
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 func newBatcher(client goredis.UniversalClient, lanes, max int, timeout time.Duration) *batcher {
-	b := &batcher{client: client, queue: make(chan *call, lanes*max), max: max, timeout: timeout, stop: make(chan struct{})}
+	b := &batcher{client: client, queue: make(chan *call, lanes*max), max: max, timeout: timeout,
+		clock: core.NewMonotonicClock(), stop: make(chan struct{})}
 	_, cluster := client.(*goredis.ClusterClient)
 	b.scripted.Store(!cluster)
 	for i := 0; i < lanes; i++ {
@@ -61,10 +64,13 @@ func newBatcher(client goredis.UniversalClient, lanes, max int, timeout time.Dur
 	return b
 }
 
-// do queues one decision and waits for its reply or ctx's end.
+// do queues one decision and waits for its reply or ctx's end. The lane
+// answers within the store's timeout of the call's queueing (see
+// lane), so a decision needs no timer of its own.
 func (b *batcher) do(ctx context.Context, p *core.Policy, keys []string, cost, now int64) ([]int64, error) {
 	c := callPool.Get().(*call)
 	c.policy, c.keys, c.cost, c.now, c.reply, c.err = p, keys, cost, now, nil, nil
+	c.queued = b.clock.NowMicros()
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
@@ -101,19 +107,49 @@ func (b *batcher) lane() {
 				break gather
 			}
 		}
-		b.send(batch)
+		b.sendInTime(batch)
 		for _, c := range batch {
 			c.done <- struct{}{}
 		}
 	}
 }
 
-// send decides batch in one round trip, filling each call's reply or err,
-// and loads the script once if Redis lost it.
-func (b *batcher) send(batch []*call) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+// sendInTime sends the calls of batch still within the store's timeout of
+// their queueing, with the deadline of the earliest, and fails the others:
+// each call is answered within the timeout of its queueing (every lane's
+// send ends by its own earliest call's deadline, so a call waits for a lane
+// no longer than its own deadline).
+func (b *batcher) sendInTime(batch []*call) {
+	now, timeout := b.clock.NowMicros(), b.timeout.Microseconds()
+	earliest := now
+	for _, c := range batch {
+		earliest = min(earliest, c.queued)
+	}
+	if now-earliest >= timeout {
+		// (Rare: a copy, so the lane's own slice stays whole.)
+		var live []*call
+		earliest = now
+		for _, c := range batch {
+			if now-c.queued >= timeout {
+				c.err = context.DeadlineExceeded
+				continue
+			}
+			live = append(live, c)
+			earliest = min(earliest, c.queued)
+		}
+		if batch = live; len(batch) == 0 {
+			return
+		}
+	}
+	b.send(batch, time.Duration(timeout-(now-earliest))*time.Microsecond)
+}
+
+// send decides batch in one round trip within timeout, filling each call's
+// reply or err, and loads the script once if Redis lost it.
+func (b *batcher) send(batch []*call, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if len(batch) > 1 && b.scripted.Load() {
+	if b.scripted.Load() {
 		err := b.script(ctx, batch)
 		var refused goredis.Error
 		if err == nil || !errors.As(err, &refused) {

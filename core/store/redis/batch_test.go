@@ -27,7 +27,7 @@ func (s batches) DecideBatch(ctx context.Context, reqs []storetest.Request, ds [
 	for i, r := range reqs {
 		calls[i] = &call{policy: r.Policy, keys: s.Keys(r.Policy, r.Key), cost: r.Cost, now: r.At}
 	}
-	s.batch.send(calls)
+	s.batch.send(calls, s.timeout)
 	if len(calls) > 1 {
 		*s.multi++
 	}
@@ -85,7 +85,7 @@ func decideAll(s *Store, keys ...string) ([]core.Decision, []error) {
 	for i, k := range keys {
 		calls[i] = &call{policy: batchPolicy, keys: s.Keys(batchPolicy, k), cost: 1, now: -1}
 	}
-	s.batch.send(calls)
+	s.batch.send(calls, s.timeout)
 	ds, errs := make([]core.Decision, len(keys)), make([]error, len(keys))
 	for i, c := range calls {
 		errs[i] = c.err

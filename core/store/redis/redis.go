@@ -348,14 +348,14 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 // times to send).
 func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) ([]core.State, error) {
 	keys, now := s.Keys(p, key), s.now()
-	// The deadline bounds the whole decision, NOSCRIPT reload included.
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	var reply []int64
 	var err error
 	if s.batch != nil {
-		reply, err = s.batch.do(ctx, p, keys, cost, now)
+		reply, err = s.batch.do(ctx, p, keys, cost, now) // within s.timeout
 	} else {
+		// The deadline bounds the whole decision, NOSCRIPT reload included.
+		ctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
 		reply, err = decideScript.Run(ctx, s.client, keys, stepArgs(p, now, cost)...).Int64Slice()
 	}
 	if err != nil {
