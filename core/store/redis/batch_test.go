@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -178,5 +179,25 @@ func TestBatchRefusedGoesOneByOne(t *testing.T) {
 	}
 	if s.batch.scripted.Load() {
 		t.Fatal("still batching in one script after the server refused it")
+	}
+}
+
+// A call that waited in the queue past the store's timeout fails without
+// being sent; the batch's others are decided.
+func TestBatchFailsCallsQueuedPastTimeout(t *testing.T) {
+	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Timeout: time.Second})
+	now := s.batch.clock.NowMicros()
+	fresh := &call{policy: batchPolicy, keys: s.Keys(batchPolicy, "fresh"), cost: 1, now: -1, queued: now}
+	stale := &call{policy: batchPolicy, keys: s.Keys(batchPolicy, "stale"), cost: 1, now: -1, queued: now - 2_000_000}
+	s.batch.sendInTime([]*call{stale, fresh})
+	if !errors.Is(stale.err, context.DeadlineExceeded) {
+		t.Fatalf("a call queued 2 s ago with a 1 s timeout: err %v, want context.DeadlineExceeded", stale.err)
+	}
+	if fresh.err != nil || len(fresh.reply) == 0 {
+		t.Fatalf("the fresh call beside it: reply %v, err %v", fresh.reply, fresh.err)
+	}
+	n, err := adminClient(t).Exists(context.Background(), s.stateKey(batchPolicy, "stale")).Result()
+	if err != nil || n != 0 {
+		t.Fatalf("the stale call's key exists (%d, %v): it was sent", n, err)
 	}
 }
