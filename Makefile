@@ -136,6 +136,7 @@ fuzz-short:
 bench: bench-core deps adaptive
 	cd bench && $(GO) run ./compare
 	cd bench && $(GO) run ./rediscompare
+	cd bench && $(GO) run ./scriptcost
 	$(MAKE) bench-kong
 	$(MAKE) bench-caddy
 

@@ -9,7 +9,8 @@
 //
 // with factor = tollgate's decisions/s ÷ the peer's (> 1: tollgate better),
 // p99 latency ratios (the peer's ÷ tollgate's), and tollgate against the
-// pipelined ceiling: redis-benchmark -P 16 running the same EVALSHA.
+// pipelined ceiling: redis-benchmark -P 16 running the same EVALSHA. Beside
+// each figure, redis-server's CPU time per decision (from /proc).
 package main
 
 import (
@@ -48,15 +49,35 @@ func check(err error) {
 	}
 }
 
-// result is one measurement: decisions/s and the 99th percentile of one
-// decision's latency.
+// result is one measurement: decisions/s, the 99th percentile of one
+// decision's latency, and redis-server's CPU time per decision.
 type result struct {
-	rps float64
-	p99 time.Duration
+	rps      float64
+	p99      time.Duration
+	redisCPU time.Duration
 }
+
+// cpuTime is process pid's user and system CPU time so far (Linux /proc;
+// 0 elsewhere).
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's closing parenthesis: utime and stime
+	// are the 12th and 13th, in clock ticks (100 per second on Linux).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	user, _ := strconv.ParseInt(f[11], 10, 64)
+	sys, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(user+sys) * 10 * time.Millisecond
+}
+
+// redisPid is the measured redis-server's process id.
+var redisPid int
 
 // rate runs decide from callers goroutines for d.
 func rate(d time.Duration, decide decider) result {
+	cpuBefore := cpuTime(redisPid)
 	var done atomic.Int64
 	var failed atomic.Int64
 	stop := time.Now().Add(d)
@@ -86,7 +107,8 @@ func rate(d time.Duration, decide decider) result {
 	}
 	all := slices.Concat(took...)
 	slices.Sort(all)
-	return result{float64(done.Load()) / d.Seconds(), all[len(all)*99/100]}
+	return result{float64(done.Load()) / d.Seconds(), all[len(all)*99/100],
+		(cpuTime(redisPid) - cpuBefore) / time.Duration(max(done.Load(), 1))}
 }
 
 func main() {
@@ -99,6 +121,7 @@ func main() {
 	srv, err := redistest.Start(dir)
 	check(err)
 	defer srv.Stop()
+	redisPid = srv.Pid()
 	client := func() *goredis.Client {
 		return goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: callers})
 	}
@@ -153,9 +176,13 @@ func main() {
 	}
 
 	fmt.Printf("redis-server %s, %d callers, %d keys, %v per measurement\n\n", srv.Addr, callers, keys, *dur)
-	fmt.Printf("%-18s %-32s %14s %10s\n", "workload", "limiter", "decisions/s", "p99")
+	fmt.Printf("%-18s %-32s %14s %10s %24s\n", "workload", "limiter", "decisions/s", "p99", "Redis CPU per decision")
 	show := func(workload, name string, r result) {
-		fmt.Printf("%-18s %-32s %14.0f %10s\n", workload, name, r.rps, r.p99.Round(10*time.Microsecond))
+		cpu := "-"
+		if r.redisCPU > 0 {
+			cpu = fmt.Sprintf("%.1fµs", float64(r.redisCPU)/float64(time.Microsecond))
+		}
+		fmt.Printf("%-18s %-32s %14.0f %10s %24s\n", workload, name, r.rps, r.p99.Round(10*time.Microsecond), cpu)
 	}
 	var lines []string
 	for _, w := range []struct {

@@ -180,6 +180,10 @@ func (s *Server) Stop() {
 // Signal sends sig to the server (SIGSTOP pauses it, SIGCONT resumes).
 func (s *Server) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig) }
 
+// Pid is the running redis-server's process id (benchmarks read its CPU
+// time from /proc).
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Cluster is a Redis Cluster of three masters, with or without replicas.
 type Cluster struct {
 	Nodes []*Server

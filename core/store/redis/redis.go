@@ -2,10 +2,12 @@
 // against one Redis (standalone, Sentinel or Cluster) and so enforce one
 // exact limit together.
 //
-// Every decision is one EVALSHA of one Lua script (core.StepLua) that runs the
+// Every decision runs one Lua script (core.StepLua) that applies the
 // policy's stacked limits all or nothing, with the same arithmetic as the Go
 // step functions, so the conformance suite gets identical decisions from
-// this store and the memory store. Time comes from the Redis server's TIME,
+// this store and the memory store. Concurrent decisions share round trips:
+// on standalone Redis and Sentinel a batch of them is one EVALSHA of the
+// script's batch form, on a Cluster a pipeline of one EVALSHA each. Time comes from the Redis server's TIME,
 // so nodes with skewed clocks agree; tests may inject a clock instead.
 package redis
 
@@ -79,10 +81,11 @@ type Options struct {
 	Prefix string
 	// Clock, if set, replaces the server's TIME (for tests).
 	Clock core.Clock
-	// Batch is the most decisions sent in one pipeline; 0 means 64, and 1
-	// sends each decision alone (one EVALSHA per round trip).
+	// Batch is the most decisions sent in one round trip (one EVALSHA of
+	// the script's batch form, or on a Cluster one pipeline); 0 means 64,
+	// and 1 sends each decision alone (one EVALSHA per round trip).
 	Batch int
-	// Lanes is how many pipelines may be in flight at once; 0 means 4.
+	// Lanes is how many batches may be in flight at once; 0 means 4.
 	Lanes int
 	// NoDenyCache turns off the local deny cache, which denies a key Redis
 	// just denied without asking Redis again until its RetryAfter passes.
