@@ -122,14 +122,11 @@ func Start(t testing.TB, body string) *Caddy {
 func StartGlobal(t testing.TB, global, body string) *Caddy {
 	t.Helper()
 	bin := Binary(t)
-	port, err := redistest.FreePort()
+	ports, err := redistest.FreePorts(2) // the site's and the admin API's, distinct
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := redistest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port, admin := ports[0], ports[1]
 	dir := t.TempDir()
 	c := &Caddy{URL: "http://127.0.0.1:" + strconv.Itoa(port), Port: port,
 		AdminURL: "http://127.0.0.1:" + strconv.Itoa(admin), dir: dir, log: filepath.Join(dir, "caddy.log"), global: global, t: t}

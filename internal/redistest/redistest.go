@@ -58,6 +58,23 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// FreePorts returns n distinct free loopback ports: all are held open
+// until each is chosen, so two calls in a row cannot return one port twice
+// (Caddy binds with SO_REUSEPORT, so a site and its admin API given one
+// port would share it, each taking some of the other's requests).
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
+}
+
 // Start runs a redis-server with no persistence on a free port, plus extra
 // arguments, and waits until it answers PING.
 func Start(dir string, extra ...string) (*Server, error) {
