@@ -371,17 +371,22 @@ local function decide(limits, kb, now, cost, ttl)
   return out
 end
 
-local function server_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- time_of is a request's now: its own, or for -1 the server's TIME, read
+-- at most once per call.
+local server
+local function time_of(now)
+  if now >= 0 then return now end
+  if not server then
+    local t = redis.call('TIME')
+    server = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return server
 end
 
 local BATCH = -2
 local first = tonumber(ARGV[1])
 if first ~= BATCH then
-  local now = first
-  if now < 0 then now = server_now() end
-  return decide(read_limits(4, tonumber(ARGV[3])), 0, now, tonumber(ARGV[2]), tonumber(ARGV[4]))
+  return decide(read_limits(4, tonumber(ARGV[3])), 0, time_of(first), tonumber(ARGV[2]), tonumber(ARGV[4]))
 end
 
 -- A batch: each policy's limits are read once, the server's TIME at most
@@ -392,15 +397,10 @@ for j = 1, tonumber(ARGV[2]) do
   policies[j] = {limits = read_limits(a + 1, n), ttl = tonumber(ARGV[a + 1])}
   a = a + 2 + 7 * n
 end
-local replies, kb, server = {}, 0, nil
+local replies, kb = {}, 0
 for r = a, #ARGV, 3 do
   local policy = policies[tonumber(ARGV[r])]
-  local now = tonumber(ARGV[r + 1])
-  if now < 0 then
-    server = server or server_now()
-    now = server
-  end
-  local ok, reply = pcall(decide, policy.limits, kb, now, tonumber(ARGV[r + 2]), policy.ttl)
+  local ok, reply = pcall(decide, policy.limits, kb, time_of(tonumber(ARGV[r + 1])), tonumber(ARGV[r + 2]), policy.ttl)
   if not ok then
     -- Redis 7 raises a failed redis.call as a table with an err field;
     -- Lua raises its own errors as strings.

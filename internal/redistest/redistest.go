@@ -50,12 +50,11 @@ func Binary() (string, error) {
 
 // FreePort returns a loopback TCP port nobody listens on now.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := FreePorts(1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
 }
 
 // FreePorts returns n distinct free loopback ports: all are held open

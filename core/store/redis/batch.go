@@ -66,7 +66,7 @@ func newBatcher(client goredis.UniversalClient, lanes, max int, timeout time.Dur
 
 // do queues one decision and waits for its reply or ctx's end. The lane
 // answers within the store's timeout of the call's queueing (see
-// lane), so a decision needs no timer of its own.
+// sendInTime), so a decision needs no timer of its own.
 func (b *batcher) do(ctx context.Context, p *core.Policy, keys []string, cost, now int64) ([]int64, error) {
 	c := callPool.Get().(*call)
 	c.policy, c.keys, c.cost, c.now, c.reply, c.err = p, keys, cost, now, nil, nil

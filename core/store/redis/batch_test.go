@@ -79,22 +79,15 @@ var batchPolicy = core.MustPolicy("batch", core.PolicyOptions{},
 	core.Limit{Count: 2, Window: time.Hour, Algorithm: core.FixedWindow},
 	core.Limit{Count: 3, Window: time.Hour, Algorithm: core.SlidingLog})
 
-// decideAll sends one batch of a request for each key and returns each
-// request's decision and error.
+// decideAll sends one batch of a request for each key, at Redis's TIME,
+// and returns each request's decision and error.
 func decideAll(s *Store, keys ...string) ([]core.Decision, []error) {
-	calls := make([]*call, len(keys))
+	reqs := make([]storetest.Request, len(keys))
 	for i, k := range keys {
-		calls[i] = &call{policy: batchPolicy, keys: s.Keys(batchPolicy, k), cost: 1, now: -1}
+		reqs[i] = storetest.Request{Policy: batchPolicy, Key: k, Cost: 1, At: -1}
 	}
-	s.batch.send(calls, s.timeout)
-	ds, errs := make([]core.Decision, len(keys)), make([]error, len(keys))
-	for i, c := range calls {
-		errs[i] = c.err
-		if c.err == nil {
-			_, errs[i] = fill(batchPolicy, 1, c.reply, &ds[i])
-		}
-	}
-	return ds, errs
+	ds := make([]core.Decision, len(keys))
+	return ds, batches{s, new(int)}.DecideBatch(context.Background(), reqs, ds)
 }
 
 // A request whose key Redis cannot read (here, not a hash) fails alone:

@@ -7,8 +7,9 @@
 // step functions, so the conformance suite gets identical decisions from
 // this store and the memory store. Concurrent decisions share round trips:
 // on standalone Redis and Sentinel a batch of them is one EVALSHA of the
-// script's batch form, on a Cluster a pipeline of one EVALSHA each. Time comes from the Redis server's TIME,
-// so nodes with skewed clocks agree; tests may inject a clock instead.
+// script's batch form, on a Cluster a pipeline of one EVALSHA each. Time
+// comes from the Redis server's TIME, so nodes with skewed clocks agree;
+// tests may inject a clock instead.
 package redis
 
 import (
