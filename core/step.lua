@@ -7,14 +7,17 @@
 --
 -- One request:
 -- KEYS[1]   a hash holding every limit's state but sliding logs': field
---           <limit id>, value "a b c"; and an in_flight limit's lease
---           counter, field "seq:<limit id>"
--- KEYS[1+i] limit i's sorted set, when it is a sliding_log or in_flight
---           (members unique, scored by the time taken)
+--           <limit id>, value "a b c"; an in_flight limit's lease counter,
+--           field "seq:<limit id>"; and when the hash expires, field
+--           "expires:ms" (Unix ms, the server's clock)
+-- KEYS[2..] the sorted sets of its sliding_log and in_flight limits, in
+--           the limits' order (members unique, scored by the time taken);
+--           no key for a limit of another algorithm
 -- ARGV[1]  now in µs, or -1 to use the server's TIME
 -- ARGV[2]  cost, or -1 to probe (cost 0, nothing written)
 -- ARGV[3]  number of limits
--- ARGV[4]  ttl ms of every key (the policy's idle time)
+-- ARGV[4]  ttl ms of every key (the policy's idle time): a key lives at
+--          least ttl after its last write (a hash at most 2 ttl)
 -- then per limit, 7 values: algorithm, count, window µs, burst, max delay µs,
 --          calendar months (1 or 12 for a calendar fixed window, else 0), limit id
 -- Returns: now, then per limit: allowed (0/1), remaining, reset µs, retry µs, delay µs;
@@ -29,7 +32,7 @@
 --          and its limits' 7 values each, as above
 -- then per request, 3 values: its policy (counted from 1), now (-1: the
 --          server's TIME, read once for the batch) and cost
--- KEYS     per request in turn, its keys as above (1 + its policy's limits)
+-- KEYS     per request in turn, its keys as above
 -- Returns one reply per request, in order: as above, or the error it met
 -- (one request's error does not stop the others).
 local FIXED, LOG, COUNTER, BUCKET, GCRA, SHAPER, INFLIGHT = 1, 2, 3, 4, 5, 6, 7
@@ -254,19 +257,52 @@ local function logged_step(l, key, t, c)
   return log_step(l, key, t, c)
 end
 
+-- time_of is a request's now: its own, or for -1 the server's TIME, read
+-- at most once per call.
+local server
+local function time_of(now)
+  if now >= 0 then return now end
+  if not server then
+    local t = redis.call('TIME')
+    server = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return server
+end
+
+-- A state hash expires two ttls after the write that set its expiry, and
+-- the expiry is moved only by a write that finds less than one ttl left:
+-- a key still lives at least ttl after its last write, and most writes
+-- skip a PEXPIRE. EXPIRES is the hash field that holds the expiry (Unix
+-- ms, by the server's clock, which Redis also expires keys by; the real
+-- expiry, set by a PEXPIRE just after, is never earlier); renewed_expiry
+-- is the new one, or nil while the stored one will do.
+local EXPIRES = 'expires:ms'
+local function renewed_expiry(stored, ttl)
+  local at = math.floor(time_of(-1) / 1000)
+  local expires = tonumber(stored)
+  if expires and expires - at >= ttl then return nil end
+  return at + 2 * ttl
+end
+
 local steps = {[FIXED] = fixed, [COUNTER] = counter, [BUCKET] = bucket, [GCRA] = gcra, [SHAPER] = shaper}
 
--- The n limits whose 7 values each start after ARGV[base], and the hash
--- fields holding their states.
+-- The n limits whose 7 values each start after ARGV[base]; the hash fields
+-- holding their states; how many keys a request under them has (keys), and
+-- for each logged limit which of them is its sorted set (key).
 local function read_limits(base, n)
-  local limits = {fields = {}}
+  local limits = {fields = {}, keys = 1}
   for i = 1, n do
     local at = base + (i - 1) * 7
     limits[i] = {alg = tonumber(ARGV[at + 1]), n = tonumber(ARGV[at + 2]), w = tonumber(ARGV[at + 3]),
                  b = tonumber(ARGV[at + 4]), d = tonumber(ARGV[at + 5]), months = tonumber(ARGV[at + 6]),
                  id = ARGV[at + 7]}
     limits.fields[i] = limits[i].id
+    if logged(limits[i]) then
+      limits.keys = limits.keys + 1
+      limits[i].key = limits.keys
+    end
   end
+  limits.fields[n + 1] = EXPIRES
   return limits
 end
 
@@ -285,7 +321,7 @@ local function decide(limits, kb, now, cost, ttl)
   for i = 1, nlimits do
     local l = limits[i]
     if logged(l) then
-      states[i], results[i] = logged_step(l, KEYS[kb + 1 + i], now, cost)
+      states[i], results[i] = logged_step(l, KEYS[kb + l.key], now, cost)
     else
       states[i] = parse(stored[i])
       nexts[i], results[i] = steps[l.alg](l, states[i], now, cost)
@@ -294,11 +330,11 @@ local function decide(limits, kb, now, cost, ttl)
   end
 
   if all and not probe then
-    local hset = {}
+    local hset, hash_written = {}, false
     for i = 1, nlimits do
       local l = limits[i]
       if l.alg == LOG then
-        local key = KEYS[kb + 1 + i]
+        local key = KEYS[kb + l.key]
         redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - l.w))
         -- Members are unique: the live count only grows between two requests
         -- at the same µs, so "<now>:<position>" never repeats while live.
@@ -307,17 +343,17 @@ local function decide(limits, kb, now, cost, ttl)
         end
         if cost > 0 then redis.call('PEXPIRE', key, ttl) end
       elseif l.alg == INFLIGHT then
-        local key = KEYS[kb + 1 + i]
+        local key = KEYS[kb + l.key]
         redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - l.w))
         -- A release can shrink the live count between two requests at the
         -- same µs, so members are numbered by a counter instead.
         if cost > 0 then
           local top = redis.call('HINCRBY', hash, 'seq:' .. l.id, cost)
+          hash_written = true
           for k = 1, cost do
             redis.call('ZADD', key, now, fmt(now) .. ':' .. fmt(top - cost + k))
           end
           redis.call('PEXPIRE', key, ttl)
-          redis.call('PEXPIRE', hash, ttl)
         end
       else
         local s = nexts[i]
@@ -325,9 +361,14 @@ local function decide(limits, kb, now, cost, ttl)
         hset[#hset + 1] = string.format('%d %d %d', s[1], s[2], s[3])
       end
     end
-    if #hset > 0 then
-      redis.call('HSET', hash, unpack(hset))
-      redis.call('PEXPIRE', hash, ttl)
+    if #hset > 0 or hash_written then
+      local expires = renewed_expiry(stored[nlimits + 1], ttl)
+      if expires then
+        hset[#hset + 1] = EXPIRES
+        hset[#hset + 1] = fmt(expires)
+      end
+      if #hset > 0 then redis.call('HSET', hash, unpack(hset)) end
+      if expires then redis.call('PEXPIRE', hash, 2 * ttl) end
     end
   else
     -- Nothing is consumed: limits that would have allowed report what they
@@ -336,7 +377,7 @@ local function decide(limits, kb, now, cost, ttl)
       if results[i][1] == 1 then
         local l = limits[i]
         if logged(l) then
-          local _, r = logged_step(l, KEYS[kb + 1 + i], now, 0)
+          local _, r = logged_step(l, KEYS[kb + l.key], now, 0)
           results[i] = r
         else
           local _, r = steps[l.alg](l, states[i], now, 0)
@@ -354,7 +395,7 @@ local function decide(limits, kb, now, cost, ttl)
     for i = 1, nlimits do
       local l = limits[i]
       if logged(l) then
-        local live = redis.call('ZRANGEBYSCORE', KEYS[kb + 1 + i], '(' .. fmt(now - l.w), '+inf', 'WITHSCORES')
+        local live = redis.call('ZRANGEBYSCORE', KEYS[kb + l.key], '(' .. fmt(now - l.w), '+inf', 'WITHSCORES')
         local k = #live / 2
         if k > 64 then
           out[#out + 1] = -1
@@ -369,18 +410,6 @@ local function decide(limits, kb, now, cost, ttl)
     end
   end
   return out
-end
-
--- time_of is a request's now: its own, or for -1 the server's TIME, read
--- at most once per call.
-local server
-local function time_of(now)
-  if now >= 0 then return now end
-  if not server then
-    local t = redis.call('TIME')
-    server = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  return server
 end
 
 local BATCH = -2
@@ -407,6 +436,6 @@ for r = a, #ARGV, 3 do
     if type(reply) == 'table' and reply.err then reply = {err = reply.err} else reply = {err = tostring(reply)} end
   end
   replies[#replies + 1] = reply
-  kb = kb + 1 + #policy.limits
+  kb = kb + policy.limits.keys
 end
 return replies

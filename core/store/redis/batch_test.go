@@ -26,7 +26,7 @@ type batches struct {
 func (s batches) DecideBatch(ctx context.Context, reqs []storetest.Request, ds []core.Decision) []error {
 	calls := make([]*call, len(reqs))
 	for i, r := range reqs {
-		calls[i] = &call{policy: r.Policy, keys: s.Keys(r.Policy, r.Key), cost: r.Cost, now: r.At}
+		calls[i] = &call{policy: r.Policy, keys: s.decisionKeys(r.Policy, r.Key), cost: r.Cost, now: r.At}
 	}
 	s.batch.send(calls, s.timeout)
 	if len(calls) > 1 {
@@ -180,8 +180,8 @@ func TestBatchRefusedGoesOneByOne(t *testing.T) {
 func TestBatchFailsCallsQueuedPastTimeout(t *testing.T) {
 	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Timeout: time.Second})
 	now := s.batch.clock.NowMicros()
-	fresh := &call{policy: batchPolicy, keys: s.Keys(batchPolicy, "fresh"), cost: 1, now: -1, queued: now}
-	stale := &call{policy: batchPolicy, keys: s.Keys(batchPolicy, "stale"), cost: 1, now: -1, queued: now - 2_000_000}
+	fresh := &call{policy: batchPolicy, keys: s.decisionKeys(batchPolicy, "fresh"), cost: 1, now: -1, queued: now}
+	stale := &call{policy: batchPolicy, keys: s.decisionKeys(batchPolicy, "stale"), cost: 1, now: -1, queued: now - 2_000_000}
 	s.batch.sendInTime([]*call{stale, fresh})
 	if !errors.Is(stale.err, context.DeadlineExceeded) {
 		t.Fatalf("a call queued 2 s ago with a 1 s timeout: err %v, want context.DeadlineExceeded", stale.err)

@@ -305,9 +305,9 @@ func (s *Store) Close() error {
 // Keys returns the Redis keys holding key's state under p: first a hash
 // "<prefix>{<policy>:<key>}" with one field per limit (named by its limit
 // id), then per limit "<prefix>{<policy>:<key>}:<limit id>", the sorted set
-// of a sliding_log limit (unused for the others). The braces are a Cluster
-// hash tag, so a request's keys share one slot and one script touches them
-// all.
+// of a sliding_log or in_flight limit (unused for the others). The braces
+// are a Cluster hash tag, so a request's keys share one slot and one script
+// touches them all.
 func (s *Store) Keys(p *core.Policy, key string) []string {
 	keys := make([]string, 1+len(p.Limits()))
 	keys[0] = s.stateKey(p, key)
@@ -316,6 +316,28 @@ func (s *Store) Keys(p *core.Policy, key string) []string {
 	}
 	return keys
 }
+
+// decisionKeys is the part of Keys a decision's script reads: the hash,
+// then the sorted sets of p's sliding_log and in_flight limits alone.
+func (s *Store) decisionKeys(p *core.Policy, key string) []string {
+	n := 1
+	for i := range p.Limits() {
+		if sorted(p.Limits()[i].Algorithm) {
+			n++
+		}
+	}
+	keys := make([]string, 1, n)
+	keys[0] = s.stateKey(p, key)
+	for i := range p.Limits() {
+		if sorted(p.Limits()[i].Algorithm) {
+			keys = append(keys, keys[0]+":"+p.LimitID(i))
+		}
+	}
+	return keys
+}
+
+// sorted reports whether a limit of algorithm a keeps a sorted set.
+func sorted(a core.Algorithm) bool { return a == core.SlidingLog || a == core.InFlight }
 
 // LocalDenials returns how many decisions the deny cache answered without
 // Redis.
@@ -351,7 +373,7 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 // limits' states as Redis holds them (nil when a sliding log holds too many
 // times to send).
 func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) ([]core.State, error) {
-	keys, now := s.Keys(p, key), s.now()
+	keys, now := s.decisionKeys(p, key), s.now()
 	var reply []int64
 	var err error
 	if s.batch != nil {
@@ -411,7 +433,7 @@ func (s *Store) now() int64 {
 // -1: a probe that changes nothing), as Decide sends it alone: for tools
 // that replay the store's work (the benchmark's pipelined ceiling).
 func (s *Store) DecideCommand(p *core.Policy, key string, cost int64) (keys []string, args []any) {
-	return s.Keys(p, key), stepArgs(p, s.now(), cost)
+	return s.decisionKeys(p, key), stepArgs(p, s.now(), cost)
 }
 
 // stepArgs is the arguments of core.StepLua for one request.

@@ -537,3 +537,74 @@ func TestGradientLuaTwin(t *testing.T) {
 		}
 	}
 }
+
+// A state hash lives at least one idle time after its last write, and at
+// most two after the write that set its expiry: a write moves the expiry
+// (two idle times ahead) only when it finds less than one left, so most
+// writes skip the PEXPIRE. The in_flight path, which writes the hash's
+// lease counter, keeps the same rule.
+func TestStateHashExpiryMovesOnlyWhenLessThanIdleLeft(t *testing.T) {
+	for _, limits := range [][]core.Limit{
+		{{Count: 100, Window: time.Minute, Algorithm: core.FixedWindow}},
+		{{Count: 100, Window: time.Minute, Algorithm: core.InFlight}},
+	} {
+		t.Run(limits[0].Algorithm.String(), func(t *testing.T) {
+			s := newStore(t, Options{Addrs: []string{standalone.Addr}})
+			admin := adminClient(t)
+			ctx := context.Background()
+			p := core.MustPolicy("expiry", core.PolicyOptions{}, limits...)
+			hash := s.Keys(p, "client")[0]
+			idle := time.Duration(ttlMillis(p)) * time.Millisecond
+			decide := func() {
+				t.Helper()
+				var d core.Decision
+				if err := s.Decide(ctx, p, "client", 1, &d); err != nil || !d.Allowed {
+					t.Fatalf("decide: %v %+v", err, d)
+				}
+			}
+			// expiry is the hash's time to live, checked against its
+			// expires:ms field read as a time from the server's now (they
+			// differ by the commands' ms between them, far less than 1s).
+			expiry := func() time.Duration {
+				t.Helper()
+				ttl := admin.PTTL(ctx, hash).Val()
+				now, err := admin.Time(ctx).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ms, err := admin.HGet(ctx, hash, "expires:ms").Int64()
+				if err != nil {
+					t.Fatalf("the hash's expires:ms field: %v", err)
+				}
+				if field := time.UnixMilli(ms).Sub(now); field-ttl > time.Second || ttl-field > time.Second {
+					t.Fatalf("the hash lives %v, its expires:ms field says %v", ttl, field)
+				}
+				return ttl
+			}
+			// age makes the hash's expiry look set long ago: left from now.
+			age := func(left time.Duration) {
+				t.Helper()
+				now := admin.Time(ctx).Val()
+				admin.HSet(ctx, hash, "expires:ms", now.Add(left).UnixMilli())
+				admin.PExpire(ctx, hash, left)
+			}
+
+			decide()
+			if ttl := expiry(); ttl < 2*idle-time.Second || ttl > 2*idle {
+				t.Fatalf("a new hash lives %v, want %v", ttl, 2*idle)
+			}
+			// More than one idle time left: the write leaves the expiry.
+			age(idle + idle/2)
+			decide()
+			if ttl := expiry(); ttl > idle+idle/2 {
+				t.Fatalf("with 1.5 idle times left, a write moved the expiry: the hash lives %v", ttl)
+			}
+			// Less than one left: the write moves it two idle times ahead.
+			age(idle / 2)
+			decide()
+			if ttl := expiry(); ttl < 2*idle-time.Second {
+				t.Fatalf("with half an idle time left, a write left the expiry: the hash lives %v, want %v", ttl, 2*idle)
+			}
+		})
+	}
+}

@@ -497,6 +497,9 @@ func RandomPolicies() []*core.Policy {
 		core.MustPolicy("r-lb", o, lb),
 		core.MustPolicy("r-stack", o, lim(4, ms(200), core.SlidingLog), lim(9, time.Second, core.SlidingCounter), tb, lim(30, 3*time.Second, core.FixedWindow)),
 		core.MustPolicy("r-counters", o, lim(3, ms(100), core.FixedWindow), lim(8, ms(900), core.SlidingCounter)),
+		// A sliding log after a limit without a sorted set (the Redis store
+		// sends only the sets a script reads).
+		core.MustPolicy("r-log-second", o, lim(7, ms(400), core.FixedWindow), lim(4, ms(300), core.SlidingLog)),
 		core.MustPolicy("r-shadow", core.PolicyOptions{Shadow: true}, lim(3, ms(250), core.SlidingCounter), lim(5, time.Second, core.FixedWindow)),
 		core.MustPolicy("r-shadow-log", core.PolicyOptions{Shadow: true}, lim(2, ms(300), core.SlidingLog)),
 		// Seeds divisible by 3 start 2 s before a month ends (see RandomTrace).
