@@ -86,7 +86,9 @@ type Options struct {
 	// the script's batch form, or on a Cluster one pipeline); 0 means 64,
 	// and 1 sends each decision alone (one EVALSHA per round trip).
 	Batch int
-	// Lanes is how many batches may be in flight at once; 0 means 4.
+	// Lanes is how many batches may be in flight at once; 0 means 2 (one
+	// filling while one is in Redis: more lanes send smaller batches, which
+	// cost Redis more per decision).
 	Lanes int
 	// NoDenyCache turns off the local deny cache, which denies a key Redis
 	// just denied without asking Redis again until its RetryAfter passes.
@@ -163,7 +165,7 @@ func NewFromClient(c goredis.UniversalClient, opts Options) *Store {
 		batch = 64
 	}
 	if lanes <= 0 {
-		lanes = 4
+		lanes = 2
 	}
 	if batch > 1 {
 		s.batch = newBatcher(c, lanes, batch, timeout)
