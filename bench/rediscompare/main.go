@@ -10,7 +10,9 @@
 // with factor = tollgate's decisions/s ÷ the peer's (> 1: tollgate better),
 // p99 latency ratios (the peer's ÷ tollgate's), and tollgate against the
 // pipelined ceiling: redis-benchmark -P 16 running the same EVALSHA. Beside
-// each figure, redis-server's CPU time per decision (from /proc).
+// each figure, redis-server's CPU time per decision (from /proc). The
+// limiters of a workload take turns (-rounds), so the machine's slow spells
+// fall on each alike.
 package main
 
 import (
@@ -75,8 +77,26 @@ func cpuTime(pid int) time.Duration {
 // redisPid is the measured redis-server's process id.
 var redisPid int
 
-// rate runs decide from callers goroutines for d.
-func rate(d time.Duration, decide decider) result {
+// tally is one limiter's measurement so far: every decision's latency,
+// the time spent, redis-server's CPU time spent.
+type tally struct {
+	took          []time.Duration
+	spent, cpu    time.Duration
+	failed, total int64
+}
+
+// result is what the tally measured.
+func (t *tally) result() result {
+	if t.failed > 0 {
+		fmt.Fprintf(os.Stderr, "warning: %d of %d decisions denied or failed\n", t.failed, t.total)
+	}
+	slices.Sort(t.took)
+	return result{float64(len(t.took)) / t.spent.Seconds(), t.took[len(t.took)*99/100],
+		t.cpu / time.Duration(max(len(t.took), 1))}
+}
+
+// rate runs decide from callers goroutines for d, adding to t.
+func (t *tally) rate(d time.Duration, decide decider) {
 	cpuBefore := cpuTime(redisPid)
 	var done atomic.Int64
 	var failed atomic.Int64
@@ -102,17 +122,16 @@ func rate(d time.Duration, decide decider) result {
 		}(g)
 	}
 	wg.Wait()
-	if failed.Load() > 0 {
-		fmt.Fprintf(os.Stderr, "warning: %d of %d decisions denied or failed\n", failed.Load(), done.Load())
-	}
-	all := slices.Concat(took...)
-	slices.Sort(all)
-	return result{float64(done.Load()) / d.Seconds(), all[len(all)*99/100],
-		(cpuTime(redisPid) - cpuBefore) / time.Duration(max(done.Load(), 1))}
+	t.took = append(t.took, slices.Concat(took...)...)
+	t.spent += d
+	t.cpu += cpuTime(redisPid) - cpuBefore
+	t.failed += failed.Load()
+	t.total += done.Load()
 }
 
 func main() {
 	dur := flag.Duration("d", 3*time.Second, "duration of each measurement")
+	rounds := flag.Int("rounds", 3, "turns the limiters take, each d/rounds long")
 	batchFlag := flag.Int("batch", 0, "tollgate's Options.Batch (0: default pipelining, 1: one EVALSHA per decision)")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "tollgate-bench-")
@@ -191,13 +210,22 @@ func main() {
 	}{{"1-limit", one}, {"3-stacked-limits", three}} {
 		n := len(w.limits)
 		decide, store, policy := tollgate(w.limits)
-		ours := rate(*dur, decide)
-		show(w.name, "tollgate", ours)
-		for _, peer := range []struct {
+		limiters := []struct {
 			name string
 			d    decider
-		}{{"redis_rate", redisRate(n)}, {"ulule/limiter", ululeStore(n)}} {
-			theirs := rate(*dur, peer.d)
+		}{{"tollgate", decide}, {"redis_rate", redisRate(n)}, {"ulule/limiter", ululeStore(n)}}
+		// The limiters take turns, a slice of the measurement each, so a
+		// slow spell of a shared machine falls on all of them alike.
+		tallies := make([]tally, len(limiters))
+		for r := 0; r < *rounds; r++ {
+			for i, l := range limiters {
+				tallies[i].rate(*dur/time.Duration(*rounds), l.d)
+			}
+		}
+		ours := tallies[0].result()
+		show(w.name, "tollgate", ours)
+		for i, peer := range limiters[1:] {
+			theirs := tallies[1+i].result()
 			show(w.name, peer.name, theirs)
 			lines = append(lines, fmt.Sprintf("vs %s %s %.2f", peer.name, w.name, ours.rps/theirs.rps),
 				fmt.Sprintf("vs %s %s-p99 %.2f", peer.name, w.name, float64(theirs.p99)/float64(ours.p99)))
