@@ -33,8 +33,11 @@
 -- then per request, 3 values: its policy (counted from 1), now (-1: the
 --          server's TIME, read once for the batch) and cost
 -- KEYS     per request in turn, its keys as above
--- Returns one reply per request, in order: as above, or the error it met
--- (one request's error does not stop the others).
+-- Returns one flat array: per request in order, the length of its reply
+-- then its reply as above, or -1 then the error it met as a string (one
+-- request's error does not stop the others). One flat array, not one per
+-- request, because Redis turns each Lua table of a reply into RESP at a
+-- cost of its own.
 local FIXED, LOG, COUNTER, BUCKET, GCRA, SHAPER, INFLIGHT = 1, 2, 3, 4, 5, 6, 7
 local MAX_INFLIGHT_RETRY = 1000000 -- core.MaxInFlightRetry, µs
 
@@ -307,8 +310,9 @@ local function read_limits(base, n)
 end
 
 -- One request of cost (-1: a probe) at now under limits, its keys from
--- KEYS[kb + 1]; the reply described at the top.
-local function decide(limits, kb, now, cost, ttl)
+-- KEYS[kb + 1]: writes the reply described at the top into out after
+-- out[o], and returns the index of its last value.
+local function decide(limits, kb, now, cost, ttl, out, o)
   -- A cost of -1 probes: it decides as a request of cost 0 and writes
   -- nothing (an operator reading a key changes nothing, not even its expiry).
   local probe = cost < 0
@@ -387,9 +391,12 @@ local function decide(limits, kb, now, cost, ttl)
     end
   end
 
-  local out = {now}
+  o = o + 1
+  out[o] = now
   for i = 1, nlimits do
-    for k = 1, 5 do out[#out + 1] = results[i][k] end
+    local r = results[i]
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = r[1], r[2], r[3], r[4], r[5]
+    o = o + 5
   end
   if not all then
     for i = 1, nlimits do
@@ -398,24 +405,32 @@ local function decide(limits, kb, now, cost, ttl)
         local live = redis.call('ZRANGEBYSCORE', KEYS[kb + l.key], '(' .. fmt(now - l.w), '+inf', 'WITHSCORES')
         local k = #live / 2
         if k > 64 then
-          out[#out + 1] = -1
+          o = o + 1
+          out[o] = -1
         else
-          out[#out + 1] = k
-          for j = 2, #live, 2 do out[#out + 1] = tonumber(live[j]) end
+          o = o + 1
+          out[o] = k
+          for j = 2, #live, 2 do
+            o = o + 1
+            out[o] = tonumber(live[j])
+          end
         end
       else
         local s = states[i]
-        out[#out + 1], out[#out + 2], out[#out + 3] = s[1], s[2], s[3]
+        out[o + 1], out[o + 2], out[o + 3] = s[1], s[2], s[3]
+        o = o + 3
       end
     end
   end
-  return out
+  return o
 end
 
 local BATCH = -2
 local first = tonumber(ARGV[1])
 if first ~= BATCH then
-  return decide(read_limits(4, tonumber(ARGV[3])), 0, time_of(first), tonumber(ARGV[2]), tonumber(ARGV[4]))
+  local out = {}
+  decide(read_limits(4, tonumber(ARGV[3])), 0, time_of(first), tonumber(ARGV[2]), tonumber(ARGV[4]), out, 0)
+  return out
 end
 
 -- A batch: each policy's limits are read once, the server's TIME at most
@@ -426,16 +441,28 @@ for j = 1, tonumber(ARGV[2]) do
   policies[j] = {limits = read_limits(a + 1, n), ttl = tonumber(ARGV[a + 1])}
   a = a + 2 + 7 * n
 end
-local replies, kb = {}, 0
+local replies, size, kb = {}, 0, 0
 for r = a, #ARGV, 3 do
   local policy = policies[tonumber(ARGV[r])]
-  local ok, reply = pcall(decide, policy.limits, kb, time_of(tonumber(ARGV[r + 1])), tonumber(ARGV[r + 2]), policy.ttl)
-  if not ok then
+  local ok, last = pcall(decide, policy.limits, kb, time_of(tonumber(ARGV[r + 1])), tonumber(ARGV[r + 2]), policy.ttl,
+                         replies, size + 1)
+  if ok then
+    replies[size + 1] = last - size - 1
+    size = last
+  else
+    -- Drop what the request wrote before its error (nothing is written
+    -- past the end but by decide, so its values end at the first nil).
+    local j = size + 2
+    while replies[j] ~= nil do
+      replies[j] = nil
+      j = j + 1
+    end
     -- Redis 7 raises a failed redis.call as a table with an err field;
     -- Lua raises its own errors as strings.
-    if type(reply) == 'table' and reply.err then reply = {err = reply.err} else reply = {err = tostring(reply)} end
+    if type(last) == 'table' and last.err then last = last.err end
+    replies[size + 1], replies[size + 2] = -1, tostring(last)
+    size = size + 2
   end
-  replies[#replies + 1] = reply
   kb = kb + policy.limits.keys
 end
 return replies

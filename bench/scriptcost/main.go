@@ -39,7 +39,7 @@ return tonumber(t[1]) * 1000000 + tonumber(t[2]) - t0
 
 var parts = []struct{ name, lua string }{
 	{"the loop alone", ""},
-	{"one request's decide (1 GCRA limit)", "local ok, e = pcall(decide, policy.limits, 0, now, 1, policy.ttl); if not ok then return redis.error_reply(tostring(e.err or e)) end"},
+	{"one request's decide (1 GCRA limit)", "local ok, e = pcall(decide, policy.limits, 0, now, 1, policy.ttl, {}, 0); if not ok then return redis.error_reply(tostring(e.err or e)) end"},
 	{"HMGET of the state and the hash's expiry", "redis.call('HMGET', KEYS[1], unpack(policy.limits.fields))"},
 	{"HSET of the state", "redis.call('HSET', KEYS[1], 'a', '1700000000000000 12345 0')"},
 	{"PEXPIRE", "redis.call('PEXPIRE', KEYS[1], 2000)"},

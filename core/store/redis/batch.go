@@ -179,17 +179,60 @@ func (b *batcher) script(ctx context.Context, batch []*call) error {
 			replies, err = decideScript.EvalSha(ctx, b.client, keys, args...).Slice()
 		}
 	}
-	if err == nil && len(replies) != len(batch) {
-		err = fmt.Errorf("batch script answered %d replies for %d requests", len(replies), len(batch))
+	if err == nil {
+		err = split(replies, batch)
 	}
-	for i, c := range batch {
-		if err != nil {
+	if err != nil {
+		for _, c := range batch {
 			c.err = err
-			continue
 		}
-		c.reply, c.err = int64s(replies[i])
 	}
 	return err
+}
+
+// split hands each call of batch its reply, or its own error, from the
+// batch form's flat answer (see core.StepLua): per request, the length of
+// its reply then the reply, or -1 then its error. An answer of any other
+// shape fails the whole batch.
+func split(answer []any, batch []*call) error {
+	at := 0
+	next := func() (int64, error) {
+		if at >= len(answer) {
+			return 0, fmt.Errorf("batch script answered %d values for %d requests", len(answer), len(batch))
+		}
+		n, ok := answer[at].(int64)
+		if !ok {
+			return 0, fmt.Errorf("batch script answered %T where an integer belongs", answer[at])
+		}
+		at++
+		return n, nil
+	}
+	for _, c := range batch {
+		n, err := next()
+		if err != nil {
+			return err
+		}
+		if n == -1 && at < len(answer) {
+			if msg, ok := answer[at].(string); ok {
+				at++
+				c.reply, c.err = nil, errors.New(msg)
+				continue
+			}
+		}
+		if n < 0 || n > int64(len(answer)-at) {
+			return fmt.Errorf("batch script answered a reply of %d values with %d left", n, len(answer)-at)
+		}
+		c.reply, c.err = make([]int64, n), nil
+		for i := range c.reply {
+			if c.reply[i], err = next(); err != nil {
+				return err
+			}
+		}
+	}
+	if at != len(answer) {
+		return fmt.Errorf("batch script answered %d values, %d more than its %d requests' replies", len(answer), len(answer)-at, len(batch))
+	}
+	return nil
 }
 
 // batchCommand is the batch form's keys and arguments (see core.StepLua):
@@ -229,26 +272,6 @@ func batchCommand(batch []*call) (keys []string, args []any) {
 
 // batchForm is ARGV[1] of the script's batch form.
 const batchForm = -2
-
-// int64s reads one request's reply within a batch's.
-func int64s(v any) ([]int64, error) {
-	switch v := v.(type) {
-	case []any:
-		out := make([]int64, len(v))
-		for i, x := range v {
-			n, ok := x.(int64)
-			if !ok {
-				return nil, fmt.Errorf("batch script answered %T where an integer belongs", x)
-			}
-			out[i] = n
-		}
-		return out, nil
-	case error:
-		return nil, v
-	default:
-		return nil, fmt.Errorf("batch script answered %T for a request", v)
-	}
-}
 
 // pipeline sends batch as one EVALSHA per call, in one pipeline.
 func (b *batcher) pipeline(ctx context.Context, batch []*call) {

@@ -194,3 +194,44 @@ func TestBatchFailsCallsQueuedPastTimeout(t *testing.T) {
 		t.Fatalf("the stale call's key exists (%d, %v): it was sent", n, err)
 	}
 }
+
+// A batch's flat answer is split into each call's reply or own error; an
+// answer of any other shape (a lying or broken server) fails every call
+// of the batch, and never panics.
+func TestBatchAnswerSplit(t *testing.T) {
+	calls := func(n int) []*call {
+		batch := make([]*call, n)
+		for i := range batch {
+			batch[i] = &call{}
+		}
+		return batch
+	}
+	batch := calls(3)
+	if err := split([]any{int64(2), int64(7), int64(1), int64(-1), "WRONGTYPE no", int64(1), int64(9)}, batch); err != nil {
+		t.Fatal(err)
+	}
+	if r := batch[0].reply; len(r) != 2 || r[0] != 7 || r[1] != 1 || batch[0].err != nil {
+		t.Fatalf("first call: %v %v", r, batch[0].err)
+	}
+	if batch[1].err == nil || batch[1].err.Error() != "WRONGTYPE no" || batch[1].reply != nil {
+		t.Fatalf("second call: %v %v, want its own error", batch[1].reply, batch[1].err)
+	}
+	if r := batch[2].reply; len(r) != 1 || r[0] != 9 || batch[2].err != nil {
+		t.Fatalf("third call: %v %v", r, batch[2].err)
+	}
+	for _, bad := range [][]any{
+		{},                                   // no reply at all
+		{int64(2), int64(7)},                 // a reply cut short
+		{int64(1), int64(7), int64(1)},       // a value past the last reply
+		{int64(1), "7"},                      // a string where a value belongs
+		{"1", int64(7)},                      // a string where a length belongs
+		{int64(-2), int64(7)},                // a negative length
+		{int64(-1)},                          // an error without its message
+		{int64(1 << 40), int64(7), int64(8)}, // a length past the answer
+		{int64(1), int64(7), int64(-1), "e"}, // two requests' answer for one
+	} {
+		if err := split(bad, calls(1)); err == nil {
+			t.Errorf("answer %v for one request: no error", bad)
+		}
+	}
+}
