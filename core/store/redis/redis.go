@@ -322,13 +322,7 @@ func (s *Store) Keys(p *core.Policy, key string) []string {
 // decisionKeys is the part of Keys a decision's script reads: the hash,
 // then the sorted sets of p's sliding_log and in_flight limits alone.
 func (s *Store) decisionKeys(p *core.Policy, key string) []string {
-	n := 1
-	for i := range p.Limits() {
-		if sorted(p.Limits()[i].Algorithm) {
-			n++
-		}
-	}
-	keys := make([]string, 1, n)
+	keys := make([]string, 1, 1+len(p.Limits()))
 	keys[0] = s.stateKey(p, key)
 	for i := range p.Limits() {
 		if sorted(p.Limits()[i].Algorithm) {
