@@ -43,7 +43,7 @@ var parts = []struct{ name, lua string }{
 	{"HMGET of the state and the hash's expiry", "redis.call('HMGET', KEYS[1], unpack(policy.limits.fields))"},
 	{"HSET of the state", "redis.call('HSET', KEYS[1], 'a', '1700000000000000 12345 0')"},
 	{"PEXPIRE", "redis.call('PEXPIRE', KEYS[1], 2000)"},
-	{"parsing a state", "local s = parse('1700000000000000 12345 0')"},
+	{"parsing a state", "local s = parse('1700000000000000 12345 0', {})"},
 	{"formatting a state (%d)", "local x = string.format('%d %d %d', 1700000000000000, 12345, 0)"},
 	{"formatting a state (3 × %.0f)", "local x = string.format('%.0f', 1700000000000000) .. ' ' .. string.format('%.0f', 12345) .. ' ' .. string.format('%.0f', 0)"},
 	{"the GCRA step", "local s, r = gcra(policy.limits[1], {1700000000000000, 12345, 0}, now, 1)"},
