@@ -8,8 +8,10 @@
 # The patched files reach the compiler through go's -overlay, so the tree is
 # never touched and every package the bug does not change comes from the
 # build cache; -race, as make test builds everything, so a cold run compiles
-# nothing twice. Each mutant's test binary is linked once and run for both
-# trace sets. Two mutants run at a time (their builds are mostly serial).
+# nothing twice; -vet=off, since a planted bug is not code to vet (make
+# test vets the tree itself). Each mutant's test binary is linked once and
+# run for both trace sets. Two mutants run at a time (their builds are
+# mostly serial).
 set -u
 root=$(git rev-parse --show-toplevel)
 here=$root/core/store/storetest/mutants
@@ -34,7 +36,7 @@ plant() {
   # One test binary per mutant, run twice: "./pkg -run 'X'" runs as
   # pkg.test -test.run 'X' in the package's directory, as go test runs it.
   pkg=${run%% *} args=$(printf '%s' "${run#* }" | sed 's/^-run /-test.run /')
-  if ! (cd "$root" && go test -race -c -o "$dir/test.bin" -overlay "$dir/overlay.json" "$pkg") > "$dir/build.log" 2>&1; then
+  if ! (cd "$root" && go test -race -vet=off -c -o "$dir/test.bin" -overlay "$dir/overlay.json" "$pkg") > "$dir/build.log" 2>&1; then
     echo "mutant $name: does not build:"; tail -5 "$dir/build.log"; return 1
   fi
   for traces in all random; do
