@@ -8,8 +8,9 @@ GO        ?= go
 FUZZTIME  ?= 5s
 PKGS      := ./...
 CADDY_VERSION := v2.11.9
-# What bin/caddy is built from: rebuilt when any of it changes.
-CADDY_SRC := $(shell find core caddymodule -name '*.go' ! -name '*_test.go') tollgate.go go.mod go.sum
+# What bin/caddy is built from: rebuilt when any of it changes (the Lua
+# scripts are embedded in core).
+CADDY_SRC := $(shell find core caddymodule \( -name '*.go' ! -name '*_test.go' -o -name '*.lua' \)) tollgate.go go.mod go.sum
 
 .PHONY: test vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong adaptive adaptive-short chaos plots run clean deps monitoring
 
