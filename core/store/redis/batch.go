@@ -195,6 +195,10 @@ func (b *batcher) script(ctx context.Context, batch []*call) error {
 // its reply then the reply, or -1 then its error. An answer of any other
 // shape fails the whole batch.
 func split(answer []any, batch []*call) error {
+	// Every reply is carved from one array (each capped at its own length,
+	// so none can grow into the next): one allocation per batch, not one
+	// per request. The replies' readers copy what they keep.
+	values := make([]int64, 0, len(answer))
 	at := 0
 	next := func() (int64, error) {
 		if at >= len(answer) {
@@ -222,12 +226,15 @@ func split(answer []any, batch []*call) error {
 		if n < 0 || n > int64(len(answer)-at) {
 			return fmt.Errorf("batch script answered a reply of %d values with %d left", n, len(answer)-at)
 		}
-		c.reply, c.err = make([]int64, n), nil
-		for i := range c.reply {
-			if c.reply[i], err = next(); err != nil {
+		start := len(values)
+		for range n {
+			v, err := next()
+			if err != nil {
 				return err
 			}
+			values = append(values, v)
 		}
+		c.reply, c.err = values[start:len(values):len(values)], nil
 	}
 	if at != len(answer) {
 		return fmt.Errorf("batch script answered %d values, %d more than its %d requests' replies", len(answer), len(answer)-at, len(batch))

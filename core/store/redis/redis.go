@@ -584,7 +584,11 @@ var errShortReply = errors.New("redis: script's reply ends early")
 // stateKey names the hash of key's state under p; its braces are the
 // Cluster hash tag every key of (p, key) shares.
 func (s *Store) stateKey(p *core.Policy, key string) string {
-	return s.prefix + "{" + hashTagSafe(p.Name()+":"+key) + "}"
+	name := p.Name()
+	if strings.ContainsAny(name, "%}") || strings.ContainsAny(key, "%}") {
+		return s.prefix + "{" + tagEscaper.Replace(name+":"+key) + "}"
+	}
+	return s.prefix + "{" + name + ":" + key + "}" // the usual key: one allocation
 }
 
 // tagEscaper escapes what would end a Cluster hash tag early: a "}" in a
@@ -593,12 +597,6 @@ func (s *Store) stateKey(p *core.Policy, key string) string {
 // in one. "%" is escaped too, so two keys never share a name.
 var tagEscaper = strings.NewReplacer("%", "%25", "}", "%7D")
 
-func hashTagSafe(s string) string {
-	if !strings.ContainsAny(s, "%}") {
-		return s // the usual key: no copy
-	}
-	return tagEscaper.Replace(s)
-}
 
 // AddCounts adds each count to its window's shared count and reads the
 // fleet's totals back, in one pipeline (eventual mode's sync). Window counts
