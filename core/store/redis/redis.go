@@ -597,7 +597,6 @@ func (s *Store) stateKey(p *core.Policy, key string) string {
 // in one. "%" is escaped too, so two keys never share a name.
 var tagEscaper = strings.NewReplacer("%", "%25", "}", "%7D")
 
-
 // AddCounts adds each count to its window's shared count and reads the
 // fleet's totals back, in one pipeline (eventual mode's sync). Window counts
 // live beside the key's state, in its hash slot, and expire after twice the
