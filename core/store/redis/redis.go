@@ -314,10 +314,13 @@ func (s *Store) Keys(p *core.Policy, key string) []string {
 	keys := make([]string, 1+len(p.Limits()))
 	keys[0] = s.stateKey(p, key)
 	for i := range p.Limits() {
-		keys[1+i] = keys[0] + ":" + p.LimitID(i)
+		keys[1+i] = limitKey(keys[0], p, i)
 	}
 	return keys
 }
+
+// limitKey names limit i's own key beside the state hash named hash.
+func limitKey(hash string, p *core.Policy, i int) string { return hash + ":" + p.LimitID(i) }
 
 // decisionKeys is the part of Keys a decision's script reads: the hash,
 // then the sorted sets of p's sliding_log and in_flight limits alone.
@@ -326,7 +329,7 @@ func (s *Store) decisionKeys(p *core.Policy, key string) []string {
 	keys[0] = s.stateKey(p, key)
 	for i := range p.Limits() {
 		if sorted(p.Limits()[i].Algorithm) {
-			keys = append(keys, keys[0]+":"+p.LimitID(i))
+			keys = append(keys, limitKey(keys[0], p, i))
 		}
 	}
 	return keys
@@ -642,7 +645,7 @@ func (s *Store) DeleteCounts(ctx context.Context, counts []core.SharedCount) err
 
 // countKey names the shared count of c's window.
 func (s *Store) countKey(c *core.SharedCount) string {
-	return s.stateKey(c.Policy, c.Key) + ":" + c.Policy.LimitID(c.Limit) + ":" + strconv.FormatInt(c.Start, 10)
+	return limitKey(s.stateKey(c.Policy, c.Key), c.Policy, c.Limit) + ":" + strconv.FormatInt(c.Start, 10)
 }
 
 var _ core.Store = (*Store)(nil)
