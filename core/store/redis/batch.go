@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,6 +112,14 @@ func (b *batcher) lane() {
 		for _, c := range batch {
 			c.done <- struct{}{}
 		}
+		// Let the callers just answered run before gathering again: those
+		// that decide again then join this lane's next batch instead of the
+		// lane sending the first of them alone (while the other lane's batch
+		// keeps Redis busy). Measured with 64 callers and one limit: 26
+		// decisions per batch on average instead of 20, 4-5% of batches
+		// holding one decision instead of 14-18%, 3-18% more decisions/s
+		// and a fifth less client CPU per decision.
+		runtime.Gosched()
 	}
 }
 
