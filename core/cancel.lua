@@ -3,7 +3,8 @@
 -- Lua twin of CancelShaped in core/step.go (Policy.ApplyCancel), on
 -- step.lua's state hash, with the same integer arithmetic.
 --
--- KEYS[1]  the policy's state hash, as step.lua keeps it
+-- KEYS[1]  the policy's state hash, as step.lua keeps it (each state in
+--          the form state.lua, run before this file, reads and writes)
 -- ARGV[1]  now in µs, or -1 to use the server's TIME
 -- ARGV[2]  the request's cost
 -- then per limit that shaped it, 4 values: limit id, window µs, count, release µs
@@ -22,14 +23,13 @@ local function idiv(a, b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
 end
-local function fmt(x) return string.format('%.0f', x) end
 
 for i = 3, #ARGV, 4 do
   local id, w, n, release = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local v = redis.call('HMGET', KEYS[1], id)[1]
   if v and release > now then
-    local a, b = string.match(v, '^(%-?%d+) (%-?%d+)')
-    a, b = tonumber(a), tonumber(b)
+    local s = parse(v, {})
+    local a, b = s[1], s[2]
     local ahead = 0
     if a >= now then ahead = (a - now) * n + b end
     ahead = ahead - cost * w
@@ -38,7 +38,7 @@ for i = 3, #ARGV, 4 do
     else
       a, b = now + idiv(ahead, n), ahead % n
     end
-    redis.call('HSET', KEYS[1], id, fmt(a) .. ' ' .. fmt(b) .. ' 0')
+    redis.call('HSET', KEYS[1], id, pack(a, b, 0))
   end
 end
 return now

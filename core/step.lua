@@ -7,7 +7,8 @@
 --
 -- One request:
 -- KEYS[1]   a hash holding every limit's state but sliding logs': field
---           <limit id>, value "a b c"; an in_flight limit's lease counter,
+--           <limit id>, value the state as state.lua (run before this file)
+--           stores it; an in_flight limit's lease counter,
 --           field "seq:<limit id>"; and when the hash expires, field
 --           "expires:ms" (Unix ms, the server's clock)
 -- KEYS[2..] the sorted sets of its sliding_log and in_flight limits, in
@@ -22,7 +23,7 @@
 --          calendar months (1 or 12 for a calendar fixed window, else 0), limit id
 -- Returns: now, then per limit: allowed (0/1), remaining, reset µs, retry µs, delay µs;
 -- when denied, then per limit its state as stored, so a deny cache can run
--- the step on it: "a b c", or for a sliding log (or in_flight) its live count
+-- the step on it: its three integers, or for a sliding log (or in_flight) its live count
 -- k and its k live times oldest first (k = -1 and no times when more than 64
 -- are live).
 --
@@ -54,17 +55,6 @@ local function ceildiv(a, b) return idiv(a + b - 1, b) end
 -- Every value is an integer below 2^53, which Redis's Lua formats exactly
 -- with %d (a C long), and faster than with %.0f.
 local function fmt(x) return string.format('%d', x) end
-
--- parse reads a stored state "a b c" (nil: never written) into s.
-local function parse(v, s)
-  if not v then
-    s[1], s[2], s[3] = 0, 0, 0
-  else
-    local a, b, c = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
-    s[1], s[2], s[3] = tonumber(a), tonumber(b), tonumber(c)
-  end
-  return s
-end
 
 local function window_start(t, w) return t - (t % w) end
 
@@ -375,7 +365,7 @@ local function decide(limits, kb, now, cost, ttl, out, o)
       else
         local s = nexts[i]
         hset[fields + 1] = l.id
-        hset[fields + 2] = string.format('%d %d %d', s[1], s[2], s[3])
+        hset[fields + 2] = pack(s[1], s[2], s[3])
         fields = fields + 2
       end
     end
