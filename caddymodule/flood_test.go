@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -37,12 +38,12 @@ func raiseFDLimit(t *testing.T, want uint64) uint64 {
 
 // shapingCaddy is a Caddy whose policy "shaped" holds each key's requests
 // to 100/1s (leaky_bucket, max_delay 1s: 101 places) and answers body.
-func shapingCaddy(t *testing.T, body string) *caddyproc.Caddy {
+func shapingCaddy(t *testing.T, limit, body string) *caddyproc.Caddy {
 	return caddyproc.Start(t, `
 	tollgate {
 		policy shaped {
 			key {http.request.header.X-Key}
-			limit 100/1s leaky_bucket max_delay 1s
+			limit `+limit+`
 		}
 	}
 	respond `+body)
@@ -63,7 +64,7 @@ func TestCaddyShapingFlood(t *testing.T) {
 	if got := raiseFDLimit(t, uint64(flood)+512); got < uint64(flood)+512 {
 		flood = int(got) - 512 // what this machine allows, said in the log
 	}
-	c := shapingCaddy(t, `"{http.tollgate.decided_at} {http.tollgate.delay}"`)
+	c := shapingCaddy(t, "100/1s leaky_bucket max_delay 1s", `"{http.tollgate.decided_at} {http.tollgate.delay}"`)
 	rssBefore, _ := procstat.RSS(c.Pid())
 
 	type answer struct {
@@ -164,58 +165,80 @@ func TestCaddyShapingFlood(t *testing.T) {
 // TestCaddyShapingCancelFreesPlaces: with a leaky_bucket queue full, 50
 // waiting clients give up; their places come free at once (the operators'
 // API reads them back far sooner than the queue drains by itself), and new
-// requests take them instead of being refused.
+// requests take them instead of being refused. The queue drains one place
+// every 40 ms (101 places over 4 s): the freed places show above that drain
+// for over 2 s, however slowly a loaded machine delivers the cancellations.
 func TestCaddyShapingCancelFreesPlaces(t *testing.T) {
-	c := shapingCaddy(t, `"ok"`)
+	const every = 40 * time.Millisecond
+	c := shapingCaddy(t, "100/4s leaky_bucket max_delay 4s", `"ok"`)
 	room := func() int {
 		_, u := adminCall(t, c, "GET", "/tollgate/keys?policy=shaped&key=q")
 		return int(u["limits"].([]any)[0].(map[string]any)["remaining"].(float64))
 	}
 	type waiter struct {
-		cancel context.CancelFunc
-		done   chan int // the status, or -1
+		cancel   context.CancelFunc
+		done     chan int     // the status, or -1
+		answered *atomic.Bool // released or refused (set before done)
 	}
 	send := func() waiter {
 		ctx, cancel := context.WithCancel(context.Background())
-		w := waiter{cancel, make(chan int, 1)}
+		w := waiter{cancel, make(chan int, 1), new(atomic.Bool)}
 		go func() {
+			status := -1
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.URL+"/", nil)
 			req.Header.Set("X-Key", "q")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				w.done <- -1
-				return
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				status = resp.StatusCode
 			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			w.done <- resp.StatusCode
+			w.answered.Store(true)
+			w.done <- status
 		}()
 		return w
 	}
 	// Fill the queue: what it holds at once, then one more at a time until
-	// it has no room (so at most the last is refused).
+	// it has no room. One more goes only once every request sent has been
+	// decided (answered, or waiting in one of the places taken), so on a
+	// slow machine no burst of requests still on its way is refused when
+	// the queue fills.
 	var sent []waiter
 	for i := 0; i < 101; i++ {
 		sent = append(sent, send())
 	}
 	waitfor.True(t, 10*time.Second, "the queue full", func() bool {
-		if room() == 0 {
+		free := room()
+		if free == 0 {
 			return true
 		}
-		sent = append(sent, send())
+		answered := 0
+		for _, w := range sent {
+			if w.answered.Load() {
+				answered++
+			}
+		}
+		if answered+101-free >= len(sent) {
+			sent = append(sent, send())
+		}
 		return false
 	})
-	// The 50 clients sent last (released last: none is out yet) give up.
-	gaveUp := sent[len(sent)-50:]
+	// The 50 clients still waiting that were sent last (released last: none
+	// is out yet) give up.
+	var gaveUp []waiter
+	for i := len(sent) - 1; i >= 0 && len(gaveUp) < 50; i-- {
+		if !sent[i].answered.Load() {
+			gaveUp = append(gaveUp, sent[i])
+		}
+	}
 	for _, w := range gaveUp {
 		w.cancel()
 	}
 	began := time.Now()
-	// Free places beyond what the queue drains by itself (one every 10 ms)
+	// Free places beyond what the queue drains by itself (one every 40 ms)
 	// can only be the cancelled clients'.
 	var freed, drained int
 	waitfor.True(t, 5*time.Second, "the cancelled clients' places coming free", func() bool {
-		drained = int(time.Since(began) / (10 * time.Millisecond))
+		drained = int(time.Since(began) / every)
 		freed = room()
 		return freed-drained >= 40
 	})
