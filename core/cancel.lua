@@ -29,7 +29,7 @@ for i = 3, #ARGV, 4 do
   local v = redis.call('HMGET', KEYS[1], id)[1]
   if v and release > now then
     local s = parse(v, {})
-    local a, b = s[1], s[2]
+    local a, b, expires = s[1], s[2], s[4]
     local ahead = 0
     if a >= now then ahead = (a - now) * n + b end
     ahead = ahead - cost * w
@@ -38,7 +38,7 @@ for i = 3, #ARGV, 4 do
     else
       a, b = now + idiv(ahead, n), ahead % n
     end
-    redis.call('HSET', KEYS[1], id, pack(a, b, 0))
+    redis.call('HSET', KEYS[1], id, pack(a, b, 0, expires))
   end
 end
 return now

@@ -8,9 +8,10 @@
 -- One request:
 -- KEYS[1]   a hash holding every limit's state but sliding logs': field
 --           <limit id>, value the state as state.lua (run before this file)
---           stores it; an in_flight limit's lease counter,
---           field "seq:<limit id>"; and when the hash expires, field
---           "expires:ms" (Unix ms, the server's clock)
+--           stores it, with when the hash expires; an in_flight limit's
+--           lease counter, field "seq:<limit id>"; and in a hash that holds
+--           no state, when it expires, field "expires:ms" (Unix ms, the
+--           server's clock)
 -- KEYS[2..] the sorted sets of its sliding_log and in_flight limits, in
 --           the limits' order (members unique, scored by the time taken);
 --           no key for a limit of another algorithm
@@ -270,23 +271,28 @@ end
 -- A state hash expires two ttls after the write that set its expiry, and
 -- the expiry is moved only by a write that finds less than one ttl left:
 -- a key still lives at least ttl after its last write, and most writes
--- skip a PEXPIRE. EXPIRES is the hash field that holds the expiry (Unix
--- ms, by the server's clock, which Redis also expires keys by; the real
--- expiry, set by a PEXPIRE just after, is never earlier); renewed_expiry
--- is the new one, or nil while the stored one will do.
+-- skip a PEXPIRE. The hash records its expiry (Unix ms, by the server's
+-- clock, which Redis also expires keys by; the real expiry, set by a
+-- PEXPIRE just after, is never earlier) in every state it holds (see
+-- state.lua): a write stores all of a policy's states at once, each with
+-- the same expiry. A hash with no state (a policy of sliding_log and
+-- in_flight limits only, whose in_flight lease counter lives in it)
+-- records it in the field EXPIRES. renewed_expiry is the new expiry, or
+-- nil while the stored one (nil or 0: not known) will do.
 local EXPIRES = 'expires:ms'
 local function renewed_expiry(stored, ttl)
   local at = math.floor(time_of(-1) / 1000)
-  local expires = tonumber(stored)
-  if expires and expires - at >= ttl then return nil end
+  if stored and stored - at >= ttl then return nil end
   return at + 2 * ttl
 end
 
 local steps = {[FIXED] = fixed, [COUNTER] = counter, [BUCKET] = bucket, [GCRA] = gcra, [SHAPER] = shaper}
 
 -- The n limits whose 7 values each start after ARGV[base]; the hash fields
--- holding their states; how many keys a request under them has (keys), and
--- for each logged limit which of them is its sorted set (key).
+-- holding their states, and EXPIRES when none has one; the first limit
+-- with a state in the hash (stateful, nil when none); how many keys a
+-- request under them has (keys), and for each logged limit which of them
+-- is its sorted set (key).
 local function read_limits(base, n)
   local limits = {fields = {}, keys = 1}
   for i = 1, n do
@@ -298,9 +304,11 @@ local function read_limits(base, n)
     if logged(limits[i]) then
       limits.keys = limits.keys + 1
       limits[i].key = limits.keys
+    elseif not limits.stateful then
+      limits.stateful = i
     end
   end
-  limits.fields[n + 1] = EXPIRES
+  if not limits.stateful then limits.fields[n + 1] = EXPIRES end
   return limits
 end
 
@@ -337,6 +345,9 @@ local function decide(limits, kb, now, cost, ttl, out, o)
   end
 
   if all and not probe then
+    local stored_expiry
+    if limits.stateful then stored_expiry = states[limits.stateful][4] else stored_expiry = tonumber(stored[nlimits + 1]) end
+    local expires = renewed_expiry(stored_expiry, ttl)
     local fields, hash_written = 0, false
     for i = 1, nlimits do
       local l = limits[i]
@@ -365,13 +376,12 @@ local function decide(limits, kb, now, cost, ttl, out, o)
       else
         local s = nexts[i]
         hset[fields + 1] = l.id
-        hset[fields + 2] = pack(s[1], s[2], s[3])
+        hset[fields + 2] = pack(s[1], s[2], s[3], expires or stored_expiry)
         fields = fields + 2
       end
     end
     if fields > 0 or hash_written then
-      local expires = renewed_expiry(stored[nlimits + 1], ttl)
-      if expires then
+      if expires and not limits.stateful then
         hset[fields + 1] = EXPIRES
         hset[fields + 2] = fmt(expires)
         fields = fields + 2

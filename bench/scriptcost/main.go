@@ -25,7 +25,7 @@ const runs = 20_000
 // its (unused) sorted set, as one 1-limit GCRA request's keys.
 const loop = `
 local policy = {limits = read_limits(0, 1), ttl = 2000}
-local packed = pack(1700000000000000, 12345, 0)
+local packed = pack(1700000000000000, 12345, 0, 1700000000000)
 local t = redis.call('TIME')
 local t0 = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = t0
@@ -41,11 +41,11 @@ return tonumber(t[1]) * 1000000 + tonumber(t[2]) - t0
 var parts = []struct{ name, lua string }{
 	{"the loop alone", ""},
 	{"one request's decide (1 GCRA limit)", "local ok, e = pcall(decide, policy.limits, 0, now, 1, policy.ttl, {}, 0); if not ok then return redis.error_reply(tostring(e.err or e)) end"},
-	{"HMGET of the state and the hash's expiry", "redis.call('HMGET', KEYS[1], unpack(policy.limits.fields))"},
+	{"HMGET of the state (and with it the hash's expiry)", "redis.call('HMGET', KEYS[1], unpack(policy.limits.fields))"},
 	{"HSET of the state", "redis.call('HSET', KEYS[1], 'a', packed)"},
 	{"PEXPIRE", "redis.call('PEXPIRE', KEYS[1], 2000)"},
 	{"reading a packed state", "local s = parse(packed, {})"},
-	{"packing a state", "local x = pack(1700000000000000, 12345, 0)"},
+	{"packing a state", "local x = pack(1700000000000000, 12345, 0, 1700000000000)"},
 	{"reading a text state (earlier releases' form)", "local s = parse('1700000000000000 12345 0', {})"},
 	{"formatting a text state (%d)", "local x = string.format('%d %d %d', 1700000000000000, 12345, 0)"},
 	{"the GCRA step", "local s, r = gcra(policy.limits[1], {1700000000000000, 12345, 0}, now, 1)"},

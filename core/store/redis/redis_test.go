@@ -541,20 +541,48 @@ func TestGradientLuaTwin(t *testing.T) {
 // A state hash lives at least one idle time after its last write, and at
 // most two after the write that set its expiry: a write moves the expiry
 // (two idle times ahead) only when it finds less than one left, so most
-// writes skip the PEXPIRE. The in_flight path, which writes the hash's
-// lease counter, keeps the same rule.
+// writes skip the PEXPIRE. The hash records its expiry in every state it
+// holds, or, holding none (an in_flight limit's lease counter alone), in
+// its expires:ms field; the in_flight path, which writes the lease
+// counter, keeps the same rule.
 func TestStateHashExpiryMovesOnlyWhenLessThanIdleLeft(t *testing.T) {
 	for _, limits := range [][]core.Limit{
 		{{Count: 100, Window: time.Minute, Algorithm: core.FixedWindow}},
 		{{Count: 100, Window: time.Minute, Algorithm: core.InFlight}},
+		{{Count: 100, Window: time.Minute, Algorithm: core.InFlight}, {Count: 100, Window: time.Minute, Algorithm: core.FixedWindow}},
 	} {
-		t.Run(limits[0].Algorithm.String(), func(t *testing.T) {
+		t.Run(limits[0].Algorithm.String()+"-"+strconv.Itoa(len(limits)), func(t *testing.T) {
 			s := newStore(t, Options{Addrs: []string{standalone.Addr}})
 			admin := adminClient(t)
 			ctx := context.Background()
 			p := core.MustPolicy("expiry", core.PolicyOptions{}, limits...)
 			hash := s.Keys(p, "client")[0]
 			idle := time.Duration(ttlMillis(p)) * time.Millisecond
+			// Where the hash records its expiry: the first state it holds,
+			// or its expires:ms field.
+			stateField := ""
+			for i, l := range limits {
+				if l.Algorithm != core.InFlight && l.Algorithm != core.SlidingLog {
+					stateField = p.LimitID(i)
+					break
+				}
+			}
+			recorded := func() (state [4]float64, ms int64) {
+				t.Helper()
+				if stateField == "" {
+					ms, err := admin.HGet(ctx, hash, "expires:ms").Int64()
+					if err != nil {
+						t.Fatalf("the hash's expires:ms field: %v", err)
+					}
+					return state, ms
+				}
+				v := admin.HGet(ctx, hash, stateField).Val()
+				state, ok := unpackState(v)
+				if !ok {
+					t.Fatalf("the hash's state %q is not packed", v)
+				}
+				return state, int64(state[3])
+			}
 			decide := func() {
 				t.Helper()
 				var d core.Decision
@@ -562,9 +590,9 @@ func TestStateHashExpiryMovesOnlyWhenLessThanIdleLeft(t *testing.T) {
 					t.Fatalf("decide: %v %+v", err, d)
 				}
 			}
-			// expiry is the hash's time to live, checked against its
-			// expires:ms field read as a time from the server's now (they
-			// differ by the commands' ms between them, far less than 1s).
+			// expiry is the hash's time to live, checked against the expiry
+			// it records, read as a time from the server's now (they differ
+			// by the commands' ms between them, far less than 1s).
 			expiry := func() time.Duration {
 				t.Helper()
 				ttl := admin.PTTL(ctx, hash).Val()
@@ -572,12 +600,9 @@ func TestStateHashExpiryMovesOnlyWhenLessThanIdleLeft(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ms, err := admin.HGet(ctx, hash, "expires:ms").Int64()
-				if err != nil {
-					t.Fatalf("the hash's expires:ms field: %v", err)
-				}
+				_, ms := recorded()
 				if field := time.UnixMilli(ms).Sub(now); field-ttl > time.Second || ttl-field > time.Second {
-					t.Fatalf("the hash lives %v, its expires:ms field says %v", ttl, field)
+					t.Fatalf("the hash lives %v, its recorded expiry says %v", ttl, field)
 				}
 				return ttl
 			}
@@ -585,7 +610,13 @@ func TestStateHashExpiryMovesOnlyWhenLessThanIdleLeft(t *testing.T) {
 			age := func(left time.Duration) {
 				t.Helper()
 				now := admin.Time(ctx).Val()
-				admin.HSet(ctx, hash, "expires:ms", now.Add(left).UnixMilli())
+				at := now.Add(left).UnixMilli()
+				if stateField == "" {
+					admin.HSet(ctx, hash, "expires:ms", at)
+				} else {
+					state, _ := recorded()
+					admin.HSet(ctx, hash, stateField, packedState(state[0], state[1], state[2], float64(at)))
+				}
 				admin.PExpire(ctx, hash, left)
 			}
 

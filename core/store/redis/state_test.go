@@ -15,13 +15,25 @@ import (
 )
 
 // packedState is a state in the form core/state.lua stores: a format byte
-// (1) and three little-endian doubles.
-func packedState(a, b, c float64) string {
+// (1) and four little-endian doubles, the state's three integers and the
+// hash's expiry (Unix ms).
+func packedState(a, b, c, expires float64) string {
 	v := []byte{1}
-	for _, x := range []float64{a, b, c} {
+	for _, x := range []float64{a, b, c, expires} {
 		v = binary.LittleEndian.AppendUint64(v, math.Float64bits(x))
 	}
 	return string(v)
+}
+
+// unpackState reads a packedState; ok is false for any other value.
+func unpackState(v string) (state [4]float64, ok bool) {
+	if len(v) != 33 || v[0] != 1 {
+		return state, false
+	}
+	for i := range state {
+		state[i] = math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[1+8*i:])))
+	}
+	return state, true
 }
 
 // A state stored in the text form of earlier releases ("a b c") is read, so
@@ -47,8 +59,9 @@ func TestStoredStateForms(t *testing.T) {
 			if err := s.Decide(ctx, p, "upgraded", 1, &d); err != nil || !d.Allowed || d.Remaining != 2 {
 				t.Fatalf("over a text state of 7 used: err %v, %+v; want allowed with 2 left", err, d)
 			}
-			if v := admin.HGet(ctx, hash, field).Val(); v != packedState(float64(start), 8, 0) {
-				t.Fatalf("state written back as %q, want the packed form of (%d, 8, 0)", v, start)
+			v := admin.HGet(ctx, hash, field).Val()
+			if got, ok := unpackState(v); !ok || got[0] != float64(start) || got[1] != 8 || got[2] != 0 || got[3] <= 0 {
+				t.Fatalf("state written back as %q, want the packed form of (%d, 8, 0) and an expiry", v, start)
 			}
 			if err := s.Decide(ctx, p, "upgraded", 2, &d); err != nil || !d.Allowed || d.Remaining != 0 {
 				t.Fatalf("over the packed state of 8 used: err %v, %+v; want allowed with 0 left", err, d)
@@ -56,13 +69,16 @@ func TestStoredStateForms(t *testing.T) {
 
 			for _, bad := range []string{
 				"garbage",
-				"1 2",                                   // text cut short
-				"\x01short",                             // packed, cut short
-				packedState(math.NaN(), 0, 0),           // a number that is no count
-				packedState(float64(start), 0.5, 0),     // not an integer
-				packedState(float64(start), 1e300, 0),   // beyond what Lua holds exactly
-				"99999999999999999999999 1 0",           // the same, as text
-				packedState(float64(start), 0, 0) + "x", // a byte too many
+				"1 2",                                          // text cut short
+				"\x01short",                                    // packed, cut short
+				packedState(math.NaN(), 0, 0, 0),               // a number that is no count
+				packedState(float64(start), 0.5, 0, 0),         // not an integer
+				packedState(float64(start), 1e300, 0, 0),       // beyond what Lua holds exactly
+				packedState(float64(start), 0, 0, -1),          // an expiry before 1970
+				packedState(float64(start), 0, 0, math.Inf(1)), // an expiry never
+				"99999999999999999999999 1 0",                  // beyond what Lua holds exactly, as text
+				packedState(float64(start), 0, 0, 0) + "x",     // a byte too many
+				packedState(float64(start), 0, 0, 0)[:25],      // the three integers alone
 			} {
 				if err := admin.HSet(ctx, s.Keys(p, "corrupt")[0], field, bad).Err(); err != nil {
 					t.Fatal(err)
