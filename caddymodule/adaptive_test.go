@@ -166,13 +166,14 @@ func offer(t *testing.T, urls []string, rps int, d time.Duration) int {
 // 4.5 s (the unloaded latency measured at the start took 3 to 5 intervals
 // instead of 2 or 3).
 //
-// The adaptive tests run one at a time. The controller reads latency as
-// the gateway sees it, so it also reads the machine's own stalls: with the
-// three at once (four race-detecting Caddies serving 900 requests/s on two
-// cores) beside the Redis and memory stores' race-detecting tests, the
-// upstreams' 20 ms answers stalled to 100 ms and more, a controller
-// rightly cutting for that missed a margin in 4 of 10 runs; one at a
-// time, in 1 of 8 (a stall late in the fleet test's load).
+// The adaptive tests run one at a time (see oneAdaptiveTestAtATime). The
+// controller reads latency as the gateway sees it, so it also reads the
+// machine's own stalls: with the three at once (four race-detecting
+// Caddies serving 900 requests/s on two cores) beside the Redis and memory
+// stores' race-detecting tests, the upstreams' 20 ms answers stalled to
+// 100 ms and more, and a controller rightly cutting for that missed a
+// margin in 4 of 10 runs; one at a time, in 1 of 8 (a stall late in the
+// fleet test's load).
 const (
 	minGoodput  = 0.8
 	maxFailing  = 0.10
@@ -180,6 +181,20 @@ const (
 	loadFor     = 10 * time.Second
 	judgedFor   = 4 * time.Second
 )
+
+// adaptiveTests is held by the adaptive test running.
+var adaptiveTests sync.Mutex
+
+// oneAdaptiveTestAtATime makes t a parallel test that runs alone among the
+// adaptive ones. As parallel tests they run after the package's other
+// tests: by then make test's go test has mostly finished the other
+// packages, which ran beside this one's earlier tests, so they have the
+// quietest part of the run.
+func oneAdaptiveTestAtATime(t *testing.T) {
+	t.Parallel()
+	adaptiveTests.Lock()
+	t.Cleanup(adaptiveTests.Unlock) // registered first, so it runs last: after Caddy and the upstream stopped
+}
 
 // checkTargets fails t if figures miss the test margins.
 func checkTargets(t *testing.T, f upstreamFigures, unloaded time.Duration) {
@@ -268,6 +283,7 @@ func waitFactorBack(t *testing.T, nodes ...*caddyproc.Caddy) time.Duration {
 // the upstream serves at least 80% of its capacity with at most 10%
 // failing; when the load stops, the configured 400/s is back within 10 s.
 func TestCaddyAdaptiveFindsCapacity(t *testing.T) {
+	oneAdaptiveTestAtATime(t)
 	const capacity = 100
 	up := &modelUpstream{capacity: capacity, service: 20 * time.Millisecond, refusal: 80 * time.Millisecond}
 	addr := serveModel(t, up)
@@ -313,6 +329,7 @@ func TestCaddyAdaptiveFindsCapacity(t *testing.T) {
 // Workers of 100 ms, ten of them, give the bound room over that noise and
 // the limit finer steps.
 func TestCaddyAdaptiveInFlightFindsConcurrency(t *testing.T) {
+	oneAdaptiveTestAtATime(t)
 	const capacity = 100
 	up := &modelUpstream{capacity: capacity, workers: 10, service: 100 * time.Millisecond}
 	addr := serveModel(t, up)
@@ -351,6 +368,7 @@ func metric(t *testing.T, c *caddyproc.Caddy, series string) float64 {
 // all) towards one upstream of 100/s. The fleet together holds the
 // targets, and both nodes use the same factor.
 func TestCaddyAdaptiveFleetFindsCapacity(t *testing.T) {
+	oneAdaptiveTestAtATime(t)
 	const capacity = 100
 	rs := redistest.StartT(t)
 	up := &modelUpstream{capacity: capacity, service: 20 * time.Millisecond, refusal: 80 * time.Millisecond}
