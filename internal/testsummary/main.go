@@ -1,7 +1,8 @@
 // Command testsummary reads `go test -json` on standard input, prints each
 // package's result and the output of every failed test as they come, and
-// ends with one line "N passed, N failed, N skipped" counted over every
-// test and subtest of every package. It exits 1 if anything failed,
+// ends with a recap of each failed test's own lines (see recap) and one
+// line "N passed, N failed, N skipped" counted over every test and subtest
+// of every package. It exits 1 if anything failed,
 // including a package that did not build or a go test that exited non-zero
 // (reported by a last input line "go test exit <code>").
 package main
@@ -11,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 )
 
@@ -24,6 +26,7 @@ type event struct {
 
 func main() {
 	var passed, failed, skipped int
+	var recaps []string
 	broken := false
 	// Output per running test, printed only if it fails.
 	output := map[string]*strings.Builder{}
@@ -73,6 +76,7 @@ func main() {
 				failed++
 				if b := output[id]; b != nil {
 					fmt.Print(b.String())
+					recaps = append(recaps, recap(e.Package+" "+e.Test, b.String())...)
 				}
 			case "skip":
 				skipped++
@@ -82,8 +86,47 @@ func main() {
 			broken = true
 		}
 	}
+	if len(recaps) > 0 {
+		fmt.Println("the failed tests' own lines again:")
+		for _, l := range recaps {
+			fmt.Println(l)
+		}
+	}
 	fmt.Printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped)
 	if failed > 0 || broken {
 		os.Exit(1)
 	}
+}
+
+// testLine is the first line of a t.Log or t.Error message: indented,
+// then a test file's name and line.
+var testLine = regexp.MustCompile(`^\s+[\w.-]+_test\.go:\d+: `)
+
+// Recap limits: a CI log is often read from its end, where a failed
+// test's whole output (a server's log it printed, say) has scrolled the
+// assertion out of view; the recap brings back what the test itself said.
+const (
+	recapLines     = 40
+	recapLineChars = 240
+)
+
+// recap returns, for a failed test's output, a header naming it and the
+// first line of each message the test logged or failed with (at most
+// recapLines, each cut to recapLineChars).
+func recap(test, output string) []string {
+	lines := []string{"--- FAIL: " + test}
+	for _, l := range strings.Split(output, "\n") {
+		if !testLine.MatchString(l) {
+			continue
+		}
+		if len(lines) == recapLines+1 {
+			lines = append(lines, "    …")
+			break
+		}
+		if len(l) > recapLineChars {
+			l = strings.ToValidUTF8(l[:recapLineChars], "") + "…" // a rune cut in two is dropped
+		}
+		lines = append(lines, l)
+	}
+	return lines
 }
