@@ -218,7 +218,6 @@ type factorWatch struct {
 
 func watchFactor(nodes ...*caddyproc.Caddy) *factorWatch {
 	w := &factorWatch{start: time.Now(), stop: make(chan struct{}), stopped: make(chan struct{})}
-	series := regexp.MustCompile(regexp.QuoteMeta(`tollgate_adaptive_factor{policy="upstream"}`) + ` ([0-9.e+-]+)`)
 	go func() {
 		defer close(w.stopped)
 		tick := time.NewTicker(250 * time.Millisecond)
@@ -232,13 +231,8 @@ func watchFactor(nodes ...*caddyproc.Caddy) *factorWatch {
 			factors := make([]string, len(nodes))
 			for i, c := range nodes {
 				factors[i] = "?"
-				if resp, err := http.Get(c.AdminURL + "/metrics"); err == nil {
-					b, _ := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if m := series.FindSubmatch(b); m != nil {
-						v, _ := strconv.ParseFloat(string(m[1]), 64)
-						factors[i] = strconv.FormatFloat(v, 'f', 2, 64)
-					}
+				if f, ok := factorOf(c); ok {
+					factors[i] = strconv.FormatFloat(f, 'f', 2, 64)
 				}
 			}
 			w.samples = append(w.samples, fmt.Sprintf("%.2fs %s", time.Since(w.start).Seconds(), strings.Join(factors, "/")))
@@ -352,6 +346,27 @@ func TestCaddyAdaptiveInFlightFindsConcurrency(t *testing.T) {
 	t.Logf("limit back to 40 in flight %s after the load stopped", waitFactorBack(t, c).Round(100*time.Millisecond))
 }
 
+// adaptiveFactor matches the test policy's factor in Caddy's /metrics.
+var adaptiveFactor = regexp.MustCompile(regexp.QuoteMeta(`tollgate_adaptive_factor{policy="upstream"}`) + ` ([0-9.e+-]+)`)
+
+// factorOf reads the test policy's factor from c's /metrics; unlike
+// metric it may run outside the test's goroutine (it cannot fail the
+// test), and reports false if it could not read it.
+func factorOf(c *caddyproc.Caddy) (float64, bool) {
+	resp, err := http.Get(c.AdminURL + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := adaptiveFactor.FindSubmatch(b)
+	if m == nil {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(m[1]), 64)
+	return f, err == nil
+}
+
 // metric reads one series' value from Caddy's /metrics.
 func metric(t *testing.T, c *caddyproc.Caddy, series string) float64 {
 	t.Helper()
@@ -400,9 +415,9 @@ func TestCaddyAdaptiveFleetFindsCapacity(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			fa := metric(t, a, `tollgate_adaptive_factor{policy="upstream"}`)
-			fb := metric(t, b, `tollgate_adaptive_factor{policy="upstream"}`)
-			if fa == fb && fa > 0.1 && fa < 1 {
+			fa, okA := factorOf(a)
+			fb, okB := factorOf(b)
+			if okA && okB && fa == fb && fa > 0.1 && fa < 1 {
 				shared <- fa
 				return
 			}
