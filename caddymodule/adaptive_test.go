@@ -231,7 +231,7 @@ func watchFactor(nodes ...*caddyproc.Caddy) *factorWatch {
 			factors := make([]string, len(nodes))
 			for i, c := range nodes {
 				factors[i] = "?"
-				if f, ok := factorOf(c); ok {
+				if f, err := readFactor(c); err == nil {
 					factors[i] = strconv.FormatFloat(f, 'f', 2, 64)
 				}
 			}
@@ -263,7 +263,7 @@ func waitFactorBack(t *testing.T, nodes ...*caddyproc.Caddy) time.Duration {
 	t.Helper()
 	return waitfor.True(t, 10*time.Second, "the configured limit back after the load stopped", func() bool {
 		for _, c := range nodes {
-			if metric(t, c, `tollgate_adaptive_factor{policy="upstream"}`) != 1 {
+			if factor(t, c) != 1 {
 				return false
 			}
 		}
@@ -296,7 +296,7 @@ func TestCaddyAdaptiveFindsCapacity(t *testing.T) {
 	end := time.Now()
 	f := up.figures(end.Add(-judgedFor), end)
 	t.Logf("300/s offered for %s: first second %s; last %s %s; factor %.2f", loadFor, up.figures(start, start.Add(time.Second)), judgedFor, f,
-		metric(t, c, `tollgate_adaptive_factor{policy="upstream"}`))
+		factor(t, c))
 	checkTargets(t, f, 0)
 	watch.explain(t, up, end)
 	back := waitFactorBack(t, c)
@@ -340,42 +340,44 @@ func TestCaddyAdaptiveInFlightFindsConcurrency(t *testing.T) {
 	offer(t, []string{c.URL + "/"}, 3*capacity, loadFor)
 	end := time.Now()
 	f := up.figures(end.Add(-judgedFor), end)
-	t.Logf("300/s offered for %s: last %s %s; factor %.2f", loadFor, judgedFor, f, metric(t, c, `tollgate_adaptive_factor{policy="upstream"}`))
+	t.Logf("300/s offered for %s: last %s %s; factor %.2f", loadFor, judgedFor, f, factor(t, c))
 	checkTargets(t, f, up.service)
 	watch.explain(t, up, end)
 	t.Logf("limit back to 40 in flight %s after the load stopped", waitFactorBack(t, c).Round(100*time.Millisecond))
 }
 
-// adaptiveFactor matches the test policy's factor in Caddy's /metrics.
-var adaptiveFactor = regexp.MustCompile(regexp.QuoteMeta(`tollgate_adaptive_factor{policy="upstream"}`) + ` ([0-9.e+-]+)`)
+// factorSeries is the test policy's factor in Caddy's /metrics.
+const factorSeries = `tollgate_adaptive_factor{policy="upstream"}`
 
-// factorOf reads the test policy's factor from c's /metrics; unlike
-// metric it may run outside the test's goroutine (it cannot fail the
-// test), and reports false if it could not read it.
-func factorOf(c *caddyproc.Caddy) (float64, bool) {
+var factorSample = regexp.MustCompile(regexp.QuoteMeta(factorSeries) + ` ([0-9.e+-]+)`)
+
+// readFactor reads the test policy's factor from c's /metrics. It cannot
+// fail the test, so it may run outside the test's goroutine.
+func readFactor(c *caddyproc.Caddy) (float64, error) {
 	resp, err := http.Get(c.AdminURL + "/metrics")
 	if err != nil {
-		return 0, false
+		return 0, err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	m := adaptiveFactor.FindSubmatch(b)
-	if m == nil {
-		return 0, false
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
 	}
-	f, err := strconv.ParseFloat(string(m[1]), 64)
-	return f, err == nil
+	m := factorSample.FindSubmatch(b)
+	if m == nil {
+		return 0, fmt.Errorf("metrics lack %s", factorSeries)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
 }
 
-// metric reads one series' value from Caddy's /metrics.
-func metric(t *testing.T, c *caddyproc.Caddy, series string) float64 {
+// factor is readFactor in the test's goroutine: a failed read fails t.
+func factor(t *testing.T, c *caddyproc.Caddy) float64 {
 	t.Helper()
-	m := regexp.MustCompile(regexp.QuoteMeta(series) + ` ([0-9.e+-]+)`).FindStringSubmatch(c.Metrics())
-	if m == nil {
-		t.Fatalf("metrics lack %s", series)
+	f, err := readFactor(c)
+	if err != nil {
+		t.Fatal(err)
 	}
-	v, _ := strconv.ParseFloat(m[1], 64)
-	return v
+	return f
 }
 
 // TestCaddyAdaptiveFleetFindsCapacity: two Caddies on one redis-server
@@ -415,9 +417,9 @@ func TestCaddyAdaptiveFleetFindsCapacity(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			fa, okA := factorOf(a)
-			fb, okB := factorOf(b)
-			if okA && okB && fa == fb && fa > 0.1 && fa < 1 {
+			fa, errA := readFactor(a)
+			fb, errB := readFactor(b)
+			if errA == nil && errB == nil && fa == fb && fa > 0.1 && fa < 1 {
 				shared <- fa
 				return
 			}
