@@ -401,7 +401,7 @@ func (p *Policy) Apply(states []State, now, cost int64, d *Decision) {
 	if len(limits) == 1 {
 		// One limit: a denied Step's state only forgets what expired, so it
 		// is always the one to keep.
-		states[0], d.Results[0] = Step(&limits[0], states[0], now, cost)
+		states[0] = step(&limits[0], states[0], now, cost, &d.Results[0])
 		d.Summarize(d.Results[0].Allowed)
 		return
 	}
@@ -416,7 +416,7 @@ func (p *Policy) applyStacked(limits []Limit, states []State, now, cost int64, d
 	var next [MaxLimits]State
 	allowed := true
 	for i := range limits {
-		next[i], d.Results[i] = Step(&limits[i], states[i], now, cost)
+		next[i] = step(&limits[i], states[i], now, cost, &d.Results[i])
 		allowed = allowed && d.Results[i].Allowed
 	}
 	if !allowed {
@@ -428,7 +428,7 @@ func (p *Policy) applyStacked(limits []Limit, states []State, now, cost int64, d
 		for i := range limits {
 			if d.Results[i].Allowed {
 				l := &limits[i]
-				next[i], d.Results[i] = Step(l, Dropped(l, states[i], next[i], cost), now, 0)
+				next[i] = step(l, Dropped(l, states[i], next[i], cost), now, 0, &d.Results[i])
 				d.Results[i].Allowed = true
 			}
 		}

@@ -56,23 +56,35 @@ type Result struct {
 // returned state only forgets expired history. l must have been validated (a
 // Policy validates its limits).
 func Step(l *Limit, s State, now, cost int64) (State, Result) {
+	var r Result
+	s = step(l, s, now, cost, &r)
+	return s, r
+}
+
+// step is Step writing the verdict to *r. Returned together, the state and
+// the verdict (ten words) would not fit in registers and were copied
+// through two stack frames per decision, a quarter of a one-key decision's
+// time in the memory store; so each algorithm's step function writes its
+// verdict where its caller keeps it.
+func step(l *Limit, s State, now, cost int64, r *Result) State {
 	switch l.Algorithm {
 	case FixedWindow:
-		return stepFixedWindow(l, s, now, cost)
+		return stepFixedWindow(l, s, now, cost, r)
 	case SlidingLog:
-		return stepSlidingLog(l, s, now, cost)
+		return stepSlidingLog(l, s, now, cost, r)
 	case SlidingCounter:
-		return stepSlidingCounter(l, s, now, cost)
+		return stepSlidingCounter(l, s, now, cost, r)
 	case TokenBucket:
-		return stepTokenBucket(l, s, now, cost)
+		return stepTokenBucket(l, s, now, cost, r)
 	case GCRA:
-		return stepGCRA(l, s, now, cost)
+		return stepGCRA(l, s, now, cost, r)
 	case LeakyBucket:
-		return stepLeakyBucket(l, s, now, cost)
+		return stepLeakyBucket(l, s, now, cost, r)
 	case InFlight:
-		return stepInFlight(l, s, now, cost)
+		return stepInFlight(l, s, now, cost, r)
 	}
-	return s, Result{Limit: l.Count}
+	*r = Result{Limit: l.Count}
+	return s
 }
 
 func us(d int64) time.Duration { return time.Duration(d) * time.Microsecond }
@@ -101,7 +113,7 @@ func calendarBounds(now, months int64) (start, end int64) {
 	return first.UnixMicro(), first.AddDate(0, int(months), 0).UnixMicro()
 }
 
-func stepFixedWindow(l *Limit, s State, now, cost int64) (State, Result) {
+func stepFixedWindow(l *Limit, s State, now, cost int64, r *Result) State {
 	w, n := l.windowUS, l.Count
 	// The window holding now: aligned to the Unix epoch, or a calendar one.
 	start := windowStart(now, w)
@@ -113,12 +125,12 @@ func stepFixedWindow(l *Limit, s State, now, cost int64) (State, Result) {
 		s.A, s.B = start, 0
 	}
 	reset := us(end - now)
-	r := Result{Limit: n, Reset: reset}
+	*r = Result{Limit: n, Reset: reset}
 	if s.B+cost <= n {
 		s.B += cost
 		r.Allowed = true
 		r.Remaining = n - s.B
-		return s, r
+		return s
 	}
 	// Counts shared eventually (redis.EventualStore) may pass n.
 	r.Remaining = max(0, n-s.B)
@@ -126,13 +138,13 @@ func stepFixedWindow(l *Limit, s State, now, cost int64) (State, Result) {
 	if cost > n {
 		r.RetryAfter = us(w)
 	}
-	return s, r
+	return s
 }
 
 // stepSlidingLog keeps the times of the requests in the window in a ring
 // that grows (doubling, up to n) as it fills, so a key costs 8 bytes per
 // request it holds, not per request its limit allows.
-func stepSlidingLog(l *Limit, s State, now, cost int64) (State, Result) {
+func stepSlidingLog(l *Limit, s State, now, cost int64, r *Result) State {
 	w, n := l.windowUS, l.Count
 	if s.B > n {
 		// The count shrank below the live entries (adaptive limits).
@@ -146,7 +158,7 @@ func stepSlidingLog(l *Limit, s State, now, cost int64) (State, Result) {
 		}
 		s.B--
 	}
-	r := Result{Limit: n}
+	*r = Result{Limit: n}
 	if s.B+cost <= n {
 		if need := s.B + cost; s.Log == nil || int64(len(s.Log.Times)) < need {
 			size := int64(4)
@@ -165,13 +177,13 @@ func stepSlidingLog(l *Limit, s State, now, cost int64) (State, Result) {
 		if s.B > 0 {
 			r.Reset = us(s.Log.Times[(s.A+s.B-1)%c] + w - now)
 		}
-		return s, r
+		return s
 	}
 	r.Remaining = n - s.B
 	if s.B == 0 {
 		// Nothing live, so only a cost above n is refused.
 		r.RetryAfter = us(w)
-		return s, r
+		return s
 	}
 	c := int64(len(s.Log.Times))
 	r.Reset = us(s.Log.Times[(s.A+s.B-1)%c] + w - now)
@@ -182,7 +194,7 @@ func stepSlidingLog(l *Limit, s State, now, cost int64) (State, Result) {
 	} else {
 		r.RetryAfter = us(w)
 	}
-	return s, r
+	return s
 }
 
 // relayoutLog moves the newest keep live entries of a sliding log into a
@@ -212,12 +224,12 @@ const MaxInFlightRetry = time.Second
 // state is the sliding log's, each entry a lease taken at its time and live
 // for Window, so it counts what the log counts; only its RetryAfter differs
 // (see MaxInFlightRetry). Reset is when the newest lease ends at the latest.
-func stepInFlight(l *Limit, s State, now, cost int64) (State, Result) {
-	s, r := stepSlidingLog(l, s, now, cost)
+func stepInFlight(l *Limit, s State, now, cost int64, r *Result) State {
+	s = stepSlidingLog(l, s, now, cost, r)
 	if !r.Allowed {
 		r.RetryAfter = min(r.RetryAfter, MaxInFlightRetry)
 	}
-	return s, r
+	return s
 }
 
 // EndLease ends (renew false) or renews up to n live leases of an InFlight
@@ -283,7 +295,7 @@ func slidingEstimate(prev, curr, w, el int64) float64 {
 	return float64(float64(prev)*float64(w-el))/float64(w) + float64(curr)
 }
 
-func stepSlidingCounter(l *Limit, s State, now, cost int64) (State, Result) {
+func stepSlidingCounter(l *Limit, s State, now, cost int64, r *Result) State {
 	w, n := l.windowUS, l.Count
 	start := windowStart(now, w)
 	switch s.A {
@@ -295,7 +307,7 @@ func stepSlidingCounter(l *Limit, s State, now, cost int64) (State, Result) {
 	}
 	el := now - start
 	est := slidingEstimate(s.C, s.B, w, el)
-	r := Result{Limit: n}
+	*r = Result{Limit: n}
 	if est+float64(cost) <= float64(n) {
 		s.B += cost
 		r.Allowed = true
@@ -310,7 +322,7 @@ func stepSlidingCounter(l *Limit, s State, now, cost int64) (State, Result) {
 	case s.C > 0:
 		r.Reset = us(start + w - now)
 	}
-	return s, r
+	return s
 }
 
 // slidingCounterWait returns how many µs after el (into the window starting
@@ -346,7 +358,7 @@ func slidingCounterWait(s State, w, n, el, cost int64) int64 {
 
 // Token bucket in integer units: one token is Window µs worth of units and
 // the bucket refills Count units per µs, so every quantity is exact.
-func stepTokenBucket(l *Limit, s State, now, cost int64) (State, Result) {
+func stepTokenBucket(l *Limit, s State, now, cost int64, r *Result) State {
 	w, n, b := l.windowUS, l.Count, l.burst
 	capacity := b * w
 	if elapsed := now - s.B; s.A > 0 && elapsed > 0 {
@@ -357,14 +369,14 @@ func stepTokenBucket(l *Limit, s State, now, cost int64) (State, Result) {
 		}
 	}
 	s.B = max(s.B, now)
-	r := Result{Limit: n}
+	*r = Result{Limit: n}
 	need := cost * w
 	if cost <= b && s.A+need <= capacity {
 		s.A += need
 		r.Allowed = true
 		r.Remaining = (capacity - s.A) / w
 		r.Reset = us(ceilDiv(s.A, n))
-		return s, r
+		return s
 	}
 	r.Remaining = (capacity - s.A) / w
 	r.Reset = us(ceilDiv(s.A, n))
@@ -373,7 +385,7 @@ func stepTokenBucket(l *Limit, s State, now, cost int64) (State, Result) {
 	} else {
 		r.RetryAfter = us(w)
 	}
-	return s, r
+	return s
 }
 
 // aheadOf returns how far the theoretical arrival time in s lies after now,
@@ -396,12 +408,12 @@ func gcraAdvance(s State, now, w, n, cost int64) (tatUS, tatFrac int64) {
 	return tatUS + total/n, total % n
 }
 
-func stepGCRA(l *Limit, s State, now, cost int64) (State, Result) {
+func stepGCRA(l *Limit, s State, now, cost int64, r *Result) State {
 	w, n, b := l.windowUS, l.Count, l.burst
 	// Distances from now are kept in 1/n µs, so one request is w units.
 	tolerance := b * w
 	prev := aheadOf(s, now, n)
-	r := Result{Limit: n}
+	*r = Result{Limit: n}
 	if cost <= b {
 		tatUS, tatFrac := gcraAdvance(s, now, w, n, cost)
 		ahead := (tatUS-now)*n + tatFrac
@@ -409,7 +421,7 @@ func stepGCRA(l *Limit, s State, now, cost int64) (State, Result) {
 			r.Allowed = true
 			r.Remaining = (tolerance - ahead) / w
 			r.Reset = us(ceilDiv(ahead, n))
-			return State{A: tatUS, B: tatFrac}, r
+			return State{A: tatUS, B: tatFrac}
 		}
 		r.RetryAfter = us(ceilDiv(ahead-tolerance, n))
 	}
@@ -418,7 +430,7 @@ func stepGCRA(l *Limit, s State, now, cost int64) (State, Result) {
 	if cost > b {
 		r.RetryAfter = us(w)
 	}
-	return s, r
+	return s
 }
 
 // stepLeakyBucket shapes: a request is released at the later of now and the
@@ -426,12 +438,12 @@ func stepGCRA(l *Limit, s State, now, cost int64) (State, Result) {
 // cost. It is refused when its release would be more than MaxDelay away, or
 // when the requests waiting (itself included) would cost more than the queue
 // size b.
-func stepLeakyBucket(l *Limit, s State, now, cost int64) (State, Result) {
+func stepLeakyBucket(l *Limit, s State, now, cost int64, r *Result) State {
 	w, n, b := l.windowUS, l.Count, l.burst
 	// In 1/n µs: the longest wait, and how far ahead the queue may reach.
 	maxWait, queue := l.maxDelayUS*n, b*w
 	wait := aheadOf(s, now, n)
-	r := Result{Limit: n}
+	*r = Result{Limit: n}
 	if cost <= b {
 		tatUS, tatFrac := gcraAdvance(s, now, w, n, cost)
 		next := (tatUS-now)*n + tatFrac
@@ -440,7 +452,7 @@ func stepLeakyBucket(l *Limit, s State, now, cost int64) (State, Result) {
 			r.Delay = us(ceilDiv(wait, n))
 			r.Remaining = shaperRoom(next, maxWait, queue, w)
 			r.Reset = us(ceilDiv(next, n))
-			return State{A: tatUS, B: tatFrac}, r
+			return State{A: tatUS, B: tatFrac}
 		}
 		// Both distances shrink by n per µs: wait for the larger excess.
 		r.RetryAfter = us(ceilDiv(max(wait-maxWait, next-queue), n))
@@ -449,7 +461,7 @@ func stepLeakyBucket(l *Limit, s State, now, cost int64) (State, Result) {
 	}
 	r.Remaining = shaperRoom(wait, maxWait, queue, w)
 	r.Reset = us(ceilDiv(wait, n))
-	return s, r
+	return s
 }
 
 // shaperRoom returns how many more requests of cost 1 a shaper admits when
