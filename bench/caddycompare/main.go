@@ -5,7 +5,11 @@
 //
 //	vs <peer> <workload> <factor>
 //
-// with factor = tollgate's requests/s ÷ the peer's (> 1: tollgate faster).
+// with factor = tollgate's requests/s ÷ the peer's in the same round, the
+// median over the rounds (> 1: tollgate faster). Each round starts one
+// contender later than the one before, so no contender always runs just
+// after the same one. One 4 s round's ratio moves by ±15% on this shared
+// machine, hence 9 rounds.
 package main
 
 import (
@@ -110,7 +114,7 @@ func main() {
 	caddy := flag.String("caddy", "../bin/caddy-bench", "Caddy with tollgate and caddy-ratelimit")
 	dur := flag.Duration("d", 4*time.Second, "wrk duration per measurement")
 	conns := flag.Int("c", 64, "wrk connections")
-	rounds := flag.Int("rounds", 5, "measurements per contender (median kept)")
+	rounds := flag.Int("rounds", 9, "measurements per contender (median kept, and the median of the rounds' ratios)")
 	only := flag.String("workload", "", "run only the workload with this name")
 	flag.Parse()
 	if _, err := exec.LookPath("wrk"); err != nil {
@@ -122,7 +126,7 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 
-	fmt.Printf("wrk -t2 -c%d -d%s, %d rounds alternating, median kept; Caddy and wrk share the machine\n\n", *conns, *dur, *rounds)
+	fmt.Printf("wrk -t2 -c%d -d%s, %d rounds alternating (each starting one contender later), medians kept; Caddy and wrk share the machine\n\n", *conns, *dur, *rounds)
 	fmt.Printf("%-18s %-26s %12s %10s %10s\n", "workload", "contender", "requests/s", "p99", "RSS")
 	type result struct{ rps, p99 float64 }
 	var lines []string
@@ -140,7 +144,8 @@ end
 `, w.keys)), 0o644))
 		samples := map[string][]result{}
 		for r := 0; r < *rounds; r++ {
-			for _, s := range sites {
+			for i := range sites {
+				s := sites[(i+r)%len(sites)]
 				rps, p99 := runWrk(s.port, script, *conns, *dur)
 				samples[s.name] = append(samples[s.name], result{rps, p99})
 			}
@@ -150,9 +155,19 @@ end
 			rss[s.name] = rssMB(s.pid)
 		}
 		stop()
+		// ratio is a's requests/s over b's in the same round, the median
+		// over the rounds: a slow spell between two rounds moves both.
+		ratio := func(a, b string) float64 {
+			rs := make([]float64, *rounds)
+			for r := range rs {
+				rs[r] = samples[a][r].rps / samples[b][r].rps
+			}
+			sort.Float64s(rs)
+			return rs[len(rs)/2]
+		}
 		med := map[string]result{}
 		for _, s := range sites {
-			rs := samples[s.name]
+			rs := append([]result(nil), samples[s.name]...)
 			sort.Slice(rs, func(i, j int) bool { return rs[i].rps < rs[j].rps })
 			m := rs[len(rs)/2]
 			med[s.name] = m
@@ -161,10 +176,15 @@ end
 		base := rss["no limiter"]
 		floorName := map[string]string{"100k-keys-allowed": "header-floor", "1key-denied": "respond-floor"}[w.name]
 		for _, alg := range []string{"sliding_counter", "sliding_log"} {
-			lines = append(lines, fmt.Sprintf("vs %s %s-%s %.2f", floorName, w.name, alg, med["tollgate "+alg].rps/med["floor"].rps))
+			lines = append(lines, fmt.Sprintf("vs %s %s-%s %.2f", floorName, w.name, alg, ratio("tollgate "+alg, "floor")))
+			var turns []string
+			for r := range *rounds {
+				turns = append(turns, fmt.Sprintf("%.2f", samples["tollgate "+alg][r].rps/samples["floor"][r].rps))
+			}
+			fmt.Printf("%-18s %-26s %s\n", w.name, "  "+alg+" ÷ floor by round", strings.Join(turns, " "))
 		}
-		lines = append(lines, fmt.Sprintf("vs plain-caddy %s-sliding_counter %.2f", w.name, med["tollgate sliding_counter"].rps/med["no limiter"].rps),
-			fmt.Sprintf("vs plain-caddy %s-sliding_log %.2f", w.name, med["tollgate sliding_log"].rps/med["no limiter"].rps),
+		lines = append(lines, fmt.Sprintf("vs plain-caddy %s-sliding_counter %.2f", w.name, ratio("tollgate sliding_counter", "no limiter")),
+			fmt.Sprintf("vs plain-caddy %s-sliding_log %.2f", w.name, ratio("tollgate sliding_log", "no limiter")),
 			fmt.Sprintf("vs caddy-ratelimit %s-sliding_counter-rss %.2f", w.name, rss["caddy-ratelimit"]/rss["tollgate sliding_counter"]),
 			fmt.Sprintf("vs caddy-ratelimit %s-sliding_counter-rss-above-plain %.2f", w.name, (rss["caddy-ratelimit"]-base)/max(0.1, rss["tollgate sliding_counter"]-base)))
 		// A limiter's own cost per request: its time per request minus the
@@ -175,7 +195,7 @@ end
 			alg := strings.ReplaceAll(strings.TrimPrefix(ours, "tollgate "), " ", "-")
 			fmt.Printf("%-18s %-26s %9.2f µs/request over no limiter (caddy-ratelimit %.2f)\n", w.name, ours, overhead(ours), overhead("caddy-ratelimit"))
 			lines = append(lines,
-				fmt.Sprintf("vs caddy-ratelimit %s-%s %.2f", w.name, alg, med[ours].rps/peer.rps),
+				fmt.Sprintf("vs caddy-ratelimit %s-%s %.2f", w.name, alg, ratio(ours, "caddy-ratelimit")),
 				fmt.Sprintf("vs caddy-ratelimit %s-%s-p99 %.2f", w.name, alg, peer.p99/med[ours].p99),
 				fmt.Sprintf("vs caddy-ratelimit %s-%s-overhead %.2f", w.name, alg, overhead("caddy-ratelimit")/overhead(ours)))
 		}
