@@ -12,7 +12,9 @@
 // pipelined ceiling: redis-benchmark -P 16 running the same EVALSHA. Beside
 // each figure, redis-server's CPU time per decision (from /proc). The
 // limiters of a workload take turns (-rounds), so the machine's slow spells
-// fall on each alike.
+// fall on each alike, and a factor against a peer is the median over the
+// rounds of the two limiters' ratio in the same round: a slow spell that
+// falls on one limiter's turn moves one round's ratio, not the factor.
 package main
 
 import (
@@ -83,6 +85,18 @@ type tally struct {
 	took          []time.Duration
 	spent, cpu    time.Duration
 	failed, total int64
+	rates         []float64 // decisions/s in each turn
+}
+
+// medianRatio is the median over the turns of a's rate over b's in the
+// same turn.
+func medianRatio(a, b *tally) float64 {
+	ratios := make([]float64, len(a.rates))
+	for r := range ratios {
+		ratios[r] = a.rates[r] / b.rates[r]
+	}
+	slices.Sort(ratios)
+	return ratios[len(ratios)/2]
 }
 
 // result is what the tally measured.
@@ -127,11 +141,12 @@ func (t *tally) rate(d time.Duration, decide decider) {
 	t.cpu += cpuTime(redisPid) - cpuBefore
 	t.failed += failed.Load()
 	t.total += done.Load()
+	t.rates = append(t.rates, float64(done.Load())/d.Seconds())
 }
 
 func main() {
-	dur := flag.Duration("d", 3*time.Second, "duration of each measurement")
-	rounds := flag.Int("rounds", 3, "turns the limiters take, each d/rounds long")
+	dur := flag.Duration("d", 5*time.Second, "duration of each measurement")
+	rounds := flag.Int("rounds", 5, "turns the limiters take, each d/rounds long")
 	batchFlag := flag.Int("batch", 0, "tollgate's Options.Batch (0: default pipelining, 1: one EVALSHA per decision)")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "tollgate-bench-")
@@ -227,7 +242,12 @@ func main() {
 		for i, peer := range limiters[1:] {
 			theirs := tallies[1+i].result()
 			show(w.name, peer.name, theirs)
-			lines = append(lines, fmt.Sprintf("vs %s %s %.2f", peer.name, w.name, ours.rps/theirs.rps),
+			var turns []string
+			for r := range tallies[0].rates {
+				turns = append(turns, fmt.Sprintf("%.2f", tallies[0].rates[r]/tallies[1+i].rates[r]))
+			}
+			fmt.Printf("%-18s %-32s %s\n", w.name, "  tollgate ÷ it, turn by turn", strings.Join(turns, " "))
+			lines = append(lines, fmt.Sprintf("vs %s %s %.2f", peer.name, w.name, medianRatio(&tallies[0], &tallies[1+i])),
 				fmt.Sprintf("vs %s %s-p99 %.2f", peer.name, w.name, float64(theirs.p99)/float64(ours.p99)))
 		}
 		// The floor: redis-benchmark pipelining 16 EVALSHAs of the same
