@@ -165,7 +165,10 @@ func TestKongScopesAndOptions(t *testing.T) {
 		t.Errorf("shared namespace: remaining %q, want 3", got)
 	}
 
-	hidden := start(t, c, map[string]any{"second": 1, "hide_client_headers": true, "error_code": 403, "error_message": "slow down", "namespace": "hidden"})
+	// GCRA at one an hour: the second request is denied however slowly this
+	// machine runs, where a one-second fixed window could roll over between
+	// the two.
+	hidden := start(t, c, map[string]any{"hour": 1, "algorithm": "gcra", "hide_client_headers": true, "error_code": 403, "error_message": "slow down", "namespace": "hidden"})
 	if res := access(t, c, hidden, req); len(res.Headers) != 0 {
 		t.Errorf("hide_client_headers: headers %v", res.Headers)
 	}
@@ -509,7 +512,10 @@ func TestKongDenialFollowsAccept(t *testing.T) {
 	srv := kongproc.Start(t)
 	c := srv.Dial()
 	defer c.Close()
-	id := start(t, c, map[string]any{"second": 1, "limit_by": "ip", "error_message": "Too <many>"})
+	// GCRA at one an hour: every request after the first is denied however
+	// slowly this machine runs (a one-second fixed window rolled over
+	// between two of them on a loaded machine, and one was let through).
+	id := start(t, c, map[string]any{"hour": 1, "algorithm": "gcra", "limit_by": "ip", "error_message": "Too <many>"})
 	req := func(h ...string) kongproc.Request {
 		r := kongproc.Request{ForwardedIP: "192.0.2.50", RequestID: "abc123", Headers: http.Header{}}
 		for i := 0; i+1 < len(h); i += 2 {
