@@ -97,9 +97,7 @@ const measuringStage = 5
 // than 1 − ErrorRate of the requests started came back while latency rose
 // (work piling up in the upstream), or when its latency is above Tolerance
 // × the unloaded latency (and latencySlack above it) or above
-// LatencyTarget while the upstream is not draining. Latency alone congests
-// only the second interval in a row that shows it; the first holds the
-// factor (see GradientState.Suspect).
+// LatencyTarget while the upstream is not draining.
 //
 // Congested, the factor is multiplied by the share of the interval's work
 // the upstream served (answered − failed over started, or over answered
