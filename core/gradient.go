@@ -46,12 +46,6 @@ type GradientState struct {
 	// shows what the upstream still owed the old factor (a refusal window
 	// of its own, a queue), so it neither cuts nor grows.
 	Cut int64
-	// Suspect is 1 after an interval congested by latency alone (nothing
-	// failing, no work piling up), which neither cut nor grew: a stall of
-	// the gateway's own machine (a garbage collection, CPU throttling in a
-	// container) reads exactly as a queue for one interval, while a queue
-	// lasts. The next interval confirms it or clears it.
-	Suspect int64
 	// Judged is when the last interval was judged, in µs.
 	Judged int64
 	// Pending sums the signals heard since Judged (in the fleet, from every
@@ -152,7 +146,7 @@ func Gradient(s GradientState, now int64, sig Signals, o AdaptiveOptions) Gradie
 		return s
 	}
 	s.Epoch++
-	congested, slow, piling, suspect := false, false, false, false
+	congested, slow, piling := false, false, false
 	served, cut := 1.0, 1.0
 	if enough {
 		if latency > 0 && latency < s.MinLatency {
@@ -174,24 +168,12 @@ func Gradient(s GradientState, now int64, sig Signals, o AdaptiveOptions) Gradie
 		if s.MinLatency > 0 {
 			tolerated = max(o.Tolerance*float64(s.MinLatency), float64(s.MinLatency)+latencySlack)
 		}
-		high, latencyCut := false, 1.0
 		for _, bound := range [2]float64{tolerated, float64(o.LatencyTarget.Microseconds())} {
 			if bound > 0 && float64(latency) > bound && p.Answered <= p.Started {
-				high = true
-				latencyCut = min(latencyCut, max(0.5, bound/float64(latency)))
+				congested, slow = true, true
+				cut = min(cut, max(0.5, bound/float64(latency)))
 			}
 		}
-		switch {
-		case high && (congested || s.Suspect == 1):
-			congested, slow = true, true
-			cut = min(cut, latencyCut)
-		case high:
-			suspect = true
-		}
-	}
-	s.Suspect = 0
-	if suspect {
-		s.Suspect = 1
 	}
 	if slow {
 		s.Slow++
@@ -200,16 +182,13 @@ func Gradient(s GradientState, now int64, sig Signals, o AdaptiveOptions) Gradie
 		s.Cut = 0
 		return s
 	}
-	switch {
-	case suspect:
-		// Held: the next interval tells a queue from a stall.
-	case congested:
+	if congested {
 		// The capacity is what was served; latency may cut deeper, to
 		// drain a queue.
 		s.Ceiling = s.Factor * served
 		s.Factor = max(o.MinFactor, s.Factor*cut*o.Decrease)
 		s.Growth, s.Cut = 0, 1
-	default:
+	} else {
 		growth := s.Growth
 		if growth == 0 {
 			growth = o.Increase
@@ -236,7 +215,7 @@ func Gradient(s GradientState, now int64, sig Signals, o AdaptiveOptions) Gradie
 		s.MinLatency = latency
 	}
 	if enough && latency > 0 && (s.MinLatency == 0 || (slow && s.Epoch >= MeasureEvery) || s.Slow >= MeasureEvery) {
-		s.Held, s.Factor, s.Measuring, s.Cut, s.Suspect = s.Factor, o.MinFactor, 1, 0, 0
+		s.Held, s.Factor, s.Measuring, s.Cut = s.Factor, o.MinFactor, 1, 0
 	}
 	return s
 }

@@ -8,8 +8,7 @@
 --          µs), ms (measuring stage), h (held factor), e (epoch), sl (slow
 --          intervals), j (judged µs), s, a, x, l (pending started,
 --          answered, failed, Σ latency×successful answers), k (1 after a
---          cut), dn (pending denied), sp (1 after an interval congested by
---          latency alone, held until the next confirms it)
+--          cut), dn (pending denied)
 -- ARGV[1]  now in µs, or -1 to use the server's TIME
 -- ARGV[2..5]  this node's started, answered, failed, latency µs
 -- ARGV[6..12] min factor, error rate, tolerance, latency target µs,
@@ -30,7 +29,7 @@ local denied = tonumber(ARGV[14])
 local minf, errrate, tol, target = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local decrease, increase, interval, minsamples = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
 
-local v = redis.call('HMGET', KEYS[1], 'f', 'g', 'c', 'm', 'ms', 'h', 'e', 'sl', 'j', 's', 'a', 'x', 'l', 'k', 'dn', 'sp')
+local v = redis.call('HMGET', KEYS[1], 'f', 'g', 'c', 'm', 'ms', 'h', 'e', 'sl', 'j', 's', 'a', 'x', 'l', 'k', 'dn')
 local f = tonumber(v[1]) or 1
 local growth, ceiling = tonumber(v[2]) or 0, tonumber(v[3]) or 0
 local m, ms, held = tonumber(v[4]) or 0, tonumber(v[5]) or 0, tonumber(v[6]) or 0
@@ -41,14 +40,12 @@ local px = (tonumber(v[12]) or 0) + failed
 local pl = (tonumber(v[13]) or 0) + lat * (answered - failed)
 local justcut = tonumber(v[14]) or 0
 local pd = (tonumber(v[15]) or 0) + denied
-local suspect = tonumber(v[16]) or 0
 
 local function save()
   local g = function(x) return string.format('%.17g', x) end
   local i = function(x) return string.format('%.0f', x) end
   redis.call('HSET', KEYS[1], 'f', g(f), 'g', g(growth), 'c', g(ceiling), 'm', i(m), 'ms', i(ms), 'h', g(held),
-    'e', i(epoch), 'sl', i(slowcount), 'j', i(j), 's', i(ps), 'a', i(pa), 'x', i(px), 'l', i(pl), 'k', i(justcut), 'dn', i(pd),
-    'sp', i(suspect))
+    'e', i(epoch), 'sl', i(slowcount), 'j', i(j), 's', i(ps), 'a', i(pa), 'x', i(px), 'l', i(pl), 'k', i(justcut), 'dn', i(pd))
   redis.call('PEXPIRE', KEYS[1], math.floor(interval / 1000) * 60 + 1000)
   return g(f)
 end
@@ -79,7 +76,7 @@ elseif ms == MEASURING then
   return save()
 end
 epoch = epoch + 1
-local congested, slow, piling, hold = false, false, false, false
+local congested, slow, piling = false, false, false
 local served, cut = 1.0, 1.0
 if enough then
   if latency > 0 and latency < m then
@@ -94,23 +91,12 @@ if enough then
   if m > 0 then
     tolerated = math.max(tol * m, m + LATENCY_SLACK)
   end
-  local high, latencycut = false, 1.0
   for _, bound in ipairs({tolerated, target}) do
     if bound > 0 and latency > bound and ans <= sa then
-      high = true
-      latencycut = math.min(latencycut, math.max(0.5, bound / latency))
+      congested, slow = true, true
+      cut = math.min(cut, math.max(0.5, bound / latency))
     end
   end
-  if high and (congested or suspect == 1) then
-    congested, slow = true, true
-    cut = math.min(cut, latencycut)
-  elseif high then
-    hold = true
-  end
-end
-suspect = 0
-if hold then
-  suspect = 1
 end
 if slow then
   slowcount = slowcount + 1
@@ -119,9 +105,7 @@ if justcut == 1 then
   justcut = 0
   return save()
 end
-if hold then
-  -- Held: the next interval tells a queue from a stall.
-elseif congested then
+if congested then
   ceiling = f * served
   f = math.max(minf, f * cut * decrease)
   growth, justcut = 0, 1
@@ -146,6 +130,6 @@ if enough and latency > 0 and m == 0 and dn == 0 and not piling then
   m = latency
 end
 if enough and latency > 0 and (m == 0 or (slow and epoch >= MEASURE_EVERY) or slowcount >= MEASURE_EVERY) then
-  held, f, ms, justcut, suspect = f, minf, 1, 0, 0
+  held, f, ms, justcut = f, minf, 1, 0
 end
 return save()
