@@ -155,13 +155,17 @@ end
 			rss[s.name] = rssMB(s.pid)
 		}
 		stop()
-		// ratio is a's requests/s over b's in the same round, the median
-		// over the rounds: a slow spell between two rounds moves both.
-		ratio := func(a, b string) float64 {
+		// byRound is a's requests/s over b's in each round; ratio is their
+		// median: a slow spell between two rounds moves both.
+		byRound := func(a, b string) []float64 {
 			rs := make([]float64, *rounds)
 			for r := range rs {
 				rs[r] = samples[a][r].rps / samples[b][r].rps
 			}
+			return rs
+		}
+		ratio := func(a, b string) float64 {
+			rs := byRound(a, b)
 			sort.Float64s(rs)
 			return rs[len(rs)/2]
 		}
@@ -178,8 +182,8 @@ end
 		for _, alg := range []string{"sliding_counter", "sliding_log"} {
 			lines = append(lines, fmt.Sprintf("vs %s %s-%s %.2f", floorName, w.name, alg, ratio("tollgate "+alg, "floor")))
 			var turns []string
-			for r := range *rounds {
-				turns = append(turns, fmt.Sprintf("%.2f", samples["tollgate "+alg][r].rps/samples["floor"][r].rps))
+			for _, q := range byRound("tollgate "+alg, "floor") {
+				turns = append(turns, fmt.Sprintf("%.2f", q))
 			}
 			fmt.Printf("%-18s %-26s %s\n", w.name, "  "+alg+" ÷ floor by round", strings.Join(turns, " "))
 		}

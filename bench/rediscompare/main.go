@@ -88,13 +88,18 @@ type tally struct {
 	rates         []float64 // decisions/s in each turn
 }
 
-// medianRatio is the median over the turns of a's rate over b's in the
-// same turn.
-func medianRatio(a, b *tally) float64 {
+// turnRatios is a's rate over b's in each turn.
+func turnRatios(a, b *tally) []float64 {
 	ratios := make([]float64, len(a.rates))
 	for r := range ratios {
 		ratios[r] = a.rates[r] / b.rates[r]
 	}
+	return ratios
+}
+
+// medianRatio is the median of turnRatios(a, b).
+func medianRatio(a, b *tally) float64 {
+	ratios := turnRatios(a, b)
 	slices.Sort(ratios)
 	return ratios[len(ratios)/2]
 }
@@ -243,8 +248,8 @@ func main() {
 			theirs := tallies[1+i].result()
 			show(w.name, peer.name, theirs)
 			var turns []string
-			for r := range tallies[0].rates {
-				turns = append(turns, fmt.Sprintf("%.2f", tallies[0].rates[r]/tallies[1+i].rates[r]))
+			for _, q := range turnRatios(&tallies[0], &tallies[1+i]) {
+				turns = append(turns, fmt.Sprintf("%.2f", q))
 			}
 			fmt.Printf("%-18s %-32s %s\n", w.name, "  tollgate ÷ it, turn by turn", strings.Join(turns, " "))
 			lines = append(lines, fmt.Sprintf("vs %s %s %.2f", peer.name, w.name, medianRatio(&tallies[0], &tallies[1+i])),
