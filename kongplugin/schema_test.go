@@ -478,3 +478,48 @@ func TestKongYmlExampleValidates(t *testing.T) {
 		t.Fatal("no tollgate plugin in kong.yml.example")
 	}
 }
+
+// kongStoresForMinute5 is what Kong 3.9.3 stores for the config
+// {"minute": 5} of this plugin: its plugins entity's
+// process_auto_fields("insert") then validate_insert, with the schema read
+// from -dump and built by Entity.new_subschema (kong/db/schema/entity.lua,
+// make_records_required), as ../shared/kong-schema printed it for this
+// tree. A record that does not say "required": false is filled from its
+// defaults there, so "adaptive" must say it, or Kong stores it switched on.
+const kongStoresForMinute5 = `{"adaptive":null,"algorithm":"fixed_window","clear_keys":false,"cost":1,"day":null,"default_plan":null,"error_code":429,"error_message":"API rate limit exceeded","fault_tolerant":true,"header_name":null,"headers":"kong","hide_client_headers":false,"hour":null,"limit_by":"consumer","limits":null,"log_denials":0,"minute":5,"month":null,"namespace":null,"on_error":null,"path":null,"plan_by":"consumer_tag","plan_header":null,"plans":null,"policy":"local","redis":{"cluster_addresses":null,"database":0,"host":null,"password":null,"port":6379,"sentinel_addresses":null,"sentinel_master":null,"sentinel_password":null,"sentinel_role":null,"sentinel_username":null,"server_name":null,"ssl":false,"ssl_verify":false,"timeout":2000,"username":null},"redis_database":null,"redis_host":null,"redis_password":null,"redis_port":null,"redis_server_name":null,"redis_ssl":null,"redis_ssl_verify":null,"redis_timeout":null,"redis_username":null,"second":null,"shadow":false,"sync_rate":-1,"year":null}`
+
+// TestKongStoresAsKong: the plugin's own schema processing stores what
+// Kong stores, and a config that never names adaptive limiting starts an
+// instance that does not adapt.
+func TestKongStoresAsKong(t *testing.T) {
+	config := object(t, `{"minute": 5}`)
+	if err := schema.Check(config); err != nil {
+		t.Fatal(err)
+	}
+	// Kong writes null for every field it leaves unset; the plugin leaves
+	// them out, which it reads the same.
+	if want := withoutNulls(object(t, kongStoresForMinute5)); !reflect.DeepEqual(config, want) {
+		got, _ := json.Marshal(config)
+		t.Errorf("stored config differs from Kong's:\n got %s\nwant %s", got, kongStoresForMinute5)
+	}
+	var c Config
+	if err := json.Unmarshal([]byte(kongStoresForMinute5), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.compiled.policy.Adaptive() != nil {
+		t.Error("the config Kong stores for {\"minute\": 5} adapts its limits")
+	}
+}
+
+// withoutNulls drops the null members of m, at every depth of records.
+func withoutNulls(m map[string]any) map[string]any {
+	for k, v := range m {
+		switch v := v.(type) {
+		case nil:
+			delete(m, k)
+		case map[string]any:
+			withoutNulls(v)
+		}
+	}
+	return m
+}

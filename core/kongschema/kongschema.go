@@ -43,7 +43,7 @@ type Schema struct {
 // Field declares one field. Attributes left zero are absent.
 type Field struct {
 	Type          string              `json:"type"`
-	Required      bool                `json:"required"`
+	Required      *bool               `json:"required"` // nil: not said (a record field is then required, as Kong makes it)
 	Default       any                 `json:"default"`
 	Referenceable bool                `json:"referenceable"` // may be a vault reference
 	Encrypted     bool                `json:"encrypted"`     // stored encrypted by Kong
@@ -107,6 +107,7 @@ func Parse(declaration []byte) (*Schema, error) {
 	if err := s.prepare(s.Fields, s.EntityChecks, ""); err != nil {
 		return nil, fmt.Errorf("kong schema: %w", err)
 	}
+	makeRecordsRequired(s.Fields)
 	return s, nil
 }
 
@@ -138,6 +139,32 @@ func (s *Schema) Decode(b []byte, targets ...any) error {
 	}
 	return err
 }
+
+// makeRecordsRequired does what Kong 3.9.3 does to a plugin's schema when
+// it loads it (kong/db/schema/entity.lua, make_records_required, called by
+// Entity.new_subschema): every record field, at any depth of records, that
+// does not say `required` becomes required, so Kong fills it from its
+// fields' defaults when it stores a config. Records inside arrays are not
+// fields and stay as declared. A record that must stay null unless a user
+// writes it says `"required": false`.
+func makeRecordsRequired(fields []map[string]*Field) {
+	for _, entry := range fields {
+		for _, f := range entry {
+			if f.Type != "record" {
+				continue
+			}
+			if f.Required == nil {
+				yes := true
+				f.Required = &yes
+			}
+			makeRecordsRequired(f.Fields)
+		}
+	}
+}
+
+// isRequired reports whether f says it is required (after
+// makeRecordsRequired for the schema's own fields).
+func (f *Field) isRequired() bool { return f.Required != nil && *f.Required }
 
 func (s *Schema) prepare(fields []map[string]*Field, checks []Check, path string) error {
 	for _, entry := range fields {
@@ -226,7 +253,7 @@ func (s *Schema) record(fields []map[string]*Field, checks []Check, obj map[stri
 				switch {
 				case f.Default != nil:
 					v = cloneJSON(f.Default)
-				case f.Required && f.Type == "record":
+				case f.isRequired() && f.Type == "record":
 					v = map[string]any{} // Kong expands a required record to its defaults
 				}
 				if v != nil {
@@ -234,7 +261,7 @@ func (s *Schema) record(fields []map[string]*Field, checks []Check, obj map[stri
 				}
 			}
 			if v == nil {
-				if f.Required {
+				if f.isRequired() {
 					*errs = append(*errs, p+": required field missing")
 				}
 				continue
@@ -355,7 +382,7 @@ func (s *Schema) entityCheck(c Check, fields []map[string]*Field, obj map[string
 		then := get(obj, k.ThenField)
 		var msg string
 		switch {
-		case then == nil && (k.ThenMatch.Required || thenField.Required):
+		case then == nil && (k.ThenMatch.isRequired() || thenField.isRequired()):
 			msg = "required field missing"
 		case then != nil:
 			// The field's own validators have already reported on it.
@@ -390,7 +417,7 @@ func (s *Schema) entityCheck(c Check, fields []map[string]*Field, obj map[string
 // the match wants a value (eq, required).
 func (s *Schema) matches(field, ifMatch *Field, v any) bool {
 	if v == nil {
-		return ifMatch.Eq == nil && !ifMatch.Required
+		return ifMatch.Eq == nil && !ifMatch.isRequired()
 	}
 	var nested []string
 	return s.value(overlay(field, ifMatch), field.Type, v, "", &nested) == "" && len(nested) == 0

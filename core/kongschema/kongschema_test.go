@@ -64,7 +64,8 @@ const testSchema = `{"fields": [{"config": {"type": "record", "required": true, 
   {"path": {"type": "string", "starts_with": "/", "match_none": [{"pattern": "//", "err": "must not have empty segments"}]}},
   {"word": {"type": "string", "match_all": [{"pattern": "^%a+$"}]}},
   {"always": {"type": "record", "required": true, "fields": [{"port": {"type": "integer", "default": 6379}}]}},
-  {"sometimes": {"type": "record", "fields": [{"on": {"type": "boolean", "default": true}}]}},
+  {"sometimes": {"type": "record", "required": false, "fields": [{"on": {"type": "boolean", "default": true}}]}},
+  {"unsaid": {"type": "record", "fields": [{"on": {"type": "boolean", "default": true}}, {"inner": {"type": "record", "fields": [{"n": {"type": "integer", "default": 3}}]}}]}},
   {"list": {"type": "array", "elements": {"type": "record", "fields": [{"n": {"type": "integer", "required": true}}]}}}
 ]}}],
 "entity_checks": [
@@ -90,13 +91,21 @@ func TestCheckAsKong(t *testing.T) {
 		return m, ""
 	}
 	// Defaults: filled for null and absent fields; a required record is
-	// expanded with its own defaults; an optional one stays null.
+	// expanded with its own defaults; one that says `required: false` stays
+	// null. A record that does not say is required, at any depth: Kong
+	// 3.9.3's Entity.new_subschema runs make_records_required on a plugin's
+	// schema (kong/db/schema/entity.lua), so Kong stores such a record with
+	// its defaults on every config.
 	m, msg := check(`{"count": 1, "word": "x", "mode": null, "sometimes": null}`)
 	if msg != "" {
 		t.Fatal(msg)
 	}
 	if m["mode"] != "a" || m["always"].(map[string]any)["port"] != float64(6379) || m["sometimes"] != nil {
 		t.Errorf("defaults: %v", m)
+	}
+	unsaid, _ := m["unsaid"].(map[string]any)
+	if inner, _ := unsaid["inner"].(map[string]any); unsaid["on"] != true || inner["n"] != float64(3) {
+		t.Errorf("a record that does not say required is filled from its defaults as Kong fills it, at every depth: %v", m["unsaid"])
 	}
 	if _, msg := check(`{"count": 1, "word": "x", "sometimes": {}}`); msg != "" {
 		t.Errorf("an optional record given: %s", msg)
