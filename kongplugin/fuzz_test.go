@@ -17,6 +17,7 @@ func FuzzKongConfig(f *testing.F) {
 		`{"minute":null,"hour":3,"redis_host":"x","redis_port":1,"fault_tolerant":false,"error_code":503}`,
 		`{"limits":[{"count":1e300,"window":"1e300s"}]}`,
 		`{"minute":2.5,"hour":1e300,"redis":{"port":0,"timeout":0}}`,
+		`null`, `[]`, `"x"`, `1`, `{"minute":5,"redis":null,"adaptive":null}`, `{"minute":5,"adaptive":{}}`,
 	} {
 		f.Add([]byte(seed))
 	}

@@ -192,3 +192,19 @@ func TestKongKeysLocalPolicy(t *testing.T) {
 		t.Fatalf("unknown policy: %q", stderr)
 	}
 }
+
+// TestKongKeysRefusesNonConfigs: a plugin file that holds no config (null,
+// a list, a plugin entity whose config is null) is refused with the reason,
+// exit 1, and never panics the command.
+func TestKongKeysRefusesNonConfigs(t *testing.T) {
+	for _, body := range []string{`null`, `[]`, `{"name": "tollgate", "config": null}`, `"minute"`} {
+		path := filepath.Join(t.TempDir(), "plugin.json")
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, stderr := keys(t, 1, "show", "--plugin", path, "--key", "k")
+		if strings.Contains(stderr, "panic") || !strings.Contains(stderr, "not a plugin or its config") && !strings.Contains(stderr, "config: expected a record") {
+			t.Errorf("plugin file %s: %q; want a refusal naming the config", body, stderr)
+		}
+	}
+}

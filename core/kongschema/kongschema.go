@@ -236,6 +236,9 @@ func (s *Schema) prepareField(f *Field, path string) error {
 // adds itself, such as route_id, are not the schema's and are ignored).
 // The error lists every failure as "path: Kong's message (got value)".
 func (s *Schema) Check(config map[string]any) error {
+	if config == nil { // JSON null: there is no record to fill
+		return errors.New("config: expected a record (got null)")
+	}
 	var errs []string
 	s.record(s.Fields, s.EntityChecks, map[string]any{"config": config}, "", &errs)
 	if len(errs) > 0 {
@@ -626,24 +629,49 @@ func (s *Schema) Main(info Info, serve func() error, keys func([]byte) (admin.Ta
 // with route_id and service_id added, as Kong adds them. A bare config (no
 // "config" object) is returned as it is.
 func PluginConfig(entity []byte) ([]byte, error) {
-	var e struct {
-		Config  map[string]any       `json:"config"`
-		Route   *struct{ ID string } `json:"route"`
-		Service *struct{ ID string } `json:"service"`
-	}
-	if err := json.Unmarshal(entity, &e); err != nil {
+	var top any
+	if err := json.Unmarshal(entity, &top); err != nil {
 		return nil, fmt.Errorf("not a plugin or its config as JSON: %w", err)
 	}
-	if e.Config == nil {
+	obj, ok := top.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("not a plugin or its config: a JSON object is expected (got %s)", jsonKind(top))
+	}
+	raw, isEntity := obj["config"]
+	if !isEntity {
 		return entity, nil
 	}
-	if e.Route != nil {
-		e.Config["route_id"] = e.Route.ID
+	config, ok := raw.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("config: expected a record (got %s)", jsonKind(raw))
 	}
-	if e.Service != nil {
-		e.Config["service_id"] = e.Service.ID
+	for _, attached := range []string{"route", "service"} {
+		if ref, ok := obj[attached].(map[string]any); ok {
+			if id, ok := ref["id"].(string); ok {
+				config[attached+"_id"] = id
+			}
+		}
 	}
-	return json.Marshal(e.Config)
+	return json.Marshal(config)
+}
+
+// jsonKind names a decoded JSON value's kind, for errors.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 // Phases lists the Kong phases a go-pdk plugin config handles, as go-pdk
