@@ -170,6 +170,11 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 			if err := p.Set(opt, d.RemainingArgs()); err != nil {
 				return nil, d.Err(err.Error())
 			}
+			if template := map[string]string{"key": p.Key, "plan": p.Plan}[opt]; template != "" {
+				if _, err := parseKeyTemplate(template); err != nil {
+					return nil, d.Errf("policy %q %s: %v", p.Name, opt, err)
+				}
+			}
 		}
 	}
 	if len(p.Limits) == 0 && len(p.Plans) == 0 {

@@ -219,6 +219,29 @@ func TestCaddyfileErrors(t *testing.T) {
 			}
 			default_plan free
 		}`, `policy "a": limits and plans: give one or the other`},
+		{`policy a {
+			limit 3/1m
+			key {http.request.heder.X-Key}
+		}`, `policy "a" key: "{http.request.heder.X-Key}": unknown placeholder {http.request.heder.X-Key}`},
+		{`policy a {
+			limit 3/1m
+			key {http.request.header.X-Key
+		}`, `the placeholder at byte 0 is not closed, at Caddyfile:5`},
+		{`policy a {
+			limit 3/1m
+			key k}
+		}`, `a '}' at byte 1 closes no placeholder`},
+		{`policy a {
+			limit 3/1m
+			key {nonsense}
+		}`, `unknown placeholder {nonsense}`},
+		{`policy a {
+			plan {http.request.header.X-Plan
+			plans {
+				free 10/1m
+			}
+			default_plan free
+		}`, `policy "a" plan: "{http.request.header.X-Plan": the placeholder at byte 0 is not closed`},
 	} {
 		src := ":8080 {\n\ttollgate {\n\t\t" + tc.body + "\n\t}\n}\n"
 		adapter := caddyfile.Adapter{ServerType: httpcaddyfile.ServerType{}}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/textproto"
 	"strings"
 	"time"
 
@@ -62,12 +61,8 @@ type policy struct {
 	cfg      *PolicyConfig
 	pol      *core.Policy
 	matchers caddyhttp.MatcherSets
-	key      string
-	plan     string // the template naming the request's plan, if any
-	literal  string // key with every placeholder removed: an "empty" key
-	header   string // a key that is one request header's placeholder: its canonical name
-	variable string // a key that is one {http.vars.*} placeholder: its name
-	constant bool   // key has no placeholder: one bucket, never empty
+	key      *keyTemplate
+	plan     *keyTemplate // the template naming the request's plan; nil: none
 	emptyKey core.EmptyKey
 	cost     int64
 }
@@ -142,15 +137,14 @@ func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy,
 		return nil, err
 	}
 	h.releases = append(h.releases, release)
-	p := &policy{cfg: pc, pol: pol, key: cmp.Or(pc.Key, DefaultKey), plan: pc.Plan, emptyKey: emptyKey, cost: pc.RequestCost()}
-	p.literal = caddy.NewEmptyReplacer().ReplaceAll(p.key, "")
-	p.constant = p.literal == p.key
-	// The common keys are read as Caddy's replacer reads them, without
-	// parsing the template on every request.
-	if name, ok := solePlaceholder(p.key, "http.request.header."); ok {
-		p.header = textproto.CanonicalMIMEHeaderKey(name)
-	} else if name, ok := solePlaceholder(p.key, "http.vars."); ok {
-		p.variable = name
+	p := &policy{cfg: pc, pol: pol, emptyKey: emptyKey, cost: pc.RequestCost()}
+	if p.key, err = parseKeyTemplate(cmp.Or(pc.Key, DefaultKey)); err != nil {
+		return nil, fmt.Errorf("policy %q key: %w", pc.Name, err)
+	}
+	if pc.Plan != "" {
+		if p.plan, err = parseKeyTemplate(pc.Plan); err != nil {
+			return nil, fmt.Errorf("policy %q plan: %w", pc.Name, err)
+		}
 	}
 	if pc.MatcherSetsRaw != nil {
 		mods, err := ctx.LoadModule(pc, "MatcherSetsRaw")
@@ -162,13 +156,6 @@ func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy,
 		}
 	}
 	return p, nil
-}
-
-// solePlaceholder returns the name in key = "{" + prefix + name + "}".
-func solePlaceholder(key, prefix string) (name string, ok bool) {
-	name, ok = strings.CutPrefix(key, "{"+prefix)
-	name, closed := strings.CutSuffix(name, "}")
-	return name, ok && closed && name != "" && !strings.ContainsAny(name, "{}\\")
 }
 
 // Validate is done by Provision, which must build the policies to check
@@ -225,18 +212,10 @@ func (q *request) Input(i int) (core.Input, error) {
 	if err != nil || !match {
 		return core.Input{}, err
 	}
-	var key string
-	switch {
-	case p.header != "":
-		key = strings.Join(q.r.Header[p.header], ",")
-	case p.variable != "":
-		key = caddy.ToString(caddyhttp.GetVar(q.r.Context(), p.variable))
-	default:
-		key = q.repl.ReplaceKnown(p.key, "")
-	}
-	in := core.Input{Covered: true, Key: key, Empty: key == p.literal && !p.constant, Cost: p.cost}
-	if p.plan != "" {
-		in.Plan = q.repl.ReplaceKnown(p.plan, "")
+	key := p.key.eval(q.r, q.repl)
+	in := core.Input{Covered: true, Key: key, Empty: key == p.key.literal && !p.key.constant, Cost: p.cost}
+	if p.plan != nil {
+		in.Plan = p.plan.eval(q.r, q.repl)
 	}
 	return in, nil
 }

@@ -3,7 +3,9 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,6 +68,10 @@ func TestJSONErrors(t *testing.T) {
 		{`{"policies":[{"name":"a","plan":"{http.request.header.X-Plan}","plans":[{"name":"free","limits":[{"count":5,"window":"1m"}]}]}]}`, `policy "a" default_plan: missing`},
 		{`{"policies":[{"name":"a","plans":[{"name":"free","limits":[{"count":5,"window":"1m"}]},{"name":"pro","limits":[{"count":50,"window":"1h"}]}],"default_plan":"free"}]}`, `plan "pro": limits of other windows`},
 		{`{"store":{"max_keys":-5},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store max_keys: -5 must not be negative`},
+		{`{"policies":[{"name":"a","key":"{http.request.heder.X-Key}","limits":[{"count":5,"window":"1m"}]}]}`, `policy "a" key: "{http.request.heder.X-Key}": unknown placeholder {http.request.heder.X-Key}`},
+		{`{"policies":[{"name":"a","key":"{http.request.header.X-Key","limits":[{"count":5,"window":"1m"}]}]}`, `policy "a" key: "{http.request.header.X-Key": the placeholder at byte 0 is not closed`},
+		{`{"policies":[{"name":"a","key":"{}","limits":[{"count":5,"window":"1m"}]}]}`, `an empty placeholder {}`},
+		{`{"policies":[{"name":"a","key":"{http.request.header.}","limits":[{"count":5,"window":"1m"}]}]}`, `unknown placeholder {http.request.header.}`},
 	} {
 		_, err := provision(t, tc.json)
 		if err == nil {
@@ -138,26 +144,37 @@ func TestReloadKeepsAdaptiveFactor(t *testing.T) {
 	_ = reloaded.Cleanup()
 }
 
-// TestKeyReadLikeReplacer checks that a key read without the replacer (one
-// request-header or one variable placeholder) is what the replacer gives,
-// for every key template shape, with the header absent, once or twice.
+// TestKeyReadLikeReplacer checks that a key is what Caddy's replacer gives
+// for every key template shape, with the header absent or once, and that
+// a header or query parameter sent twice keys on its first value, where
+// the replacer joins the values into a key no other request has.
 func TestKeyReadLikeReplacer(t *testing.T) {
 	for _, key := range []string{
 		"{http.request.header.x-api-key}", "{http.request.header.X-Api-Key}", "{http.vars.client_ip}", "{http.vars.tenant}",
-		"k-{http.request.header.X-Api-Key}", "{http.request.header.X-Api-Key}{http.vars.tenant}", "{http.request.header.}",
+		"k-{http.request.header.X-Api-Key}", "{http.request.header.X-Api-Key}{http.vars.tenant}",
+		"{http.request.uri.query.token}", "q:{http.request.uri.query.token}:{http.request.method}", "\\{lit\\}{http.request.uri.query.token}",
 	} {
 		h, err := provision(t, `{"policies":[{"name":"p","key":`+strconv.Quote(key)+`,"limits":[{"count":1,"window":1000000000}]}]}`)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, values := range [][]string{nil, {"alice"}, {"alice", "bob"}} {
-			r := httptest.NewRequest("GET", "/", nil)
-			r.Header["X-Api-Key"] = values
-			r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{"client_ip": "192.0.2.1", "tenant": 7}))
-			repl := caddyhttp.NewTestReplacer(r)
+		for _, values := range [][]string{nil, {"alice"}, {"alice", "bob"}, {"alice", "alice"}} {
+			query := url.Values{"token": values}.Encode()
+			newRequest := func(values []string, query string) (*http.Request, *caddy.Replacer) {
+				r := httptest.NewRequest("GET", "/?"+query, nil)
+				r.Header["X-Api-Key"] = values
+				r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{"client_ip": "192.0.2.1", "tenant": 7}))
+				return r, caddyhttp.NewTestReplacer(r)
+			}
+			r, repl := newRequest(values, query)
 			in, err := (&request{h: h, r: r, repl: repl}).Input(0)
-			if want := repl.ReplaceKnown(key, ""); err != nil || in.Key != want {
-				t.Errorf("key %s, header %q: got %q (%v), want %q", key, values, in.Key, err, want)
+			first, firstQuery := values, query
+			if len(values) > 1 {
+				first, firstQuery = values[:1], url.Values{"token": values[:1]}.Encode()
+			}
+			_, firstRepl := newRequest(first, firstQuery)
+			if want := firstRepl.ReplaceKnown(key, ""); err != nil || in.Key != want {
+				t.Errorf("key %s, header and query %q: got %q (%v), want %q", key, values, in.Key, err, want)
 			}
 		}
 		_ = h.Cleanup()

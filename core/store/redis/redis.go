@@ -223,8 +223,8 @@ func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 	if o.PoolSize < 0 {
 		return nil, fmt.Errorf("pool_size: %d must not be negative", o.PoolSize)
 	}
-	if o.Batch < 0 {
-		return nil, fmt.Errorf("batch: %d must not be negative", o.Batch)
+	if o.Batch < 0 || o.Batch > maxBatch {
+		return nil, fmt.Errorf("batch: %d must be between 0 and %d (the most decisions whose reply a gateway reads)", o.Batch, maxBatch)
 	}
 	if o.Username != "" {
 		uo.Username = o.Username
@@ -266,6 +266,7 @@ func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 	// A rate limiter must answer within its timeout: no retries.
 	uo.MaxRetries = -1
 	uo.DialerRetries = 1
+	uo.Dialer = newBoundedDialer(uo)
 	return uo, nil
 }
 

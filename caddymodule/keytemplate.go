@@ -1,0 +1,242 @@
+package caddymodule
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// keyTemplate is a policy's key (or plan) as written, parsed once: literal
+// text and placeholders. It reads a placeholder as Caddy's replacer does,
+// except where a client could reshape the value to get a fresh bucket:
+//   - a request header or query parameter sent more than once keys on its
+//     first value (Caddy's replacer joins them with commas; Go's
+//     Header.Get, Kong's get_header and most upstreams read the first);
+//   - a client address written as an IPv4-mapped IPv6 address
+//     (::ffff:192.0.2.1) keys as the IPv4 address it is.
+type keyTemplate struct {
+	parts    []keyPart
+	literal  string // the template with its placeholders removed
+	constant bool   // no placeholder: one bucket for every request
+}
+
+type partKind uint8
+
+const (
+	literalPart  partKind = iota
+	headerPart            // name: the canonical header name
+	queryPart             // name: the query parameter
+	varPart               // name: the http.vars variable
+	addressPart           // name: a placeholder holding a client address
+	replacerPart          // name: any other placeholder, read by Caddy's replacer
+)
+
+type keyPart struct {
+	kind partKind
+	text string // literalPart's text
+	name string
+}
+
+// Caddy's request placeholders (caddyhttp's replacer.go, Caddy v2.11.9), by
+// exact name and by prefix, and the namespaces other modules fill at
+// request time (vars, regexp captures, matchers, authentication, errors,
+// the environment, system and time). A key that names anything else is a
+// typo: every request would share one bucket.
+var (
+	requestPlaceholders = []string{
+		"http.request.method", "http.request.scheme", "http.request.proto", "http.request.proto_name",
+		"http.request.host", "http.request.port", "http.request.hostport",
+		"http.request.local", "http.request.local.host", "http.request.local.port",
+		"http.request.remote", "http.request.remote.host", "http.request.remote.port",
+		"http.request.uri", "http.request.uri_escaped", "http.request.uri.path", "http.request.uri.path_escaped",
+		"http.request.uri.path.file", "http.request.uri.path.dir", "http.request.uri.path.file.base",
+		"http.request.uri.path.file.ext", "http.request.uri.query", "http.request.uri.query_escaped",
+		"http.request.uri.prefixed_query", "http.request.uuid", "http.request.body", "http.request.body_base64",
+		"http.request.orig_method", "http.request.orig_uri", "http.request.orig_uri.path",
+		"http.request.orig_uri.path.file", "http.request.orig_uri.path.file_escaped", "http.request.orig_uri.path.dir",
+		"http.request.orig_uri.query", "http.request.orig_uri.prefixed_query",
+	}
+	requestPlaceholderPrefixes = []string{
+		"http.request.header.", "http.request.cookie.", "http.request.uri.query.", "http.request.tls.",
+		"http.request.host.labels.", "http.request.uri.path.", "http.request.orig_uri.path.", "http.request.remote.host/",
+		"http.vars.", "http.regexp.", "http.matchers.", "http.auth.", "http.error.", "env.", "system.", "time.",
+	}
+	// addressPlaceholders hold a client or peer address.
+	addressPlaceholders = []string{"http.request.remote.host", "http.vars.client_ip", "http.request.local.host"}
+)
+
+// knownPlaceholder reports whether a request can fill name.
+func knownPlaceholder(name string) bool {
+	if slices.Contains(requestPlaceholders, name) {
+		return true
+	}
+	for _, prefix := range requestPlaceholderPrefixes {
+		if rest, ok := strings.CutPrefix(name, prefix); ok && rest != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// parseKeyTemplate reads a key written with Caddy's placeholders. A brace
+// is escaped with a backslash, as in Caddy; a brace that opens no
+// placeholder or is never closed, an empty placeholder and a placeholder no
+// request fills are refused, naming it.
+func parseKeyTemplate(s string) (*keyTemplate, error) {
+	t := &keyTemplate{}
+	var lit strings.Builder
+	flush := func() {
+		if lit.Len() > 0 {
+			t.parts = append(t.parts, keyPart{kind: literalPart, text: lit.String()})
+			lit.Reset()
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\\' && i+1 < len(s) && (s[i+1] == '{' || s[i+1] == '}'):
+			lit.WriteByte(s[i+1])
+			i++
+		case c == '}':
+			return nil, fmt.Errorf("%q: a '}' at byte %d closes no placeholder (write \\} for a brace)", s, i)
+		case c == '{':
+			end := strings.IndexAny(s[i+1:], "{}")
+			if end < 0 || s[i+1+end] == '{' {
+				return nil, fmt.Errorf("%q: the placeholder at byte %d is not closed", s, i)
+			}
+			name := s[i+1 : i+1+end]
+			if err := checkPlaceholder(s, name); err != nil {
+				return nil, err
+			}
+			flush()
+			t.parts = append(t.parts, placeholderPart(name))
+			i += 1 + end
+		default:
+			lit.WriteByte(c)
+		}
+	}
+	flush()
+	for _, p := range t.parts {
+		if p.kind == literalPart {
+			t.literal += p.text
+		}
+	}
+	t.constant = len(t.parts) <= 1 && (len(t.parts) == 0 || t.parts[0].kind == literalPart)
+	return t, nil
+}
+
+func checkPlaceholder(template, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%q: an empty placeholder {}", template)
+	case strings.ContainsAny(name, " \t\r\n"):
+		return fmt.Errorf("%q: placeholder {%s} holds a space", template, name)
+	case !knownPlaceholder(name):
+		return fmt.Errorf("%q: unknown placeholder {%s}: a key reads Caddy's request placeholders "+
+			"({http.request.*}, {http.vars.*}, {http.regexp.*}, {http.auth.*}, {env.*}...); a key that is the same "+
+			"for every request is written without braces", template, name)
+	}
+	return nil
+}
+
+func placeholderPart(name string) keyPart {
+	if h, ok := strings.CutPrefix(name, "http.request.header."); ok {
+		return keyPart{kind: headerPart, name: textproto.CanonicalMIMEHeaderKey(h)}
+	}
+	if q, ok := strings.CutPrefix(name, "http.request.uri.query."); ok {
+		return keyPart{kind: queryPart, name: q}
+	}
+	if slices.Contains(addressPlaceholders, name) {
+		return keyPart{kind: addressPart, name: name}
+	}
+	if v, ok := strings.CutPrefix(name, "http.vars."); ok {
+		return keyPart{kind: varPart, name: v}
+	}
+	return keyPart{kind: replacerPart, name: name}
+}
+
+// eval fills the template for r.
+func (t *keyTemplate) eval(r *http.Request, repl *caddy.Replacer) string {
+	if len(t.parts) == 1 {
+		return t.parts[0].value(r, repl)
+	}
+	var b strings.Builder
+	for i := range t.parts {
+		b.WriteString(t.parts[i].value(r, repl))
+	}
+	return b.String()
+}
+
+func (p *keyPart) value(r *http.Request, repl *caddy.Replacer) string {
+	switch p.kind {
+	case literalPart:
+		return p.text
+	case headerPart:
+		if v := r.Header[p.name]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	case queryPart:
+		return firstQueryValue(r.URL.RawQuery, p.name)
+	case varPart:
+		return caddy.ToString(caddyhttp.GetVar(r.Context(), p.name))
+	case addressPart:
+		var v string
+		if name, ok := strings.CutPrefix(p.name, "http.vars."); ok {
+			v = caddy.ToString(caddyhttp.GetVar(r.Context(), name))
+		} else {
+			v, _ = repl.GetString(p.name)
+		}
+		return unmapIPv4(v)
+	}
+	v, _ := repl.GetString(p.name)
+	return v
+}
+
+// unmapIPv4 writes an IPv4-mapped IPv6 address as its IPv4 address, so a
+// client keys the same however its address is written.
+func unmapIPv4(v string) string {
+	if !strings.Contains(v, ":") || !strings.Contains(v, ".") { // IPv4, IPv6 or not an address
+		return v
+	}
+	if a, err := netip.ParseAddr(v); err == nil && a.Is4In6() {
+		return a.Unmap().String()
+	}
+	return v
+}
+
+// firstQueryValue is url.ParseQuery(raw)[name][0] without parsing the
+// rest of the query: the first value of the parameter, "" if it is absent.
+// Pairs that url.ParseQuery skips (a ';', a bad escape) are skipped.
+func firstQueryValue(raw, name string) string {
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" || strings.Contains(pair, ";") {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		if strings.ContainsAny(k, "%+") {
+			var err error
+			if k, err = url.QueryUnescape(k); err != nil {
+				continue
+			}
+		}
+		if k != name {
+			continue
+		}
+		uv, err := url.QueryUnescape(v)
+		if err != nil {
+			continue
+		}
+		return uv
+	}
+	return ""
+}
