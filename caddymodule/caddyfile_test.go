@@ -221,6 +221,41 @@ func TestCaddyfileErrors(t *testing.T) {
 		}`, `policy "a": limits and plans: give one or the other`},
 		{`policy a {
 			limit 3/1m
+		}
+		jitter NaN`, `jitter: NaN must be between 0 and 1, at Caddyfile:6`},
+		{`policy a {
+			limit 3/1s gcra
+			adaptive {
+				min NaN
+			}
+		}`, `policy "a" adaptive min: "NaN" is not a fraction, at Caddyfile:6`},
+		{`policy a {
+			limit 3/1s gcra
+			adaptive {
+				tolerance +Inf
+			}
+		}`, `policy "a" adaptive tolerance: "+Inf" is not a number, at Caddyfile:6`},
+		{`policy a {
+			limit 3/1s gcra
+			adaptive {
+				min 0
+			}
+		}`, `policy "a" adaptive min: "0" must be above 0 (leave min out for its default)`},
+		{`store memory max_keys 0`, `store memory max_keys: "0" is not a count between 1 and 1073741824, at Caddyfile:3`},
+		{`store memory max_keys 9223372036854775807`, `store memory max_keys: "9223372036854775807" is not a count between 1 and 1073741824`},
+		{`policy a {
+			limit 5/1m
+			limit 5/1m
+		}`, `policy "a" limits 1 (5/1m) and 2 (5/1m): the same algorithm over the same window`},
+		{`policy a {
+			limit 5/1m
+			limit 10/1m
+		}`, `policy "a" limits 1 (5/1m) and 2 (10/1m): the same algorithm over the same window, so only the smaller count ever decides; keep one, at Caddyfile:`},
+		{`store redis redis://127.0.0.1:99999`, `store redis: url: "127.0.0.1:99999" has port 99999, outside 0-65535, at Caddyfile:3`},
+		{`store redis redis://::::/0`, `store redis: url:`},
+		{`store cluster 127.0.0.1:65536 127.0.0.1:7001`, `has port 65536, outside 0-65535`},
+		{`policy a {
+			limit 3/1m
 			key {http.request.heder.X-Key}
 		}`, `policy "a" key: "{http.request.heder.X-Key}": unknown placeholder {http.request.heder.X-Key}`},
 		{`policy a {

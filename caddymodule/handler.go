@@ -103,6 +103,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		h.policies = append(h.policies, p)
 	}
+	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {
+		if warning := spoofableClientIP(srv, h.policies); warning != "" {
+			h.logger.Warn(warning)
+		}
+	}
 	h.store, err = store.Acquire(sc)
 	if err != nil {
 		return err

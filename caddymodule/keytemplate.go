@@ -240,3 +240,29 @@ func firstQueryValue(raw, name string) string {
 	}
 	return ""
 }
+
+// spoofableClientIP says why a policy keyed on the client IP can be
+// escaped on srv, or "" if it cannot: with trusted_proxies but without
+// trusted_proxies_strict, Caddy takes the client IP from the leftmost
+// X-Forwarded-For entry, which the client writes itself, so a client
+// behind a trusted proxy chooses its key.
+func spoofableClientIP(srv *caddyhttp.Server, policies []*policy) string {
+	if srv == nil || len(srv.TrustedProxiesRaw) == 0 || srv.TrustedProxiesStrict > 0 {
+		return ""
+	}
+	var keyed []string
+	for _, p := range policies {
+		for _, part := range p.key.parts {
+			if part.kind == addressPart && part.name == "http.vars.client_ip" {
+				keyed = append(keyed, p.pol.Name())
+				break
+			}
+		}
+	}
+	if len(keyed) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("rate limit keyed on the client IP (policies %s) behind trusted_proxies without trusted_proxies_strict: "+
+		"Caddy reads the client IP from the leftmost X-Forwarded-For entry, which a client behind a trusted proxy writes itself, "+
+		"so it can choose its own key; set trusted_proxies_strict", strings.Join(keyed, ", "))
+}

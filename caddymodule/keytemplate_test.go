@@ -1,8 +1,12 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"net/url"
+	"strings"
 	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // TestFirstQueryValue: the first value of a parameter, exactly as
@@ -36,5 +40,34 @@ func TestUnmapIPv4(t *testing.T) {
 		if got := unmapIPv4(in); got != want {
 			t.Errorf("%q: %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestSpoofableClientIPWarning: a client-IP key behind trusted_proxies
+// without trusted_proxies_strict is warned about; with strict, or keyed on
+// something else, it is not.
+func TestSpoofableClientIPWarning(t *testing.T) {
+	h, err := provision(t, `{"policies":[{"name":"by-ip","limits":[{"count":1,"window":1000000000}]},`+
+		`{"name":"by-key","key":"{http.request.header.X-Key}","limits":[{"count":1,"window":1000000000}]}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	trusted := json.RawMessage(`{"source":"static","ranges":["127.0.0.2/32"]}`)
+	for _, tc := range []struct {
+		srv  *caddyhttp.Server
+		want string
+	}{
+		{&caddyhttp.Server{}, ""},
+		{&caddyhttp.Server{TrustedProxiesRaw: trusted, TrustedProxiesStrict: 1}, ""},
+		{&caddyhttp.Server{TrustedProxiesRaw: trusted}, "policies by-ip) behind trusted_proxies without trusted_proxies_strict"},
+	} {
+		got := spoofableClientIP(tc.srv, h.policies)
+		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("trusted %s strict %d: %q, want %q", tc.srv.TrustedProxiesRaw, tc.srv.TrustedProxiesStrict, got, tc.want)
+		}
+	}
+	if got := spoofableClientIP(&caddyhttp.Server{TrustedProxiesRaw: trusted}, h.policies[1:]); got != "" {
+		t.Errorf("a header key warned: %q", got)
 	}
 }

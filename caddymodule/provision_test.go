@@ -67,10 +67,14 @@ func TestJSONErrors(t *testing.T) {
 		{`{"policies":[{"name":"a","plans":[{"name":"free","limits":[{"count":5,"window":"1m"}]},{"name":"free","unlimited":true}],"default_plan":"free"}]}`, `policy "a" plan "free": named twice`},
 		{`{"policies":[{"name":"a","plan":"{http.request.header.X-Plan}","plans":[{"name":"free","limits":[{"count":5,"window":"1m"}]}]}]}`, `policy "a" default_plan: missing`},
 		{`{"policies":[{"name":"a","plans":[{"name":"free","limits":[{"count":5,"window":"1m"}]},{"name":"pro","limits":[{"count":50,"window":"1h"}]}],"default_plan":"free"}]}`, `plan "pro": limits of other windows`},
-		{`{"store":{"max_keys":-5},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store max_keys: -5 must not be negative`},
+		{`{"store":{"max_keys":-5},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store max_keys: -5 must be between 0 (the default, 1048576) and 1073741824`},
 		{`{"policies":[{"name":"a","key":"{http.request.heder.X-Key}","limits":[{"count":5,"window":"1m"}]}]}`, `policy "a" key: "{http.request.heder.X-Key}": unknown placeholder {http.request.heder.X-Key}`},
 		{`{"policies":[{"name":"a","key":"{http.request.header.X-Key","limits":[{"count":5,"window":"1m"}]}]}`, `policy "a" key: "{http.request.header.X-Key": the placeholder at byte 0 is not closed`},
 		{`{"policies":[{"name":"a","key":"{}","limits":[{"count":5,"window":"1m"}]}]}`, `an empty placeholder {}`},
+		{`{"policies":[{"name":"a","limits":[{"count":5,"window":"1m"},{"count":10,"window":"1m"}]}]}`, `policy "a" limits 1 (5/1m) and 2 (10/1m): the same algorithm over the same window`},
+		{`{"store":{"type":"redis","url":"redis://127.0.0.1:99999"},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `url: "127.0.0.1:99999" has port 99999, outside 0-65535`},
+		{`{"store":{"type":"cluster","addrs":[":::not a host:::6379"]},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `addrs: ":::not a host:::6379" is not host:port`},
+		{`{"store":{"max_keys":9223372036854775807},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store max_keys: 9223372036854775807 must be between 0`},
 		{`{"policies":[{"name":"a","key":"{http.request.header.}","limits":[{"count":5,"window":"1m"}]}]}`, `unknown placeholder {http.request.header.}`},
 	} {
 		_, err := provision(t, tc.json)

@@ -98,6 +98,12 @@ func (o AdaptiveOptions) withDefaults() (AdaptiveOptions, error) {
 	if o.MinSamples == 0 {
 		o.MinSamples = 10
 	}
+	for name, v := range map[string]float64{"min": o.MinFactor, "error_rate": o.ErrorRate, "quantile": o.Quantile,
+		"tolerance": o.Tolerance, "increase": o.Increase, "decrease": o.Decrease} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return o, fmt.Errorf("adaptive %s: %g is not a number", name, v)
+		}
+	}
 	switch {
 	case o.Controller != ControllerGradient && o.Controller != ControllerAIMD:
 		return o, fmt.Errorf("adaptive controller: %q is not %s or %s", o.Controller, ControllerGradient, ControllerAIMD)

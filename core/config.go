@@ -32,7 +32,7 @@ func CheckCost(cost int64) error {
 
 // CheckJitter reports whether j, a fraction of Retry-After, is in [0, 1].
 func CheckJitter(j float64) error {
-	if j < 0 || j > 1 {
+	if !(j >= 0 && j <= 1) { // NaN too
 		return fmt.Errorf("%g must be between 0 and 1", j)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -203,8 +204,11 @@ func (s *AdaptiveSpec) Set(opt, v string) error {
 		s.Controller = v
 	case "tolerance":
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 			return fmt.Errorf("%s: %q is not a number", opt, v)
+		}
+		if f == 0 { // 0 is how a spec leaves it unset
+			return fmt.Errorf("%s: %q must be above 1 (leave %s out for its default)", opt, v, opt)
 		}
 		s.Tolerance = f
 	case "latency", "interval":
@@ -221,8 +225,11 @@ func (s *AdaptiveSpec) Set(opt, v string) error {
 		s.MinSamples = n
 	case "min", "error_rate", "quantile", "decrease", "increase":
 		f, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
-		if err != nil {
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 			return fmt.Errorf("%s: %q is not a fraction", opt, v)
+		}
+		if f == 0 { // 0 is how a spec leaves it unset
+			return fmt.Errorf("%s: %q must be above 0 (leave %s out for its default)", opt, v, opt)
 		}
 		if strings.HasSuffix(v, "%") {
 			f /= 100
@@ -398,12 +405,32 @@ func (s *PolicySpec) Check() ([]Limit, error) {
 		}
 		limits[i] = l
 	}
+	if err := checkDuplicateLimits(s.Name, limits); err != nil {
+		return nil, err
+	}
 	if s.Adaptive != nil {
 		if err := s.Adaptive.Options().Validate(); err != nil {
 			return nil, fmt.Errorf("policy %q %w", s.Name, err)
 		}
 	}
 	return limits, nil
+}
+
+// checkDuplicateLimits refuses two limits of one policy that count alike
+// (same algorithm, window, burst and max delay): only the smaller count
+// can ever decide, so the other is a mistake (a line written twice, or a
+// changed count whose old line stayed).
+func checkDuplicateLimits(policy string, limits []Limit) error {
+	for j := range limits {
+		for i := 0; i < j; i++ {
+			a, b := &limits[i], &limits[j]
+			if a.Algorithm == b.Algorithm && a.Window == b.Window && a.Burst == b.Burst && a.MaxDelay == b.MaxDelay {
+				return fmt.Errorf("policy %q limits %d (%d/%s) and %d (%d/%s): the same algorithm over the same window, so only the smaller count ever decides; keep one",
+					policy, i+1, a.Count, FormatWindow(a.Window), j+1, b.Count, FormatWindow(b.Window))
+			}
+		}
+	}
+	return nil
 }
 
 // checkPlans validates a policy with plans (Check returns no limits for

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store/memory"
 	"github.com/tollgate/tollgate/core/store/redis"
 )
 
@@ -64,8 +65,8 @@ func (s *Spec) Config() (Config, error) {
 	if s == nil {
 		return c, nil
 	}
-	if s.MaxKeys < 0 {
-		return c, fmt.Errorf("store max_keys: %d must not be negative", s.MaxKeys)
+	if s.MaxKeys < 0 || s.MaxKeys > memory.MaxMaxKeys {
+		return c, fmt.Errorf("store max_keys: %d must be between 0 (the default, %d) and %d", s.MaxKeys, memory.DefaultMaxKeys, memory.MaxMaxKeys)
 	}
 	c.MaxKeys = s.MaxKeys
 	r := &RedisConfig{
@@ -141,8 +142,8 @@ func ParseSpecArgs(args []string) (*Spec, error) {
 	case "memory":
 		if len(rest) == 2 && rest[0] == "max_keys" {
 			n, err := strconv.Atoi(rest[1])
-			if err != nil || n < 0 {
-				return nil, fmt.Errorf("store memory max_keys: %q is not a count", rest[1])
+			if err != nil || n < 1 || n > memory.MaxMaxKeys {
+				return nil, fmt.Errorf("store memory max_keys: %q is not a count between 1 and %d", rest[1], memory.MaxMaxKeys)
 			}
 			s.MaxKeys = n
 		} else if len(rest) != 0 {
@@ -225,6 +226,12 @@ func (s *Spec) Set(opt string, args []string) error {
 		}
 		if n < 0 {
 			return fmt.Errorf("store %s: %d must not be negative", opt, n)
+		}
+		if n == 0 && opt != "db" { // 0 is how a spec leaves it unset
+			return fmt.Errorf("store %s: 0 must be at least 1 (leave %s out for its default)", opt, opt)
+		}
+		if opt == "max_keys" && n > memory.MaxMaxKeys {
+			return fmt.Errorf("store max_keys: %d must be at most %d", n, memory.MaxMaxKeys)
 		}
 		*map[string]*int{"max_keys": &s.MaxKeys, "pool_size": &s.PoolSize, "db": &s.DB}[opt] = n
 	case "prefix", "username", "password", "sentinel_password", "tls_ca":

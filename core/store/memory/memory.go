@@ -31,6 +31,10 @@ import (
 // DefaultMaxKeys is the cap on tracked keys when Options.MaxKeys is 0.
 const DefaultMaxKeys = 1 << 20
 
+// MaxMaxKeys is the largest cap on tracked keys: 2^30 (a billion keys is
+// hundreds of GB of states; a larger number is a typo).
+const MaxMaxKeys = 1 << 30
+
 // shardCount is a power of two well above any core count we expect to share
 // one gateway process, so two inserts rarely meet on one lock.
 const shardCount = 256
@@ -145,8 +149,8 @@ func (t *table) find(id1, id2 uint64) *entry {
 
 // New returns a Store.
 func New(opts Options) (*Store, error) {
-	if opts.MaxKeys < 0 {
-		return nil, fmt.Errorf("max_keys: %d must not be negative", opts.MaxKeys)
+	if opts.MaxKeys < 0 || opts.MaxKeys > MaxMaxKeys {
+		return nil, fmt.Errorf("max_keys: %d must be between 0 and %d", opts.MaxKeys, MaxMaxKeys)
 	}
 	if opts.MaxKeys == 0 {
 		opts.MaxKeys = DefaultMaxKeys

@@ -18,6 +18,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -202,10 +204,12 @@ func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 		return nil, errors.New("addrs: need a URL or at least one address")
 	}
 	for _, a := range uo.Addrs {
-		if _, port, ok := cutLast(a, ':'); !ok || port == "" {
-			return nil, fmt.Errorf("addrs: %q is not host:port", a)
-		} else if _, err := strconv.Atoi(port); err != nil {
-			return nil, fmt.Errorf("addrs: %q has port %q, not a number", a, port)
+		if err := checkAddr(a); err != nil {
+			field := "addrs"
+			if len(o.Addrs) == 0 {
+				field = "url"
+			}
+			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 	}
 	if o.Cluster && o.MasterName != "" {
@@ -268,6 +272,31 @@ func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 	uo.DialerRetries = 1
 	uo.Dialer = newBoundedDialer(uo)
 	return uo, nil
+}
+
+// checkAddr refuses an address no connection can be made to: not
+// host:port, a port outside 0-65535, or a host that is neither an IP
+// address nor a host name.
+func checkAddr(a string) error {
+	if _, port, ok := cutLast(a, ':'); !ok || port == "" {
+		return fmt.Errorf("%q is not host:port", a)
+	} else if _, err := strconv.Atoi(port); err != nil {
+		return fmt.Errorf("%q has port %q, not a number", a, port)
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port (an IPv6 address is written [::1]:6379): %v", a, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 { // 0 as Kong's port typedef allows
+		return fmt.Errorf("%q has port %s, outside 0-65535", a, port)
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if host == "" || len(host) > 253 || strings.Trim(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") != "" {
+		return fmt.Errorf("%q: host %q is neither an IP address nor a host name", a, host)
+	}
+	return nil
 }
 
 func cutLast(s string, sep byte) (before, after string, ok bool) {
