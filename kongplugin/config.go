@@ -316,7 +316,11 @@ func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]core.
 		prev = p.count
 		// Kong admits requests while the count used is below a fractional
 		// limit: 2.5 admits 3.
-		count := int64(min(math.Ceil(*p.count), core.MaxCount+1))
+		if *p.count > core.MaxCount {
+			return nil, fmt.Errorf("%s%s: %s is above %d, the largest count a RateLimit header can carry (RFC 9651)",
+				field, p.name, strconv.FormatFloat(*p.count, 'g', -1, 64), int64(core.MaxCount))
+		}
+		count := int64(math.Ceil(*p.count))
 		limits = append(limits, core.LimitSpec{Name: p.name, Count: count, Window: core.Duration(p.window), Algorithm: algorithm})
 		fields = append(fields, p.name)
 	}
@@ -349,6 +353,10 @@ func storeConfig(c *Config) (store.Config, error) {
 	}
 	spec.OnError = cmp.Or(c.OnError, spec.OnError)
 	if c.SyncRate != -1 {
+		const longest = 24 * time.Hour // far beyond any period a sync can serve; a larger value is a typo
+		if c.SyncRate > longest.Seconds() {
+			return store.Config{}, fmt.Errorf("sync_rate: %s seconds is above a day (%g)", strconv.FormatFloat(c.SyncRate, 'g', -1, 64), longest.Seconds())
+		}
 		spec.Mode, spec.Sync = "eventual", core.Duration(c.SyncRate*float64(time.Second))
 	}
 	r := c.Redis

@@ -118,6 +118,12 @@ var kongRefuses = []struct {
 	{`{"second": "ten"}`, "config.second: expected a number", false},
 	{`{"second": 10, "adaptive": {"controller": "vegas"}}`, "config.adaptive.controller: expected one of: gradient, aimd", false},
 	{`{"second": 10, "adaptive": {"tolerance": 0.5}}`, "config.adaptive.tolerance: value must be greater than 1", false},
+	{`{"second": 10, "colour": "blue"}`, "config.colour: unknown field", false},
+	{`{"minute": 1e30}`, "minute: 1e+30 is above 999999999999999", true},
+	{`{"minute": 9223372036854775808}`, "minute: 9.223372036854776e+18 is above 999999999999999", true}, // a double, as Kong holds it,
+	{`{"minute": 5, "policy": "redis", "redis": {"host": "h"}, "sync_rate": 1e300}`, "sync_rate: 1e+300 seconds is above a day", true},
+	{`{"second": 10, "redis": {"hots": "h"}}`, "config.redis.hots: unknown field", false},
+	{`{"limits": [{"count": 5, "window": "1m", "brust": 3}]}`, "config.limits[0].brust: unknown field", false},
 }
 
 // kongAccepts are configs Kong's rate-limiting accepts; tollgate's schema

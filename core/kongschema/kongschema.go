@@ -232,8 +232,9 @@ func (s *Schema) prepareField(f *Field, path string) error {
 
 // Check fills config's missing fields with their defaults, as Kong does
 // when it stores a config, then validates it. config is the plugin's
-// "config" record as Kong sends it (null for an unset field; fields Kong
-// adds itself, such as route_id, are not the schema's and are ignored).
+// "config" record as Kong sends it (null for an unset field; the fields
+// Kong adds itself, such as route_id, are not the schema's and are
+// ignored; any other undeclared field is refused).
 // The error lists every failure as "path: Kong's message (got value)".
 func (s *Schema) Check(config map[string]any) error {
 	if config == nil { // JSON null: there is no record to fill
@@ -274,9 +275,23 @@ func (s *Schema) record(fields []map[string]*Field, checks []Check, obj map[stri
 			}
 		}
 	}
+	for name := range obj {
+		if lookup(fields, name) == nil && !(path == "config" && addedByKong[name]) {
+			*errs = append(*errs, join(path, name)+": unknown field")
+		}
+	}
 	for _, c := range checks {
 		s.entityCheck(c, fields, obj, path, errs)
 	}
+}
+
+// addedByKong are the members Kong 3.9.3 adds to a plugin's config before
+// it gives it to the plugin (kong/runloop/plugins_iterator.lua,
+// get_plugin_config); any other member the schema does not declare is
+// refused, in the words of Kong's Admin API, which refuses it first.
+var addedByKong = map[string]bool{
+	"route_id": true, "service_id": true, "consumer_id": true, "plugin_instance_name": true,
+	"__plugin_id": true, "__ws_id": true, "__key__": true, "__seq__": true,
 }
 
 // value checks v against f read as type typ, and returns the first
