@@ -219,3 +219,128 @@ func TestCaddyAdminAPIEventual(t *testing.T) {
 		t.Fatalf("node b allowed %d of 8 after the reset, want the quota of 6", allowed)
 	}
 }
+
+// adminPost sends a JSON body to Caddy's admin endpoint and decodes the
+// JSON answer.
+func adminPost(t *testing.T, c *caddyproc.Caddy, path, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Post(c.AdminURL+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("POST %s: %d %s", path, resp.StatusCode, b)
+	}
+	return resp.StatusCode, out
+}
+
+// TestCaddyAdminAPIKeysInBody: a key looked up or reset with the POST
+// forms never appears in Caddy's log, which records every admin request's
+// URL (the GET form's key is in it); a body that is not the expected
+// object is refused with the reason.
+func TestCaddyAdminAPIKeysInBody(t *testing.T) {
+	const secret = "sk_live_tollgate_secret_41"
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy api {
+			key {http.request.header.X-Key}
+			limit 3/1m
+		}
+	}
+	respond "ok"`)
+	for i := 0; i < 3; i++ {
+		c.Get("/", "X-Key", secret)
+	}
+	if resp, _ := c.Get("/", "X-Key", secret); resp.StatusCode != 429 {
+		t.Fatalf("4th request: %d, want 429", resp.StatusCode)
+	}
+	code, u := adminPost(t, c, "/tollgate/keys/show", `{"policy": "api", "key": "`+secret+`"}`)
+	if limits, _ := u["limits"].([]any); code != 200 || len(limits) != 1 || limits[0].(map[string]any)["used"] != 3.0 || u["key"] != core.KeyHash(secret) {
+		t.Fatalf("keys/show: %d %v", code, u)
+	}
+	if code, r := adminPost(t, c, "/tollgate/keys/reset", `{"policy": "api", "key": "`+secret+`"}`); code != 200 || r["reset"] != true {
+		t.Fatalf("keys/reset: %d %v", code, r)
+	}
+	if resp, _ := c.Get("/", "X-Key", secret); resp.StatusCode != 200 {
+		t.Fatalf("after keys/reset: %d, want the quota back", resp.StatusCode)
+	}
+	for _, tc := range []struct{ path, body, want string }{
+		{"/tollgate/keys/show", `{"policy": "api", "key": "k", "colour": "blue"}`, `unknown field "colour"`},
+		{"/tollgate/keys/show", `[1, 2]`, `want a JSON object`},
+		{"/tollgate/keys/show", `{"policy": "api", "key": "` + strings.Repeat("k", 20<<10) + `"}`, `at most 16384 bytes`},
+		{"/tollgate/keys/show", `{"policy": "api"}`, `key: missing`},
+		{"/tollgate/keys/forget", `{"policy": "api", "key": "k"}`, `want POST keys/show or keys/reset`},
+		{"/tollgate/keys/reset", `{"policy": "nope", "key": "k"}`, `policy "nope": not in force`},
+	} {
+		if code, e := adminPost(t, c, tc.path, tc.body); code < 400 || !strings.Contains(fmt.Sprint(e["error"]), tc.want) {
+			t.Errorf("POST %s %.60s: %d %v, want an error saying %q", tc.path, tc.body, code, e, tc.want)
+		}
+	}
+	waitfor.True(t, 10*time.Second, "Caddy logging the admin requests", func() bool {
+		return strings.Count(c.LogTail(1<<20), "/tollgate/keys/") >= 8
+	})
+	if log := c.LogTail(1 << 20); strings.Contains(log, secret) {
+		t.Errorf("the key is in Caddy's log:\n%s", log)
+	}
+	// The GET form puts it there: why the POST forms exist.
+	adminCall(t, c, "GET", "/tollgate/keys?policy=api&key="+secret)
+	waitfor.True(t, 10*time.Second, "the GET form's URL logged", func() bool { return strings.Contains(c.LogTail(1<<20), secret) })
+}
+
+// TestCaddyPolicyNameTwice: two tollgate handlers of one config that give
+// one policy name to different policies are refused when the config is
+// loaded, naming the policy; the same policy (same limits, same store) in
+// two routes is one policy, and the API reaches it.
+func TestCaddyPolicyNameTwice(t *testing.T) {
+	c := caddyproc.Start(t, `respond "ok"`)
+	code, body := c.Load(`
+	route /a* {
+		tollgate {
+			policy api {
+				limit 3/1m
+			}
+		}
+		respond "a"
+	}
+	route /b* {
+		tollgate {
+			policy api {
+				limit 100/1h
+			}
+		}
+		respond "b"
+	}`)
+	if code == 200 || !strings.Contains(body, `policy \"api\": the name is given to two different policies in this config`) {
+		t.Fatalf("two policies named api: %d %s", code, body)
+	}
+	code, body = c.Load(`
+	route /a* {
+		tollgate {
+			policy api {
+				key {http.request.header.X-Key}
+				limit 3/1m
+			}
+		}
+		respond "a"
+	}
+	route /b* {
+		tollgate {
+			policy api {
+				key {http.request.header.X-Key}
+				limit 3/1m
+			}
+		}
+		respond "b"
+	}`)
+	if code != 200 {
+		t.Fatalf("one policy in two routes refused: %d %s", code, body)
+	}
+	c.Get("/a", "X-Key", "k")
+	c.Get("/b", "X-Key", "k")
+	if got := usedOf(t, c, "/tollgate/keys?policy=api&key=k"); got != "3/1m:2" {
+		t.Errorf("one policy in two routes: %s, want both requests counted once each (3/1m:2)", got)
+	}
+}

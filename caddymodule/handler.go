@@ -130,8 +130,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			h.logger.Warn("rate-limit store answering again")
 		}
 	})
-	h.metrics, err = metrics.New(ctx.GetMetricsRegistry(), h.gate, h.store)
-	h.offAdmin = admin.Register(h.gate, h.store)
+	if h.metrics, err = metrics.New(ctx.GetMetricsRegistry(), h.gate, h.store); err != nil {
+		return err
+	}
+	// The metrics registry is the config's own: it tells this config's
+	// handlers from those of the config a reload replaces.
+	h.offAdmin, err = admin.Register(h.gate, h.store, ctx.GetMetricsRegistry())
 	return err
 }
 

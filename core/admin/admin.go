@@ -31,6 +31,9 @@ var (
 type entry struct {
 	gate  *core.Gate
 	store *store.Handle
+	// generation is the config the gate belongs to: within one, a policy
+	// name names one policy (Register refuses two different ones).
+	generation any
 	// name, when set, names the gate's one rule instead of its policy's
 	// name, and prefix is prefixed to the keys operators give (Kong's
 	// plugin instances: scoped keys, one policy name for all).
@@ -39,8 +42,44 @@ type entry struct {
 
 // Register makes a gate's policies visible to the API, over the store
 // they use; call the returned func when the config is unloaded.
-func Register(g *core.Gate, h *store.Handle) (unregister func()) {
-	return register(&entry{gate: g, store: h})
+// generation identifies the config being loaded (any comparable value):
+// a policy name that another gate of the same generation registered for a
+// different policy (other limits, plans or store) is refused, since the
+// API could then reach only one of them. During a reload the newest
+// generation's policy answers.
+func Register(g *core.Gate, h *store.Handle, generation any) (unregister func(), err error) {
+	mu.Lock()
+	for _, e := range registered {
+		if e.generation == nil || e.generation != generation {
+			continue
+		}
+		for i := range e.gate.Rules() {
+			for _, r := range g.Rules() {
+				theirs, ours := e.gate.Rules()[i].Limiter.Policy(), r.Limiter.Policy()
+				if theirs.Name() == ours.Name() && (e.store != h || signature(theirs) != signature(ours)) {
+					mu.Unlock()
+					return nil, fmt.Errorf("policy %q: the name is given to two different policies in this config; "+
+						"a policy name addresses the operators' API (and the policy's counters), so give each its own", ours.Name())
+				}
+			}
+		}
+	}
+	mu.Unlock()
+	return register(&entry{gate: g, store: h, generation: generation}), nil
+}
+
+// signature is what makes two policies of one name the same policy: their
+// limits (each limit's identity in the store) for every plan.
+func signature(p *core.Policy) string {
+	var b strings.Builder
+	for _, v := range p.Variants() {
+		b.WriteString(v.Plan())
+		for i := range v.Configured() {
+			b.WriteString("|" + v.LimitID(i))
+		}
+		b.WriteString(";")
+	}
+	return b.String()
 }
 
 // RegisterRule makes a one-rule gate visible as the policy name, whose
@@ -104,10 +143,14 @@ func (e *entry) showKey(p *core.Policy, key string) string {
 //	GET    policies                               every policy in force
 //	GET    keys?policy=<name>&key=<key>[&plan=<p>] one key's usage in each limit
 //	DELETE keys?policy=<name>&key=<key>[&limit=<l>] forget one key's usage (every limit, or the one named)
+//	POST   keys/show   {"policy", "key"[, "plan"]}  as GET keys, the key in the body
+//	POST   keys/reset  {"policy", "key"[, "limit"]} as DELETE keys, the key in the body
 //	GET    top?policy=<name>                      the keys the policy denied most
 //
 // Answers are JSON; keys are shown hashed unless the policy shows them in
-// clear (core.Policy.ShowKey).
+// clear (core.Policy.ShowKey). A gateway's admin endpoint may log each
+// request's URL, and with it a key given in the query: the POST forms keep
+// the key out of the URL.
 func Handler(prefix string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		out, status, err := serve(r, strings.TrimPrefix(r.URL.Path, prefix))
@@ -121,6 +164,32 @@ func Handler(prefix string) http.Handler {
 	})
 }
 
+// maxBody bounds a POST's JSON body in bytes: a policy, a key (a gateway
+// hashes keys over 256 bytes) and a plan or limit name.
+const maxBody = 16 << 10
+
+// bodyParams reads a POST form's JSON body into the query parameters the
+// GET and DELETE forms take.
+func bodyParams(r *http.Request) (url.Values, error) {
+	var body struct {
+		Policy string `json:"policy"`
+		Key    string `json:"key"`
+		Plan   string `json:"plan"`
+		Limit  string `json:"limit"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		return nil, fmt.Errorf("body: want a JSON object {\"policy\", \"key\", \"plan\" or \"limit\"} of at most %d bytes: %v", maxBody, err)
+	}
+	q := url.Values{}
+	for name, v := range map[string]string{"policy": body.Policy, "key": body.Key, "plan": body.Plan, "limit": body.Limit} {
+		if v != "" {
+			q.Set(name, v)
+		}
+	}
+	return q, nil
+}
 func serve(r *http.Request, path string) (any, int, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
@@ -128,6 +197,23 @@ func serve(r *http.Request, path string) (any, int, error) {
 		return policies(), 0, nil
 	}
 	q := r.URL.Query()
+	if r.Method == http.MethodPost {
+		var method string
+		switch path {
+		case "keys/show":
+			method = http.MethodGet
+		case "keys/reset":
+			method = http.MethodDelete
+		default:
+			return nil, http.StatusNotFound, fmt.Errorf("POST %s: want POST keys/show or keys/reset", path)
+		}
+		var err error
+		if q, err = bodyParams(r); err != nil {
+			return nil, http.StatusBadRequest, err
+		}
+		r, path = r.Clone(ctx), "keys"
+		r.Method = method
+	}
 	e, i, ok := find(q.Get("policy"))
 	if !ok {
 		return nil, http.StatusNotFound, fmt.Errorf("policy %q: not in force", q.Get("policy"))
