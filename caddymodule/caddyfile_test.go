@@ -268,8 +268,12 @@ func TestCaddyfileErrors(t *testing.T) {
 		}`, `a '}' at byte 1 closes no placeholder`},
 		{`policy a {
 			limit 3/1m
-			key {nonsense}
-		}`, `unknown placeholder {nonsense}`},
+			key {http.reqest.header.X-Key}
+		}`, `unknown placeholder {http.reqest.header.X-Key}`},
+		{`policy a {
+			limit 3/1m
+			key {heder.X-Key}
+		}`, `unknown placeholder {heder.X-Key}`},
 		{`policy a {
 			plan {http.request.header.X-Plan
 			plans {

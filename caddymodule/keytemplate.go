@@ -72,9 +72,12 @@ var (
 	addressPlaceholders = []string{"http.request.remote.host", "http.vars.client_ip", "http.request.local.host"}
 )
 
-// knownPlaceholder reports whether a request can fill name.
+// knownPlaceholder reports whether a request can fill name. A name
+// without a dot is one another handler may set for the request (the map
+// directive's destinations, such as {plan}); a dotted name must be one of
+// the namespaces above, which is what catches a typo in a long name.
 func knownPlaceholder(name string) bool {
-	if slices.Contains(requestPlaceholders, name) {
+	if !strings.Contains(name, ".") || slices.Contains(requestPlaceholders, name) {
 		return true
 	}
 	for _, prefix := range requestPlaceholderPrefixes {
@@ -140,8 +143,8 @@ func checkPlaceholder(template, name string) error {
 		return fmt.Errorf("%q: placeholder {%s} holds a space", template, name)
 	case !knownPlaceholder(name):
 		return fmt.Errorf("%q: unknown placeholder {%s}: a key reads Caddy's request placeholders "+
-			"({http.request.*}, {http.vars.*}, {http.regexp.*}, {http.auth.*}, {env.*}...); a key that is the same "+
-			"for every request is written without braces", template, name)
+			"({http.request.*}, {http.vars.*}, {http.regexp.*}, {http.auth.*}, {env.*}...) or a name without dots that "+
+			"another handler sets (map); a key that is the same for every request is written without braces", template, name)
 	}
 	return nil
 }
