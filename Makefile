@@ -129,19 +129,28 @@ adaptive:
 adaptive-short:
 	cd bench && $(GO) test -race -vet=off -count=1 ./adaptive
 
-# Each fuzz target briefly, from its seed corpus (go test runs one target per
-# call). make test runs every seed corpus as a unit test, but no fuzzing: an
+# Every fuzz target for FUZZTIME each (go test fuzzes one target per call):
+# the decoders of outside input (Kong configs and the keys command's
+# plugin file, the Caddyfile directive, Caddy JSON and key templates, the
+# operators' API, Redis replies) and core's step, rate and header code.
+# make test runs every seed corpus as a unit test, but no fuzzing: an
 # instrumented build of the standard library, go-pdk and Caddy would cost it
 # about 1, 1 and 4 minutes cold for a few seconds of fuzzing each.
 # fuzz-short is core's targets alone.
-fuzz: fuzz-short
-	$(GO) test ./kongplugin -run '^$$' -fuzz '^FuzzKongConfig$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./caddymodule -run '^$$' -fuzz '^FuzzCaddyfile$$' -fuzztime $(FUZZTIME)
+FUZZ_TARGETS := ./kongplugin:FuzzKongConfig ./kongplugin:FuzzKeysPluginFile \
+	./caddymodule:FuzzCaddyfile ./caddymodule:FuzzCaddyJSON ./caddymodule:FuzzKeyTemplate \
+	./core/admin:FuzzAdminAPI ./core/store/redis:FuzzReplyBounds
+CORE_FUZZ_TARGETS := ./core:FuzzStep ./core:FuzzParseRate ./core:FuzzHeaders
+
+fuzz: deps fuzz-short
+	@for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz $$t for $(FUZZTIME)"; \
+	  $(GO) test $${t%%:*} -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) || exit 1; done
 
 fuzz-short:
-	$(GO) test ./core -run '^$$' -fuzz '^FuzzStep$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./core -run '^$$' -fuzz '^FuzzParseRate$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./core -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME)
+	@for t in $(CORE_FUZZ_TARGETS); do \
+	  echo "fuzz $$t for $(FUZZTIME)"; \
+	  $(GO) test $${t%%:*} -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) || exit 1; done
 
 # Peers are measured in the same run, in the bench/ module.
 bench: bench-core deps adaptive

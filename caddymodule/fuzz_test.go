@@ -3,12 +3,15 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // FuzzCaddyfile feeds arbitrary text to the tollgate directive's parser: it
@@ -48,5 +51,70 @@ func FuzzCaddyfile(f *testing.F) {
 			err = loaded.Validate()
 		}
 		_ = loaded.Cleanup()
+	})
+}
+
+// FuzzCaddyJSON feeds arbitrary JSON to the handler as Caddy loads it
+// (unmarshal, Provision, Validate, Cleanup): it never panics, and a refusal
+// says why.
+func FuzzCaddyJSON(f *testing.F) {
+	for _, seed := range []string{
+		`{"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`,
+		`{"policies":[{"name":"a","key":"{http.request.header.X-Key}","limits":[{"count":5,"window":"1m","algorithm":"gcra","burst":2}]}],"headers":"ietf","jitter":0.5}`,
+		`{"store":{"type":"redis","url":"redis://127.0.0.1:1","on_error":"local"},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`,
+		`{"policies":[{"name":"a","plan":"{plan}","plans":[{"name":"free","limits":[{"count":5,"window":"1m"}]}],"default_plan":"free"}]}`,
+		`{"policies":[{"name":"a","adaptive":{"min":0.2},"limits":[{"count":5,"window":"1s","algorithm":"gcra"}]}]}`,
+		`{"policies":[null]}`, `{"policies":[{"name":"a","limits":[null]}]}`, `null`, `{"store":null}`,
+		`{"policies":[{"name":"a","key":"{","limits":[{"count":5,"window":"1m"}]}]}`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		var h Handler
+		if err := json.Unmarshal([]byte(raw), &h); err != nil {
+			return
+		}
+		ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+		defer cancel()
+		err := h.Provision(ctx)
+		if err == nil {
+			err = h.Validate()
+		}
+		if err != nil && err.Error() == "" {
+			t.Fatalf("refused %s without a reason", raw)
+		}
+		_ = h.Cleanup()
+	})
+}
+
+// FuzzKeyTemplate feeds arbitrary text to the key template parser: it never
+// panics, an accepted template fills without panicking, and a template
+// without placeholders is its own key (escaped braces unescaped).
+func FuzzKeyTemplate(f *testing.F) {
+	for _, seed := range []string{
+		"{http.request.header.X-Key}", "k-{http.request.uri.query.token}:{http.vars.client_ip}", "\\{lit\\}", "{", "}", "{}",
+		"{http.request.heder.X}", "{plan}", "{http.request.remote.host/24}", "a{http.request.method}b{env.HOME}c",
+	} {
+		f.Add(seed, "X-Key", "token=a&token=b")
+	}
+	f.Fuzz(func(t *testing.T, template, header, query string) {
+		k, err := parseKeyTemplate(template)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatalf("refused %q without a reason", template)
+			}
+			return
+		}
+		r := httptest.NewRequest("GET", "/", nil)
+		r.URL.RawQuery = query
+		r.Header["X-Key"] = []string{header, "second"}
+		repl := caddyhttp.NewTestReplacer(r)
+		got := k.eval(r, repl)
+		if k.constant {
+			want := strings.NewReplacer("\\{", "{", "\\}", "}").Replace(template)
+			if got != want || k.literal != want {
+				t.Fatalf("constant %q: key %q literal %q, want %q", template, got, k.literal, want)
+			}
+		}
 	})
 }

@@ -3,6 +3,8 @@ package kongplugin
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/tollgate/tollgate/core/kongschema"
 )
 
 // FuzzKongConfig feeds arbitrary JSON to the config decoder Kong's
@@ -26,6 +28,27 @@ func FuzzKongConfig(f *testing.F) {
 		err := json.Unmarshal(b, &c)
 		if err == nil && c.compiled == nil {
 			t.Fatalf("accepted %s without compiling it", b)
+		}
+		if err != nil && err.Error() == "" {
+			t.Fatalf("refused %s without a reason", b)
+		}
+	})
+}
+
+// FuzzKeysPluginFile feeds arbitrary bytes to what the keys command reads
+// from its --plugin file (a plugin entity as Kong's Admin API returns it,
+// or its bare config): it never panics, and a refusal says why.
+func FuzzKeysPluginFile(f *testing.F) {
+	for _, seed := range []string{
+		`{"id":"p","name":"tollgate","config":{"minute":5,"policy":"redis","redis":{"host":"h"}},"route":{"id":"r"},"service":null}`,
+		`{"minute":5}`, `null`, `[]`, `{"config":null}`, `{"config":[]}`, `{"config":{"minute":5},"route":"r"}`, `{"config":{"minute":5},"route":{"id":7}}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		config, err := kongschema.PluginConfig(b)
+		if err == nil {
+			_, err = KeysTarget(config)
 		}
 		if err != nil && err.Error() == "" {
 			t.Fatalf("refused %s without a reason", b)

@@ -69,13 +69,13 @@ func Register(g *core.Gate, h *store.Handle, generation any) (unregister func(),
 }
 
 // signature is what makes two policies of one name the same policy: their
-// limits (each limit's identity in the store) for every plan.
+// limits, as configured, for every plan.
 func signature(p *core.Policy) string {
 	var b strings.Builder
 	for _, v := range p.Variants() {
 		b.WriteString(v.Plan())
-		for i := range v.Configured() {
-			b.WriteString("|" + v.LimitID(i))
+		for _, l := range v.Configured() {
+			fmt.Fprintf(&b, "|%s %d/%d %s %d %d", l.Name, l.Count, l.Window, l.Algorithm, l.Burst, l.MaxDelay)
 		}
 		b.WriteString(";")
 	}

@@ -1,0 +1,83 @@
+package admin
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store"
+)
+
+// registerTestGate registers a gate of one policy named name on a fresh
+// memory store under generation.
+func registerTestGate(t testing.TB, name string, count int64, generation any) (func(), error) {
+	h, err := store.Acquire(store.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Release() })
+	p := core.MustPolicy(name, core.PolicyOptions{}, core.Limit{Count: count, Window: time.Minute})
+	rule, err := h.Rule(p, core.EmptyKeySkip, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := core.NewGate(core.GateConfig{Rules: []core.Rule{rule}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Register(g, h, generation)
+}
+
+// TestRegisterOneNameOnePolicy: within one generation, a policy name names
+// one policy; a reload (a new generation) may change it.
+func TestRegisterOneNameOnePolicy(t *testing.T) {
+	gen, next := new(int), new(int)
+	off, err := registerTestGate(t, "api", 3, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off()
+	if _, err := registerTestGate(t, "api", 100, gen); err == nil || !strings.Contains(err.Error(), `policy "api": the name is given to two different policies`) {
+		t.Fatalf("a second policy named api in one config: %v", err)
+	}
+	off2, err := registerTestGate(t, "api", 100, next)
+	if err != nil {
+		t.Fatalf("the next config's api: %v", err)
+	}
+	off2()
+}
+
+// FuzzAdminAPI sends arbitrary methods, paths, queries and bodies to the
+// operators' API: it never panics, and always answers JSON.
+func FuzzAdminAPI(f *testing.F) {
+	for _, seed := range [][4]string{
+		{"GET", "policies", "", ""}, {"GET", "keys", "policy=fuzz&key=k", ""}, {"DELETE", "keys", "policy=fuzz&key=k&limit=3/1m", ""},
+		{"GET", "top", "policy=fuzz", ""}, {"POST", "keys/show", "", `{"policy":"fuzz","key":"k"}`},
+		{"POST", "keys/reset", "", `{"policy":"fuzz","key":"k","limit":"nope"}`}, {"POST", "keys/show", "", `null`},
+		{"GET", "keys", "policy=fuzz&key=k&plan=%zz", ""}, {"PUT", "keys", "policy=fuzz", "x"}, {"POST", "keys/show", "", `{"key":1}`},
+	} {
+		f.Add(seed[0], seed[1], seed[2], seed[3])
+	}
+	off, err := registerTestGate(f, "fuzz", 3, new(int))
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer off()
+	api := Handler("/tollgate/")
+	f.Fuzz(func(t *testing.T, method, path, query, body string) {
+		r, err := http.NewRequest(method, "http://admin/tollgate/"+path, strings.NewReader(body))
+		if err != nil {
+			return
+		}
+		r.URL.RawQuery = query
+		w := httptest.NewRecorder()
+		api.ServeHTTP(w, r)
+		if !json.Valid(w.Body.Bytes()) {
+			t.Fatalf("%s %s?%s: %d %q is not JSON", method, path, query, w.Code, w.Body.String())
+		}
+	})
+}
