@@ -11,21 +11,33 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store/failover"
+	"github.com/tollgate/tollgate/core/store/memory"
+	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
 // lyingRedis is a TCP server on loopback that speaks enough RESP for
 // go-redis to connect (it refuses HELLO, so the client speaks RESP2) and
 // answers every script call with lie, the bytes as given.
 type lyingRedis struct {
-	ln    net.Listener
-	lie   []byte
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns []net.Conn
+	ln       net.Listener
+	lie      []byte
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	conns    []net.Conn
+	commands map[string]int // received, by name
+}
+
+// count is how many commands named name the server has received.
+func (l *lyingRedis) count(name string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.commands[name]
 }
 
 func startLyingRedis(t *testing.T, lie string) *lyingRedis {
@@ -33,7 +45,7 @@ func startLyingRedis(t *testing.T, lie string) *lyingRedis {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &lyingRedis{ln: ln, lie: []byte(lie)}
+	l := &lyingRedis{ln: ln, lie: []byte(lie), commands: map[string]int{}}
 	l.wg.Add(1)
 	go l.accept()
 	t.Cleanup(l.close)
@@ -74,8 +86,12 @@ func (l *lyingRedis) serve(c net.Conn) {
 		if err != nil {
 			return
 		}
+		name := strings.ToUpper(cmd[0])
+		l.mu.Lock()
+		l.commands[name]++
+		l.mu.Unlock()
 		var reply []byte
-		switch strings.ToUpper(cmd[0]) {
+		switch name {
 		case "HELLO":
 			reply = []byte("-ERR unknown command 'HELLO'\r\n")
 		case "PING":
@@ -208,5 +224,50 @@ func TestReplyBoundsChunked(t *testing.T) {
 		if failed == nil || !strings.Contains(failed.Error(), "elements") {
 			t.Fatalf("chunks of %d: an over-long array passed: %v", size, failed)
 		}
+	}
+}
+
+// TestPingProvesDecisions: a server that answers PING but fails every
+// script is not healthy to the breaker's probe. Behind the failover store
+// (on_error local), the breaker opens once and stays open while such a
+// server is probed, instead of closing on each PING and opening again on
+// the next decisions (a warning each time); a real Redis passes the probe.
+func TestPingProvesDecisions(t *testing.T) {
+	srv := startLyingRedis(t, "-ERR out of memory, scripts refused\r\n")
+	s, err := New(Options{Addrs: []string{srv.ln.Addr().String()}, Timeout: 300 * time.Millisecond, Prefix: "ping:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Ping(context.Background()); err == nil || !strings.Contains(err.Error(), "answers PING but cannot decide") {
+		t.Fatalf("Ping of a server that fails scripts: %v", err)
+	}
+	if err := newStore(t, Options{Addrs: []string{standalone.Addr}}).Ping(context.Background()); err != nil {
+		t.Fatalf("Ping of a real Redis: %v", err)
+	}
+
+	local, err := memory.New(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes atomic.Int64
+	f, err := failover.New(s, failover.Options{OnError: core.OnErrorLocal, Local: local, ProbeEvery: 10 * time.Millisecond,
+		OnStateChange: func(bool, error) { changes.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	policy := core.MustPolicy("ping", core.PolicyOptions{}, core.Limit{Count: 1000, Window: time.Minute})
+	decide := func() {
+		var d core.Decision
+		if err := f.Decide(context.Background(), policy, "k", 1, &d); err != nil {
+			t.Fatalf("a decision behind the failover store: %v", err)
+		}
+	}
+	waitfor.True(t, 10*time.Second, "the breaker open", func() bool { decide(); return f.Open() })
+	pings := srv.count("PING")
+	waitfor.True(t, 10*time.Second, "20 probes", func() bool { decide(); return srv.count("PING") >= pings+20 })
+	if n := changes.Load(); n != 1 || !f.Open() {
+		t.Fatalf("%d state changes over 20 probes (open %v); want the breaker opened once and still open", n, f.Open())
 	}
 }

@@ -680,13 +680,32 @@ func (s *Store) countKey(c *core.SharedCount) string {
 
 var _ core.Store = (*Store)(nil)
 
-// Ping checks that Redis answers (every node, for a Cluster), within the
-// store's timeout.
+// Ping checks, within the store's timeout, that Redis answers (every
+// node, for a Cluster) and decides: a server that answers PING but fails
+// scripts (out of memory, scripts refused to this user, a proxy that drops
+// EVALSHA) would close a breaker only for the next decision to open it
+// again, so the probe also runs a decision that writes nothing and checks
+// its reply.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	if c, ok := s.prober.(*goredis.ClusterClient); ok {
-		return c.ForEachShard(ctx, func(ctx context.Context, n *goredis.Client) error { return n.Ping(ctx).Err() })
+		if err := c.ForEachShard(ctx, func(ctx context.Context, n *goredis.Client) error { return n.Ping(ctx).Err() }); err != nil {
+			return err
+		}
+	} else if err := s.prober.Ping(ctx).Err(); err != nil {
+		return err
 	}
-	return s.prober.Ping(ctx).Err()
+	reply, err := decideScript.Run(ctx, s.prober, s.decisionKeys(probePolicy, "probe"), stepArgs(probePolicy, s.now(), -1)...).Int64Slice()
+	if err != nil {
+		return fmt.Errorf("redis: answers PING but cannot decide: %w", err)
+	}
+	var d core.Decision
+	if _, err := fill(probePolicy, -1, reply, &d); err != nil {
+		return fmt.Errorf("redis: answers PING but cannot decide: %w", err)
+	}
+	return nil
 }
+
+// probePolicy is what Ping decides on (as a probe: nothing is written).
+var probePolicy = core.MustPolicy("tollgate-probe", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second, Algorithm: core.FixedWindow})
