@@ -1,4 +1,4 @@
-// Package layout checks the arrows README's Layout section says must never
+// Package layout checks the arrows docs/architecture.md says must never
 // exist, by reading the imports of every production (non-test) Go file.
 package layout
 
