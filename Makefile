@@ -59,6 +59,7 @@ acl: deps
 # the build cache (a cold make test compiles Caddy's tree once for both).
 vet:
 	$(GO) vet -race $(PKGS)
+	$(GO) vet -race -tags tollgate_testclock ./core/store/
 	cd bench && $(GO) vet -race ./...
 
 # gofmt -l prints files that need formatting; any output fails the build.

@@ -13,9 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -130,29 +127,18 @@ func Acquire(c Config) (*Handle, error) {
 }
 
 // TestClockFileEnv names the environment variable that sets the time of
-// every store a process opens, for integration tests of real gateway
-// binaries: the file it names holds a Unix time in µs, read on every
-// decision. Never set it in production.
+// every store a process opens, in binaries built with the build tag
+// tollgate_testclock (the integration tests' builds of the Kong plugin
+// server): the file it names holds a Unix time in µs, read on every
+// decision. A binary built without the tag (every production build) never
+// reads it: its stores keep their own clocks whatever the environment says.
 const TestClockFileEnv = "TOLLGATE_TEST_CLOCK_FILE"
-
-// fileClock reads the time from a file (see TestClockFileEnv); 0 when the
-// file cannot be read.
-type fileClock string
-
-func (f fileClock) NowMicros() int64 {
-	b, _ := os.ReadFile(string(f))
-	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	return n
-}
 
 func open(c Config) (*Handle, error) {
 	if c.MaxKeys < 0 {
 		return nil, fmt.Errorf("max_keys: %d must not be negative", c.MaxKeys)
 	}
-	var clock core.Clock // nil: the stores' own clocks
-	if f := os.Getenv(TestClockFileEnv); f != "" {
-		clock = fileClock(f)
-	}
+	clock := testClock() // nil, but in the tests' builds: the stores' own clocks
 	local, err := memory.New(memory.Options{MaxKeys: c.MaxKeys, Clock: clock})
 	if err != nil {
 		return nil, err

@@ -54,7 +54,9 @@ func BinaryOf(t testing.TB, pkg string) string {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, filepath.Base(pkg))
-	args := []string{"build", "-o", path}
+	// tollgate_testclock: the stores read store.TestClockFileEnv, for the
+	// tests that move the plugin server's clock; production builds cannot.
+	args := []string{"build", "-tags", "tollgate_testclock", "-o", path}
 	if raceEnabled {
 		// As the tests are built: the plugin shares their compiled
 		// packages, and a data race in it fails the test that meets it.

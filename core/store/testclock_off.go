@@ -1,0 +1,9 @@
+//go:build !tollgate_testclock
+
+package store
+
+import "github.com/tollgate/tollgate/core"
+
+// testClock is nil: a production build's stores keep their own clocks
+// (see TestClockFileEnv).
+func testClock() core.Clock { return nil }
