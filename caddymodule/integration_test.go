@@ -368,6 +368,17 @@ func TestCaddyReloadKeepsCounters(t *testing.T) {
 	if resp, _ := getFromConfig(t, c, "v5"); resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Remaining") != "4" {
 		t.Fatalf("new window: %d remaining %q, want a fresh 5/1h", resp.StatusCode, resp.Header.Get("X-Ratelimit-Remaining"))
 	}
+	// Adding a limit keeps the others' usage: Kong keys each period on its
+	// own (kong/plugins/rate-limiting/policies/init.lua), and so does
+	// tollgate on every store.
+	if code, body := c.Load(strings.Replace(site("v6", 5), "limit 5/1m sliding_log", "limit 5/1h sliding_log\n\t\t\tlimit 100/1d", 1)); code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	resp, strays = getFromConfig(t, c, "v6")
+	used := 1 + countAllowed(strays) + 1 // v5's request, the replaced config's, this one
+	if want := strconv.Itoa(5 - used); resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Remaining") != want {
+		t.Fatalf("a limit added: %d remaining %q, want the 5/1h's %d used kept (%s left)", resp.StatusCode, resp.Header.Get("X-Ratelimit-Remaining"), used, want)
+	}
 }
 
 // getFromConfig sends GET / until a response carries X-Config: version,

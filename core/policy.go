@@ -37,6 +37,7 @@ type Policy struct {
 	kongNames  []string // per limit: Kong's limit and remaining header names
 	scopeHash  uint64
 	scopeHash2 uint64
+	nameHash   uint64
 	limitIDs   []string
 	// plan names the plan these limits are ("" for a policy without
 	// plans); plans are the policy's variants, one per plan.
@@ -119,6 +120,7 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 	p.scope = sig.String()
 	p.scopeHash = maphash.String(scopeSeed, p.scope)
 	p.scopeHash2 = maphash.String(scopeSeed2, p.scope)
+	p.nameHash = maphash.String(scopeSeed, name)
 	shown := name
 	if opts.Plan != "" {
 		shown += "-" + opts.Plan
@@ -336,6 +338,16 @@ func (p *Policy) ScopeHash() uint64 { return p.scopeHash }
 
 // ScopeHash2 is a second hash of Scope(), independent of ScopeHash.
 func (p *Policy) ScopeHash2() uint64 { return p.scopeHash2 }
+
+// NameHash returns a hash of Name() alone, fixed for the process's life:
+// the policies of one name (a policy and its reloads with limits added,
+// removed or changed) share it, for stores that find a key's state under
+// one and carry each limit's state over to another (see LimitIDs).
+func (p *Policy) NameHash() uint64 { return p.nameHash }
+
+// LimitIDs returns every limit's LimitID, in order; the slice is the
+// policy's own and must not be changed.
+func (p *Policy) LimitIDs() []string { return p.limitIDs }
 
 // IdleTTL returns how long after its last request a key's state is
 // equivalent to a fresh one, so a store may forget it.

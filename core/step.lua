@@ -277,13 +277,25 @@ end
 -- state.lua): a write stores all of a policy's states at once, each with
 -- the same expiry. A hash with no state (a policy of sliding_log and
 -- in_flight limits only, whose in_flight lease counter lives in it)
--- records it in the field EXPIRES. renewed_expiry is the new expiry, or
--- nil while the stored one (nil or 0: not known) will do.
+-- records it in the field EXPIRES.
+--
+-- Policies of one name share the hash, each limit in its own field (a
+-- reload that adds, removes or changes a limit keeps the others' states),
+-- so a policy reads only its own fields' records, and another policy may
+-- have moved the expiry since. What a record says is never later than the
+-- real expiry, so a write reads the least of its fields' records: when
+-- that leaves at least ttl, the hash does too. Otherwise it asks Redis
+-- (PTTL, about once a ttl) and moves the expiry only if less than ttl is
+-- really left, and only later: a write never shortens the life another
+-- policy's limits need. renewed_expiry returns the new expiry (nil: keep
+-- the hash's) and the expiry to record.
 local EXPIRES = 'expires:ms'
-local function renewed_expiry(stored, ttl)
+local function renewed_expiry(stored, ttl, hash)
   local at = math.floor(time_of(-1) / 1000)
-  if stored and stored - at >= ttl then return nil end
-  return at + 2 * ttl
+  if stored and stored - at >= ttl then return nil, stored end
+  local left = redis.call('PTTL', hash)
+  if left >= ttl then return nil, at + left end
+  return at + 2 * ttl, at + 2 * ttl
 end
 
 local steps = {[FIXED] = fixed, [COUNTER] = counter, [BUCKET] = bucket, [GCRA] = gcra, [SHAPER] = shaper}
@@ -346,8 +358,14 @@ local function decide(limits, kb, now, cost, ttl, out, o)
 
   if all and not probe then
     local stored_expiry
-    if limits.stateful then stored_expiry = states[limits.stateful][4] else stored_expiry = tonumber(stored[nlimits + 1]) end
-    local expires = renewed_expiry(stored_expiry, ttl)
+    if limits.stateful then
+      for i = 1, nlimits do
+        if not logged(limits[i]) and (not stored_expiry or states[i][4] < stored_expiry) then stored_expiry = states[i][4] end
+      end
+    else
+      stored_expiry = tonumber(stored[nlimits + 1])
+    end
+    local expires, recorded = renewed_expiry(stored_expiry, ttl, hash)
     local fields, hash_written = 0, false
     for i = 1, nlimits do
       local l = limits[i]
@@ -376,14 +394,14 @@ local function decide(limits, kb, now, cost, ttl, out, o)
       else
         local s = nexts[i]
         hset[fields + 1] = l.id
-        hset[fields + 2] = pack(s[1], s[2], s[3], expires or stored_expiry)
+        hset[fields + 2] = pack(s[1], s[2], s[3], recorded)
         fields = fields + 2
       end
     end
     if fields > 0 or hash_written then
-      if expires and not limits.stateful then
+      if not limits.stateful and (expires or recorded ~= stored_expiry) then
         hset[fields + 1] = EXPIRES
-        hset[fields + 2] = fmt(expires)
+        hset[fields + 2] = fmt(recorded)
         fields = fields + 2
       end
       if fields > 0 then redis.call('HSET', hash, unpack(hset, 1, fields)) end

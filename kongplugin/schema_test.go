@@ -134,6 +134,10 @@ var kongAccepts = []string{
 	`{"second": 10, "limit_by": "header", "header_name": "X-App-Version"}`,
 	`{"minute": 2.5, "hour": 2.5}`,
 	`{"minute": 5, "limit_by": "path", "path": "/login/v1.2_~%41"}`,
+	// Kong's path typedef (kong/db/schema/typedefs.lua, validate_path)
+	// allows RFC 3986's sub-delims, ':' and '@'.
+	`{"minute": 5, "limit_by": "path", "path": "/v1/users:search"}`,
+	`{"minute": 5, "limit_by": "path", "path": "/a;b=c@d!$&'()*+,"}`,
 	`{"minute": 5, "policy": "redis", "redis": {"host": "h", "port": 0, "timeout": 0}}`,
 	`{"minute": 5, "policy": "redis", "redis": {"host": "h", "password": ""}, "sync_rate": 0.02}`,
 	`{"minute": 5, "policy": "redis", "redis_host": "h"}`,
@@ -528,4 +532,30 @@ func withoutNulls(m map[string]any) map[string]any {
 		}
 	}
 	return m
+}
+
+// TestKongSchemaProtocols: the dump declares protocols as Kong's
+// rate-limiting does (typedefs.protocols_http, kong/db/schema/typedefs.lua):
+// a set of grpc, grpcs, http and https, all by default, so Kong's Admin
+// API refuses the plugin on a tcp, tls or udp route, as it refuses its own.
+func TestKongSchemaProtocols(t *testing.T) {
+	var info struct {
+		Plugins []struct {
+			Schema struct{ Fields []map[string]map[string]any }
+		}
+	}
+	if err := json.Unmarshal(kongproc.Dump(t), &info); err != nil {
+		t.Fatal(err)
+	}
+	var protocols map[string]any
+	for _, f := range info.Plugins[0].Schema.Fields {
+		if p, ok := f["protocols"]; ok {
+			protocols = p
+		}
+	}
+	http := []any{"grpc", "grpcs", "http", "https"}
+	want := map[string]any{"type": "set", "required": true, "default": http, "elements": map[string]any{"type": "string", "one_of": http}}
+	if !reflect.DeepEqual(protocols, want) {
+		t.Fatalf("protocols: %v, want %v", protocols, want)
+	}
 }

@@ -426,8 +426,9 @@ func TestKongInstancesAndConnections(t *testing.T) {
 }
 
 // TestKongRaisedLimitKeepsUsage: Kong's counters are keyed without the
-// limit, so raising minute from 5 to 10 after 2 requests leaves 8, on the
-// memory store and on Redis alike.
+// limit, so raising minute from 5 to 10 after 2 requests leaves 8, and
+// each period on its own, so adding hour or removing minute keeps the
+// other's usage, on the memory store and on Redis alike.
 func TestKongRaisedLimitKeepsUsage(t *testing.T) {
 	rs, err := redistest.Start(t.TempDir())
 	if err != nil {
@@ -460,6 +461,31 @@ func TestKongRaisedLimitKeepsUsage(t *testing.T) {
 		if got := res.Headers.Get("X-RateLimit-Remaining-Minute"); got != "7" || res.Headers.Get("X-RateLimit-Limit-Minute") != "10" {
 			t.Errorf("%s: after raising minute to 10 the 3rd request shows limit %q remaining %q, want 10 and 7 (2 used kept)",
 				policy["policy"], res.Headers.Get("X-RateLimit-Limit-Minute"), got)
+		}
+		// Adding a period keeps the others' usage, as Kong keys each period
+		// on its own (kong/plugins/rate-limiting/policies/init.lua); so does
+		// removing one.
+		if err := c.CloseInstance(id); err != nil {
+			t.Fatal(err)
+		}
+		withHour := cfg(10)
+		withHour["hour"] = 100
+		id = start(t, c, withHour)
+		res = access(t, c, id, req)
+		if got, hour := res.Headers.Get("X-RateLimit-Remaining-Minute"), res.Headers.Get("X-RateLimit-Remaining-Hour"); got != "6" || hour != "99" {
+			t.Errorf("%s: after adding hour the 4th request shows minute remaining %q and hour %q, want 6 (3 used kept) and 99",
+				policy["policy"], got, hour)
+		}
+		if err := c.CloseInstance(id); err != nil {
+			t.Fatal(err)
+		}
+		hourOnly := cfg(10)
+		delete(hourOnly, "minute")
+		hourOnly["hour"] = 100
+		id = start(t, c, hourOnly)
+		res = access(t, c, id, req)
+		if got := res.Headers.Get("X-RateLimit-Remaining-Hour"); got != "98" {
+			t.Errorf("%s: after removing minute the 5th request shows hour remaining %q, want 98 (1 used kept)", policy["policy"], got)
 		}
 	}
 }

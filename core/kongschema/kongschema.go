@@ -319,7 +319,7 @@ func (s *Schema) value(f *Field, typ string, v any, path string, errs *[]string)
 		if _, ok := v.(bool); !ok {
 			return "expected a boolean"
 		}
-	case "array":
+	case "array", "set": // a set's elements are unique: Kong drops repeats, and so may we
 		list, ok := v.([]any)
 		if !ok {
 			return "expected an array"

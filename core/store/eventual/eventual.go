@@ -18,6 +18,7 @@ package eventual
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +52,7 @@ type Store struct {
 	mu       sync.Mutex
 	syncMu   sync.Mutex // one Sync or Reset at a time: a reset is not undone by a push in flight
 	entries  map[entryKey]*entry
+	byName   map[entryKey][]*entry // entries by policy name (in scope) and key
 	stop     chan struct{}
 	done     chan struct{}
 	syncs    atomic.Int64
@@ -115,7 +117,7 @@ func New(shared core.CountStore, opts Options) (*Store, error) {
 	if opts.Clock == nil {
 		opts.Clock = core.NewMonotonicClock()
 	}
-	e := &Store{shared: shared, opts: opts, entries: map[entryKey]*entry{}, stop: make(chan struct{}), done: make(chan struct{})}
+	e := &Store{shared: shared, opts: opts, entries: map[entryKey]*entry{}, byName: map[entryKey][]*entry{}, stop: make(chan struct{}), done: make(chan struct{})}
 	if opts.Manual {
 		close(e.done)
 	} else {
@@ -154,12 +156,18 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 			e.evictOne()
 		}
 		ent = &entry{policy: p, key: key, states: make([]core.State, len(p.Configured()))}
+		e.seed(ent)
 		e.entries[k] = ent
+		nk := entryKey{p.Name(), key}
+		e.byName[nk] = append(e.byName[nk], ent)
 	}
 	// The clock was read before the lock: a concurrent decision may have
 	// moved the key on since. Its time only moves forward, as in the
 	// memory store, or a state moved back a window forgets the new one's
 	// count.
+	if siblings := e.byName[entryKey{p.Name(), key}]; len(siblings) > 1 {
+		e.refresh(ent, siblings)
+	}
 	now = max(now, ent.lastUsed)
 	ent.lastUsed = now
 	p.Apply(ent.states, now, cost, d)
@@ -174,11 +182,74 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 	return nil
 }
 
+// seed starts a new entry's limits from the key's view under the other
+// policies of its name (a reload that added, removed or changed a limit):
+// each limit the new policy shares with one of them (by LimitID) takes the
+// state of the entry used last that has it, so usage is kept per limit, as
+// the fleet's counts are. The next sync replaces each with the fleet's
+// count. e.mu is held.
+func (e *Store) seed(ent *entry) {
+	var lastUsed []int64
+	for _, other := range e.byName[entryKey{ent.policy.Name(), ent.key}] {
+		for i, id := range ent.policy.LimitIDs() {
+			j := slices.Index(other.policy.LimitIDs(), id)
+			if j < 0 {
+				continue
+			}
+			if lastUsed == nil {
+				lastUsed = make([]int64, len(ent.states))
+				for i := range lastUsed {
+					lastUsed[i] = -1
+				}
+			}
+			if other.lastUsed > lastUsed[i] {
+				lastUsed[i] = other.lastUsed
+				ent.states[i] = other.states[j] // counted windows only: no ring to share
+				ent.lastUsed = max(ent.lastUsed, other.lastUsed)
+			}
+		}
+	}
+}
+
+// refresh takes, for each limit of ent that another policy of its name
+// has too, that entry's view if it was used after ent: this node's count
+// of a limit is one, whichever of the name's policies counted last. e.mu
+// is held.
+func (e *Store) refresh(ent *entry, siblings []*entry) {
+	for i, id := range ent.policy.LimitIDs() {
+		latest, from := ent.lastUsed, -1
+		var src *entry
+		for _, other := range siblings {
+			if other == ent || other.lastUsed <= latest {
+				continue
+			}
+			if j := slices.Index(other.policy.LimitIDs(), id); j >= 0 {
+				latest, from, src = other.lastUsed, j, other
+			}
+		}
+		if src != nil {
+			ent.states[i] = src.states[from] // counted windows only: no ring to share
+		}
+	}
+}
+
+// remove drops the entry at k from both indexes. e.mu is held.
+func (e *Store) remove(k entryKey, ent *entry) {
+	delete(e.entries, k)
+	nk := entryKey{ent.policy.Name(), ent.key}
+	list := slices.DeleteFunc(e.byName[nk], func(o *entry) bool { return o == ent })
+	if len(list) == 0 {
+		delete(e.byName, nk)
+	} else {
+		e.byName[nk] = list
+	}
+}
+
 // evictOne drops an entry with nothing left to push. e.mu is held.
 func (e *Store) evictOne() {
 	for k, ent := range e.entries {
 		if len(ent.pending) == 0 {
-			delete(e.entries, k)
+			e.remove(k, ent)
 			return
 		}
 	}
@@ -229,7 +300,7 @@ func (e *Store) Sync(ctx context.Context) error {
 	e.mu.Lock()
 	for k, ent := range e.entries {
 		if len(ent.pending) == 0 && now-ent.lastUsed >= ent.policy.IdleMicros() {
-			delete(e.entries, k)
+			e.remove(k, ent)
 			continue
 		}
 		at := func(limit int, start int64) *core.SharedCount {
@@ -373,16 +444,25 @@ func (e *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int
 	defer e.syncMu.Unlock()
 	e.mu.Lock()
 	_, windows := e.windowsNow(p, key, limit, e.opts.Clock.NowMicros())
-	if ent := e.entries[entryKey{p.Scope(), key}]; ent != nil {
+	// This node's view of each limit reset is forgotten under every policy
+	// of the name that has the limit (see refresh).
+	var ids []string
+	for i, id := range p.LimitIDs() {
+		if limit == core.AllLimits || i == limit {
+			ids = append(ids, id)
+		}
+	}
+	for _, ent := range e.byName[entryKey{p.Name(), key}] {
+		reset := func(i int) bool { return slices.Contains(ids, ent.policy.LimitID(i)) }
 		kept := ent.pending[:0]
 		for _, pd := range ent.pending {
-			if limit != core.AllLimits && pd.limit != limit {
+			if !reset(pd.limit) {
 				kept = append(kept, pd)
 			}
 		}
 		ent.pending = kept
 		for i := range ent.states {
-			if limit == core.AllLimits || i == limit {
+			if reset(i) {
 				ent.states[i] = core.State{}
 			}
 		}

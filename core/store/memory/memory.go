@@ -5,6 +5,12 @@
 // two of a million tracked keys ever share one is below 10^-26, and storing
 // no key bytes keeps a key's hot state in one cache line.
 //
+// Usage is kept per limit. The first hash covers the policy's name and the
+// key, the second its limits too, so the state a key had under a policy
+// whose limits have since changed (a reload that adds, removes or changes
+// one) sits in the same probe chain: the first decision under the new
+// limits carries each unchanged limit's state over from it and drops it.
+//
 // Keys are spread over shards. A shard's index is an open-addressed table
 // that readers probe without a lock (entries are published atomically and
 // never change identity), and each entry has its own lock, so a decision on a
@@ -22,6 +28,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -34,6 +41,10 @@ const DefaultMaxKeys = 1 << 20
 // MaxMaxKeys is the largest cap on tracked keys: 2^30 (a billion keys is
 // hundreds of GB of states; a larger number is a typo).
 const MaxMaxKeys = 1 << 30
+
+// maxParked bounds the states an entry carries for other policies of its
+// name: twice the limits of one policy.
+const maxParked = 2 * core.MaxLimits
 
 // shardCount is a power of two well above any core count we expect to share
 // one gateway process, so two inserts rarely meet on one lock.
@@ -102,19 +113,29 @@ type entry struct {
 	// Line 2: read on insert and sweep only.
 	idle   int64        // µs after lastUsed when the states equal fresh ones
 	states []core.State // e.inline[:] for one limit
-	_      [32]byte
+	layout []string     // the policy's LimitIDs: which limit each state is
+	parked *[]parked    // states of limits the key had under a same-named policy, not under this one
+}
+
+// parked is the state of a limit (by LimitID) that a key's entry carries
+// for another policy of its name: one whose limits a reload changed, or
+// another policy of the name deciding the same key. The entry that next
+// takes the key over for that policy takes the state back.
+type parked struct {
+	id    string
+	state core.State
 }
 
 // dead marks an entry dropped from its table in lastUsed: a decision that
 // finds it looks the key up again.
 const dead = -1
 
-func newEntry(id1, id2 uint64, limits int, idle, now int64) *entry {
-	e := &entry{id1: id1, id2: id2, lastUsed: now, idle: idle}
-	if limits == 1 {
+func newEntry(id1, id2 uint64, layout []string, idle, now int64) *entry {
+	e := &entry{id1: id1, id2: id2, lastUsed: now, idle: idle, layout: layout}
+	if len(layout) == 1 {
 		e.states = e.inline[:]
 	} else {
-		e.states = make([]core.State, limits)
+		e.states = make([]core.State, len(layout))
 	}
 	return e
 }
@@ -132,6 +153,21 @@ func (t *table) put(e *entry) {
 	t.slots[i].entry.Store(e)
 	t.slots[i].hash.Store(e.id1)
 	t.used++
+}
+
+// sibling returns a live entry of id1's probe chain with another id2: the
+// key's state under another policy of the same name; nil if none. Without
+// sh.mu held, it is a hint that insert confirms.
+func (t *table) sibling(id1, id2 uint64) *entry {
+	for i := id1 & t.mask; ; i = (i + 1) & t.mask {
+		e := t.slots[i].entry.Load()
+		if e == nil {
+			return nil
+		}
+		if e != tombstone && t.slots[i].hash.Load() == id1 && e.id1 == id1 && e.id2 != id2 {
+			return e
+		}
+	}
 }
 
 // find returns the entry with identity (id1, id2), or nil.
@@ -186,13 +222,13 @@ func (s *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 // backwards: a request that read the clock just before a later one that took
 // the key's lock first is decided at the later time.
 func (s *Store) DecideAt(p *core.Policy, key string, cost, now int64, d *core.Decision) {
-	id1 := maphash.String(s.seed, key) ^ p.ScopeHash()
+	id1 := maphash.String(s.seed, key) ^ p.NameHash()
 	id2 := maphash.String(s.seed2, key) ^ p.ScopeHash2()
 	sh := &s.shards[(id1>>32)%shardCount]
 	for {
 		e := sh.table.Load().find(id1, id2)
 		if e == nil {
-			e = s.insert(sh, id1, id2, len(p.Limits()), p.IdleMicros(), now)
+			e = s.insert(sh, id1, id2, p.LimitIDs(), p.IdleMicros(), now)
 		}
 		e.mu.Lock()
 		if e.lastUsed == dead {
@@ -244,11 +280,18 @@ func (s *Store) Reset(_ context.Context, p *core.Policy, key string, limit int) 
 // withEntry runs f on key's states under p and its last use, under the
 // key's lock, if the store holds the key; f returns the key's new last use.
 func (s *Store) withEntry(p *core.Policy, key string, f func(states []core.State, lastUsed int64) int64) {
-	id1 := maphash.String(s.seed, key) ^ p.ScopeHash()
+	id1 := maphash.String(s.seed, key) ^ p.NameHash()
 	id2 := maphash.String(s.seed2, key) ^ p.ScopeHash2()
-	e := s.shards[(id1>>32)%shardCount].table.Load().find(id1, id2)
+	sh := &s.shards[(id1>>32)%shardCount]
+	t := sh.table.Load()
+	e := t.find(id1, id2)
 	if e == nil {
-		return
+		if t.sibling(id1, id2) == nil {
+			return
+		}
+		// The key's state is under another policy of the name: take it over
+		// as a decision would, so the limits p shares with it are read.
+		e = s.insert(sh, id1, id2, p.LimitIDs(), p.IdleMicros(), s.clock.NowMicros())
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -292,23 +335,72 @@ func (s *Store) EndLeaseAt(l *core.Lease, renew bool, now int64) (int64, int64) 
 	return found, now
 }
 
-// insert returns the entry for the identity, adding a fresh one if no other
-// insert did meanwhile, after making room.
-func (s *Store) insert(sh *shard, id1, id2 uint64, limits int, idle, now int64) *entry {
+// insert returns the entry for the identity, adding one if no other insert
+// did meanwhile, after making room. A new entry takes over the state of
+// each of its limits from the key's entry under another policy of the same
+// name (see the package doc), and that entry is dropped.
+func (s *Store) insert(sh *shard, id1, id2 uint64, layout []string, idle, now int64) *entry {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := sh.table.Load()
 	if e := t.find(id1, id2); e != nil {
 		return e
 	}
+	e := newEntry(id1, id2, layout, idle, now)
+	if old := t.sibling(id1, id2); old != nil {
+		s.takeOver(sh, t, e, old)
+	}
 	s.sweep(sh, t, now)
 	if 4*(t.used+1) > 3*len(t.slots) {
 		t = s.rebuild(sh, t)
 	}
-	e := newEntry(id1, id2, limits, idle, now)
 	t.put(e)
 	sh.n++
 	return e
+}
+
+// takeOver moves into e the state of each limit of e's that old holds too
+// (by LimitID) and drops old, under old's lock, so no decision on old is
+// lost: one that still comes for old's policy (a request of the config a
+// reload replaces) looks its key up again and takes the state back. sh.mu
+// is held.
+func (s *Store) takeOver(sh *shard, t *table, e, old *entry) {
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	if old.lastUsed == dead {
+		return
+	}
+	// Every state old holds, its own and those it carries, goes to e's
+	// limit of the same identity, or is carried on; the rings too, since
+	// old is dropped below.
+	var carried []parked
+	place := func(id string, st core.State) {
+		if i := slices.Index(e.layout, id); i >= 0 {
+			e.states[i] = st
+		} else if len(carried) < maxParked {
+			carried = append(carried, parked{id, st})
+		}
+	}
+	for j, id := range old.layout {
+		place(id, old.states[j])
+	}
+	if old.parked != nil {
+		for _, p := range *old.parked {
+			place(p.id, p.state)
+		}
+	}
+	if len(carried) > 0 {
+		e.parked = &carried
+	}
+	e.idle = max(e.idle, old.idle)             // a carried state lives as long as it did
+	e.lastUsed = max(e.lastUsed, old.lastUsed) // a key's clock never runs back
+	for i := old.id1 & t.mask; ; i = (i + 1) & t.mask {
+		if t.slots[i].entry.Load() == old {
+			s.drop(sh, t, i, old)
+			s.evicted.Add(-1) // moved, not evicted
+			return
+		}
+	}
 }
 
 // rebuild copies the live entries of t into a new table (twice as large if

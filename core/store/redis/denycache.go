@@ -34,9 +34,13 @@ type denyCache struct {
 	epoch   int64 // resets so far (forget)
 }
 
-type denyKey struct{ scope, key string }
+// denyKey is a policy's name and a key: one entry whatever the policy's
+// limits, so a decision under another policy of the name (a reload's, with
+// a limit added, removed or changed) drops what the old one held.
+type denyKey struct{ name, key string }
 
 type held struct {
+	scope   string // the policy whose states these are (Policy.Scope)
 	states  []core.State
 	at      int64 // when Redis denied, on Redis's clock (µs)
 	localAt int64 // the same moment on the local clock
@@ -49,14 +53,16 @@ func newDenyCache() *denyCache { return &denyCache{entries: map[denyKey]*held{}}
 // translated to Redis's clock. It fills d and returns true if the limits
 // deny the request there; otherwise it drops the entry and returns false.
 func (c *denyCache) lookup(p *core.Policy, key string, cost, now int64, d *core.Decision) bool {
-	k := denyKey{p.Scope(), key}
+	k := denyKey{p.Name(), key}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h, ok := c.entries[k]
 	if !ok {
 		return false
 	}
-	if now >= h.until || len(h.states) != len(p.Limits()) {
+	if now >= h.until || h.scope != p.Scope() {
+		// Another policy of the name decides in Redis, and moves the
+		// limits these states share with it on.
 		delete(c.entries, k)
 		return false
 	}
@@ -92,7 +98,7 @@ func (c *denyCache) remember(p *core.Policy, key string, now, epoch int64, d *co
 			clear(c.entries)
 		}
 	}
-	c.entries[denyKey{p.Scope(), key}] = &held{states: states, at: d.At, localAt: now,
+	c.entries[denyKey{p.Name(), key}] = &held{scope: p.Scope(), states: states, at: d.At, localAt: now,
 		until: now + int64(min(d.RetryAfter, DenyCacheHold)/time.Microsecond)}
 }
 
@@ -103,7 +109,7 @@ func (c *denyCache) forget(p *core.Policy, key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.epoch++
-	delete(c.entries, denyKey{p.Scope(), key})
+	delete(c.entries, denyKey{p.Name(), key})
 }
 
 // currentEpoch is what a decision reads before it asks Redis.

@@ -492,25 +492,29 @@ func (s *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core
 	return err
 }
 
-// Reset forgets key's state under p, every limit's in one DEL, or one
-// limit's in one MULTI (its hash fields and its sorted set): atomic with
-// concurrent decisions (core.Operator). This node's deny cache forgets the
+// Reset forgets key's state under p, every limit's or one limit's, in one
+// MULTI (the limits' hash fields and sorted sets): atomic with concurrent
+// decisions (core.Operator). This node's deny cache forgets the
 // key too; another node's may answer a denial it holds until that
 // denial's Retry-After.
 func (s *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	// Only p's limits are forgotten: another policy of the name (the
+	// config a reload replaced) keeps the fields of limits p does not have.
 	keys := s.Keys(p, key)
-	var err error
-	if limit == core.AllLimits {
-		err = s.client.Del(ctx, keys...).Err()
-	} else {
-		_, err = s.client.TxPipelined(ctx, func(tx goredis.Pipeliner) error {
-			tx.HDel(ctx, keys[0], p.LimitID(limit), "seq:"+p.LimitID(limit))
-			tx.Del(ctx, keys[1+limit])
-			return nil
-		})
+	var fields, sets []string
+	for i := range p.Limits() {
+		if limit == core.AllLimits || i == limit {
+			fields = append(fields, p.LimitID(i), "seq:"+p.LimitID(i))
+			sets = append(sets, keys[1+i])
+		}
 	}
+	_, err := s.client.TxPipelined(ctx, func(tx goredis.Pipeliner) error {
+		tx.HDel(ctx, keys[0], fields...)
+		tx.Del(ctx, sets...)
+		return nil
+	})
 	if s.denies != nil {
 		s.denies.forget(p, key) // after the DEL: see forget
 	}

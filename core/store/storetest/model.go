@@ -15,11 +15,35 @@ import (
 // parameters. A store passes when it answers every request exactly as the
 // model does. Time must not go backwards.
 type Model struct {
-	keys map[string][]modelLimit
+	limits map[string]modelLimit // by limitID
 }
 
 // NewModel returns an empty model.
-func NewModel() *Model { return &Model{keys: map[string][]modelLimit{}} }
+func NewModel() *Model { return &Model{limits: map[string]modelLimit{}} }
+
+// limitID names limit i of p for key: usage is kept per limit, so the
+// policies of one name share each limit they have in common (a reload that
+// adds, removes or changes a limit keeps the others' usage).
+func limitID(p *core.Policy, i int, key string) string {
+	return p.Name() + "\x00" + p.LimitID(i) + "\x00" + key
+}
+
+// hist returns the histories of p's limits for key, new ones for those
+// that have none if create (else nil for them).
+func (m *Model) hist(p *core.Policy, key string, create bool) []modelLimit {
+	limits := p.Limits()
+	hist := make([]modelLimit, len(limits))
+	for i := range limits {
+		id := limitID(p, i, key)
+		h, ok := m.limits[id]
+		if !ok && create {
+			h = newModelLimit(&limits[i])
+			m.limits[id] = h
+		}
+		hist[i] = h
+	}
+	return hist
+}
 
 // modelLimit is one limit's history for one key. decide returns the verdict
 // on a request of cost units at now and, if it is allowed, the change that
@@ -35,14 +59,7 @@ type modelLimit interface {
 // the longest retry-after (the first on a tie).
 func (m *Model) Decide(p *core.Policy, key string, now, cost int64) core.Decision {
 	limits := p.Limits()
-	id := p.Scope() + "\x00" + key
-	hist, ok := m.keys[id]
-	if !ok {
-		for i := range limits {
-			hist = append(hist, newModelLimit(&limits[i]))
-		}
-		m.keys[id] = hist
-	}
+	hist := m.hist(p, key, true)
 	d := core.Decision{Policy: p, Cost: cost, At: now, N: len(limits)}
 	commits := make([]func(), len(limits))
 	allowed := true
@@ -93,12 +110,11 @@ func (m *Model) Decide(p *core.Policy, key string, now, cost int64) core.Decisio
 // Reset forgets key's state under p in limit (or core.AllLimits), as an
 // operator's reset does.
 func (m *Model) Reset(p *core.Policy, key string, limit int) {
-	id := p.Scope() + "\x00" + key
-	if hist, ok := m.keys[id]; ok && limit != core.AllLimits {
-		hist[limit] = newModelLimit(&p.Limits()[limit])
-		return
+	for i := range p.Limits() {
+		if limit == core.AllLimits || i == limit {
+			delete(m.limits, limitID(p, i, key))
+		}
 	}
-	delete(m.keys, id)
 }
 
 // EndLease is the model's answer to ending (or renewing) the lease a
@@ -106,12 +122,12 @@ func (m *Model) Reset(p *core.Policy, key string, limit int) {
 // slots the first in_flight limit still held.
 func (m *Model) EndLease(p *core.Policy, key string, now, token, cost int64, renew bool) int64 {
 	found := int64(-1)
+	hist := m.hist(p, key, false)
 	for i, l := range p.Limits() {
 		if l.Algorithm != core.InFlight {
 			continue
 		}
-		hist := m.keys[p.Scope()+"\x00"+key]
-		if hist == nil {
+		if hist[i] == nil {
 			return 0
 		}
 		f := hist[i].(*logModel).end(now, token, cost, renew)
@@ -126,9 +142,8 @@ func (m *Model) EndLease(p *core.Policy, key string, now, token, cost int64, ren
 // each limit that delayed it (s.Delays) gives back its places if it has
 // not released it yet.
 func (m *Model) CancelShaped(s *core.Shaped, now int64) {
-	hist := m.keys[s.Policy.Scope()+"\x00"+s.Key]
-	for i := range hist {
-		if meter, ok := hist[i].(*meterModel); ok && meter.shaper && s.Delays[i] > 0 {
+	for i, h := range m.hist(s.Policy, s.Key, false) {
+		if meter, ok := h.(*meterModel); ok && meter.shaper && s.Delays[i] > 0 {
 			meter.cancel(now, s.At+s.Delays[i], s.Cost)
 		}
 	}

@@ -48,6 +48,10 @@ type Step struct {
 	// step Cancel (counted from 1) holds in shapers' queues: its client
 	// left before its release.
 	Cancel int
+	// Policy, if set, decides this step instead of the trace's: the same
+	// name with other limits, as a reload that adds, removes or changes
+	// one makes it.
+	Policy *core.Policy
 	Want   Want
 }
 
@@ -292,12 +296,42 @@ func Traces() []Trace {
 			{At: ms(500), Reset: true},
 			{At: ms(500), Inspect: true, Want: Want{Allowed: true, Remaining: 3, Reset: ms(500), Results: []WantResult{{true, 3}, {true, 5}}}},
 		}},
+		// Usage is kept per limit: a reload that adds a limit keeps the
+		// others' counts, one that removes a limit keeps the rest, one that
+		// changes a count keeps what was used, and the first policy, back,
+		// finds each limit where the others left it (Kong keys each period
+		// on its own: policies/init.lua).
+		{"limits_change_keeps_usage", reloadMinute, []Step{
+			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: time.Minute}},
+			{At: ms(10), Want: Want{Allowed: true, Remaining: 1, Reset: time.Minute - ms(10)}},
+			{At: ms(20), Policy: reloadMinuteHour, Want: Want{Allowed: true, Remaining: 0, Reset: time.Minute - ms(20),
+				Results: []WantResult{{true, 0}, {true, 99}}}},
+			{At: ms(30), Policy: reloadMinuteHour, Want: Want{Remaining: 0, Reset: time.Minute - ms(30), RetryAfter: time.Minute - ms(30),
+				Results: []WantResult{{false, 0}, {true, 99}}}},
+			{At: ms(40), Policy: reloadHour, Want: Want{Allowed: true, Remaining: 98, Reset: time.Hour - ms(40)}},
+			{At: ms(50), Policy: reloadMinuteRaised, Want: Want{Allowed: true, Remaining: 1, Reset: time.Minute - ms(50)}},
+			{At: ms(60), Want: Want{Remaining: 0, Reset: time.Minute - ms(60), RetryAfter: time.Minute - ms(60)}},
+			{At: ms(70), Policy: reloadMinuteHour, Want: Want{Remaining: 0, Reset: time.Minute - ms(70), RetryAfter: time.Minute - ms(70),
+				Results: []WantResult{{false, 0}, {true, 98}}}},
+			{At: time.Minute, Policy: reloadMinuteHour, Want: Want{Allowed: true, Remaining: 2, Reset: time.Minute,
+				Results: []WantResult{{true, 2}, {true, 97}}}},
+		}},
 		{"shadow", core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(1, time.Second, core.FixedWindow)), []Step{
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
 			{At: ms(10), Want: Want{Allowed: true, Shadowed: true, Remaining: 0, Reset: ms(990), RetryAfter: ms(990)}},
 		}},
 	}
 }
+
+// The policies of the limits_change_keeps_usage trace: one name, with a
+// minute's limit, then an hour's added, then the minute's removed, then
+// the minute's count raised.
+var (
+	reloadMinute       = core.MustPolicy("reload", core.PolicyOptions{}, lim(3, time.Minute, core.FixedWindow))
+	reloadMinuteHour   = core.MustPolicy("reload", core.PolicyOptions{}, lim(3, time.Minute, core.FixedWindow), lim(100, time.Hour, core.FixedWindow))
+	reloadHour         = core.MustPolicy("reload", core.PolicyOptions{}, lim(100, time.Hour, core.FixedWindow))
+	reloadMinuteRaised = core.MustPolicy("reload", core.PolicyOptions{}, lim(5, time.Minute, core.FixedWindow))
+)
 
 // plans is a policy with one plan per name, each with the limit of the same
 // index.
@@ -319,7 +353,8 @@ type Options struct {
 	// mode counts: fixed_window and sliding_counter); traces with others are
 	// skipped.
 	Algorithms []core.Algorithm
-	// Seeds is how many random traces to replay; 0 means 6.
+	// Seeds is how many random traces to replay; 0 means 7 (the last,
+	// ReloadSeed, switches between the limits of one policy name).
 	Seeds int
 	// Batch, above 1 and for a store that is a Batcher, makes the random
 	// traces send their requests in runs of up to Batch through DecideBatch
@@ -387,15 +422,19 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 				if key == "" {
 					key = "k"
 				}
+				policy := tr.Policy
+				if st.Policy != nil {
+					policy = st.Policy
+				}
 				if st.Reset {
-					if err := store.(core.Operator).Reset(context.Background(), tr.Policy, key, st.Only-1); err != nil {
+					if err := store.(core.Operator).Reset(context.Background(), policy, key, st.Only-1); err != nil {
 						t.Fatalf("step %d: %v", i, err)
 					}
 					continue
 				}
 				if st.Inspect {
 					var d core.Decision
-					if err := store.(core.Operator).Inspect(context.Background(), tr.Policy, key, &d); err != nil {
+					if err := store.(core.Operator).Inspect(context.Background(), policy, key, &d); err != nil {
 						t.Fatalf("step %d: %v", i, err)
 					}
 					if msg := mismatch(&d, st.Want); msg != "" {
@@ -429,7 +468,7 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 				case Free:
 					cost = 0
 				}
-				p, _ := tr.Policy.ForPlan(st.Plan)
+				p, _ := policy.ForPlan(st.Plan)
 				var d core.Decision
 				if err := store.Decide(context.Background(), p, key, cost, &d); err != nil {
 					t.Fatalf("step %d: %v", i, err)
@@ -445,7 +484,7 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 	t.Run("random_against_reference_model", func(t *testing.T) {
 		seeds := o.Seeds
 		if seeds == 0 {
-			seeds = 6
+			seeds = ReloadSeed
 		}
 		var total, denied int
 		for seed := uint64(1); seed <= uint64(seeds); seed++ {
@@ -510,9 +549,26 @@ func RandomPolicies() []*core.Policy {
 	}
 }
 
+// ReloadSeed is the random trace whose requests switch between
+// ReloadPolicies on the same keys.
+const ReloadSeed = 7
+
+// ReloadPolicies are one name with three sets of limits, as reloads make
+// them: each limit's usage is kept across them. A limit they share has one
+// count in all (the model keeps one history per limit; a changed count is
+// the golden trace limits_change_keeps_usage's).
+func ReloadPolicies() []*core.Policy {
+	o := core.PolicyOptions{}
+	return []*core.Policy{
+		core.MustPolicy("r-reload", o, lim(3, ms(100), core.FixedWindow), lim(8, ms(900), core.SlidingCounter)),
+		core.MustPolicy("r-reload", o, lim(8, ms(900), core.SlidingCounter)),
+		core.MustPolicy("r-reload", o, lim(3, ms(100), core.FixedWindow), lim(11, ms(500), core.SlidingCounter)),
+	}
+}
+
 // RandomTrace replays n random requests on a store and on the reference
 // model and requires identical decisions: four of the policies the store
-// supports, one of two keys, cost 0..3, time moving on mostly by 0..3 ms,
+// supports (ReloadPolicies for seed ReloadSeed), one of two keys, cost 0..3, time moving on mostly by 0..3 ms,
 // one time in six by up to 60 ms, and now and then by a clock step of up to
 // 3 s (on a 10 or 1 ms grid for odd seeds; seeds divisible by 3 cross the end of
 // a calendar month). It returns how many requests
@@ -546,6 +602,14 @@ func RandomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options) 
 		for _, p := range policies {
 			if p.Name() == "r-calendar" {
 				chosen[0] = p
+			}
+		}
+	}
+	if seed == ReloadSeed {
+		chosen = nil
+		for _, p := range ReloadPolicies() {
+			if o.supports(p) {
+				chosen = append(chosen, p)
 			}
 		}
 	}

@@ -7,12 +7,13 @@ import "strings"
 
 // Commands are the Redis ACL command rules of tollgate's user:
 //   - its scripts: EVALSHA, and EVAL and SCRIPT LOAD when Redis has not
-//     cached them, and what they call (TIME, hashes and sorted sets, PEXPIRE);
+//     cached them, and what they call (TIME, hashes and sorted sets, PEXPIRE,
+//     PTTL);
 //   - PING, the breaker's probe;
 //   - an operator's reset: DEL, or HDEL and DEL in MULTI/EXEC;
 //   - eventual mode's per-window counts: INCRBY, PEXPIRE, DEL;
 //   - in a Cluster, the slot map the client reads.
-const Commands = "-@all +evalsha +eval +script|load +ping +del +hdel +multi +exec +incrby +pexpire " +
+const Commands = "-@all +evalsha +eval +script|load +ping +del +hdel +multi +exec +incrby +pexpire +pttl " +
 	"+time +hmget +hset +hincrby +zadd +zcount +zrange +zrangebyscore +zrem +zremrangebyscore " +
 	"+cluster|slots +cluster|shards"
 
