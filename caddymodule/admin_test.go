@@ -21,7 +21,17 @@ import (
 // JSON answer.
 func adminCall(t *testing.T, c *caddyproc.Caddy, method, path string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(method, c.AdminURL+path, nil)
+	return adminSend(t, c, method, path, "")
+}
+
+// adminSend is adminCall with a JSON body (none if empty); a list answered
+// is returned under "list".
+func adminSend(t *testing.T, c *caddyproc.Caddy, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, c.AdminURL+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -224,17 +234,7 @@ func TestCaddyAdminAPIEventual(t *testing.T) {
 // JSON answer.
 func adminPost(t *testing.T, c *caddyproc.Caddy, path, body string) (int, map[string]any) {
 	t.Helper()
-	resp, err := http.Post(c.AdminURL+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatalf("POST %s: %d %s", path, resp.StatusCode, b)
-	}
-	return resp.StatusCode, out
+	return adminSend(t, c, http.MethodPost, path, body)
 }
 
 // TestCaddyAdminAPIKeysInBody: a key looked up or reset with the POST
