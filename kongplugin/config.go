@@ -5,6 +5,7 @@ import (
 	_ "embed" // schema.json
 	"fmt"
 	"math"
+	"net"
 	"strconv"
 	"time"
 
@@ -372,7 +373,7 @@ func storeConfig(c *Config) (store.Config, error) {
 		spec.Type, spec.Master, spec.Addrs = "sentinel", r.SentinelMaster, r.SentinelAddresses
 		spec.SentinelUsername, spec.SentinelPassword = r.SentinelUsername, r.SentinelPassword
 	default:
-		spec.Addrs = []string{host + ":" + strconv.Itoa(or(c.RedisPort, r.Port))}
+		spec.Addrs = []string{net.JoinHostPort(host, strconv.Itoa(or(c.RedisPort, r.Port)))} // [::1]:6379 for IPv6
 	}
 	sc, err := spec.Config()
 	if err != nil {

@@ -127,6 +127,15 @@ var kongRefuses = []struct {
 	{`{"plans": [{"name": "free", "hour": 1e16}], "default_plan": "free"}`, "config.plans[0].hour: value should be between 0 and 999999999999999", false},
 	{`{"minute": 5, "policy": "redis", "redis": {"host": "h"}, "sync_rate": 1e300}`, "sync_rate: 1e+300 seconds is above a day", true},
 	{`{"second": 10, "redis": {"hots": "h"}}`, "config.redis.hots: unknown field", false},
+	// Kong's host and sni typedefs (kong/db/schema/typedefs.lua,
+	// validate_host and validate_sni), as patterns a dump can carry.
+	{`{"minute": 5, "policy": "redis", "redis": {"host": "redis:6379"}}`, "config.redis.host: must not have a port", false},
+	{`{"minute": 5, "policy": "redis", "redis": {"host": "[::1]:6379"}}`, "config.redis.host: must not have a port", false},
+	{`{"minute": 5, "policy": "redis", "redis_host": "redis:6379"}`, "config.redis_host: must not have a port", false},
+	{`{"minute": 5, "policy": "redis", "redis": {"host": ":::not a host:::"}}`, "config.redis.host: invalid value", false},
+	{`{"minute": 5, "policy": "redis", "redis": {"host": "h", "server_name": "10.0.0.1"}}`, "config.redis.server_name: must not be an IP", false},
+	{`{"minute": 5, "policy": "redis", "redis": {"host": "h", "server_name": "::1"}}`, "config.redis.server_name: must not be an IP", false},
+	{`{"minute": 5, "policy": "redis", "redis": {"host": "h", "server_name": "redis.example.com:443"}}`, "config.redis.server_name: must not have a port", false},
 	{`{"limits": [{"count": 5, "window": "1m", "brust": 3}]}`, "config.limits[0].brust: unknown field", false},
 }
 
@@ -145,6 +154,8 @@ var kongAccepts = []string{
 	`{"minute": 5, "policy": "redis", "redis": {"host": "h", "port": 0, "timeout": 0}}`,
 	`{"minute": 5, "policy": "redis", "redis": {"host": "h", "password": ""}, "sync_rate": 0.02}`,
 	`{"minute": 5, "policy": "redis", "redis_host": "h"}`,
+	`{"minute": 5, "policy": "redis", "redis": {"host": "::1"}}`,
+	`{"minute": 5, "policy": "redis", "redis": {"host": "10.0.0.7", "server_name": "redis.example.com"}}`,
 	`{"minute": 5, "policy": "local", "sync_rate": -1, "fault_tolerant": false, "hide_client_headers": true}`,
 }
 
