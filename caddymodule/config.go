@@ -18,3 +18,9 @@ type PolicyConfig struct {
 	// MatcherSetsRaw selects the requests the policy covers; none means all.
 	MatcherSetsRaw caddyhttp.RawMatcherSets `json:"match,omitempty" caddy:"namespace=http.matchers"`
 }
+
+func init() {
+	// `headers kong`: the per-limit set, as Kong's rate-limiting sends it
+	// (core.HeadersPerLimit).
+	core.AliasHeaderStyle("kong", core.HeadersPerLimit)
+}

@@ -78,7 +78,7 @@ func NewGate(c GateConfig) (*Gate, error) {
 	if err := CheckJitter(c.Headers.Jitter); err != nil {
 		return nil, fmt.Errorf("jitter: %w", err)
 	}
-	if c.Headers.Style > HeadersKong {
+	if c.Headers.Style > HeadersPerLimit {
 		return nil, fmt.Errorf("headers: unknown style %d", c.Headers.Style)
 	}
 	if c.Body == "" {

@@ -6,8 +6,10 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -27,27 +29,43 @@ const (
 	HeadersXRateLimit
 	// HeadersNone sends no rate-limit header at all, not even Retry-After.
 	HeadersNone
-	// HeadersKong sends the fields Kong's rate-limiting plugin sends:
+	// HeadersPerLimit sends a limit and remaining field for each limit, as
+	// API gateways' own rate limiters commonly do:
 	// X-RateLimit-Limit-<Name> and X-RateLimit-Remaining-<Name> for every
 	// limit (Name is the limit's label with its first letter upper-cased, so
 	// a limit named "minute" gives X-RateLimit-Limit-Minute), then
 	// RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset (whole
 	// seconds, at least 1) for the deciding limit, and on denial
 	// Retry-After equal to that reset, or to the retry-after if it is later.
-	HeadersKong
+	HeadersPerLimit
 )
 
-var headerStyleNames = []string{HeadersBoth: "both", HeadersIETF: "ietf", HeadersXRateLimit: "xratelimit", HeadersNone: "none", HeadersKong: "kong"}
+var headerStyleNames = []string{HeadersBoth: "both", HeadersIETF: "ietf", HeadersXRateLimit: "xratelimit", HeadersNone: "none", HeadersPerLimit: "per_limit"}
+
+// headerStyleAliases are further names of styles, as adapters register
+// them (the name a gateway's users know a style by).
+var headerStyleAliases sync.Map // string -> HeaderStyle
+
+// AliasHeaderStyle makes ParseHeaderStyle read name as style too. Call it
+// from an adapter's init.
+func AliasHeaderStyle(name string, style HeaderStyle) { headerStyleAliases.Store(name, style) }
 
 // String returns the configuration name of s.
 func (s HeaderStyle) String() string { return enumName(headerStyleNames, s, "HeaderStyle") }
 
-// ParseHeaderStyle reads "ietf", "xratelimit", "both", "none" or "kong".
+// ParseHeaderStyle reads "ietf", "xratelimit", "both", "none", "per_limit"
+// or a name an adapter gave a style (AliasHeaderStyle).
 func ParseHeaderStyle(s string) (HeaderStyle, error) {
 	if style, ok := parseEnum[HeaderStyle](headerStyleNames, s); ok {
 		return style, nil
 	}
-	return 0, fmt.Errorf("headers: unknown style %q (want ietf, xratelimit, both, none or kong)", s)
+	if style, ok := headerStyleAliases.Load(s); ok {
+		return style.(HeaderStyle), nil
+	}
+	names := []string{"ietf", "xratelimit", "both", "none", "per_limit"}
+	headerStyleAliases.Range(func(name, _ any) bool { names = append(names, name.(string)); return true })
+	slices.Sort(names[5:])
+	return 0, fmt.Errorf("headers: unknown style %q (want %s or %s)", s, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 }
 
 // HeaderOptions configures header rendering.
@@ -69,10 +87,11 @@ const (
 	HeaderXRemaining      = "X-Ratelimit-Remaining"
 	HeaderXReset          = "X-Ratelimit-Reset"
 	HeaderRetryAfter      = "Retry-After"
-	// Kong's names, in Kong's casing (HeadersKong).
-	HeaderKongLimit     = "RateLimit-Limit"
-	HeaderKongRemaining = "RateLimit-Remaining"
-	HeaderKongReset     = "RateLimit-Reset"
+	// The deciding limit's fields of HeadersPerLimit, in that style's
+	// casing (RateLimit-, not net/http's Ratelimit-).
+	HeaderPerLimitLimit     = "RateLimit-Limit"
+	HeaderPerLimitRemaining = "RateLimit-Remaining"
+	HeaderPerLimitReset     = "RateLimit-Reset"
 )
 
 // Seconds rounds d up to whole seconds, never below 0.
@@ -189,8 +208,8 @@ func (v *headerValues) render(d *Decision, o HeaderOptions) {
 	if o.Style == HeadersNone || d.Policy == nil || d.N == 0 {
 		return
 	}
-	if o.Style == HeadersKong {
-		v.renderKong(d)
+	if o.Style == HeadersPerLimit {
+		v.renderPerLimit(d)
 		return
 	}
 	// t (and X-RateLimit-Reset): when the quota returns; on a denial, when
@@ -242,17 +261,17 @@ func WriteHeaders(h http.Header, d *Decision, o HeaderOptions) {
 	i := 0
 	v.each(func(name, value string) {
 		backing[i] = value
-		if o.Style == HeadersKong {
-			name = http.CanonicalHeaderKey(name) // Kong's casing is not net/http's
+		if o.Style == HeadersPerLimit {
+			name = http.CanonicalHeaderKey(name) // the style's casing is not net/http's
 		}
 		h[name] = backing[i : i+1 : i+1]
 		i++
 	})
 }
 
-// renderKong adds Kong's header set for d (see HeadersKong).
-func (v *headerValues) renderKong(d *Decision) {
-	names := d.Policy.kongNames
+// renderPerLimit adds the per-limit header set for d (see HeadersPerLimit).
+func (v *headerValues) renderPerLimit(d *Decision) {
+	names := d.Policy.perLimitNames
 	for i := 0; i < d.N; i++ {
 		r := &d.Results[i]
 		v.addInt(names[2*i], r.Limit)
@@ -262,17 +281,17 @@ func (v *headerValues) renderKong(d *Decision) {
 	if !d.Allowed {
 		reset = max(reset, Seconds(d.RetryAfter))
 	}
-	v.addInt(HeaderKongLimit, d.Limit)
-	v.addInt(HeaderKongRemaining, max(0, d.Remaining))
-	v.addInt(HeaderKongReset, reset)
+	v.addInt(HeaderPerLimitLimit, d.Limit)
+	v.addInt(HeaderPerLimitRemaining, max(0, d.Remaining))
+	v.addInt(HeaderPerLimitReset, reset)
 	if !d.Allowed {
 		v.addInt(HeaderRetryAfter, reset)
 	}
 }
 
-// kongHeaderNames returns, per limit, Kong's X-RateLimit-Limit-<Name> and
-// X-RateLimit-Remaining-<Name> header names, in Kong's casing.
-func kongHeaderNames(limits []Limit) []string {
+// perLimitHeaderNames returns, per limit, its X-RateLimit-Limit-<Name> and
+// X-RateLimit-Remaining-<Name> header names, in the style's casing.
+func perLimitHeaderNames(limits []Limit) []string {
 	names := make([]string, 0, 2*len(limits))
 	for _, l := range limits {
 		suffix := l.Label()
@@ -284,7 +303,7 @@ func kongHeaderNames(limits []Limit) []string {
 	return names
 }
 
-// maxHeaders is the most headers RenderHeaders sets: Kong's set for
+// maxHeaders is the most headers RenderHeaders sets: the per-limit set for
 // MaxLimits limits.
 const maxHeaders = 2*MaxLimits + 4
 

@@ -63,7 +63,7 @@ func TestIETFHeadersConsistent(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	denied := 0
 	for _, jitter := range []float64{0, 0.5} {
-		for _, style := range []core.HeaderStyle{core.HeadersBoth, core.HeadersIETF, core.HeadersXRateLimit, core.HeadersKong} {
+		for _, style := range []core.HeaderStyle{core.HeadersBoth, core.HeadersIETF, core.HeadersXRateLimit, core.HeadersPerLimit} {
 			o := core.HeaderOptions{Style: style, Jitter: jitter}
 			for i := 0; i < 400; i++ {
 				clock.Micros += rng.Int64N(40_000)

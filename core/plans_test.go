@@ -118,8 +118,9 @@ func TestPlanSpecErrorsNameTheFault(t *testing.T) {
 	}
 }
 
-// TestPlansCaddyfileLines: a plans block's lines stack limits per plan.
-func TestPlansCaddyfileLines(t *testing.T) {
+// TestPlansWordLines: a plans block's lines (words, as a config file
+// writes them) stack limits per plan.
+func TestPlansWordLines(t *testing.T) {
 	s := core.PolicySpec{Name: "api"}
 	for _, line := range [][]string{{"free", "100/1h"}, {"free", "10/1m"}, {"pro", "10000/1h"}, {"pro", "1000/1m"}, {"internal", "unlimited"}} {
 		if err := s.SetPlan(line[0], line[1:]); err != nil {

@@ -33,12 +33,12 @@ type Policy struct {
 	idleUS int64
 	// ietfNames quotes each limit's name; ietfPolicy is the constant
 	// RateLimit-Policy field.
-	ietfNames  []string
-	kongNames  []string // per limit: Kong's limit and remaining header names
-	scopeHash  uint64
-	scopeHash2 uint64
-	nameHash   uint64
-	limitIDs   []string
+	ietfNames     []string
+	perLimitNames []string // per limit: its limit and remaining header names (HeadersPerLimit)
+	scopeHash     uint64
+	scopeHash2    uint64
+	nameHash      uint64
+	limitIDs      []string
 	// plan names the plan these limits are ("" for a policy without
 	// plans); plans are the policy's variants, one per plan.
 	plan      string
@@ -126,7 +126,7 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 		shown += "-" + opts.Plan
 	}
 	p.ietfNames = limitItemNames(shown, p.limits)
-	p.kongNames = kongHeaderNames(p.limits)
+	p.perLimitNames = perLimitHeaderNames(p.limits)
 	p.use(p.limits, 1)
 	return p, nil
 }

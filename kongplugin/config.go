@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
-	"github.com/tollgate/tollgate/core/admin"
-	"github.com/tollgate/tollgate/core/kongschema"
 	"github.com/tollgate/tollgate/core/store"
+	"github.com/tollgate/tollgate/kongplugin/internal/keys"
+	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
 )
 
 // Config is the plugin's configuration as Kong sends it: a superset of
@@ -284,13 +284,13 @@ func compile(c *Config) (*instance, error) {
 // KeysTarget compiles a plugin config as Kong sends it (route_id and
 // service_id beside its fields; see kongschema.PluginConfig) for the keys
 // command.
-func KeysTarget(b []byte) (admin.Target, error) {
+func KeysTarget(b []byte) (keys.Target, error) {
 	var c Config
 	if err := c.UnmarshalJSON(b); err != nil {
-		return admin.Target{}, err
+		return keys.Target{}, err
 	}
 	inst := c.compiled
-	return admin.Target{Name: inst.name, Policy: inst.policy, Store: inst.storeConfig, Prefix: inst.scope}, nil
+	return keys.Target{Name: inst.name, Policy: inst.policy, Store: inst.storeConfig, Prefix: inst.scope}, nil
 }
 
 // limits reads Kong's periods (a longer one may not allow fewer), then the
@@ -380,4 +380,10 @@ func storeConfig(c *Config) (store.Config, error) {
 		return sc, fmt.Errorf("redis: %w", err)
 	}
 	return sc, nil
+}
+
+func init() {
+	// `headers: kong`, the default: exactly the set Kong's rate-limiting
+	// sends (core.HeadersPerLimit).
+	core.AliasHeaderStyle("kong", core.HeadersPerLimit)
 }

@@ -33,7 +33,7 @@ func TestConfigDefaultsSurviveNulls(t *testing.T) {
 	}
 	inst := c.compiled
 	if inst.LimitBy != "consumer" || inst.ErrorCode != 429 || inst.ErrorMessage != "API rate limit exceeded" ||
-		inst.headers.Style != core.HeadersKong || inst.Cost != 1 || inst.storeConfig.Redis != nil {
+		inst.headers.Style != core.HeadersPerLimit || inst.Cost != 1 || inst.storeConfig.Redis != nil {
 		t.Fatalf("defaults: %+v", inst)
 	}
 	l := inst.policy.Limits()[0]

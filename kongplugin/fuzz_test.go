@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/tollgate/tollgate/core/kongschema"
+	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
 )
 
 // FuzzKongConfig feeds arbitrary JSON to the config decoder Kong's

@@ -17,8 +17,9 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/admin"
-	"github.com/tollgate/tollgate/core/kongschema"
 	"github.com/tollgate/tollgate/core/store"
+	"github.com/tollgate/tollgate/kongplugin/internal/kongdeny"
+	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
 )
 
 // Version is the plugin's version, reported to Kong.
@@ -92,7 +93,7 @@ func (c *Config) Access(kong *pdk.PDK) {
 		// (logged once when it started failing). Kong's own answer then:
 		// kong.response.exit(500, {message = ...}).
 		kong.Response.Exit(http.StatusInternalServerError, []byte(`{"message":"An unexpected error occurred"}`),
-			map[string][]string{"Content-Type": {core.ContentTypeJSON}})
+			map[string][]string{"Content-Type": {kongdeny.ContentTypeJSON}})
 		return
 	}
 	headers := map[string][]string{}
@@ -141,7 +142,7 @@ func (c *Config) Log(kong *pdk.PDK) {
 		return
 	}
 	took, _ := kong.Nginx.GetVar("upstream_response_time")
-	inst.policy.Adaptive().Observe(core.KongUpstreamStatus(source, status), core.NginxSeconds(took))
+	inst.policy.Adaptive().Observe(kongdeny.UpstreamStatus(source, status), kongdeny.NginxSeconds(took))
 }
 
 // identifier computes the key as Kong's rate-limiting does, falling back to
@@ -197,10 +198,10 @@ func planOf(kong *pdk.PDK, inst *instance, consumer *entities.Consumer) string {
 	return ""
 }
 
-// deny ends a denied request as kong.response.error does (core.KongDenial).
+// deny ends a denied request as kong.response.error does (kongdeny.Render).
 func deny(kong *pdk.PDK, status int, message string, headers map[string][]string) {
 	ct, _ := kong.Request.GetHeader("Content-Type")
-	body := core.KongDenial(status, message, ct, func() (accept, requestID string) {
+	body := kongdeny.Render(status, message, ct, func() (accept, requestID string) {
 		accept, _ = kong.Request.GetHeader("Accept")
 		requestID, _ = kong.Nginx.GetVar("kong_request_id")
 		return accept, requestID

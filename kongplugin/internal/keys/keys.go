@@ -1,4 +1,9 @@
-package admin
+// Package keys is the plugin server's keys command: it reads and resets a
+// key's usage in Redis from a plugin's config as Kong's Admin API returns
+// it, or asks a running plugin server over its admin socket
+// (admin.SocketEnv) for that, the policies in force and the keys denied
+// most.
+package keys
 
 import (
 	"context"
@@ -14,37 +19,9 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/core/store"
 )
-
-// SocketEnv names the environment variable that, set on a process that
-// serves gates (Kong's plugin server), makes it serve the API on a Unix
-// socket at that path (see ServeSocketFromEnv).
-const SocketEnv = "TOLLGATE_ADMIN_SOCKET"
-
-// ServeSocketFromEnv serves Handler("/tollgate/") on the Unix socket named
-// by $TOLLGATE_ADMIN_SOCKET, if set, with mode 0600: only the user the
-// server runs as (and root) can read or reset keys. It is how operators
-// reach counters that live in a process with no admin endpoint of its own
-// (Kong's policy local, and every policy's heaviest offenders).
-func ServeSocketFromEnv() error {
-	path := os.Getenv(SocketEnv)
-	if path == "" {
-		return nil
-	}
-	_ = os.Remove(path) // a socket left by an earlier run of the server
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		return fmt.Errorf("%s=%s: %w", SocketEnv, path, err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
-		return fmt.Errorf("%s=%s: %w", SocketEnv, path, err)
-	}
-	srv := &http.Server{Handler: Handler("/tollgate/"), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	return nil
-}
 
 // Target is one policy over its store, as the keys command reaches it
 // without a running gateway (Kong's plugin config, compiled).
@@ -57,22 +34,22 @@ type Target struct {
 	Prefix string
 }
 
-// KeysUsage is the keys command's help.
-const KeysUsage = `usage:
+// Usage is the keys command's help.
+const Usage = `usage:
   keys show  --plugin FILE --key KEY [--plan PLAN]    a key's usage in each limit, read from Redis
   keys reset --plugin FILE --key KEY [--limit LIMIT]  forget a key's usage (every limit, or one)
   keys show|reset|top|policies --socket PATH [--policy NAME] ...
                                                      the same, and the keys denied most, asked of a
-                                                     running server started with ` + SocketEnv + `=PATH
+                                                     running server started with ` + admin.SocketEnv + `=PATH
 FILE is the plugin as Kong's Admin API returns it (GET /plugins/{id}) or its
 config alone, JSON; KEY is the identifier limit_by names (a consumer id, an
 IP address, a header's value). Answers are JSON, keys hashed unless shown in
 clear; the exit status is 1 when the store or server refuses, 2 on bad usage.
 `
 
-// Keys runs the keys command with args (after "keys"); open compiles a
+// Run runs the keys command with args (after "keys"); open compiles a
 // plugin file's bytes into a Target. It returns the exit status.
-func Keys(args []string, stdout, stderr io.Writer, open func([]byte) (Target, error)) int {
+func Run(args []string, stdout, stderr io.Writer, open func([]byte) (Target, error)) int {
 	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	plugin := fs.String("plugin", "", "")
@@ -82,19 +59,19 @@ func Keys(args []string, stdout, stderr io.Writer, open func([]byte) (Target, er
 		fs.Func(name, "", func(v string) error { q.Set(name, v); return nil })
 	}
 	if len(args) == 0 {
-		fmt.Fprint(stderr, KeysUsage)
+		fmt.Fprint(stderr, Usage)
 		return 2
 	}
 	op := args[0]
 	call, ok := map[string]struct{ method, path string }{"show": {"GET", "keys"}, "reset": {"DELETE", "keys"},
 		"top": {"GET", "top"}, "policies": {"GET", "policies"}}[op]
 	if !ok {
-		fmt.Fprintf(stderr, "keys: unknown subcommand %q\n%s", op, KeysUsage)
+		fmt.Fprintf(stderr, "keys: unknown subcommand %q\n%s", op, Usage)
 		return 2
 	}
 	method, path := call.method, call.path
 	if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 || (*plugin == "") == (*socket == "") {
-		fmt.Fprintf(stderr, "keys %s: give --plugin or --socket, and flags only (%v)\n%s", op, err, KeysUsage)
+		fmt.Fprintf(stderr, "keys %s: give --plugin or --socket, and flags only (%v)\n%s", op, err, Usage)
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -130,7 +107,7 @@ func direct(ctx context.Context, file, method, path string, q url.Values, open f
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	if t.Store.Redis == nil {
-		return nil, fmt.Errorf("%s: policy local keeps its counters in the plugin server's memory: start the server with %s=PATH and use --socket PATH", file, SocketEnv)
+		return nil, fmt.Errorf("%s: policy local keeps its counters in the plugin server's memory: start the server with %s=PATH and use --socket PATH", file, admin.SocketEnv)
 	}
 	h, err := store.Acquire(t.Store)
 	if err != nil {
@@ -145,8 +122,7 @@ func direct(ctx context.Context, file, method, path string, q url.Values, open f
 	if err != nil {
 		return nil, err
 	}
-	out, _, err := (&entry{gate: gate, store: h, name: t.Name, prefix: t.Prefix}).answer(ctx, 0, method, path, q)
-	return out, err
+	return admin.Answer(ctx, gate, h, t.Name, t.Prefix, method, path, q)
 }
 
 // askSocket asks the API a server serves on the Unix socket at path.

@@ -29,6 +29,7 @@ import (
 	"strings"
 
 	"github.com/tollgate/tollgate/core/admin"
+	"github.com/tollgate/tollgate/kongplugin/internal/keys"
 )
 
 // Schema is a plugin's schema: fields (one "config" record for a plugin)
@@ -609,18 +610,18 @@ func (s *Schema) Dump(w io.Writer, info Info) error {
 // Kong's query command runs it) it prints the plugin's info with this full
 // schema (go-pdk's own dump has the fields' types only, so Kong would
 // accept any value). With the arguments `keys ...` it is the operators'
-// command (admin.Keys; keys compiles a plugin config) and exits. Otherwise
+// command (keys.Run; target compiles a plugin config) and exits. Otherwise
 // it serves the operators' API on $TOLLGATE_ADMIN_SOCKET if set, then runs
 // serve, go-pdk's server. Kong names a Go plugin after its executable; its
 // socket is <-kong-prefix>/<name>.socket.
-func (s *Schema) Main(info Info, serve func() error, keys func([]byte) (admin.Target, error)) error {
+func (s *Schema) Main(info Info, serve func() error, target func([]byte) (keys.Target, error)) error {
 	if len(os.Args) > 1 && os.Args[1] == "keys" {
-		os.Exit(admin.Keys(os.Args[2:], os.Stdout, os.Stderr, func(b []byte) (admin.Target, error) {
+		os.Exit(keys.Run(os.Args[2:], os.Stdout, os.Stderr, func(b []byte) (keys.Target, error) {
 			config, err := PluginConfig(b)
 			if err != nil {
-				return admin.Target{}, err
+				return keys.Target{}, err
 			}
-			return keys(config)
+			return target(config)
 		}))
 	}
 	flag.Parse() // go-pdk's flags are declared when its server package loads

@@ -1,4 +1,8 @@
-package core
+// Package kongdeny renders what Kong's own code sends and reads where the
+// plugin must match it: a denial as kong.response.error renders it (body
+// by Accept, or gRPC status headers), nginx's time variables, and the
+// status an upstream answered as Kong's PDK reports it.
+package kongdeny
 
 import (
 	"encoding/json"
@@ -78,12 +82,12 @@ func DenialBody(accept, message, requestID string) (contentType, body string) {
 	return contentType, fmt.Sprintf(denialJSON, m, id)
 }
 
-// KongDenial renders a denial as Kong's kong.response.error does: for a
+// Render renders a denial as Kong's kong.response.error does: for a
 // gRPC request (contentType application/grpc...), grpc-status and
 // grpc-message headers and no body; else the body Accept prefers (see
 // DenialBody), whose Content-Type it sets. accept and requestID are asked
 // for only when needed.
-func KongDenial(status int, message, contentType string, ask func() (accept, requestID string), set func(name, value string)) (body string) {
+func Render(status int, message, contentType string, ask func() (accept, requestID string), set func(name, value string)) (body string) {
 	if strings.HasPrefix(contentType, "application/grpc") {
 		set("Content-Type", "application/grpc")
 		set("Grpc-Status", strconv.Itoa(GRPCStatus(status)))
@@ -109,11 +113,11 @@ func NginxSeconds(v string) time.Duration {
 	return total
 }
 
-// KongUpstreamStatus is the status an adaptive policy observes for a
+// UpstreamStatus is the status an adaptive policy observes for a
 // response Kong's PDK reports with source ("service" or "error") and
 // status: 0 (no answer: a timeout or refusal) when Kong made an error
 // response below 500 itself.
-func KongUpstreamStatus(source string, status int) int {
+func UpstreamStatus(source string, status int) int {
 	if source == "error" && status < 500 {
 		return 0
 	}

@@ -1,4 +1,4 @@
-package core
+package kongdeny
 
 import (
 	"encoding/json"

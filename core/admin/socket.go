@@ -1,0 +1,54 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store"
+)
+
+// SocketEnv names the environment variable that, set on a process that
+// serves gates but has no admin endpoint of its own (a gateway's plugin
+// server), makes it serve the API on a Unix socket at that path (see
+// ServeSocketFromEnv).
+const SocketEnv = "TOLLGATE_ADMIN_SOCKET"
+
+// ServeSocketFromEnv serves Handler("/tollgate/") on the Unix socket named
+// by $TOLLGATE_ADMIN_SOCKET, if set, with mode 0600: only the user the
+// server runs as (and root) can read or reset keys. It is how operators
+// reach counters that live in a process with no admin endpoint of its own
+// (its memory store's counters, and every policy's heaviest offenders).
+func ServeSocketFromEnv() error {
+	path := os.Getenv(SocketEnv)
+	if path == "" {
+		return nil
+	}
+	_ = os.Remove(path) // a socket left by an earlier run of the server
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("%s=%s: %w", SocketEnv, path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return fmt.Errorf("%s=%s: %w", SocketEnv, path, err)
+	}
+	srv := &http.Server{Handler: Handler("/tollgate/"), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return nil
+}
+
+// Answer serves one call of the API (a method and path as Handler serves
+// them, q its parameters) on rule 0 of a gate that is not registered: a
+// tool that opens a policy's store itself (a gateway's keys command)
+// answers as the API would. name names the policy in answers; prefix is
+// prefixed to the keys q gives.
+func Answer(ctx context.Context, g *core.Gate, h *store.Handle, name, prefix, method, path string, q url.Values) (any, error) {
+	out, _, err := (&entry{gate: g, store: h, name: name, prefix: prefix}).answer(ctx, 0, method, path, q)
+	return out, err
+}
