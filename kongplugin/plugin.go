@@ -8,6 +8,7 @@ import (
 	"context"
 	"log"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -90,10 +91,9 @@ func (c *Config) Access(kong *pdk.PDK) {
 	}
 	if err != nil {
 		// The store would not open, or failed with fault_tolerant false
-		// (logged once when it started failing). Kong's own answer then:
-		// kong.response.exit(500, {message = ...}).
-		kong.Response.Exit(http.StatusInternalServerError, []byte(`{"message":"An unexpected error occurred"}`),
-			map[string][]string{"Content-Type": {kongdeny.ContentTypeJSON}})
+		// (logged once when it started failing): Kong's rate-limiting then
+		// raises a Lua error, which Kong's error handler answers.
+		fail(kong)
 		return
 	}
 	headers := map[string][]string{}
@@ -196,6 +196,30 @@ func planOf(kong *pdk.PDK, inst *instance, consumer *entities.Consumer) string {
 		}
 	}
 	return ""
+}
+
+// fail ends a request with a 500 as Kong's error handler does when a
+// plugin raises an error (kong/error_handlers.lua): its message, "An
+// unexpected error occurred", in the format the Accept header asks for,
+// else the Content-Type's, else text/plain (kong.conf's
+// error_default_type, whose default the plugin assumes: the PDK cannot
+// read it), with the request id; a gRPC client gets the message as JSON.
+func fail(kong *pdk.PDK) {
+	const message = "An unexpected error occurred"
+	accept, _ := kong.Request.GetHeader("Accept")
+	if accept == "" {
+		accept, _ = kong.Request.GetHeader("Content-Type")
+	}
+	if accept == "" {
+		accept = "text/plain"
+	}
+	if strings.HasPrefix(accept, "application/grpc") {
+		kong.Response.Exit(http.StatusInternalServerError, []byte(`{"message":"`+message+`"}`), nil)
+		return
+	}
+	requestID, _ := kong.Nginx.GetVar("kong_request_id")
+	ct, body := kongdeny.DenialBody(accept, message, requestID)
+	kong.Response.Exit(http.StatusInternalServerError, []byte(body), map[string][]string{"Content-Type": {ct}})
 }
 
 // deny ends a denied request as kong.response.error does (kongdeny.Render).
