@@ -6,9 +6,8 @@ import (
 )
 
 // The checks of options every adapter offers, written once. Their messages
-// name the value, not the field: the Caddy module, the Kong plugin and the
-// net/http middleware prefix their own name and location (a Caddyfile
-// line, a Kong field path).
+// name the value, not the field: each adapter prefixes its own name and
+// location (a config file's line, a field path).
 
 // DefaultDenyStatus is the status of a denied request when none is set.
 const DefaultDenyStatus = 429
@@ -38,8 +37,8 @@ func CheckJitter(j float64) error {
 	return nil
 }
 
-// MinSyncInterval is the shortest interval eventual mode syncs at (Kong's
-// sync_rate floor).
+// MinSyncInterval is the shortest interval eventual mode syncs at (a common
+// sync floor among gateways).
 const MinSyncInterval = 20 * time.Millisecond
 
 // CheckSyncInterval reports whether d can be eventual mode's sync interval

@@ -159,8 +159,8 @@ func (d *Decision) severity() int {
 	return 0
 }
 
-// The names of a decision's fields as gateways expose them (Caddy's
-// http.tollgate.* placeholders, log fields), read with Decision.Fields.
+// The names of a decision's fields as gateways expose them (request
+// placeholders, log fields), read with Decision.Fields.
 const (
 	// FieldPolicy is the name of the deciding policy.
 	FieldPolicy = "policy"
@@ -190,8 +190,8 @@ const (
 
 // Fields is a snapshot of a decision's fields (see FieldPolicy and the names
 // after it), small enough to
-// keep for a request's lifetime (Caddy's placeholders are read after the
-// handler returns).
+// keep for a request's lifetime (a gateway's placeholders may be read
+// after the handler returns).
 type Fields struct {
 	policy    string
 	plan      string

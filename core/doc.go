@@ -1,6 +1,7 @@
 // Package core holds tollgate's rate-limiting algorithms, limits, policies,
-// decisions and header rendering. It imports no gateway code: the Kong plugin,
-// the Caddy module and the net/http middleware are thin adapters over it.
+// decisions and header rendering. It imports no gateway code and names no
+// gateway: the gateway plugins and the net/http middleware are thin adapters
+// over it.
 //
 // Every algorithm is one pure step function over a small State
 // (see Step). A Store keeps one State per limit per key and applies a Policy

@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// Gate is the one request pipeline of every adapter (the Caddy module, the
-// Kong plugin, the net/http middleware): an adapter tells it, rule by rule,
+// Gate is the one request pipeline of every adapter (the gateway plugins,
+// the net/http middleware): an adapter tells it, rule by rule,
 // whether a request is covered and with which key and cost; the gate
 // decides each rule on its store, combines the decisions and returns a Plan
 // (pass, deny, or hold then pass) with the headers to send. The adapter only
@@ -147,7 +147,7 @@ type Input struct {
 
 // SameInput is a Request that gives every rule the same Input and hears
 // nothing back: for an adapter whose gate has one rule and no metrics of
-// its own (the Kong plugin).
+// its own.
 type SameInput Input
 
 // Input returns the input, whatever the rule.
@@ -454,16 +454,16 @@ func (p *Plan) HoldLeases(maxHold time.Duration) (end func()) {
 }
 
 // parked are the leases of requests between two phases of an adapter that
-// cannot pass Go values between them (Kong's access and log phases run as
-// separate events): id → the function that ends them.
+// cannot pass Go values between them (a gateway whose access and log phases
+// run as separate events): id → the function that ends them.
 var (
 	parked   sync.Map
 	parkedID atomic.Uint64
 )
 
 // ParkLeases is HoldLeases for an adapter whose request ends in another
-// event: it returns an id to carry to that event (in Kong, in
-// kong.ctx.shared) and hand to EndParkedLeases, or "" when the request
+// event: it returns an id to carry to that event (in the
+// gateway's per-request context) and hand to EndParkedLeases, or "" when the request
 // holds no leases. If the id never comes back, the leases end after maxHold.
 func (p *Plan) ParkLeases(maxHold time.Duration) string {
 	if len(p.leases) == 0 {

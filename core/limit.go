@@ -22,8 +22,8 @@ const MaxSlidingLogCount = 1_000_000
 
 // CalendarMonth and CalendarYear are windows that follow the calendar in
 // UTC: a FixedWindow limit over one of them counts from the first of the
-// month (or 1 January), 00:00 UTC, to the next, as Kong's month and year
-// do. As durations they are the nominal 30 and 365 days, which headers
+// month (or 1 January), 00:00 UTC, to the next, as gateways' month and
+// year periods do. As durations they are the nominal 30 and 365 days, which headers
 // advertise and the other algorithms count as plain windows; the extra
 // nanosecond only tells them apart (every step counts in whole µs).
 const (

@@ -14,7 +14,7 @@ const (
 	OnErrorAllow
 	// OnErrorDeny refuses every request until the store is back.
 	OnErrorDeny
-	// OnErrorFail returns the store's error to the caller (Kong answers 500).
+	// OnErrorFail returns the store's error to the caller (an adapter answers 500).
 	OnErrorFail
 )
 

@@ -28,7 +28,7 @@ type Policy struct {
 	// scope names the policy's state in a store: its name plus each limit's
 	// identity (algorithm and window, never the count), so a reloaded policy
 	// finds its counters again even when a count, burst or delay changed:
-	// raising a customer's quota keeps what was used, as Kong's counters do.
+	// raising a customer's quota keeps what was used, as gateways' own counters do.
 	scope  string
 	idleUS int64
 	// ietfNames quotes each limit's name; ietfPolicy is the constant

@@ -8,12 +8,12 @@ import (
 	"time"
 )
 
-// ResponseSpec is how a gateway answers, as configured (the Caddy
-// handler's options): the rate-limit headers, the denial's status and body,
+// ResponseSpec is how a gateway answers, as configured (an adapter's
+// options): the rate-limit headers, the denial's status and body,
 // Retry-After jitter and sampled denial logs.
 type ResponseSpec struct {
-	// Headers picks the rate-limit headers: both, ietf, xratelimit, none or
-	// kong; empty means the adapter's default.
+	// Headers picks the rate-limit headers: both, ietf, xratelimit, none,
+	// per_limit or an adapter's alias; empty means the adapter's default.
 	Headers string `json:"headers,omitempty"`
 	// Status is the denial status code; 0 means DefaultDenyStatus.
 	Status int `json:"status,omitempty"`

@@ -11,14 +11,14 @@ import (
 	"time"
 )
 
-// Specs are configuration as gateways write it (JSON, or option lines such
-// as a Caddyfile's), declared once here: each knows its fields, reads its
+// Specs are configuration as gateways write it (JSON, or option lines of
+// words), declared once here: each knows its fields, reads its
 // options and validates itself, with errors that name the field and the
 // value. An adapter embeds them in its own config and adds where the error
-// was written (a Caddyfile line, a JSON path).
+// was written (a config file's line, a JSON path).
 
 // Duration is a length of time in a spec: in JSON a string such as "500ms",
-// "1m30s" or "1d", or a whole number of nanoseconds (as Caddy writes
+// "1m30s" or "1d", or a whole number of nanoseconds (as some gateways write
 // durations).
 type Duration time.Duration
 
@@ -248,8 +248,8 @@ type PolicySpec struct {
 	// with the same name and limits share counters across handlers and
 	// survive config reloads.
 	Name string `json:"name"`
-	// Key is the request's key, a template the adapter fills (Caddy
-	// placeholders); empty means the adapter's default.
+	// Key is the request's key, a template the adapter fills (its
+	// gateway's placeholders); empty means the adapter's default.
 	Key string `json:"key,omitempty"`
 	// EmptyKey is what happens to a request without a key: "skip" (the
 	// default: the policy does not apply) or "shared" (one bucket for all).
@@ -482,7 +482,7 @@ func (s *PolicySpec) checkPlans() error {
 // Build validates s and returns its policy and the rule's empty-key
 // handling. An adaptive policy's controller is shared by every config that
 // builds the same policy under the same owner (a gateway's name for the
-// process, such as "caddy"), so a reload keeps its factor; release gives it
+// process), so a reload keeps its factor; release gives it
 // back when the config is unloaded (a no-op without adaptive).
 func (s *PolicySpec) Build(owner string) (p *Policy, emptyKey EmptyKey, release func(), err error) {
 	release = func() {}

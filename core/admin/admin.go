@@ -2,8 +2,8 @@
 // the policies in force with their limits, effective limits and store
 // health; one key's usage in each limit (as the headers would say it),
 // read without changing it; a reset of one key; and the keys each policy
-// denied most. It is an http.Handler: the Caddy module mounts it on
-// Caddy's admin endpoint (admin.api.tollgate), under its access controls.
+// denied most. It is an http.Handler: an adapter mounts it on its
+// gateway's admin endpoint, under that endpoint's access controls.
 package admin
 
 import (
@@ -35,8 +35,8 @@ type entry struct {
 	// name names one policy (Register refuses two different ones).
 	generation any
 	// name, when set, names the gate's one rule instead of its policy's
-	// name, and prefix is prefixed to the keys operators give (Kong's
-	// plugin instances: scoped keys, one policy name for all).
+	// name, and prefix is prefixed to the keys operators give (plugin
+	// instances with scoped keys and one policy name for all).
 	name, prefix string
 }
 
@@ -84,7 +84,7 @@ func signature(p *core.Policy) string {
 
 // RegisterRule makes a one-rule gate visible as the policy name, whose
 // store keys are prefix followed by the key operators give. It replaces an
-// earlier registration of the same name: for adapters (Kong) whose configs
+// earlier registration of the same name: for adapters whose configs
 // are never unloaded, the newest config is the one in force.
 func RegisterRule(name, prefix string, g *core.Gate, h *store.Handle) {
 	mu.Lock()

@@ -1,5 +1,5 @@
 // Package httplimit is tollgate as net/http middleware, an adapter beside
-// the Caddy module and the Kong plugin: each rule picks the requests it
+// the gateway plugins: each rule picks the requests it
 // covers and derives a key from them; core.Gate decides, and a denied
 // request gets the configured status, body and headers. It imports no other
 // adapter and no store: the caller builds the limiters over a store.

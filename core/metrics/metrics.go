@@ -2,7 +2,7 @@
 // decisions by policy, deciding limit and result, store errors and
 // latency, the breaker's state and adaptive factors. Labels are policy,
 // limit and result names only: never a request key. An adapter registers
-// them in its gateway's registry (Caddy's admin /metrics).
+// them in its gateway's registry (served on its admin endpoint's /metrics).
 package metrics
 
 import (

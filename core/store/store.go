@@ -128,7 +128,7 @@ func Acquire(c Config) (*Handle, error) {
 
 // TestClockFileEnv names the environment variable that sets the time of
 // every store a process opens, in binaries built with the build tag
-// tollgate_testclock (the integration tests' builds of the Kong plugin
+// tollgate_testclock (the integration tests' builds of a plugin
 // server): the file it names holds a Unix time in µs, read on every
 // decision. A binary built without the tag (every production build) never
 // reads it: its stores keep their own clocks whatever the environment says.
@@ -264,7 +264,7 @@ func (h *Handle) FactorSync(scope string) core.FactorSync {
 
 // LogStateChanges logs the store's state changes with printf, once per
 // handle however often it is asked (an adapter whose configs are never
-// closed, as Kong's plugin instances, asks once per config): a line when
+// closed, such as plugin instances, asks once per config): a line when
 // the shared store starts failing and one when it answers again, never one
 // per request.
 func (h *Handle) LogStateChanges(printf func(format string, args ...any)) {

@@ -1,7 +1,7 @@
 // Package eventual is tollgate's eventually consistent store: every request
 // is decided locally, by the same Policy.Apply the memory store runs, on
 // states that hold the fleet's counts as of the last sync plus what this
-// node counted since. Every sync interval (Kong's sync_rate) a node pushes
+// node counted since. Every sync interval a node pushes
 // its counts to a shared count store (Redis) and reads the fleet's back.
 // Decisions never wait for the shared store.
 //

@@ -287,7 +287,7 @@ func checkAddr(a string) error {
 	if err != nil {
 		return fmt.Errorf("%q is not host:port (an IPv6 address is written [::1]:6379): %v", a, err)
 	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 { // 0 as Kong's port typedef allows
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 { // 0, as gateways' port types allow
 		return fmt.Errorf("%q has port %s, outside 0-65535", a, port)
 	}
 	if _, err := netip.ParseAddr(host); err == nil {

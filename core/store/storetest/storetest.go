@@ -299,8 +299,8 @@ func Traces() []Trace {
 		// Usage is kept per limit: a reload that adds a limit keeps the
 		// others' counts, one that removes a limit keeps the rest, one that
 		// changes a count keeps what was used, and the first policy, back,
-		// finds each limit where the others left it (Kong keys each period
-		// on its own: policies/init.lua).
+		// finds each limit where the others left it (as gateways that key
+		// each period on its own do).
 		{"limits_change_keeps_usage", reloadMinute, []Step{
 			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: time.Minute}},
 			{At: ms(10), Want: Want{Allowed: true, Remaining: 1, Reset: time.Minute - ms(10)}},
