@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -44,7 +45,7 @@ func coreGatewayNames(t *testing.T, root string) []string {
 					}
 				}
 				if text != "" && gatewayName.MatchString(text) {
-					found = append(found, rel+":"+itoa(fset.Position(n.Pos()).Line)+": "+text)
+					found = append(found, rel+":"+strconv.Itoa(fset.Position(n.Pos()).Line)+": "+text)
 				}
 				return true
 			})
@@ -56,7 +57,7 @@ func coreGatewayNames(t *testing.T, root string) []string {
 			for i, line := range strings.Split(string(b), "\n") {
 				code, _, _ := strings.Cut(line, "--")
 				if gatewayName.MatchString(code) {
-					found = append(found, rel+":"+itoa(i+1)+": "+strings.TrimSpace(code))
+					found = append(found, rel+":"+strconv.Itoa(i+1)+": "+strings.TrimSpace(code))
 				}
 			}
 		}
@@ -66,14 +67,6 @@ func coreGatewayNames(t *testing.T, root string) []string {
 		t.Fatal(err)
 	}
 	return found
-}
-
-func itoa(n int) string {
-	s := ""
-	for ; n > 0; n /= 10 {
-		s = string(rune('0'+n%10)) + s
-	}
-	return s
 }
 
 // TestCoreKnowsNoGateway: no identifier or string under core/ names Kong,

@@ -156,7 +156,6 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 			e.evictOne()
 		}
 		ent = &entry{policy: p, key: key, states: make([]core.State, len(p.Configured()))}
-		e.seed(ent)
 		e.entries[k] = ent
 		nk := entryKey{p.Name(), key}
 		e.byName[nk] = append(e.byName[nk], ent)
@@ -182,40 +181,14 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 	return nil
 }
 
-// seed starts a new entry's limits from the key's view under the other
-// policies of its name (a reload that added, removed or changed a limit):
-// each limit the new policy shares with one of them (by LimitID) takes the
-// state of the entry used last that has it, so usage is kept per limit, as
-// the fleet's counts are. The next sync replaces each with the fleet's
-// count. e.mu is held.
-func (e *Store) seed(ent *entry) {
-	var lastUsed []int64
-	for _, other := range e.byName[entryKey{ent.policy.Name(), ent.key}] {
-		for i, id := range ent.policy.LimitIDs() {
-			j := slices.Index(other.policy.LimitIDs(), id)
-			if j < 0 {
-				continue
-			}
-			if lastUsed == nil {
-				lastUsed = make([]int64, len(ent.states))
-				for i := range lastUsed {
-					lastUsed[i] = -1
-				}
-			}
-			if other.lastUsed > lastUsed[i] {
-				lastUsed[i] = other.lastUsed
-				ent.states[i] = other.states[j] // counted windows only: no ring to share
-				ent.lastUsed = max(ent.lastUsed, other.lastUsed)
-			}
-		}
-	}
-}
-
 // refresh takes, for each limit of ent that another policy of its name
 // has too, that entry's view if it was used after ent: this node's count
-// of a limit is one, whichever of the name's policies counted last. e.mu
-// is held.
+// of a limit is one, whichever of the name's policies counted last (a
+// reload that added, removed or changed a limit keeps the others' usage;
+// a new entry starts from its siblings). ent's time moves on to the
+// newest view it took: a key's clock never runs back. e.mu is held.
 func (e *Store) refresh(ent *entry, siblings []*entry) {
+	newest := ent.lastUsed
 	for i, id := range ent.policy.LimitIDs() {
 		latest, from := ent.lastUsed, -1
 		var src *entry
@@ -229,8 +202,10 @@ func (e *Store) refresh(ent *entry, siblings []*entry) {
 		}
 		if src != nil {
 			ent.states[i] = src.states[from] // counted windows only: no ring to share
+			newest = max(newest, latest)
 		}
 	}
+	ent.lastUsed = newest
 }
 
 // remove drops the entry at k from both indexes. e.mu is held.
