@@ -77,7 +77,7 @@ func TestInFlightFleetCaddyAndKong(t *testing.T) {
 	kongCfg := map[string]any{"namespace": "exports", "policy": "redis", "redis": srv.KongRecord(),
 		"limits":   []any{map[string]any{"count": n, "window": lease.String(), "algorithm": "in_flight"}},
 		"limit_by": "header", "header_name": "X-Key"}
-	kongs := []*kongproc.Server{kongproc.Start(t), kongproc.Start(t)}
+	kongs := []*kongproc.Server{kongproc.StartResponse(t), kongproc.StartResponse(t)} // tollgate-response: slots go back in the log phase
 	kongIDs := make([]int32, len(kongs))
 	for i, k := range kongs {
 		c := k.Dial()

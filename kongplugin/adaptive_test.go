@@ -20,7 +20,7 @@ import (
 // is back.
 func TestKongAdaptiveFindsCapacity(t *testing.T) {
 	const capacity = 50
-	srv := kongproc.Start(t)
+	srv := kongproc.StartResponse(t) // adaptive limits need the log phase
 	c := srv.Dial()
 	defer c.Close()
 	id := start(t, c, map[string]any{"second": 200, "limit_by": "ip", "algorithm": "gcra",

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	_ "embed" // schema.json
 	"fmt"
+	"log"
 	"math"
 	"net"
 	"strconv"
@@ -12,7 +13,6 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/store"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
-	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
 )
 
 // Config is the plugin's configuration as Kong sends it: a superset of
@@ -54,8 +54,8 @@ type Config struct {
 	SyncRate float64 `json:"sync_rate"`
 	// Redis is Kong 3.x's nested Redis record.
 	Redis RedisConfig `json:"redis"`
-	// The flat redis_* names of older Kong versions override the record
-	// when set, as Kong 3.x's shorthands for them do.
+	// The flat redis_* names of older Kong versions go into the record,
+	// as Kong 3.x's shorthands for them do (see redisRecord).
 	RedisHost       *string `json:"redis_host"`
 	RedisPort       *int    `json:"redis_port"`
 	RedisUsername   *string `json:"redis_username"`
@@ -195,22 +195,24 @@ func (l *LimitConfig) spec(field, algorithm string) (core.LimitSpec, error) {
 		Burst: l.Burst, MaxDelay: core.Duration(maxDelay), Name: cmp.Or(l.Name, core.FormatWindow(w))}, nil
 }
 
-// schemaJSON declares the config in Kong's schema language, once: -dump
-// gives it to Kong and UnmarshalJSON checks every config against it.
+// schemaJSON declares the config in Kong's schema language, once (for
+// WithResponse; AccessOnly's is derived from it, see schemas): -dump gives
+// it to Kong and UnmarshalJSON checks every config against it.
 //
 //go:embed schema.json
 var schemaJSON []byte
-
-var schema = kongschema.MustParse(schemaJSON) // TestKongSchema* keep it sound
 
 // UnmarshalJSON checks a config against the schema as Kong's Admin API
 // does, fills Kong's defaults, then makes the checks Kong's schema cannot
 // carry (go-pdk's only call, when Kong starts an instance); errors name
 // the field and value.
-func (c *Config) UnmarshalJSON(b []byte) error {
-	type plain Config // without this method
+func (c *Config) UnmarshalJSON(b []byte) error { return c.decode(b, variant) }
+
+// decode is UnmarshalJSON for variant v's schema.
+func (c *Config) decode(b []byte, v Variant) error {
+	type plain Config // without UnmarshalJSON
 	*c = Config{}
-	err := schema.Decode(b, (*plain)(c), &c.attached)
+	err := schemas[v].Decode(b, (*plain)(c), &c.attached)
 	if err == nil {
 		c.compiled, err = compile(c)
 	}
@@ -228,10 +230,13 @@ func or[T any](p *T, def T) T {
 	return *p
 }
 
-// compile makes the checks the schema cannot declare (Kong's own
-// rate-limiting makes some in Lua: the periods' order, sync_rate's floor
-// in eventual mode's algorithms) and builds what a request needs.
+// compile makes the checks the schema cannot declare (eventual mode's
+// algorithms, a limit's window) and builds what a request needs.
 func compile(c *Config) (*instance, error) {
+	warnPeriodOrder(&c.Periods, "")
+	for i := range c.Plans {
+		warnPeriodOrder(&c.Plans[i].Periods, fmt.Sprintf("plans[%d]: ", i))
+	}
 	inst := &instance{Config: c}
 	style, _ := core.ParseHeaderStyle(c.Headers) // the schema's one_of, as error_code's range
 	if c.HideClientHeaders {
@@ -293,12 +298,11 @@ func KeysTarget(b []byte) (keys.Target, error) {
 	return keys.Target{Name: inst.name, Policy: inst.policy, Store: inst.storeConfig, Prefix: inst.scope}, nil
 }
 
-// limits reads Kong's periods (a longer one may not allow fewer), then the
-// extra limits; field prefixes their names in errors.
+// limits reads Kong's periods, then the extra limits; field prefixes their
+// names in errors.
 func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]core.LimitSpec, error) {
 	var limits []core.LimitSpec
 	var fields []string
-	var prev *float64
 	for _, p := range []struct {
 		name   string // the field, and the limit's name (Kong's headers say Minute)
 		count  *float64
@@ -310,11 +314,6 @@ func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]core.
 		if p.count == nil {
 			continue
 		}
-		if prev != nil && *p.count < *prev {
-			// Kong's words, from its custom validator.
-			return nil, fmt.Errorf("%sThe limit for %s(%.1f) cannot be lower than the limit for %s(%.1f)", field, p.name, *p.count, fields[len(fields)-1], *prev)
-		}
-		prev = p.count
 		// Kong admits requests while the count used is below a fractional
 		// limit: 2.5 admits 3.
 		if *p.count > core.MaxCount {
@@ -340,6 +339,31 @@ func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]core.
 	return limits, nil
 }
 
+// warnPeriodOrder logs, in Kong's words, a longer period that allows fewer
+// requests than a shorter one: Kong's rate-limiting refuses that order in
+// Lua (schema.lua, validate_periods_order), which no dumped schema can
+// carry, so Kong's Admin API stores it for tollgate. tollgate enforces each
+// period on its own, so the config works; refusing it here would fail
+// every request of the route.
+func warnPeriodOrder(ps *Periods, field string) {
+	var prev *float64
+	prevName := ""
+	for _, p := range []struct {
+		name  string
+		count *float64
+	}{{"second", ps.Second}, {"minute", ps.Minute}, {"hour", ps.Hour}, {"day", ps.Day}, {"month", ps.Month}, {"year", ps.Year}} {
+		if p.count == nil {
+			continue
+		}
+		if prev != nil && *p.count < *prev {
+			log.Printf("tollgate: config %sThe limit for %s(%.1f) cannot be lower than the limit for %s(%.1f) in Kong's rate-limiting; tollgate enforces each period",
+				field, p.name, *p.count, prevName, *prev)
+			return
+		}
+		prev, prevName = p.count, p.name
+	}
+}
+
 // storeConfig reads policy, redis, sync_rate, fault_tolerant and on_error
 // into a store spec, which core validates.
 func storeConfig(c *Config) (store.Config, error) {
@@ -360,26 +384,76 @@ func storeConfig(c *Config) (store.Config, error) {
 		}
 		spec.Mode, spec.Sync = "eventual", core.Duration(c.SyncRate*float64(time.Second))
 	}
-	r := c.Redis
+	r, err := c.redisRecord()
+	if err != nil {
+		return store.Config{}, err
+	}
 	// Kong allows a timeout of 0 ms: it takes the default, never unbounded.
-	spec.Timeout = core.Duration(time.Duration(cmp.Or(or(c.RedisTimeout, r.Timeout), 2000)) * time.Millisecond)
-	spec.Username, spec.Password = or(c.RedisUsername, r.Username), or(c.RedisPassword, r.Password)
-	spec.DB, spec.TLS, spec.TLSServerName = or(c.RedisDatabase, r.Database), or(c.RedisSSL, r.SSL), or(c.RedisServerName, r.ServerName)
-	spec.TLSSkipVerify = !or(c.RedisSSLVerify, r.SSLVerify)
-	switch host := or(c.RedisHost, r.Host); {
+	spec.Timeout = core.Duration(time.Duration(cmp.Or(r.Timeout, 2000)) * time.Millisecond)
+	spec.Username, spec.Password = r.Username, r.Password
+	spec.DB, spec.TLS, spec.TLSServerName = r.Database, r.SSL, r.ServerName
+	spec.TLSSkipVerify = !r.SSLVerify
+	switch host := r.Host; {
 	case len(r.ClusterAddresses) > 0:
 		spec.Type, spec.Addrs = "cluster", r.ClusterAddresses
 	case r.SentinelMaster != "":
 		spec.Type, spec.Master, spec.Addrs = "sentinel", r.SentinelMaster, r.SentinelAddresses
 		spec.SentinelUsername, spec.SentinelPassword = r.SentinelUsername, r.SentinelPassword
 	default:
-		spec.Addrs = []string{net.JoinHostPort(host, strconv.Itoa(or(c.RedisPort, r.Port)))} // [::1]:6379 for IPv6
+		spec.Addrs = []string{net.JoinHostPort(host, strconv.Itoa(r.Port))} // [::1]:6379 for IPv6
 	}
 	sc, err := spec.Config()
 	if err != nil {
 		return sc, fmt.Errorf("redis: %w", err)
 	}
 	return sc, nil
+}
+
+// redisRecord is the redis record with the flat redis_* names applied as
+// Kong 3.x applies its shorthand fields (kong/db/schema/init.lua,
+// process_auto_fields and validate_deprecation_exclusiveness; the fields'
+// list in kong/plugins/rate-limiting/schema.lua): a flat name's value goes
+// into the record, with Kong's deprecation warning, and a record field set
+// to another value is refused in Kong's words. A dump cannot declare
+// shorthands (they need a Lua function), so Kong stores both forms as
+// given, with the record's defaults filled: a record field at its default
+// is taken as unset, since the plugin cannot tell a written default from
+// a filled one (Kong would refuse {"redis_port": 6380, "redis": {"port":
+// 6379}}; the plugin dials 6380).
+func (c *Config) redisRecord() (RedisConfig, error) {
+	r := c.Redis
+	errs := []error{
+		shorthand("host", c.RedisHost, &r.Host, ""),
+		shorthand("port", c.RedisPort, &r.Port, 6379),
+		shorthand("username", c.RedisUsername, &r.Username, ""),
+		shorthand("password", c.RedisPassword, &r.Password, ""),
+		shorthand("database", c.RedisDatabase, &r.Database, 0),
+		shorthand("timeout", c.RedisTimeout, &r.Timeout, 2000),
+		shorthand("ssl", c.RedisSSL, &r.SSL, false),
+		shorthand("ssl_verify", c.RedisSSLVerify, &r.SSLVerify, false),
+		shorthand("server_name", c.RedisServerName, &r.ServerName, ""),
+	}
+	for _, err := range errs {
+		if err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// shorthand applies the flat field redis_<name> (legacy, nil when unset)
+// to the record's field, whose default is def (Kong's null for strings).
+func shorthand[T comparable](name string, legacy *T, field *T, def T) error {
+	if legacy == nil {
+		return nil
+	}
+	log.Printf("tollgate: config.redis_%s is deprecated, please use config.redis.%s instead", name, name)
+	if *field != def && *field != *legacy {
+		return fmt.Errorf("config.redis_%s: both deprecated and new field are used but their values mismatch: redis_%s = %v vs redis.%s = %v",
+			name, name, *legacy, name, *field)
+	}
+	*field = *legacy
+	return nil
 }
 
 func init() {

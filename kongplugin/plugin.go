@@ -30,12 +30,14 @@ const Version = "0.1.0"
 // authentication, so the consumer is known.
 const Priority = 910
 
-// Serve runs the plugin server as Kong starts it; with -dump it prints the
-// plugin's info and full schema for Kong's query command, and with `keys`
-// it is the operators' command (kongschema.Main).
-func Serve() error {
+// Serve runs the plugin server of variant v as Kong starts it; with -dump
+// it prints the plugin's info, v's phases and v's full schema for Kong's
+// query command, and with `keys` it is the operators' command
+// (kongschema.Main).
+func Serve(v Variant) error {
+	variant = v
 	newConfig := func() any { return &Config{} } // go-pdk's constructor
-	return schema.Main(kongschema.Info{Version: Version, Priority: Priority, Phases: kongschema.Phases(&Config{})},
+	return schemas[v].Main(kongschema.Info{Version: Version, Priority: Priority, Phases: v.phases()},
 		func() error { return server.StartServer(newConfig, Version, Priority) }, KeysTarget)
 }
 
@@ -119,8 +121,8 @@ const (
 	maxHold  = time.Hour
 )
 
-// Log, in Kong's log phase (the response finished), gives back the
-// request's in-flight slots and reports the upstream's status and
+// Log, in Kong's log phase (the response finished; WithResponse only),
+// gives back the request's in-flight slots and reports the upstream's status and
 // upstream_response_time to an adaptive policy, skipping answers Kong made
 // itself (tollgate's denials, other plugins' exits): not the upstream's.
 func (c *Config) Log(kong *pdk.PDK) {

@@ -22,7 +22,7 @@ func TestKongThousandInstanceRestarts(t *testing.T) {
 		restarts = 1000
 	}
 	rs := redistest.StartT(t)
-	node := kongproc.Start(t)
+	node := kongproc.StartResponse(t) // the redis config adapts
 	c := node.Dial()
 	defer c.Close()
 	configs := map[string]map[string]any{

@@ -82,61 +82,57 @@ func TestKongSchemaHasKongsFields(t *testing.T) {
 
 // kongRefuses are the configs Kong's rate-limiting refuses (its schema
 // spec and the rules of schema.lua and the typedefs), with the words the
-// refusal carries. byPlugin marks rules Kong makes in a Lua custom
-// validator, which no dump can carry: the plugin refuses those when Kong
-// starts the instance.
+// refusal carries; the dump carries every one of them, so Kong's Admin API
+// refuses them before any instance could start.
 var kongRefuses = []struct {
-	config   string
-	want     string
-	byPlugin bool
+	config string
+	want   string
 }{
-	{`{}`, "at least one of these fields must be non-empty: 'config.second'", false},
-	{`{"second": 20, "hour": 10}`, "The limit for hour(10.0) cannot be lower than the limit for second(20.0)", true},
-	{`{"second": 10, "minute": 20, "hour": 30, "day": 40, "month": 60, "year": 50}`, "The limit for year(50.0) cannot be lower than the limit for month(60.0)", true},
-	{`{"second": 0}`, "config.second: value must be greater than 0", false},
-	{`{"minute": -3}`, "config.minute: value must be greater than 0", false},
-	{`{"second": 10, "limit_by": "header"}`, "config.header_name: required field missing", false},
-	{`{"second": 10, "limit_by": "path"}`, "config.path: required field missing", false},
-	{`{"second": 10, "limit_by": "cookie"}`, "config.limit_by: expected one of", false},
-	{`{"second": 10, "policy": "carrier-pigeon"}`, "config.policy: expected one of", false},
-	{`{"second": 10, "policy": "redis"}`, "must set one of 'config.redis.host'", false},
-	{`{"second": 10, "sync_rate": 1}`, "sync_rate can only be used with the redis policy", false},
-	{`{"second": 10, "policy": "redis", "redis": {"host": "h"}, "sync_rate": 0.01}`, "sync_rate must be greater than 0.02, or -1 to disable", false},
-	{`{"second": 10, "policy": "redis", "redis": {"host": "h"}, "sync_rate": 0}`, "sync_rate must be greater than 0.02, or -1 to disable", false},
-	{`{"second": 10, "policy": "redis", "redis": {"host": "h"}, "sync_rate": -3}`, "sync_rate must be greater than 0.02, or -1 to disable", false},
-	{`{"second": 10, "header_name": "bad header"}`, "config.header_name: bad header name", false},
-	{`{"second": 10, "path": "login"}`, "config.path: should start with: /", false},
-	{`{"second": 10, "path": "/a//b"}`, "config.path: must not have empty segments", false},
-	{`{"second": 10, "path": "/a b"}`, "config.path: invalid path", false},
-	{`{"second": 10, "path": "/a%zz"}`, "config.path: invalid url-encoded value", false},
-	{`{"second": 10, "redis": {"port": 65536}}`, "config.redis.port: value should be between 0 and 65535", false},
-	{`{"second": 10, "redis": {"timeout": -1}}`, "config.redis.timeout: value should be between 0 and 2147483646", false},
-	{`{"second": 10, "redis": {"database": 1.5}}`, "config.redis.database: expected an integer", false},
-	{`{"second": 10, "error_code": 0}`, "config.error_code: value must be greater than 0", false},
-	{`{"second": 10, "fault_tolerant": "yes"}`, "config.fault_tolerant: expected a boolean", false},
-	{`{"second": 10, "error_message": ""}`, "config.error_message: length must be at least 1", false},
-	{`{"second": "ten"}`, "config.second: expected a number", false},
-	{`{"second": 10, "adaptive": {"controller": "vegas"}}`, "config.adaptive.controller: expected one of: gradient, aimd", false},
-	{`{"second": 10, "adaptive": {"tolerance": 0.5}}`, "config.adaptive.tolerance: value must be greater than 1", false},
-	{`{"second": 10, "colour": "blue"}`, "config.colour: unknown field", false},
+	{`{}`, "at least one of these fields must be non-empty: 'config.second'"},
+	{`{"second": 0}`, "config.second: value must be greater than 0"},
+	{`{"minute": -3}`, "config.minute: value must be greater than 0"},
+	{`{"second": 10, "limit_by": "header"}`, "config.header_name: required field missing"},
+	{`{"second": 10, "limit_by": "path"}`, "config.path: required field missing"},
+	{`{"second": 10, "limit_by": "cookie"}`, "config.limit_by: expected one of"},
+	{`{"second": 10, "policy": "carrier-pigeon"}`, "config.policy: expected one of"},
+	{`{"second": 10, "policy": "redis"}`, "must set one of 'config.redis.host'"},
+	{`{"second": 10, "sync_rate": 1}`, "sync_rate can only be used with the redis policy"},
+	{`{"second": 10, "policy": "redis", "redis": {"host": "h"}, "sync_rate": 0.01}`, "sync_rate must be greater than 0.02, or -1 to disable"},
+	{`{"second": 10, "policy": "redis", "redis": {"host": "h"}, "sync_rate": 0}`, "sync_rate must be greater than 0.02, or -1 to disable"},
+	{`{"second": 10, "policy": "redis", "redis": {"host": "h"}, "sync_rate": -3}`, "sync_rate must be greater than 0.02, or -1 to disable"},
+	{`{"second": 10, "header_name": "bad header"}`, "config.header_name: bad header name"},
+	{`{"second": 10, "path": "login"}`, "config.path: should start with: /"},
+	{`{"second": 10, "path": "/a//b"}`, "config.path: must not have empty segments"},
+	{`{"second": 10, "path": "/a b"}`, "config.path: invalid path"},
+	{`{"second": 10, "path": "/a%zz"}`, "config.path: invalid url-encoded value"},
+	{`{"second": 10, "redis": {"port": 65536}}`, "config.redis.port: value should be between 0 and 65535"},
+	{`{"second": 10, "redis": {"timeout": -1}}`, "config.redis.timeout: value should be between 0 and 2147483646"},
+	{`{"second": 10, "redis": {"database": 1.5}}`, "config.redis.database: expected an integer"},
+	{`{"second": 10, "error_code": 0}`, "config.error_code: value must be greater than 0"},
+	{`{"second": 10, "fault_tolerant": "yes"}`, "config.fault_tolerant: expected a boolean"},
+	{`{"second": 10, "error_message": ""}`, "config.error_message: length must be at least 1"},
+	{`{"second": "ten"}`, "config.second: expected a number"},
+	{`{"second": 10, "adaptive": {"controller": "vegas"}}`, "config.adaptive.controller: expected one of: gradient, aimd"},
+	{`{"second": 10, "adaptive": {"tolerance": 0.5}}`, "config.adaptive.tolerance: value must be greater than 1"},
+	{`{"second": 10, "colour": "blue"}`, "config.colour: unknown field"},
 	// Counts above a header's 15 digits are refused at the Admin API
 	// (tollgate's bound: Kong's own plugin takes them), so Kong never
 	// stores a config the plugin could not start.
-	{`{"minute": 1e30}`, "config.minute: value should be between 0 and 999999999999999 (got 1e+30)", false},
-	{`{"minute": 9223372036854775808}`, "config.minute: value should be between 0 and 999999999999999", false},
-	{`{"plans": [{"name": "free", "hour": 1e16}], "default_plan": "free"}`, "config.plans[0].hour: value should be between 0 and 999999999999999", false},
-	{`{"minute": 5, "policy": "redis", "redis": {"host": "h"}, "sync_rate": 1e300}`, "sync_rate: 1e+300 seconds is above a day", true},
-	{`{"second": 10, "redis": {"hots": "h"}}`, "config.redis.hots: unknown field", false},
+	{`{"minute": 1e30}`, "config.minute: value should be between 0 and 999999999999999 (got 1e+30)"},
+	{`{"minute": 9223372036854775808}`, "config.minute: value should be between 0 and 999999999999999"},
+	{`{"plans": [{"name": "free", "hour": 1e16}], "default_plan": "free"}`, "config.plans[0].hour: value should be between 0 and 999999999999999"},
+	{`{"minute": 5, "policy": "redis", "redis": {"host": "h"}, "sync_rate": 1e300}`, "config.sync_rate: sync_rate must be at most a day (86400 seconds)"},
+	{`{"second": 10, "redis": {"hots": "h"}}`, "config.redis.hots: unknown field"},
 	// Kong's host and sni typedefs (kong/db/schema/typedefs.lua,
 	// validate_host and validate_sni), as patterns a dump can carry.
-	{`{"minute": 5, "policy": "redis", "redis": {"host": "redis:6379"}}`, "config.redis.host: must not have a port", false},
-	{`{"minute": 5, "policy": "redis", "redis": {"host": "[::1]:6379"}}`, "config.redis.host: must not have a port", false},
-	{`{"minute": 5, "policy": "redis", "redis_host": "redis:6379"}`, "config.redis_host: must not have a port", false},
-	{`{"minute": 5, "policy": "redis", "redis": {"host": ":::not a host:::"}}`, "config.redis.host: invalid value", false},
-	{`{"minute": 5, "policy": "redis", "redis": {"host": "h", "server_name": "10.0.0.1"}}`, "config.redis.server_name: must not be an IP", false},
-	{`{"minute": 5, "policy": "redis", "redis": {"host": "h", "server_name": "::1"}}`, "config.redis.server_name: must not be an IP", false},
-	{`{"minute": 5, "policy": "redis", "redis": {"host": "h", "server_name": "redis.example.com:443"}}`, "config.redis.server_name: must not have a port", false},
-	{`{"limits": [{"count": 5, "window": "1m", "brust": 3}]}`, "config.limits[0].brust: unknown field", false},
+	{`{"minute": 5, "policy": "redis", "redis": {"host": "redis:6379"}}`, "config.redis.host: must not have a port"},
+	{`{"minute": 5, "policy": "redis", "redis": {"host": "[::1]:6379"}}`, "config.redis.host: must not have a port"},
+	{`{"minute": 5, "policy": "redis", "redis_host": "redis:6379"}`, "config.redis_host: must not have a port"},
+	{`{"minute": 5, "policy": "redis", "redis": {"host": ":::not a host:::"}}`, "config.redis.host: invalid value"},
+	{`{"minute": 5, "policy": "redis", "redis": {"host": "h", "server_name": "10.0.0.1"}}`, "config.redis.server_name: must not be an IP"},
+	{`{"minute": 5, "policy": "redis", "redis": {"host": "h", "server_name": "::1"}}`, "config.redis.server_name: must not be an IP"},
+	{`{"minute": 5, "policy": "redis", "redis": {"host": "h", "server_name": "redis.example.com:443"}}`, "config.redis.server_name: must not have a port"},
+	{`{"limits": [{"count": 5, "window": "1m", "brust": 3}]}`, "config.limits[0].brust: unknown field"},
 }
 
 // kongAccepts are configs Kong's rate-limiting accepts; tollgate's schema
@@ -159,30 +155,70 @@ var kongAccepts = []string{
 	`{"minute": 5, "policy": "local", "sync_rate": -1, "fault_tolerant": false, "hide_client_headers": true}`,
 }
 
+// kongRefusesTollgateTakes are configs Kong's rate-limiting refuses with
+// Lua that no dump can carry (schema.lua's validate_periods_order, a
+// custom_validator): Kong's Admin API would store them for tollgate. The
+// plugin takes them, enforcing each period on its own as it always does,
+// and logs that Kong's plugin would refuse the order; refusing them when
+// Kong starts the instance would answer 500 to every request of the route.
+var kongRefusesTollgateTakes = []string{
+	`{"second": 20, "hour": 10}`,
+	`{"second": 10, "minute": 20, "hour": 30, "day": 40, "month": 60, "year": 50}`,
+	`{"plans": [{"name": "free", "minute": 60, "hour": 10}], "default_plan": "free"}`,
+}
+
+// needsResponse says whether a config uses what only tollgate-response
+// serves (adaptive or in-flight limits).
+func needsResponse(config string) bool {
+	return strings.Contains(config, `"adaptive"`) || strings.Contains(config, `"in_flight"`)
+}
+
 // TestKongSchemaRefusesWhatKongRefuses checks each config as Kong's Admin
 // API would (the declaration alone) and as the plugin does when Kong
-// starts an instance.
+// starts an instance, for both plugins: tollgate refuses the adaptive
+// record and in_flight at the Admin API (they need tollgate-response).
 func TestKongSchemaRefusesWhatKongRefuses(t *testing.T) {
-	for _, tc := range kongRefuses {
-		err := schema.Check(object(t, tc.config))
-		switch {
-		case tc.byPlugin && err != nil:
-			t.Errorf("%s: the declaration refuses it (%v), yet no dump can carry this rule", tc.config, err)
-		case !tc.byPlugin && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("%s: at the Admin API %v, want %q", tc.config, err, tc.want)
+	for _, v := range []Variant{AccessOnly, WithResponse} {
+		for _, tc := range kongRefuses {
+			want := tc.want
+			if v == AccessOnly && needsResponse(tc.config) {
+				want = "config.adaptive: unknown field"
+			}
+			if err := schemas[v].Check(object(t, tc.config)); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("variant %d: %s: at the Admin API %v, want %q", v, tc.config, err, want)
+			}
+			var c Config
+			if err := c.decode([]byte(tc.config), v); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("variant %d: %s: the plugin says %v, want %q", v, tc.config, err, want)
+			}
 		}
-		var c Config
-		if err := json.Unmarshal([]byte(tc.config), &c); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: the plugin says %v, want %q", tc.config, err, tc.want)
+		for _, config := range append(kongAccepts, kongRefusesTollgateTakes...) {
+			if err := schemas[v].Check(object(t, config)); err != nil {
+				t.Errorf("variant %d: %s: refused at the Admin API: %v", v, config, err)
+			}
+			var c Config
+			if err := c.decode([]byte(config), v); err != nil {
+				t.Errorf("variant %d: %s: the plugin refuses it: %v", v, config, err)
+			}
 		}
 	}
-	for _, config := range kongAccepts {
-		if err := schema.Check(object(t, config)); err != nil {
-			t.Errorf("%s: refused at the Admin API: %v", config, err)
-		}
+}
+
+// TestKongAccessOnlyRefusesWhatNeedsTheResponse: tollgate (access phase
+// only) refuses at the Admin API what would need Kong's log phase, naming
+// the field; tollgate-response takes the same configs.
+func TestKongAccessOnlyRefusesWhatNeedsTheResponse(t *testing.T) {
+	for config, want := range map[string]string{
+		`{"second": 10, "adaptive": {"enabled": true}}`:                                                                       "config.adaptive: unknown field",
+		`{"limits": [{"count": 2, "window": "1m", "algorithm": "in_flight"}]}`:                                                "config.limits[0].algorithm: expected one of: fixed_window, sliding_log, sliding_counter, token_bucket, gcra, leaky_bucket",
+		`{"plans": [{"name": "p", "limits": [{"count": 2, "window": "1m", "algorithm": "in_flight"}]}], "default_plan": "p"}`: "config.plans[0].limits[0].algorithm: expected one of",
+	} {
 		var c Config
-		if err := json.Unmarshal([]byte(config), &c); err != nil {
-			t.Errorf("%s: the plugin refuses it: %v", config, err)
+		if err := c.decode([]byte(config), AccessOnly); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("tollgate: %s: %v, want %q", config, err, want)
+		}
+		if err := c.decode([]byte(config), WithResponse); err != nil {
+			t.Errorf("tollgate-response: %s: %v", config, err)
 		}
 	}
 }
@@ -490,7 +526,7 @@ func TestKongYmlExampleValidates(t *testing.T) {
 			n++
 			config := normalize(p.Config).(map[string]any) // YAML ints as JSON numbers
 			raw, _ := json.Marshal(config)
-			if err := schema.Check(config); err != nil {
+			if err := schemas[AccessOnly].Check(config); err != nil {
 				t.Errorf("%s: %v", raw, err)
 			}
 			var c Config
@@ -505,34 +541,41 @@ func TestKongYmlExampleValidates(t *testing.T) {
 }
 
 // kongStoresForMinute5 is what Kong 3.9.3 stores for the config
-// {"minute": 5} of this plugin: its plugins entity's
+// {"minute": 5} of each plugin: its plugins entity's
 // process_auto_fields("insert") then validate_insert, with the schema read
 // from -dump and built by Entity.new_subschema (kong/db/schema/entity.lua,
 // make_records_required), as ../shared/kong-schema printed it for this
-// tree. A record that does not say "required": false is filled from its
-// defaults there, so "adaptive" must say it, or Kong stores it switched on.
-const kongStoresForMinute5 = `{"adaptive":null,"algorithm":"fixed_window","clear_keys":false,"cost":1,"day":null,"default_plan":null,"error_code":429,"error_message":"API rate limit exceeded","fault_tolerant":true,"header_name":null,"headers":"kong","hide_client_headers":false,"hour":null,"limit_by":"consumer","limits":null,"log_denials":0,"minute":5,"month":null,"namespace":null,"on_error":null,"path":null,"plan_by":"consumer_tag","plan_header":null,"plans":null,"policy":"local","redis":{"cluster_addresses":null,"database":0,"host":null,"password":null,"port":6379,"sentinel_addresses":null,"sentinel_master":null,"sentinel_password":null,"sentinel_role":null,"sentinel_username":null,"server_name":null,"ssl":false,"ssl_verify":false,"timeout":2000,"username":null},"redis_database":null,"redis_host":null,"redis_password":null,"redis_port":null,"redis_server_name":null,"redis_ssl":null,"redis_ssl_verify":null,"redis_timeout":null,"redis_username":null,"second":null,"shadow":false,"sync_rate":-1,"year":null}`
+// tree (TOLLGATE_CMD and TOLLGATE_NAME tollgate-response for the second).
+// A record that does not say "required": false is filled from its
+// defaults there, so tollgate-response's "adaptive" must say it, or Kong
+// stores it switched on; tollgate has no adaptive record.
+var kongStoresForMinute5 = [...]string{
+	AccessOnly:   `{"algorithm":"fixed_window","clear_keys":false,"cost":1,"day":null,"default_plan":null,"error_code":429,"error_message":"API rate limit exceeded","fault_tolerant":true,"header_name":null,"headers":"kong","hide_client_headers":false,"hour":null,"limit_by":"consumer","limits":null,"log_denials":0,"minute":5,"month":null,"namespace":null,"on_error":null,"path":null,"plan_by":"consumer_tag","plan_header":null,"plans":null,"policy":"local","redis":{"cluster_addresses":null,"database":0,"host":null,"password":null,"port":6379,"sentinel_addresses":null,"sentinel_master":null,"sentinel_password":null,"sentinel_role":null,"sentinel_username":null,"server_name":null,"ssl":false,"ssl_verify":false,"timeout":2000,"username":null},"redis_database":null,"redis_host":null,"redis_password":null,"redis_port":null,"redis_server_name":null,"redis_ssl":null,"redis_ssl_verify":null,"redis_timeout":null,"redis_username":null,"second":null,"shadow":false,"sync_rate":-1,"year":null}`,
+	WithResponse: `{"adaptive":null,"algorithm":"fixed_window","clear_keys":false,"cost":1,"day":null,"default_plan":null,"error_code":429,"error_message":"API rate limit exceeded","fault_tolerant":true,"header_name":null,"headers":"kong","hide_client_headers":false,"hour":null,"limit_by":"consumer","limits":null,"log_denials":0,"minute":5,"month":null,"namespace":null,"on_error":null,"path":null,"plan_by":"consumer_tag","plan_header":null,"plans":null,"policy":"local","redis":{"cluster_addresses":null,"database":0,"host":null,"password":null,"port":6379,"sentinel_addresses":null,"sentinel_master":null,"sentinel_password":null,"sentinel_role":null,"sentinel_username":null,"server_name":null,"ssl":false,"ssl_verify":false,"timeout":2000,"username":null},"redis_database":null,"redis_host":null,"redis_password":null,"redis_port":null,"redis_server_name":null,"redis_ssl":null,"redis_ssl_verify":null,"redis_timeout":null,"redis_username":null,"second":null,"shadow":false,"sync_rate":-1,"year":null}`,
+}
 
 // TestKongStoresAsKong: the plugin's own schema processing stores what
 // Kong stores, and a config that never names adaptive limiting starts an
 // instance that does not adapt.
 func TestKongStoresAsKong(t *testing.T) {
-	config := object(t, `{"minute": 5}`)
-	if err := schema.Check(config); err != nil {
-		t.Fatal(err)
-	}
-	// Kong writes null for every field it leaves unset; the plugin leaves
-	// them out, which it reads the same.
-	if want := withoutNulls(object(t, kongStoresForMinute5)); !reflect.DeepEqual(config, want) {
-		got, _ := json.Marshal(config)
-		t.Errorf("stored config differs from Kong's:\n got %s\nwant %s", got, kongStoresForMinute5)
-	}
-	var c Config
-	if err := json.Unmarshal([]byte(kongStoresForMinute5), &c); err != nil {
-		t.Fatal(err)
-	}
-	if c.compiled.policy.Adaptive() != nil {
-		t.Error("the config Kong stores for {\"minute\": 5} adapts its limits")
+	for v, stored := range kongStoresForMinute5 {
+		config := object(t, `{"minute": 5}`)
+		if err := schemas[v].Check(config); err != nil {
+			t.Fatal(err)
+		}
+		// Kong writes null for every field it leaves unset; the plugin leaves
+		// them out, which it reads the same.
+		if want := withoutNulls(object(t, stored)); !reflect.DeepEqual(config, want) {
+			got, _ := json.Marshal(config)
+			t.Errorf("variant %d: stored config differs from Kong's:\n got %s\nwant %s", v, got, stored)
+		}
+		var c Config
+		if err := c.decode([]byte(stored), Variant(v)); err != nil {
+			t.Fatal(err)
+		}
+		if c.compiled.policy.Adaptive() != nil {
+			t.Errorf("variant %d: the config Kong stores for {\"minute\": 5} adapts its limits", v)
+		}
 	}
 }
 

@@ -195,7 +195,13 @@ func TestKongRefusedConfigs(t *testing.T) {
 		want   string
 	}{
 		{map[string]any{"minute": 0}, "config.minute: value must be greater than 0 (got 0)"},
-		{map[string]any{"second": 10, "minute": 5}, "The limit for minute(5.0) cannot be lower than the limit for second(10.0)"},
+		// Kong's shorthand rule for the flat redis_* names (kong/db/schema/init.lua,
+		// validate_deprecation_exclusiveness), which no dump can carry.
+		{map[string]any{"minute": 5, "policy": "redis", "redis_host": "a", "redis": map[string]any{"host": "b"}},
+			"config.redis_host: both deprecated and new field are used but their values mismatch: redis_host = a vs redis.host = b"},
+		// tollgate serves the access phase only: in-flight slots could never go back.
+		{map[string]any{"limits": []any{map[string]any{"count": 2, "window": "1m", "algorithm": "in_flight"}}},
+			`config.limits[0].algorithm: expected one of: fixed_window, sliding_log, sliding_counter, token_bucket, gcra, leaky_bucket (got "in_flight")`},
 		{map[string]any{"minute": 5, "policy": "cluster"}, `config.policy: expected one of: local, redis (got "cluster")`},
 		{map[string]any{"minute": 5, "limit_by": "header"}, "config.header_name: required field missing"},
 		{map[string]any{"minute": 5, "policy": "redis", "redis": map[string]any{"host": "h", "port": 65536}}, "config.redis.port: value should be between 0 and 65535 (got 65536)"},
@@ -216,8 +222,11 @@ func TestKongRefusedConfigs(t *testing.T) {
 		}
 	}
 	// What Kong's schema accepts starts: fractional limits, port and
-	// timeout 0, a path from /.
+	// timeout 0, a path from /; and periods in an order Kong's
+	// rate-limiting refuses with a Lua validator no dump carries (each is
+	// enforced; the log says Kong would refuse it).
 	for _, fields := range []map[string]any{
+		{"second": 10, "minute": 5},
 		{"minute": 2.5},
 		{"minute": 5, "policy": "redis", "redis": map[string]any{"host": "127.0.0.1", "port": 0, "timeout": 0}},
 		{"minute": 5, "limit_by": "path", "path": "/login"},
@@ -225,6 +234,9 @@ func TestKongRefusedConfigs(t *testing.T) {
 		if _, err := c.StartInstance(kongConfig(fields)); err != nil {
 			t.Errorf("%v refused: %v", fields, err)
 		}
+	}
+	if want := "The limit for minute(5.0) cannot be lower than the limit for second(10.0) in Kong's rate-limiting; tollgate enforces each period"; !strings.Contains(srv.Log(), want) {
+		t.Errorf("plugin log lacks %q:\n%s", want, srv.Log())
 	}
 	// The server still serves good configs.
 	id := start(t, c, map[string]any{"minute": 1})
@@ -337,47 +349,67 @@ func TestKongRedisSharedAndFaults(t *testing.T) {
 // TestKongDump checks what Kong's query command reads: name, phases,
 // priority and the schema's fields and types.
 func TestKongDump(t *testing.T) {
-	var info struct {
-		Protocol string
-		Plugins  []struct {
-			Name     string
-			Phases   []string
-			Priority int
-			Schema   struct {
-				Fields []map[string]struct {
-					Type   string
-					Fields []map[string]map[string]any
+	for _, variant := range []struct {
+		pkg, name, phases string
+		adaptive          string // the adaptive field's type; "" when absent
+		algorithms        string // a limit's algorithms
+	}{
+		// tollgate: access only, as Kong's rate-limiting (its handler.lua has
+		// access alone); nothing that needs the response.
+		{kongproc.PluginPackage, "tollgate", "[access]", "", "[fixed_window sliding_log sliding_counter token_bucket gcra leaky_bucket]"},
+		{kongproc.ResponsePackage, "tollgate-response", "[access log]", "record", "[fixed_window sliding_log sliding_counter token_bucket gcra leaky_bucket in_flight]"},
+	} {
+		var info struct {
+			Protocol string
+			Plugins  []struct {
+				Name     string
+				Phases   []string
+				Priority int
+				Schema   struct {
+					Name   string
+					Fields []map[string]struct {
+						Type   string
+						Fields []map[string]map[string]any
+					}
 				}
 			}
 		}
-	}
-	if err := json.Unmarshal(kongproc.Dump(t), &info); err != nil {
-		t.Fatal(err)
-	}
-	if info.Protocol != "ProtoBuf:1" || len(info.Plugins) != 1 {
-		t.Fatalf("dump: %+v", info)
-	}
-	p := info.Plugins[0]
-	if p.Name != "tollgate" || fmt.Sprint(p.Phases) != "[access log]" || p.Priority != 910 {
-		t.Fatalf("plugin info: name %q phases %v priority %d", p.Name, p.Phases, p.Priority)
-	}
-	types := map[string]string{}
-	for _, f := range p.Schema.Fields[0]["config"].Fields {
-		for name, decl := range f {
-			types[name], _ = decl["type"].(string)
+		if err := json.Unmarshal(kongproc.DumpOf(t, variant.pkg), &info); err != nil {
+			t.Fatal(err)
 		}
-	}
-	for name, want := range map[string]string{"second": "number", "minute": "number", "year": "number", "limit_by": "string",
-		"policy": "string", "fault_tolerant": "boolean", "error_code": "integer", "sync_rate": "number", "redis": "record",
-		"redis_host": "string", "limits": "array", "algorithm": "string", "headers": "string", "namespace": "string", "on_error": "string",
-		"adaptive": "record"} {
-		if types[name] != want {
-			t.Errorf("schema field %s: type %q, want %q", name, types[name], want)
+		if info.Protocol != "ProtoBuf:1" || len(info.Plugins) != 1 {
+			t.Fatalf("dump: %+v", info)
 		}
-	}
-	for _, kongs := range []string{"route_id", "service_id", "consumer_id"} {
-		if _, ok := types[kongs]; ok {
-			t.Errorf("schema declares %s, which Kong adds itself", kongs)
+		p := info.Plugins[0]
+		if p.Name != variant.name || p.Schema.Name != variant.name || fmt.Sprint(p.Phases) != variant.phases || p.Priority != 910 {
+			t.Fatalf("plugin info: name %q (schema %q) phases %v priority %d, want %s %s", p.Name, p.Schema.Name, p.Phases, p.Priority, variant.name, variant.phases)
+		}
+		types := map[string]string{}
+		var algorithms any
+		for _, f := range p.Schema.Fields[0]["config"].Fields {
+			for name, decl := range f {
+				types[name], _ = decl["type"].(string)
+				if name == "limits" {
+					fields := decl["elements"].(map[string]any)["fields"].([]any)
+					algorithms = fields[2].(map[string]any)["algorithm"].(map[string]any)["one_of"]
+				}
+			}
+		}
+		for name, want := range map[string]string{"second": "number", "minute": "number", "year": "number", "limit_by": "string",
+			"policy": "string", "fault_tolerant": "boolean", "error_code": "integer", "sync_rate": "number", "redis": "record",
+			"redis_host": "string", "limits": "array", "algorithm": "string", "headers": "string", "namespace": "string", "on_error": "string",
+			"adaptive": variant.adaptive} {
+			if types[name] != want {
+				t.Errorf("%s: schema field %s: type %q, want %q", variant.name, name, types[name], want)
+			}
+		}
+		if fmt.Sprint(algorithms) != variant.algorithms {
+			t.Errorf("%s: a limit's algorithms %v, want %s", variant.name, algorithms, variant.algorithms)
+		}
+		for _, kongs := range []string{"route_id", "service_id", "consumer_id"} {
+			if _, ok := types[kongs]; ok {
+				t.Errorf("%s: schema declares %s, which Kong adds itself", variant.name, kongs)
+			}
 		}
 	}
 }
@@ -679,7 +711,7 @@ func TestKongInFlight(t *testing.T) {
 	cfg := map[string]any{"limits": []any{map[string]any{"count": 2, "window": "2s", "algorithm": "in_flight", "name": "exports"}},
 		"policy": "redis", "redis": rs.KongRecord(), "limit_by": "header", "header_name": "X-Key",
 		"headers": "both"}
-	node1, node2 := kongproc.Start(t), kongproc.Start(t)
+	node1, node2 := kongproc.StartResponse(t), kongproc.StartResponse(t) // in-flight slots go back in the log phase
 	c1, c2 := node1.Dial(), node2.Dial()
 	defer c2.Close()
 	id1, id2 := start(t, c1, cfg), start(t, c2, cfg)

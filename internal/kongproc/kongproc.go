@@ -32,8 +32,13 @@ var (
 	built   = map[string]string{} // package → binary
 )
 
-// PluginPackage is the plugin server Kong runs: tollgate's.
-const PluginPackage = "github.com/tollgate/tollgate/kongplugin/cmd/tollgate"
+// PluginPackage is the plugin server Kong runs: tollgate's, in the access
+// phase only; ResponsePackage is tollgate-response's, which Kong also runs
+// in the log phase (in-flight and adaptive limits need it).
+const (
+	PluginPackage   = "github.com/tollgate/tollgate/kongplugin/cmd/tollgate"
+	ResponsePackage = "github.com/tollgate/tollgate/kongplugin/cmd/tollgate-response"
+)
 
 // Binary builds the plugin server once per test process and returns it,
 // with the race detector when the tests have it.
@@ -90,6 +95,12 @@ func Start(t testing.TB) *Server { return StartEnv(t) }
 func StartEnv(t testing.TB, env ...string) *Server {
 	t.Helper()
 	return StartPackage(t, PluginPackage, env...)
+}
+
+// StartResponse is StartEnv for tollgate-response.
+func StartResponse(t testing.TB, env ...string) *Server {
+	t.Helper()
+	return StartPackage(t, ResponsePackage, env...)
 }
 
 // StartPackage is StartEnv for the plugin server command pkg (see
@@ -263,11 +274,14 @@ func (c *Client) CloseInstance(id int32) error {
 }
 
 // Dump runs `tollgate -dump` (Kong's query command) and returns its output.
-func Dump(t testing.TB) []byte {
+func Dump(t testing.TB) []byte { return DumpOf(t, PluginPackage) }
+
+// DumpOf runs the -dump of the plugin server command pkg.
+func DumpOf(t testing.TB, pkg string) []byte {
 	t.Helper()
-	out, err := exec.Command(Binary(t), "-dump").Output()
+	out, err := exec.Command(BinaryOf(t, pkg), "-dump").Output()
 	if err != nil {
-		t.Fatalf("tollgate -dump: %v", err)
+		t.Fatalf("%s -dump: %v", filepath.Base(pkg), err)
 	}
 	return out
 }

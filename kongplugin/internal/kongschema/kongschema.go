@@ -689,16 +689,3 @@ func jsonKind(v any) string {
 	}
 	return fmt.Sprintf("%T", v)
 }
-
-// Phases lists the Kong phases a go-pdk plugin config handles, as go-pdk
-// finds them: methods named after the phases.
-func Phases(config any) []string {
-	var phases []string
-	t := reflect.TypeOf(config)
-	for _, p := range []string{"certificate", "rewrite", "access", "response", "preread", "log"} {
-		if _, ok := t.MethodByName(strings.ToUpper(p[:1]) + p[1:]); ok {
-			phases = append(phases, p)
-		}
-	}
-	return phases
-}

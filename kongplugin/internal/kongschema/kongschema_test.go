@@ -184,15 +184,3 @@ func TestDumpIsTheDeclaration(t *testing.T) {
 		t.Errorf("dump %s\nwant schema %s", out.Bytes(), want)
 	}
 }
-
-type phased struct{}
-
-func (phased) Access(any) {}
-func (phased) Log(any)    {}
-func (phased) Other(any)  {}
-
-func TestPhases(t *testing.T) {
-	if got := Phases(phased{}); strings.Join(got, ",") != "access,log" {
-		t.Errorf("phases %v", got)
-	}
-}

@@ -1,0 +1,105 @@
+package kongplugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+
+	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
+)
+
+// Variant is which of Kong's phases a plugin server asks Kong for. Kong
+// runs a plugin's declared phases for every request on every route that
+// uses it, whatever the instance's config (kong/runloop/plugins_iterator.lua
+// keys them by the plugin's handler, not its config), and a Go plugin's log
+// phase is not free: kong/runloop/plugin_servers/plugin.lua starts a timer,
+// serializes the request with kong.log.serialize and makes a socket round
+// trip for it. So the plugin comes as two commands, each named by its
+// executable as Kong names a Go plugin: tollgate, the access phase only, and
+// tollgate-response, which also runs in the log phase for what needs the
+// finished response.
+type Variant int
+
+const (
+	// AccessOnly (command tollgate) decides in Kong's access phase and
+	// nothing else: one socket event per request, as Kong's own
+	// rate-limiting (its handler has access only). Its schema has no
+	// adaptive record and no in_flight algorithm, so Kong's Admin API
+	// refuses configs that need the response.
+	AccessOnly Variant = iota
+	// WithResponse (command tollgate-response) adds Kong's log phase:
+	// in-flight limits give their slots back there, and adaptive limits
+	// read the upstream's status and time.
+	WithResponse
+)
+
+// variant is the one this process serves: Serve sets it before go-pdk
+// starts decoding configs.
+var variant = AccessOnly
+
+// phases lists the Kong phases v asks for, in -dump's words.
+func (v Variant) phases() []string {
+	if v == WithResponse {
+		return []string{"access", "log"}
+	}
+	return []string{"access"}
+}
+
+// schemas are the declarations of each variant: schema.json is
+// WithResponse's; AccessOnly's is derived from it.
+var schemas = [...]*kongschema.Schema{
+	AccessOnly:   kongschema.MustParse(accessOnly(schemaJSON)),
+	WithResponse: kongschema.MustParse(schemaJSON),
+}
+
+// needsResponse are what AccessOnly leaves out of the declaration: the
+// adaptive record, and in_flight among the algorithms.
+const (
+	adaptiveField = "adaptive"
+	inFlight      = "in_flight"
+)
+
+// accessOnly derives AccessOnly's declaration from the full one: the
+// same, without the adaptive record and the in_flight algorithm.
+func accessOnly(full []byte) []byte {
+	var decl any
+	dec := json.NewDecoder(bytes.NewReader(full))
+	dec.UseNumber() // numbers as declared
+	if err := dec.Decode(&decl); err != nil {
+		panic(err) // schema.json is compiled in; MustParse reports its errors
+	}
+	var strip func(v any) any
+	strip = func(v any) any {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				if k == "fields" {
+					fields, _ := e.([]any)
+					v[k] = slices.DeleteFunc(fields, func(f any) bool {
+						m, _ := f.(map[string]any)
+						_, adaptive := m[adaptiveField]
+						return adaptive
+					})
+				}
+				if k == "algorithm" {
+					if f, ok := e.(map[string]any); ok {
+						if list, ok := f["one_of"].([]any); ok {
+							f["one_of"] = slices.DeleteFunc(list, func(a any) bool { return a == inFlight })
+						}
+					}
+				}
+				v[k] = strip(v[k])
+			}
+		case []any:
+			for i := range v {
+				v[i] = strip(v[i])
+			}
+		}
+		return v
+	}
+	out, err := json.Marshal(strip(decl))
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
