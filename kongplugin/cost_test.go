@@ -1,0 +1,110 @@
+package kongplugin_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate/internal/kongproc"
+)
+
+// TestKongEventsAndCallsPerRequest measures what one request costs Kong
+// for each kind of config: the socket events (one per phase the plugin
+// declares: Kong sends each declared phase of every request on a route
+// using the plugin, kong/runloop/plugin_servers/plugin.lua) and the PDK
+// calls the plugin makes (each a synchronous round trip on that socket).
+// The table it measures is the one in docs/kong.md, word for word.
+func TestKongEventsAndCallsPerRequest(t *testing.T) {
+	phases := map[string][]string{}
+	for _, pkg := range []string{kongproc.PluginPackage, kongproc.ResponsePackage} {
+		var info struct {
+			Plugins []struct {
+				Name   string
+				Phases []string
+			}
+		}
+		if err := json.Unmarshal(kongproc.DumpOf(t, pkg), &info); err != nil {
+			t.Fatal(err)
+		}
+		phases[pkg] = info.Plugins[0].Phases
+	}
+	servers := map[string]*kongproc.Server{kongproc.PluginPackage: kongproc.Start(t), kongproc.ResponsePackage: kongproc.StartResponse(t)}
+	inFlight := []any{map[string]any{"count": 100, "window": "1m", "algorithm": "in_flight"}}
+	rows := []struct {
+		what   string
+		pkg    string
+		config map[string]any
+		req    kongproc.Request
+		deny   bool // exhaust the limit first: the row is a denial
+	}{
+		{"`limit_by: ip`", kongproc.PluginPackage, map[string]any{"minute": 100, "limit_by": "ip"}, kongproc.Request{ForwardedIP: "192.0.2.1"}, false},
+		{"`limit_by: consumer`, a consumer authenticated", kongproc.PluginPackage, map[string]any{"minute": 100}, kongproc.Request{ForwardedIP: "192.0.2.1", ConsumerID: "c-1"}, false},
+		{"`limit_by: consumer`, none authenticated (falls back to credential, then IP)", kongproc.PluginPackage, map[string]any{"minute": 100}, kongproc.Request{ForwardedIP: "192.0.2.1"}, false},
+		{"`limit_by: header`", kongproc.PluginPackage, map[string]any{"minute": 100, "limit_by": "header", "header_name": "X-Key"}, kongproc.Request{ForwardedIP: "192.0.2.1", Headers: http.Header{"X-Key": {"k"}}}, false},
+		{"`limit_by: ip`, `hide_client_headers: true`", kongproc.PluginPackage, map[string]any{"minute": 100, "limit_by": "ip", "hide_client_headers": true}, kongproc.Request{ForwardedIP: "192.0.2.1"}, false},
+		{"plans chosen by `plan_header`", kongproc.PluginPackage, map[string]any{"limit_by": "ip", "plans": []any{map[string]any{"name": "free", "minute": 100}}, "default_plan": "free", "plan_by": "header", "plan_header": "X-Plan"},
+			kongproc.Request{ForwardedIP: "192.0.2.1", Headers: http.Header{"X-Plan": {"free"}}}, false},
+		{"`limit_by: ip`, denied", kongproc.PluginPackage, map[string]any{"minute": 1, "limit_by": "ip"}, kongproc.Request{ForwardedIP: "192.0.2.1"}, true},
+		{"`in_flight` limit, `limit_by: ip`", kongproc.ResponsePackage, map[string]any{"limits": inFlight, "limit_by": "ip"}, kongproc.Request{ForwardedIP: "192.0.2.1"}, false},
+		{"`adaptive`, `limit_by: ip`", kongproc.ResponsePackage, map[string]any{"minute": 100, "limit_by": "ip", "adaptive": map[string]any{"enabled": true}},
+			kongproc.Request{ForwardedIP: "192.0.2.1", Status: 200, Source: "service", UpstreamTime: "0.012"}, false},
+		{"`limit_by: ip` on tollgate-response", kongproc.ResponsePackage, map[string]any{"minute": 100, "limit_by": "ip"}, kongproc.Request{ForwardedIP: "192.0.2.1"}, false},
+	}
+	var table strings.Builder
+	table.WriteString("| config | plugin | events | PDK calls |\n| --- | --- | --- | --- |\n")
+	for i, row := range rows {
+		c := servers[row.pkg].Dial()
+		row.config["namespace"] = fmt.Sprintf("cost-%d", i)
+		id := start(t, c, row.config)
+		run := func() (events int, calls []string) {
+			req := row.req
+			req.Shared = map[string]any{}
+			for _, phase := range phases[row.pkg] {
+				var res *kongproc.Result
+				var err error
+				switch phase {
+				case "access":
+					res, err = c.Access(id, req)
+				case "log":
+					res, err = c.Log(id, req)
+				default:
+					t.Fatalf("%s: phase %q", row.what, phase)
+				}
+				if err != nil {
+					t.Fatalf("%s: %s: %v", row.what, phase, err)
+				}
+				events++
+				calls = append(calls, res.Calls...)
+				if res.Exited {
+					break // Kong's exit ends the access phase; the log phase still follows
+				}
+			}
+			return events, calls
+		}
+		if row.deny {
+			run()
+		}
+		events, calls := run()
+		names := make([]string, len(calls))
+		for i, call := range calls {
+			names[i] = "`" + strings.TrimPrefix(call, "kong.") + "`"
+		}
+		plugin := "tollgate"
+		if row.pkg == kongproc.ResponsePackage {
+			plugin = "tollgate-response"
+		}
+		fmt.Fprintf(&table, "| %s | %s | %d | %d: %s |\n", row.what, plugin, events, len(calls), strings.Join(names, ", "))
+		c.Close()
+	}
+	t.Logf("\n%s", table.String())
+	doc, err := os.ReadFile("../docs/kong.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), table.String()) {
+		t.Errorf("docs/kong.md does not hold the measured table:\n%s", table.String())
+	}
+}
