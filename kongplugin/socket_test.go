@@ -346,6 +346,49 @@ func TestKongRedisSharedAndFaults(t *testing.T) {
 	}
 }
 
+// TestKongSyncRateFollowsFaultTolerant: with sync_rate, Kong's first
+// request for a key after a sync asks Redis synchronously
+// (kong/plugins/rate-limiting/policies/init.lua, the redis policy's usage
+// with sync_rate), so while Redis is down a key the node holds no count
+// for fails as fault_tolerant says: 500 when false, proxied with no
+// headers when true. tollgate's eventual mode answers such keys the same
+// way (keys it holds a count for go on locally; docs/kong.md says where
+// that differs). Once Redis is back and a sync succeeds, new keys are
+// counted again.
+func TestKongSyncRateFollowsFaultTolerant(t *testing.T) {
+	rs := redistest.StartT(t)
+	srv := kongproc.Start(t)
+	c := srv.Dial()
+	defer c.Close()
+	record := withTimeout(rs.KongRecord(), 100)
+	tolerant := start(t, c, map[string]any{"minute": 5, "policy": "redis", "redis": record, "sync_rate": 0.05, "limit_by": "ip", "namespace": "sync-tolerant"})
+	strict := start(t, c, map[string]any{"minute": 5, "policy": "redis", "redis": record, "sync_rate": 0.05, "limit_by": "ip", "namespace": "sync-strict", "fault_tolerant": false})
+	client := 0
+	newKey := func() kongproc.Request {
+		client++
+		return kongproc.Request{ForwardedIP: fmt.Sprintf("198.51.100.%d", client)}
+	}
+	if res := access(t, c, strict, newKey()); res.Exited || res.Headers.Get("X-RateLimit-Remaining-Minute") != "4" {
+		t.Fatalf("Redis up: exited %v headers %v", res.Exited, res.Headers)
+	}
+	rs.Stop()
+	waitfor.True(t, 10*time.Second, "a sync fails and a new key gets 500 with fault_tolerant false", func() bool {
+		res := access(t, c, strict, newKey())
+		return res.Exited && res.Status == 500
+	})
+	waitfor.True(t, 10*time.Second, "a new key is proxied with no headers with fault_tolerant true", func() bool {
+		res := access(t, c, tolerant, newKey())
+		return !res.Exited && len(res.Headers) == 0
+	})
+	if err := rs.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.True(t, 10*time.Second, "a sync succeeds and a new key is counted again", func() bool {
+		res := access(t, c, strict, newKey())
+		return !res.Exited && res.Headers.Get("X-RateLimit-Remaining-Minute") == "4"
+	})
+}
+
 // TestKongDump checks what Kong's query command reads: name, phases,
 // priority and the schema's fields and types.
 func TestKongDump(t *testing.T) {

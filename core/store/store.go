@@ -165,7 +165,7 @@ func open(c Config) (*Handle, error) {
 	if c.Eventual {
 		ev, err := eventual.New(shared, eventual.Options{
 			SyncInterval: c.SyncInterval, MaxKeys: c.MaxKeys, Clock: clock,
-			OnStateChange: h.notify,
+			OnError: c.OnError, OnStateChange: h.notify,
 		})
 		if err != nil {
 			_ = shared.Close()

@@ -39,6 +39,13 @@ type Options struct {
 	// Manual turns the sync loop off: the caller calls Sync (tests, and the
 	// conformance suite's sync after every decision).
 	Manual bool
+	// OnError is what a decision does, while syncs fail, on a key this
+	// node has no view of the fleet's counts for (first seen since the
+	// last sync that succeeded): OnErrorLocal (the default) decides it
+	// locally like every other key; OnErrorAllow and OnErrorDeny decide
+	// nothing (core.Decision.Undecided, marked Fallback); OnErrorFail
+	// returns the sync's error. Keys with a view keep deciding locally.
+	OnError core.OnError
 	// OnStateChange, if set, is called once when syncs start failing (failing
 	// true, with the error; counts stay local and are pushed at the next
 	// sync) and once when a sync succeeds again (false, nil).
@@ -57,6 +64,7 @@ type Store struct {
 	done     chan struct{}
 	syncs    atomic.Int64
 	failures atomic.Int64
+	syncErr  error // the last sync's error, nil once one succeeds; under mu
 }
 
 type entryKey struct{ scope, key string }
@@ -68,6 +76,7 @@ type entry struct {
 	states   []core.State // the fleet's counts at the last sync plus pending
 	pending  []pending    // what this node counted and has not pushed
 	lastUsed int64
+	viewed   bool // a sync read the fleet's counts of its windows
 }
 
 // pending is units this node counted in one window of one limit.
@@ -107,6 +116,9 @@ func New(shared core.CountStore, opts Options) (*Store, error) {
 	}
 	if err := core.CheckSyncInterval(opts.SyncInterval); err != nil {
 		return nil, fmt.Errorf("sync: %w", err)
+	}
+	if opts.OnError > core.OnErrorFail {
+		return nil, fmt.Errorf("on_error: unknown value %d", opts.OnError)
 	}
 	if opts.MaxKeys < 0 {
 		return nil, fmt.Errorf("max_keys: %d must not be negative", opts.MaxKeys)
@@ -166,6 +178,15 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 	// count.
 	if siblings := e.byName[entryKey{p.Name(), key}]; len(siblings) > 1 {
 		e.refresh(ent, siblings)
+	}
+	if !ent.viewed && e.syncErr != nil && e.opts.OnError != core.OnErrorLocal {
+		// No count of the fleet's, and no way to get one now.
+		if e.opts.OnError == core.OnErrorFail {
+			return fmt.Errorf("eventual: no view of the fleet's counts of this key while syncs fail: %w", e.syncErr)
+		}
+		d.Undecided(p, cost, e.opts.OnError == core.OnErrorAllow)
+		d.Fallback = true
+		return nil
 	}
 	now = max(now, ent.lastUsed)
 	ent.lastUsed = now
@@ -299,11 +320,13 @@ func (e *Store) Sync(ctx context.Context) error {
 			}
 		}
 	}
-	e.mu.Unlock()
 	if len(work) == 0 {
+		e.syncErr = nil
+		e.mu.Unlock()
 		e.syncs.Add(1)
 		return nil
 	}
+	e.mu.Unlock()
 	err := e.shared.AddCounts(ctx, work)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -314,7 +337,8 @@ func (e *Store) Sync(ctx context.Context) error {
 				s.ent.add(s.limit, s.start, work[i].Add)
 			}
 		}
-		return fmt.Errorf("eventual sync: %w", err)
+		e.syncErr = fmt.Errorf("eventual sync: %w", err)
+		return e.syncErr
 	}
 	// Each window the states count now takes the fleet's total plus what
 	// this node counted during the round trip. A window the state moved to
@@ -337,7 +361,9 @@ func (e *Store) Sync(ctx context.Context) error {
 			}
 		}
 		ent.states[limit] = core.WithCounts(l, st, counts)
+		ent.viewed = true
 	}
+	e.syncErr = nil
 	e.syncs.Add(1)
 	return nil
 }

@@ -159,3 +159,65 @@ func TestEventualKeyTimeNeverGoesBack(t *testing.T) {
 		t.Fatalf("allowed at %v µs: the late reading at -1 µs moved the key back a window, and the window after forgot its count", allowed)
 	}
 }
+
+// While syncs fail, a key this node holds no view of the fleet's counts
+// for (first seen after the last sync that succeeded) is answered by
+// OnError, as an exact store's failure policy answers a decision Redis
+// could not make; keys with a view keep deciding locally, and once a sync
+// succeeds the new key is decided like any other.
+func TestEventualOnErrorForKeysWithoutAView(t *testing.T) {
+	rs := redistest.StartT(t)
+	clock := &core.ManualClock{Micros: 1_700_006_400_000_000}
+	p := core.MustPolicy("ev-onerror", core.PolicyOptions{}, core.Limit{Count: 10, Window: time.Minute, Algorithm: core.FixedWindow})
+	ctx := context.Background()
+	for _, onError := range []core.OnError{core.OnErrorLocal, core.OnErrorAllow, core.OnErrorDeny, core.OnErrorFail} {
+		shared, err := redis.New(redis.Options{Addrs: []string{rs.Addr}, Prefix: fmt.Sprintf("ev-%s-%d:", onError, time.Now().UnixNano()), Timeout: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := New(shared, Options{Manual: true, Clock: clock, OnError: onError})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d core.Decision
+		if err := e.Decide(ctx, p, "known", 1, &d); err != nil || !d.Allowed {
+			t.Fatalf("%s: known key: %v %+v", onError, err, d)
+		}
+		if err := e.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rs.Stop()
+		if err := e.Sync(ctx); err == nil {
+			t.Fatalf("%s: a sync with Redis stopped succeeded", onError)
+		}
+		if err := e.Decide(ctx, p, "known", 1, &d); err != nil || !d.Allowed || d.Fallback || d.Remaining != 8 {
+			t.Errorf("%s: a key with a view while syncs fail: %v %+v, want decided locally (8 left)", onError, err, d)
+		}
+		err = e.Decide(ctx, p, "new", 1, &d)
+		switch onError {
+		case core.OnErrorLocal:
+			if err != nil || !d.Allowed || d.Fallback || d.Remaining != 9 {
+				t.Errorf("local: a new key: %v %+v, want decided locally", err, d)
+			}
+		case core.OnErrorAllow, core.OnErrorDeny:
+			if err != nil || d.Allowed != (onError == core.OnErrorAllow) || !d.Fallback || d.N != 0 {
+				t.Errorf("%s: a new key: %v %+v, want undecided, allowed %v", onError, err, d, onError == core.OnErrorAllow)
+			}
+		case core.OnErrorFail:
+			if err == nil || !strings.Contains(err.Error(), "no view of the fleet's counts") {
+				t.Errorf("fail: a new key: %v, want the sync's error", err)
+			}
+		}
+		if err := rs.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Sync(ctx); err != nil {
+			t.Fatalf("%s: sync after the restart: %v", onError, err)
+		}
+		if err := e.Decide(ctx, p, "new", 1, &d); err != nil || !d.Allowed || d.Fallback {
+			t.Errorf("%s: a new key once syncs succeed: %v %+v", onError, err, d)
+		}
+		e.Close()
+		shared.Close()
+	}
+}
