@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/internal/kongproc"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/waitfor"
+	"github.com/tollgate/tollgate/kongplugin"
 )
 
 // kongConfig is a config as Kong sends it: the user's fields, every other
@@ -387,6 +388,55 @@ func TestKongSyncRateFollowsFaultTolerant(t *testing.T) {
 		res := access(t, c, strict, newKey())
 		return !res.Exited && res.Headers.Get("X-RateLimit-Remaining-Minute") == "4"
 	})
+}
+
+// TestKongSmallDifferences pins what tollgate does where Kong's
+// rate-limiting differs in small ways (docs/kong.md says each, with its
+// Kong file):
+//   - a fractional limit: Kong admits requests while the count used is
+//     below it (2.5 admits 3) and its headers say 2.5, 1.5, 0.5, 0
+//     (handler.lua subtracts the usage from the number as written);
+//     tollgate's say 3, 2, 1, 0, the integers the RateLimit fields need;
+//   - a denial on Redis with sync_rate -1: Kong's redis policy INCRs every
+//     period before deciding (policies/init.lua, usage), so each denied
+//     request uses up the other periods; tollgate counts only what it
+//     admits, as Kong's local policy does;
+//   - the version reported to Kong is tollgate's own, where Kong's bundled
+//     plugins report Kong's (kong/meta.lua).
+func TestKongSmallDifferences(t *testing.T) {
+	rs := redistest.StartT(t)
+	srv := kongproc.Start(t)
+	c := srv.Dial()
+	defer c.Close()
+	req := kongproc.Request{ForwardedIP: "192.0.2.25"}
+
+	fractional := start(t, c, map[string]any{"minute": 2.5, "limit_by": "ip"})
+	var seen []string
+	for i := 0; i < 4; i++ {
+		res := access(t, c, fractional, req)
+		seen = append(seen, fmt.Sprintf("%v:%s/%s", !res.Exited, res.Headers.Get("X-RateLimit-Remaining-Minute"), res.Headers.Get("X-RateLimit-Limit-Minute")))
+	}
+	if want := "[true:2/3 true:1/3 true:0/3 false:0/3]"; fmt.Sprint(seen) != want {
+		t.Errorf("minute 2.5: %v, want %s", seen, want)
+	}
+
+	onRedis := start(t, c, map[string]any{"minute": 2, "hour": 100, "limit_by": "ip", "policy": "redis", "redis": rs.KongRecord(), "namespace": "denials"})
+	var last *kongproc.Result
+	for i := 0; i < 6; i++ {
+		last = access(t, c, onRedis, req)
+	}
+	if !last.Exited || last.Headers.Get("X-RateLimit-Remaining-Hour") != "98" {
+		t.Errorf("after 2 admitted and 4 denied on Redis: exited %v, hour remaining %q, want 98 (Kong's redis policy would say 94)",
+			last.Exited, last.Headers.Get("X-RateLimit-Remaining-Hour"))
+	}
+
+	var info struct{ Plugins []struct{ Version string } } // Kong reads the version from -dump
+	if err := json.Unmarshal(kongproc.Dump(t), &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Plugins[0].Version != kongplugin.Version {
+		t.Errorf("version reported %q, want tollgate's %q", info.Plugins[0].Version, kongplugin.Version)
+	}
 }
 
 // TestKongDump checks what Kong's query command reads: name, phases,
