@@ -20,7 +20,7 @@ type HeaderStyle uint8
 const (
 	// HeadersBoth sends the IETF and the X-RateLimit fields (the default).
 	HeadersBoth HeaderStyle = iota
-	// HeadersIETF sends the fields of draft-ietf-httpapi-ratelimit-headers-10:
+	// HeadersIETF sends the fields of draft-ietf-httpapi-ratelimit-headers-10/-11:
 	// RateLimit-Policy: "name";q=<count>;w=<window s> (one item per limit) and
 	// RateLimit: "name";r=<remaining>;t=<reset s> for the deciding limit.
 	HeadersIETF

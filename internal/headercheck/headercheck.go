@@ -1,7 +1,9 @@
 // Package headercheck checks response headers in tests: expected values,
 // and the rate-limit fields' agreement with each other and with
-// draft-ietf-httpapi-ratelimit-headers-10, read with an independent RFC
-// 9651 Structured Fields parser (github.com/dunglas/httpsfv).
+// draft-ietf-httpapi-ratelimit-headers (-10's text, the newest reachable
+// here, and -11's rules: r the available quota, at most q; t the time
+// until quota returns; Retry-After not before t), read with an independent
+// RFC 9651 Structured Fields parser (github.com/dunglas/httpsfv).
 package headercheck
 
 import (
