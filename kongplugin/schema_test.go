@@ -45,8 +45,35 @@ var kongRateLimiting = map[string]map[string]any{
 // deliberate lists where tollgate's declaration differs from Kong's, and
 // why; README's migration table says the same.
 var deliberate = map[string]string{
-	"policy.one_of":   "cluster keeps counters in Kong's database, which a Go plugin cannot reach: refused at the Admin API, as Kong's own DB-less declaration does",
-	"error_code.type": "a status is a whole number (and tollgate adds between 400 and 599: a denial is a 4xx or 5xx)",
+	"policy.one_of":      "cluster keeps counters in Kong's database, which a Go plugin cannot reach: refused at the Admin API, as Kong's own DB-less declaration does",
+	"error_code.type":    "a status is a whole number (and tollgate adds between 400 and 599: a denial is a 4xx or 5xx)",
+	"error_code.between": "a denial is a 4xx or 5xx",
+	// Kong's typedefs check these with Lua custom validators
+	// (kong/db/schema/typedefs.lua: validate_path, header_name, validate_host,
+	// validate_sni); a dump carries their rules as patterns.
+	"path.match_all":               "Kong's path typedef, as a pattern",
+	"path.match_none":              "Kong's path typedef, as patterns",
+	"header_name.match_all":        "Kong's header_name typedef, as a pattern",
+	"redis.host.match_none":        "Kong's host typedef, as patterns",
+	"redis.server_name.match_none": "Kong's sni typedef, as patterns",
+	// tollgate's own bounds.
+	"second.between":         "at most 15 digits, the largest count a RateLimit header carries (RFC 9651); larger would fail every request when the instance starts",
+	"minute.between":         "as second",
+	"hour.between":           "as second",
+	"day.between":            "as second",
+	"month.between":          "as second",
+	"year.between":           "as second",
+	"redis.database.between": "a Redis database number is not negative (Kong's schema takes -1, which fails at SELECT on every request); 2^20 is far above any server's databases setting",
+}
+
+// isValidator says whether a field attribute refuses values.
+func isValidator(attr string) bool {
+	switch attr {
+	case "between", "eq", "ne", "gt", "len_eq", "len_min", "len_max", "match", "not_match", "match_all", "match_none",
+		"starts_with", "one_of", "not_one_of", "contains", "is_regex", "timestamp", "uuid":
+		return true
+	}
+	return false
 }
 
 // TestKongSchemaHasKongsFields: every field of Kong's rate-limiting schema
@@ -68,6 +95,17 @@ func TestKongSchemaHasKongsFields(t *testing.T) {
 				}
 				t.Errorf("%s.%s: %v, Kong declares %v", path, attr, got, want)
 			}
+		}
+		// A check Kong does not make refuses configs Kong takes.
+		for attr := range ours {
+			if _, kongs := attrs[attr]; kongs || !isValidator(attr) {
+				continue
+			}
+			if why, ok := deliberate[path+"."+attr]; ok {
+				t.Logf("%s.%s: %v where Kong has none, on purpose: %s", path, attr, ours[attr], why)
+				continue
+			}
+			t.Errorf("%s.%s: %v, a check Kong's declaration does not make", path, attr, ours[attr])
 		}
 	}
 	// typedefs.path's empty-segment rule and typedefs.header_name's
