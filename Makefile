@@ -12,7 +12,7 @@ CADDY_VERSION := v2.11.9
 # scripts are embedded in core).
 CADDY_SRC := $(shell find core caddymodule \( -name '*.go' ! -name '*_test.go' -o -name '*.lua' \)) tollgate.go go.mod go.sum
 
-.PHONY: test vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong adaptive adaptive-short chaos plots run clean deps monitoring
+.PHONY: test vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong adaptive adaptive-short chaos plots run clean deps monitoring docker-test
 
 # Caddy with tollgate on the memory store, serving Caddyfile.example on
 # http://localhost:8080 (admin API on localhost:2019).
@@ -48,6 +48,14 @@ test: vet fmt
 	$(MAKE) --no-print-directory -j3 bin/caddy-race mutants adaptive-short
 	$(MAKE) --no-print-directory unit
 
+# The example fleets (examples/caddy, examples/kong) in a real Docker
+# engine, every image built here: installs docker.io and busybox-static
+# when missing, starts dockerd when none runs (and stops only that one),
+# and builds Docker Compose v2 from the Go module proxy when `docker
+# compose` is missing. CI runs it after make test.
+docker-test: deps
+	bash internal/dockerfleet/docker.sh
+
 # The Redis stores' suites alone, connected as tollgate's least-privilege
 # Redis user (core/store/redis/acl) on standalone, Sentinel and Cluster:
 # every command tollgate sends, and every one its scripts call, is
@@ -60,6 +68,7 @@ acl: deps
 vet:
 	$(GO) vet -race $(PKGS)
 	$(GO) vet -race -tags tollgate_testclock ./core/store/
+	$(GO) vet -race -tags dockertest ./internal/dockerfleet/
 	cd bench && $(GO) vet -race ./...
 
 # gofmt -l prints files that need formatting; any output fails the build.
