@@ -8,7 +8,6 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/tollgate/tollgate/core"
-	"github.com/tollgate/tollgate/core/store"
 )
 
 func init() {
@@ -73,12 +72,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if h.Store != nil {
 				return d.Err("store: given twice")
 			}
-			s, err := store.ParseSpecArgs(d.RemainingArgs())
+			s, err := parseStoreWords(d.RemainingArgs())
 			if err != nil {
 				return d.Err(err.Error())
 			}
 			for nesting := d.Nesting(); d.NextBlock(nesting); {
-				if err := s.Set(d.Val(), d.RemainingArgs()); err != nil {
+				if err := setStore(s, d.Val(), d.RemainingArgs()); err != nil {
 					return d.Err(err.Error())
 				}
 			}
@@ -103,7 +102,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return err
 			}
-			if err := h.ResponseSpec.Set(opt, v); err != nil {
+			if err := setResponse(&h.ResponseSpec, opt, v); err != nil {
 				return d.Err(err.Error())
 			}
 		case "handle_errors":
@@ -149,7 +148,7 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 				if err != nil {
 					return nil, err
 				}
-				if err := a.Set(opt, v); err != nil {
+				if err := setAdaptive(a, opt, v); err != nil {
 					return nil, d.Errf("policy %q adaptive %v", p.Name, err)
 				}
 			}
@@ -162,12 +161,12 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 				return nil, d.ArgErr()
 			}
 			for nesting := d.Nesting(); d.NextBlock(nesting); {
-				if err := p.SetPlan(d.Val(), d.RemainingArgs()); err != nil {
+				if err := setPlan(&p.PolicySpec, d.Val(), d.RemainingArgs()); err != nil {
 					return nil, d.Err(err.Error())
 				}
 			}
 		default:
-			if err := p.Set(opt, d.RemainingArgs()); err != nil {
+			if err := setPolicy(&p.PolicySpec, opt, d.RemainingArgs()); err != nil {
 				return nil, d.Err(err.Error())
 			}
 			if template := map[string]string{"key": p.Key, "plan": p.Plan}[opt]; template != "" {

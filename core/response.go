@@ -2,7 +2,6 @@ package core
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,46 +23,6 @@ type ResponseSpec struct {
 	// LogDenials logs at most this many denials a second (policy, limit,
 	// key as the policy shows it, retry-after); 0, the default, logs none.
 	LogDenials int `json:"log_denials,omitempty"`
-}
-
-// Set reads one option line: headers, body, status, jitter or log_denials
-// and its value; errors name the option and the value.
-func (s *ResponseSpec) Set(opt, v string) error {
-	switch opt {
-	case "headers":
-		s.Headers = v
-		_, err := ParseHeaderStyle(v)
-		return err
-	case "body":
-		s.Body = v
-	case "status":
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("status: %q is not a whole number", v)
-		}
-		s.Status = n
-		if err := CheckDenyStatus(n); err != nil {
-			return fmt.Errorf("status: %w", err)
-		}
-	case "jitter":
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return fmt.Errorf("jitter: %q is not a fraction between 0 and 1", v)
-		}
-		s.Jitter = f
-		if err := CheckJitter(f); err != nil {
-			return fmt.Errorf("jitter: %w", err)
-		}
-	case "log_denials":
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("log_denials: %q is not a number of lines per second", v)
-		}
-		s.LogDenials = n
-	default:
-		return fmt.Errorf("unknown option %q", opt)
-	}
-	return nil
 }
 
 // GateConfig returns the gate settings s describes, with style when

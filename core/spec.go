@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -100,58 +98,6 @@ func (s *LimitSpec) Limit() (Limit, error) {
 	return l, l.Validate()
 }
 
-// ParseLimitArgs reads a limit written as words: <count>/<window>
-// [<algorithm>] [burst <n>] [max_delay <duration>] [name <label>], and
-// validates it.
-func ParseLimitArgs(args []string) (LimitSpec, error) {
-	var s LimitSpec
-	if len(args) == 0 {
-		return s, fmt.Errorf("want <count>/<window>, such as 100/1m")
-	}
-	rate := args[0]
-	count, window, err := ParseRate(rate)
-	if err != nil {
-		return s, fmt.Errorf("%q: %w", rate, err)
-	}
-	s.Count, s.Window = count, Duration(window)
-	for rest := args[1:]; len(rest) > 0; rest = rest[1:] {
-		opt := rest[0]
-		switch opt {
-		case "burst", "max_delay", "name":
-			if len(rest) < 2 {
-				return s, fmt.Errorf("%s %s: missing value", rate, opt)
-			}
-			v := rest[1]
-			rest = rest[1:]
-			switch opt {
-			case "burst":
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil || n < 1 {
-					return s, fmt.Errorf("%s burst: %q is not a count of at least 1", rate, v)
-				}
-				s.Burst = n
-			case "max_delay":
-				d, err := ParseDuration(v)
-				if err != nil || d <= 0 {
-					return s, fmt.Errorf("%s max_delay: %q is not a positive duration", rate, v)
-				}
-				s.MaxDelay = Duration(d)
-			default:
-				s.Name = v
-			}
-		default:
-			if _, err := ParseAlgorithm(opt); err != nil {
-				return s, fmt.Errorf("%s: %q is neither an algorithm nor burst, max_delay or name: %w", rate, opt, err)
-			}
-			s.Algorithm = opt
-		}
-	}
-	if _, err := s.Limit(); err != nil {
-		return s, fmt.Errorf("%s: %w", rate, err)
-	}
-	return s, nil
-}
-
 // AdaptiveSpec tunes adaptive limiting; zero fields take the defaults of
 // AdaptiveOptions.
 type AdaptiveSpec struct {
@@ -190,55 +136,6 @@ func (s *AdaptiveSpec) Options() AdaptiveOptions {
 		Controller: s.Controller, Tolerance: s.Tolerance, MinFactor: s.Min, ErrorRate: s.ErrorRate, LatencyTarget: time.Duration(s.Latency), Quantile: s.Quantile,
 		Interval: time.Duration(s.Interval), Decrease: s.Decrease, Increase: s.Increase, MinSamples: s.MinSamples,
 	}
-}
-
-// Set reads option opt with value v as written in an option line:
-// controller a name, latency and interval durations, min_samples a count,
-// tolerance a multiple, the rest fractions ("0.3" or "30%").
-func (s *AdaptiveSpec) Set(opt, v string) error {
-	switch opt {
-	case "controller":
-		if v != ControllerGradient && v != ControllerAIMD {
-			return fmt.Errorf("%s: %q is not %s or %s", opt, v, ControllerGradient, ControllerAIMD)
-		}
-		s.Controller = v
-	case "tolerance":
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return fmt.Errorf("%s: %q is not a number", opt, v)
-		}
-		if f == 0 { // 0 is how a spec leaves it unset
-			return fmt.Errorf("%s: %q must be above 1 (leave %s out for its default)", opt, v, opt)
-		}
-		s.Tolerance = f
-	case "latency", "interval":
-		d, err := ParseDuration(v)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("%s: %q is not a positive duration", opt, v)
-		}
-		*map[string]*Duration{"latency": &s.Latency, "interval": &s.Interval}[opt] = Duration(d)
-	case "min_samples":
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1 {
-			return fmt.Errorf("%s: %q is not a count of at least 1", opt, v)
-		}
-		s.MinSamples = n
-	case "min", "error_rate", "quantile", "decrease", "increase":
-		f, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
-		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return fmt.Errorf("%s: %q is not a fraction", opt, v)
-		}
-		if f == 0 { // 0 is how a spec leaves it unset
-			return fmt.Errorf("%s: %q must be above 0 (leave %s out for its default)", opt, v, opt)
-		}
-		if strings.HasSuffix(v, "%") {
-			f /= 100
-		}
-		*map[string]*float64{"min": &s.Min, "error_rate": &s.ErrorRate, "quantile": &s.Quantile, "decrease": &s.Decrease, "increase": &s.Increase}[opt] = f
-	default:
-		return fmt.Errorf("unknown option %q (want controller, min, error_rate, latency, tolerance, quantile, interval, decrease, increase or min_samples)", opt)
-	}
-	return nil
 }
 
 // PolicySpec is one named policy as configured: how requests are keyed and
@@ -286,92 +183,6 @@ type PlanSpec struct {
 	Limits []LimitSpec `json:"limits,omitempty"`
 	// Unlimited lets the plan's requests through, uncounted.
 	Unlimited bool `json:"unlimited,omitempty"`
-}
-
-// SetPlan reads one line of a plans block: <plan> <words of
-// ParseLimitArgs> (repeated to stack limits), or <plan> unlimited.
-func (s *PolicySpec) SetPlan(name string, args []string) error {
-	i := slices.IndexFunc(s.Plans, func(p PlanSpec) bool { return p.Name == name })
-	if i < 0 {
-		s.Plans, i = append(s.Plans, PlanSpec{Name: name}), len(s.Plans)
-	}
-	plan := &s.Plans[i]
-	if len(args) == 1 && args[0] == "unlimited" {
-		plan.Unlimited = true
-		return nil
-	}
-	l, err := ParseLimitArgs(args)
-	if err != nil {
-		return fmt.Errorf("policy %q plan %q limit %w", s.Name, name, err)
-	}
-	plan.Limits = append(plan.Limits, l)
-	return nil
-}
-
-// Set reads one option line of a policy: key <template>, empty_key
-// skip|shared, limit <words of ParseLimitArgs>, cost <n>, shadow. The
-// adaptive block is read with AdaptiveSpec.Set. Errors name the policy, the
-// option and the value.
-func (s *PolicySpec) Set(opt string, args []string) error {
-	one := func() (string, error) { return OneArg(opt, args) }
-	var err error
-	switch opt {
-	case "key":
-		s.Key, err = one()
-	case "empty_key":
-		if s.EmptyKey, err = one(); err == nil {
-			if _, perr := ParseEmptyKey(s.EmptyKey); perr != nil {
-				err = fmt.Errorf("policy %q empty_key: %w", s.Name, perr)
-			}
-		}
-	case "limit":
-		l, lerr := ParseLimitArgs(args)
-		if lerr != nil {
-			return fmt.Errorf("policy %q limit %w", s.Name, lerr)
-		}
-		s.Limits = append(s.Limits, l)
-	case "cost":
-		var v string
-		if v, err = one(); err == nil {
-			n, perr := strconv.ParseInt(v, 10, 64)
-			switch {
-			case perr != nil:
-				err = fmt.Errorf("policy %q cost: %q is not a whole number", s.Name, v)
-			case CheckCost(n) != nil:
-				err = fmt.Errorf("policy %q cost: %w", s.Name, CheckCost(n))
-			}
-			s.Cost = n
-		}
-	case "shadow":
-		if len(args) > 0 {
-			return fmt.Errorf("shadow: unexpected %q", args[0])
-		}
-		s.Shadow = true
-	case "clear_keys":
-		if len(args) > 0 {
-			return fmt.Errorf("clear_keys: unexpected %q", args[0])
-		}
-		s.ClearKeys = true
-	case "plan":
-		s.Plan, err = one()
-	case "default_plan":
-		s.DefaultPlan, err = one()
-	default:
-		return fmt.Errorf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow, adaptive, plan, plans, default_plan or clear_keys)", s.Name, opt)
-	}
-	return err
-}
-
-// OneArg returns the single value of option opt written as words, with an
-// error naming the option when it is missing or followed by another.
-func OneArg(opt string, args []string) (string, error) {
-	switch len(args) {
-	case 0:
-		return "", fmt.Errorf("%s: missing value", opt)
-	case 1:
-		return args[0], nil
-	}
-	return "", fmt.Errorf("unexpected %q after the value %q", args[1], args[0])
 }
 
 // Check validates s without building it; errors name the field and value.

@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/tollgate/tollgate/core"
@@ -57,6 +56,9 @@ type Spec struct {
 	// Sync is eventual mode's sync interval; default 1s, at least 20ms.
 	Sync core.Duration `json:"sync,omitempty"`
 }
+
+// MaxKeysLimit is the largest max_keys a store takes (keys).
+const MaxKeysLimit = memory.MaxMaxKeys
 
 // Config validates s and returns the store config it describes. Errors name
 // the field and value.
@@ -127,130 +129,4 @@ func (s *Spec) Config() (Config, error) {
 		return c, fmt.Errorf("store mode: unknown %q (want exact or eventual)", s.Mode)
 	}
 	return c, nil
-}
-
-// ParseSpecArgs reads a store written as words: memory [max_keys <n>],
-// redis <url>, cluster <addr...> or sentinel <master> <addr...>. Options of
-// a Redis store follow with Spec.Set.
-func ParseSpecArgs(args []string) (*Spec, error) {
-	if len(args) == 0 {
-		return nil, fmt.Errorf("store: want memory, redis <url>, cluster <addr...> or sentinel <master> <addr...>")
-	}
-	s := &Spec{Type: args[0]}
-	rest := args[1:]
-	switch s.Type {
-	case "memory":
-		if len(rest) == 2 && rest[0] == "max_keys" {
-			n, err := strconv.Atoi(rest[1])
-			if err != nil || n < 1 || n > memory.MaxMaxKeys {
-				return nil, fmt.Errorf("store memory max_keys: %q is not a count between 1 and %d", rest[1], memory.MaxMaxKeys)
-			}
-			s.MaxKeys = n
-		} else if len(rest) != 0 {
-			return nil, fmt.Errorf("store memory: unexpected %q (want max_keys <n>)", rest)
-		}
-	case "redis":
-		if len(rest) != 1 {
-			return nil, fmt.Errorf("store redis: want one URL (redis://host:port/db), got %d arguments", len(rest))
-		}
-		s.URL = rest[0]
-	case "cluster":
-		if len(rest) == 0 {
-			return nil, fmt.Errorf("store cluster: want the seed nodes' host:port addresses")
-		}
-		s.Addrs = rest
-	case "sentinel":
-		if len(rest) < 2 {
-			return nil, fmt.Errorf("store sentinel: want the master name and the sentinels' host:port addresses")
-		}
-		s.Master, s.Addrs = rest[0], rest[1:]
-	default:
-		return nil, fmt.Errorf("store: unknown type %q (want memory, redis, cluster or sentinel)", s.Type)
-	}
-	return s, nil
-}
-
-// Set reads one option line of a Redis store: timeout <duration>, on_error
-// local|allow|deny|fail, mode exact|eventual [sync <duration>], max_keys,
-// pool_size and db <n>, prefix, username, password and sentinel_password
-// <string>, tls [<server name>], tls_ca <PEM file>.
-func (s *Spec) Set(opt string, args []string) error {
-	if s.Type == "memory" {
-		return fmt.Errorf("store memory: takes no block (got %q)", opt)
-	}
-	one := func() (string, error) { return core.OneArg(opt, args) }
-	switch opt {
-	case "timeout":
-		v, err := one()
-		if err != nil {
-			return err
-		}
-		d, err := core.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("store timeout: %q is not a positive duration", v)
-		}
-		s.Timeout = core.Duration(d)
-	case "on_error":
-		v, err := one()
-		if err != nil {
-			return err
-		}
-		if _, err := core.ParseOnError(v); err != nil {
-			return fmt.Errorf("store %w", err)
-		}
-		s.OnError = v
-	case "mode":
-		switch {
-		case len(args) == 1 && (args[0] == "exact" || args[0] == "eventual"):
-		case len(args) == 3 && args[0] == "eventual" && args[1] == "sync":
-			d, err := core.ParseDuration(args[2])
-			if err != nil || d <= 0 {
-				return fmt.Errorf("store mode eventual sync: %q is not a positive duration", args[2])
-			}
-			if err := core.CheckSyncInterval(d); err != nil {
-				return fmt.Errorf("store sync: %w", err)
-			}
-			s.Sync = core.Duration(d)
-		default:
-			return fmt.Errorf("store mode: want exact, eventual or eventual sync <duration>, got %q", args)
-		}
-		s.Mode = args[0]
-	case "max_keys", "pool_size", "db":
-		v, err := one()
-		if err != nil {
-			return err
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("store %s: %q is not a whole number", opt, v)
-		}
-		if n < 0 {
-			return fmt.Errorf("store %s: %d must not be negative", opt, n)
-		}
-		if n == 0 && opt != "db" { // 0 is how a spec leaves it unset
-			return fmt.Errorf("store %s: 0 must be at least 1 (leave %s out for its default)", opt, opt)
-		}
-		if opt == "max_keys" && n > memory.MaxMaxKeys {
-			return fmt.Errorf("store max_keys: %d must be at most %d", n, memory.MaxMaxKeys)
-		}
-		*map[string]*int{"max_keys": &s.MaxKeys, "pool_size": &s.PoolSize, "db": &s.DB}[opt] = n
-	case "prefix", "username", "password", "sentinel_password", "tls_ca":
-		v, err := one()
-		if err != nil {
-			return err
-		}
-		*map[string]*string{"prefix": &s.Prefix, "username": &s.Username, "password": &s.Password,
-			"sentinel_password": &s.SentinelPassword, "tls_ca": &s.TLSCA}[opt] = v
-	case "tls":
-		if len(args) > 1 {
-			return fmt.Errorf("tls: unexpected %q", args[1])
-		}
-		s.TLS = true
-		if len(args) == 1 {
-			s.TLSServerName = args[0]
-		}
-	default:
-		return fmt.Errorf("store %s: unknown option %q", s.Type, opt)
-	}
-	return nil
 }

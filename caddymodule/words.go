@@ -1,0 +1,370 @@
+package caddymodule
+
+// The Caddyfile's words for core's and store's specs: each option line as
+// the tollgate directive writes it (Caddy JSON fills the same specs
+// directly). Errors name the option and the value; UnmarshalCaddyfile
+// adds where it was written.
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store"
+)
+
+// parseLimitWords reads a limit written as words: <count>/<window>
+// [<algorithm>] [burst <n>] [max_delay <duration>] [name <label>], and
+// validates it.
+func parseLimitWords(args []string) (core.LimitSpec, error) {
+	var s core.LimitSpec
+	if len(args) == 0 {
+		return s, fmt.Errorf("want <count>/<window>, such as 100/1m")
+	}
+	rate := args[0]
+	count, window, err := core.ParseRate(rate)
+	if err != nil {
+		return s, fmt.Errorf("%q: %w", rate, err)
+	}
+	s.Count, s.Window = count, core.Duration(window)
+	for rest := args[1:]; len(rest) > 0; rest = rest[1:] {
+		opt := rest[0]
+		switch opt {
+		case "burst", "max_delay", "name":
+			if len(rest) < 2 {
+				return s, fmt.Errorf("%s %s: missing value", rate, opt)
+			}
+			v := rest[1]
+			rest = rest[1:]
+			switch opt {
+			case "burst":
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil || n < 1 {
+					return s, fmt.Errorf("%s burst: %q is not a count of at least 1", rate, v)
+				}
+				s.Burst = n
+			case "max_delay":
+				d, err := core.ParseDuration(v)
+				if err != nil || d <= 0 {
+					return s, fmt.Errorf("%s max_delay: %q is not a positive duration", rate, v)
+				}
+				s.MaxDelay = core.Duration(d)
+			default:
+				s.Name = v
+			}
+		default:
+			if _, err := core.ParseAlgorithm(opt); err != nil {
+				return s, fmt.Errorf("%s: %q is neither an algorithm nor burst, max_delay or name: %w", rate, opt, err)
+			}
+			s.Algorithm = opt
+		}
+	}
+	if _, err := s.Limit(); err != nil {
+		return s, fmt.Errorf("%s: %w", rate, err)
+	}
+	return s, nil
+}
+
+// setAdaptive reads adaptive option opt with value v as written in an option line:
+// controller a name, latency and interval durations, min_samples a count,
+// tolerance a multiple, the rest fractions ("0.3" or "30%").
+func setAdaptive(s *core.AdaptiveSpec, opt, v string) error {
+	switch opt {
+	case "controller":
+		if v != core.ControllerGradient && v != core.ControllerAIMD {
+			return fmt.Errorf("%s: %q is not %s or %s", opt, v, core.ControllerGradient, core.ControllerAIMD)
+		}
+		s.Controller = v
+	case "tolerance":
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return fmt.Errorf("%s: %q is not a number", opt, v)
+		}
+		if f == 0 { // 0 is how a spec leaves it unset
+			return fmt.Errorf("%s: %q must be above 1 (leave %s out for its default)", opt, v, opt)
+		}
+		s.Tolerance = f
+	case "latency", "interval":
+		d, err := core.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%s: %q is not a positive duration", opt, v)
+		}
+		*map[string]*core.Duration{"latency": &s.Latency, "interval": &s.Interval}[opt] = core.Duration(d)
+	case "min_samples":
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%s: %q is not a count of at least 1", opt, v)
+		}
+		s.MinSamples = n
+	case "min", "error_rate", "quantile", "decrease", "increase":
+		f, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return fmt.Errorf("%s: %q is not a fraction", opt, v)
+		}
+		if f == 0 { // 0 is how a spec leaves it unset
+			return fmt.Errorf("%s: %q must be above 0 (leave %s out for its default)", opt, v, opt)
+		}
+		if strings.HasSuffix(v, "%") {
+			f /= 100
+		}
+		*map[string]*float64{"min": &s.Min, "error_rate": &s.ErrorRate, "quantile": &s.Quantile, "decrease": &s.Decrease, "increase": &s.Increase}[opt] = f
+	default:
+		return fmt.Errorf("unknown option %q (want controller, min, error_rate, latency, tolerance, quantile, interval, decrease, increase or min_samples)", opt)
+	}
+	return nil
+}
+
+// setPlan reads one line of a plans block: <plan> <words of
+// parseLimitWords> (repeated to stack limits), or <plan> unlimited.
+func setPlan(s *core.PolicySpec, name string, args []string) error {
+	i := slices.IndexFunc(s.Plans, func(p core.PlanSpec) bool { return p.Name == name })
+	if i < 0 {
+		s.Plans, i = append(s.Plans, core.PlanSpec{Name: name}), len(s.Plans)
+	}
+	plan := &s.Plans[i]
+	if len(args) == 1 && args[0] == "unlimited" {
+		plan.Unlimited = true
+		return nil
+	}
+	l, err := parseLimitWords(args)
+	if err != nil {
+		return fmt.Errorf("policy %q plan %q limit %w", s.Name, name, err)
+	}
+	plan.Limits = append(plan.Limits, l)
+	return nil
+}
+
+// setPolicy reads one option line of a policy: key <template>, empty_key
+// skip|shared, limit <words of parseLimitWords>, cost <n>, shadow. The
+// adaptive block is read with setAdaptive. Errors name the policy, the
+// option and the value.
+func setPolicy(s *core.PolicySpec, opt string, args []string) error {
+	one := func() (string, error) { return oneArg(opt, args) }
+	var err error
+	switch opt {
+	case "key":
+		s.Key, err = one()
+	case "empty_key":
+		if s.EmptyKey, err = one(); err == nil {
+			if _, perr := core.ParseEmptyKey(s.EmptyKey); perr != nil {
+				err = fmt.Errorf("policy %q empty_key: %w", s.Name, perr)
+			}
+		}
+	case "limit":
+		l, lerr := parseLimitWords(args)
+		if lerr != nil {
+			return fmt.Errorf("policy %q limit %w", s.Name, lerr)
+		}
+		s.Limits = append(s.Limits, l)
+	case "cost":
+		var v string
+		if v, err = one(); err == nil {
+			n, perr := strconv.ParseInt(v, 10, 64)
+			switch {
+			case perr != nil:
+				err = fmt.Errorf("policy %q cost: %q is not a whole number", s.Name, v)
+			case core.CheckCost(n) != nil:
+				err = fmt.Errorf("policy %q cost: %w", s.Name, core.CheckCost(n))
+			}
+			s.Cost = n
+		}
+	case "shadow":
+		if len(args) > 0 {
+			return fmt.Errorf("shadow: unexpected %q", args[0])
+		}
+		s.Shadow = true
+	case "clear_keys":
+		if len(args) > 0 {
+			return fmt.Errorf("clear_keys: unexpected %q", args[0])
+		}
+		s.ClearKeys = true
+	case "plan":
+		s.Plan, err = one()
+	case "default_plan":
+		s.DefaultPlan, err = one()
+	default:
+		return fmt.Errorf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow, adaptive, plan, plans, default_plan or clear_keys)", s.Name, opt)
+	}
+	return err
+}
+
+// oneArg returns the single value of option opt written as words, with an
+// error naming the option when it is missing or followed by another.
+func oneArg(opt string, args []string) (string, error) {
+	switch len(args) {
+	case 0:
+		return "", fmt.Errorf("%s: missing value", opt)
+	case 1:
+		return args[0], nil
+	}
+	return "", fmt.Errorf("unexpected %q after the value %q", args[1], args[0])
+}
+
+// parseStoreWords reads a store written as words: memory [max_keys <n>],
+// redis <url>, cluster <addr...> or sentinel <master> <addr...>. Options of
+// a Redis store follow with setStore.
+func parseStoreWords(args []string) (*store.Spec, error) {
+	if len(args) == 0 {
+		return nil, fmt.Errorf("store: want memory, redis <url>, cluster <addr...> or sentinel <master> <addr...>")
+	}
+	s := &store.Spec{Type: args[0]}
+	rest := args[1:]
+	switch s.Type {
+	case "memory":
+		if len(rest) == 2 && rest[0] == "max_keys" {
+			n, err := strconv.Atoi(rest[1])
+			if err != nil || n < 1 || n > store.MaxKeysLimit {
+				return nil, fmt.Errorf("store memory max_keys: %q is not a count between 1 and %d", rest[1], store.MaxKeysLimit)
+			}
+			s.MaxKeys = n
+		} else if len(rest) != 0 {
+			return nil, fmt.Errorf("store memory: unexpected %q (want max_keys <n>)", rest)
+		}
+	case "redis":
+		if len(rest) != 1 {
+			return nil, fmt.Errorf("store redis: want one URL (redis://host:port/db), got %d arguments", len(rest))
+		}
+		s.URL = rest[0]
+	case "cluster":
+		if len(rest) == 0 {
+			return nil, fmt.Errorf("store cluster: want the seed nodes' host:port addresses")
+		}
+		s.Addrs = rest
+	case "sentinel":
+		if len(rest) < 2 {
+			return nil, fmt.Errorf("store sentinel: want the master name and the sentinels' host:port addresses")
+		}
+		s.Master, s.Addrs = rest[0], rest[1:]
+	default:
+		return nil, fmt.Errorf("store: unknown type %q (want memory, redis, cluster or sentinel)", s.Type)
+	}
+	return s, nil
+}
+
+// setStore reads one option line of a Redis store: timeout <duration>, on_error
+// local|allow|deny|fail, mode exact|eventual [sync <duration>], max_keys,
+// pool_size and db <n>, prefix, username, password and sentinel_password
+// <string>, tls [<server name>], tls_ca <PEM file>.
+func setStore(s *store.Spec, opt string, args []string) error {
+	if s.Type == "memory" {
+		return fmt.Errorf("store memory: takes no block (got %q)", opt)
+	}
+	one := func() (string, error) { return oneArg(opt, args) }
+	switch opt {
+	case "timeout":
+		v, err := one()
+		if err != nil {
+			return err
+		}
+		d, err := core.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("store timeout: %q is not a positive duration", v)
+		}
+		s.Timeout = core.Duration(d)
+	case "on_error":
+		v, err := one()
+		if err != nil {
+			return err
+		}
+		if _, err := core.ParseOnError(v); err != nil {
+			return fmt.Errorf("store %w", err)
+		}
+		s.OnError = v
+	case "mode":
+		switch {
+		case len(args) == 1 && (args[0] == "exact" || args[0] == "eventual"):
+		case len(args) == 3 && args[0] == "eventual" && args[1] == "sync":
+			d, err := core.ParseDuration(args[2])
+			if err != nil || d <= 0 {
+				return fmt.Errorf("store mode eventual sync: %q is not a positive duration", args[2])
+			}
+			if err := core.CheckSyncInterval(d); err != nil {
+				return fmt.Errorf("store sync: %w", err)
+			}
+			s.Sync = core.Duration(d)
+		default:
+			return fmt.Errorf("store mode: want exact, eventual or eventual sync <duration>, got %q", args)
+		}
+		s.Mode = args[0]
+	case "max_keys", "pool_size", "db":
+		v, err := one()
+		if err != nil {
+			return err
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("store %s: %q is not a whole number", opt, v)
+		}
+		if n < 0 {
+			return fmt.Errorf("store %s: %d must not be negative", opt, n)
+		}
+		if n == 0 && opt != "db" { // 0 is how a spec leaves it unset
+			return fmt.Errorf("store %s: 0 must be at least 1 (leave %s out for its default)", opt, opt)
+		}
+		if opt == "max_keys" && n > store.MaxKeysLimit {
+			return fmt.Errorf("store max_keys: %d must be at most %d", n, store.MaxKeysLimit)
+		}
+		*map[string]*int{"max_keys": &s.MaxKeys, "pool_size": &s.PoolSize, "db": &s.DB}[opt] = n
+	case "prefix", "username", "password", "sentinel_password", "tls_ca":
+		v, err := one()
+		if err != nil {
+			return err
+		}
+		*map[string]*string{"prefix": &s.Prefix, "username": &s.Username, "password": &s.Password,
+			"sentinel_password": &s.SentinelPassword, "tls_ca": &s.TLSCA}[opt] = v
+	case "tls":
+		if len(args) > 1 {
+			return fmt.Errorf("tls: unexpected %q", args[1])
+		}
+		s.TLS = true
+		if len(args) == 1 {
+			s.TLSServerName = args[0]
+		}
+	default:
+		return fmt.Errorf("store %s: unknown option %q", s.Type, opt)
+	}
+	return nil
+}
+
+// setResponse reads one option line: headers, body, status, jitter or log_denials
+// and its value; errors name the option and the value.
+func setResponse(s *core.ResponseSpec, opt, v string) error {
+	switch opt {
+	case "headers":
+		s.Headers = v
+		_, err := core.ParseHeaderStyle(v)
+		return err
+	case "body":
+		s.Body = v
+	case "status":
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("status: %q is not a whole number", v)
+		}
+		s.Status = n
+		if err := core.CheckDenyStatus(n); err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
+	case "jitter":
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("jitter: %q is not a fraction between 0 and 1", v)
+		}
+		s.Jitter = f
+		if err := core.CheckJitter(f); err != nil {
+			return fmt.Errorf("jitter: %w", err)
+		}
+	case "log_denials":
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("log_denials: %q is not a number of lines per second", v)
+		}
+		s.LogDenials = n
+	default:
+		return fmt.Errorf("unknown option %q", opt)
+	}
+	return nil
+}
