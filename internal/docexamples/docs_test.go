@@ -61,8 +61,8 @@ var outcomes = map[string]func(out string) error{
 		return nil
 	},
 	// the rate-limit headers.
-	"curl -si localhost:8080/": contains("Ratelimit-Policy:", "X-Ratelimit-Limit:"),
-	"curl -si localhost:8080":  contains("Ratelimit-Policy:", "X-Ratelimit-Limit:"),
+	"curl -si localhost:8080/":              contains("Ratelimit-Policy:", "X-Ratelimit-Limit:"),
+	"curl -si localhost:8080":               contains("Ratelimit-Policy:", "X-Ratelimit-Limit:"),
 	"curl localhost:2019/tollgate/policies": contains(`"name":"per-client"`),
 }
 
