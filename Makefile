@@ -86,7 +86,7 @@ fmt:
 # analyzers' facts over every dependency again (about a minute of a cold
 # make test, for nothing vet has not checked).
 unit: deps bin/caddy-race
-	@{ TOLLGATE_REDIS_ACL=1 TOLLGATE_CADDY=$(CURDIR)/bin/caddy-race TOLLGATE_REQUIRE_CADDY=1 $(GO) test -race -vet=off -count=1 -json ./caddymodule/ ./kongplugin/ $(PKGS) 2>&1; echo "go test exit $$?"; } | $(GO) run ./internal/testsummary
+	@{ TOLLGATE_REDIS_ACL=1 TOLLGATE_CADDY=$(CURDIR)/bin/caddy-race TOLLGATE_REQUIRE_CADDY=1 $(GO) test -race -vet=off -count=1 -json ./caddymodule/ ./kongplugin/ ./internal/crossgateway/ $(PKGS) 2>&1; echo "go test exit $$?"; } | $(GO) run ./internal/testsummary
 
 # The conformance suite must fail: each planted bug in
 # core/store/storetest/mutants is caught by its whole traces and by its
@@ -107,7 +107,7 @@ deps:
 chaos: deps bin/caddy
 	bash -o pipefail -c "TOLLGATE_CHAOS=long TOLLGATE_CADDY=$(CURDIR)/bin/caddy TOLLGATE_REQUIRE_CADDY=1 $(GO) test -count=1 -v \
 	  -run 'Outage|Hostile|TopDeniedKeys|NetworkFaults|Partition|ThousandReloads|ThousandInstanceRestarts|ShapingFlood|ClusterMasterFailover|StoppedAndPaused|KongRedisSharedAndFaults|ClientIPTrustedProxies|RefusedConfigs|ReloadKeepsCounters|StoreFailureLogsOnce|InFlightFleet' \
-	  ./caddymodule/ ./core/... ./kongplugin/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:'"
+	  ./caddymodule/ ./core/... ./kongplugin/ ./internal/crossgateway/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:'"
 
 # The alerting rules and the dashboard in examples/prometheus: promtool
 # checks the rules and runs their unit tests, then a real Prometheus

@@ -1,4 +1,4 @@
-package caddymodule_test
+package crossgateway_test
 
 import (
 	"context"
