@@ -68,16 +68,35 @@ func startLoad(c *caddyproc.Caddy, key string) *loadRun {
 	return l
 }
 
-// sharedSince reports whether Redis decided a request sent at or after t.
-func (l *loadRun) sharedSince(t time.Time) bool {
+// sharedFor is how long Redis has been deciding the load's requests sent
+// at or after t: from the first such decision to the last.
+func (l *loadRun) sharedFor(t time.Time) time.Duration {
+	return l.spanSince(t, func(s *sample) bool { return s.store == "shared" })
+}
+
+// answeredFor is how long the load's requests sent at or after t have
+// been answered (any status): from the first such answer to the last.
+func (l *loadRun) answeredFor(t time.Time) time.Duration {
+	return l.spanSince(t, func(s *sample) bool { return s.status > 0 })
+}
+
+// spanSince is the time from the first to the last request sent at or
+// after t that counts.
+func (l *loadRun) spanSince(t time.Time, counts func(*sample) bool) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for i := len(l.samples) - 1; i >= 0 && !l.samples[i].sent.Before(t); i-- {
-		if l.samples[i].store == "shared" {
-			return true
+	var first, last time.Time
+	for i := range l.samples {
+		s := &l.samples[i]
+		if !counts(s) || s.sent.Before(t) {
+			continue
 		}
+		if first.IsZero() {
+			first = s.sent
+		}
+		last = s.sent
 	}
-	return false
+	return last.Sub(first)
 }
 
 func (l *loadRun) finish() []sample {

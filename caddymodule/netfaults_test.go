@@ -168,22 +168,22 @@ func TestCaddyRedisNetworkFaults(t *testing.T) {
 			srv := redistest.StartT(t)
 			proxy := faultproxy.Start(t, srv.Addr)
 			c := netFaultCaddy(t, proxy.Addr, limit)
+			began := time.Now()
 			load := startLoad(c, "k")
-			time.Sleep(300 * time.Millisecond) // steady load before the fault
+			waitfor.True(t, 10*time.Second, "a steady load on Redis before the fault", func() bool { return load.sharedFor(began) >= 300*time.Millisecond })
 			var bounds []time.Time
 			var fallbacks []int
 			for _, st := range f.steps {
 				before := storeErrors(t, c)
 				bounds = append(bounds, time.Now())
 				st.toxics(proxy)
-				time.Sleep(faultHold())
+				time.Sleep(faultHold()) // the fault lasts this long
 				fallbacks = append(fallbacks, storeErrors(t, c)-before)
 				proxy.Remove(map[string]string{"latency_steps": "latency", "timeout": "timeout", "reset_peer": "reset",
 					"slow_close": "slow_close", "limit_data": "limit_data", "slicer": "slicer"}[f.name])
 			}
 			healed := time.Now()
-			waitfor.True(t, 5*time.Second, "Redis deciding again after healing", func() bool { return load.sharedSince(healed) })
-			time.Sleep(300 * time.Millisecond) // steady again
+			waitfor.True(t, 5*time.Second, "Redis deciding again after healing, steadily", func() bool { return load.sharedFor(healed) >= 300*time.Millisecond })
 			samples := load.finish()
 
 			for i, st := range f.steps {
@@ -234,15 +234,19 @@ func TestCaddyPartitionOneNode(t *testing.T) {
 	srv := redistest.StartT(t)
 	proxy := faultproxy.Start(t, srv.Addr)
 	cut, direct := netFaultCaddy(t, proxy.Addr, limit), netFaultCaddy(t, srv.Addr, limit)
+	started := time.Now()
 	loadCut, loadDirect := startLoad(cut, "k"), startLoad(direct, "k")
-	time.Sleep(300 * time.Millisecond)
+	waitfor.True(t, 10*time.Second, "both nodes steadily on Redis before the cut", func() bool {
+		return loadCut.sharedFor(started) >= 300*time.Millisecond && loadDirect.sharedFor(started) >= 300*time.Millisecond
+	})
 	began := time.Now()
 	proxy.Cut()
-	time.Sleep(faultHold())
+	time.Sleep(faultHold()) // the cut lasts this long
 	proxy.Heal()
 	healed := time.Now()
-	waitfor.True(t, 5*time.Second, "the cut node deciding in Redis again", func() bool { return loadCut.sharedSince(healed) })
-	time.Sleep(time.Second) // both on Redis for a whole window
+	waitfor.True(t, 10*time.Second, "the cut node deciding in Redis again, both for a whole window", func() bool {
+		return loadCut.sharedFor(healed) >= time.Second && loadDirect.sharedFor(healed) >= time.Second
+	})
 	samplesCut, samplesDirect := loadCut.finish(), loadDirect.finish()
 
 	fallback, fallbackDirect := len(decisions(samplesCut, "fallback")), len(decisions(samplesDirect, "fallback"))
@@ -298,12 +302,18 @@ func TestCaddyPartitionEventual(t *testing.T) {
 	respond "{http.tollgate.store} {http.tollgate.decided_at}"`, addr, limit)
 	}
 	cut, other := caddyproc.Start(t, config(proxy.Addr)), caddyproc.Start(t, config(srv.Addr))
+	started := time.Now()
 	loadCut, loadOther := startLoad(cut, "k"), startLoad(other, "k")
-	time.Sleep(300 * time.Millisecond)
+	waitfor.True(t, 10*time.Second, "a steady load on both nodes before the cut", func() bool {
+		return loadCut.answeredFor(started) >= 300*time.Millisecond && loadOther.answeredFor(started) >= 300*time.Millisecond
+	})
 	proxy.Cut()
-	time.Sleep(faultHold() + time.Second)
+	time.Sleep(faultHold() + time.Second) // the fault lasts this long
 	proxy.Heal()
-	time.Sleep(1500 * time.Millisecond)
+	healed := time.Now()
+	waitfor.True(t, 10*time.Second, "both nodes answered for 1.5 s after healing (syncs resume)", func() bool {
+		return loadCut.answeredFor(healed) >= 1500*time.Millisecond && loadOther.answeredFor(healed) >= 1500*time.Millisecond
+	})
 	// Allowed per fixed 1 s window, on the nodes' clocks (one machine),
 	// by node: [cut, other].
 	perWindow := map[int64][2]int{}

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/faultproxy"
 	"github.com/tollgate/tollgate/internal/kongproc"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
 // hammer sends access events for req to instance id from clients
@@ -92,13 +93,29 @@ func TestKongRedisNetworkFaults(t *testing.T) {
 				calls = append(calls, call)
 				mu.Unlock()
 			})
-			time.Sleep(300 * time.Millisecond) // steady load before the fault
+			// sharedFor is how long Redis has decided the calls sent at or after t.
+			sharedFor := func(t time.Time) time.Duration {
+				mu.Lock()
+				defer mu.Unlock()
+				var first, last time.Time
+				for _, c := range calls {
+					if c.shared && !c.sent.Before(t) {
+						if first.IsZero() {
+							first = c.sent
+						}
+						last = c.sent
+					}
+				}
+				return last.Sub(first)
+			}
+			loaded := time.Now()
+			waitfor.True(t, 10*time.Second, "a steady load on Redis before the fault", func() bool { return sharedFor(loaded) >= 300*time.Millisecond })
 			began := time.Now()
 			proxy.Add("fault", f.kind, f.stream, f.attributes)
-			time.Sleep(hold)
+			time.Sleep(hold) // the fault lasts this long
 			proxy.Remove("fault")
 			healed := time.Now()
-			time.Sleep(time.Second)
+			waitfor.True(t, 10*time.Second, "Redis deciding again after healing, for a second", func() bool { return sharedFor(healed) >= time.Second })
 			stop()
 
 			var took []time.Duration

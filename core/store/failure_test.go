@@ -42,8 +42,9 @@ func TestStoppedAndPausedRedisNeverHangsTheGateway(t *testing.T) {
 			p := core.MustPolicy("fail", core.PolicyOptions{}, core.Limit{Count: 1_000_000, Window: time.Hour, Algorithm: core.SlidingCounter})
 
 			var slowest atomic.Int64
-			var errs atomic.Int64
+			var errs, decided atomic.Int64
 			stopLoad := steadyLoad(func(d *core.Decision) {
+				defer decided.Add(1)
 				start := time.Now()
 				if err := f.Decide(context.Background(), p, "k", 1, d); err != nil || !d.Allowed {
 					errs.Add(1)
@@ -52,7 +53,7 @@ func TestStoppedAndPausedRedisNeverHangsTheGateway(t *testing.T) {
 					slowest.Store(el)
 				}
 			})
-			time.Sleep(200 * time.Millisecond)
+			waitfor.True(t, 5*time.Second, "a steady load before the fault", func() bool { return decided.Load() >= 100 })
 			switch fault {
 			case "kill":
 				srv.Stop()
@@ -62,11 +63,12 @@ func TestStoppedAndPausedRedisNeverHangsTheGateway(t *testing.T) {
 				}
 			case "sigstop":
 				_ = srv.Signal(syscall.SIGSTOP)
-				time.Sleep(2 * time.Second)
+				time.Sleep(2 * time.Second) // the pause lasts this long
 				_ = srv.Signal(syscall.SIGCONT)
 			}
 			back := waitfor.True(t, 3*time.Second, "breaker closed after Redis came back", func() bool { return !f.Open() })
-			time.Sleep(100 * time.Millisecond)
+			after := decided.Load()
+			waitfor.True(t, 5*time.Second, "decisions on Redis again", func() bool { return decided.Load() >= after+50 })
 			stopLoad()
 			t.Logf("%s: slowest decision %v (timeout %v), shared again after %v, %d failed decisions, %d fallback decisions, %d state changes",
 				fault, time.Duration(slowest.Load()), timeout, back, errs.Load(), f.FallbackDecisions(), changes.Load())
@@ -119,17 +121,13 @@ func TestClusterMasterFailover(t *testing.T) {
 			lastFallback.Store(int64(time.Since(start)))
 		}
 	})
-	time.Sleep(500 * time.Millisecond)
+	waitfor.True(t, 5*time.Second, "a steady load before the kill", func() bool { return total.Load() >= 200 })
 	killed := time.Since(start)
 	master.Stop()
-	// Wait until decisions have been shared again for a while.
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
-		if lf := time.Duration(lastFallback.Load()); lf > killed && time.Since(start)-lf > time.Second {
-			break
-		}
-	}
+	waitfor.True(t, 20*time.Second, "decisions shared again for a second after the fallback", func() bool {
+		lf := time.Duration(lastFallback.Load())
+		return lf > killed && time.Since(start)-lf > time.Second
+	})
 	stopLoad()
 	recovered := time.Duration(lastFallback.Load()) - killed
 	t.Logf("cluster master killed: %d decisions, %d errors, %d by the local fallback; shared again %s after the kill (node timeout 1 s)",
