@@ -53,8 +53,9 @@ func TestCaddyRedisOutage(t *testing.T) {
 	}
 	respond "{http.tollgate.store} {http.tollgate.decided_at}"`, srv.Addr, timeout, limit))
 
+			started := time.Now()
 			load := startLoad(c, "k")
-			time.Sleep(time.Second)
+			waitfor.TrueEvery(t, 10*time.Second, 20*time.Millisecond, "a second of steady load on Redis", func() bool { return load.sharedFor(started) >= time.Second })
 			down := time.Now()
 			switch fault {
 			case "kill":
@@ -64,7 +65,7 @@ func TestCaddyRedisOutage(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			time.Sleep(outageLength())
+			time.Sleep(outageLength()) // the outage lasts this long
 			up := time.Now()
 			switch fault {
 			case "kill":
@@ -77,7 +78,7 @@ func TestCaddyRedisOutage(t *testing.T) {
 				}
 			}
 			up = time.Now() // Redis answers from here
-			time.Sleep(2 * time.Second)
+			waitfor.TrueEvery(t, 10*time.Second, 20*time.Millisecond, "a second on Redis again after the outage", func() bool { return load.sharedFor(up) >= time.Second })
 			samples := load.finish()
 
 			all, outage := summarize(samples, time.Time{}, time.Now()), summarize(samples, down, up)

@@ -170,7 +170,7 @@ func TestCaddyRedisNetworkFaults(t *testing.T) {
 			c := netFaultCaddy(t, proxy.Addr, limit)
 			began := time.Now()
 			load := startLoad(c, "k")
-			waitfor.True(t, 10*time.Second, "a steady load on Redis before the fault", func() bool { return load.sharedFor(began) >= 300*time.Millisecond })
+			waitfor.TrueEvery(t, 10*time.Second, 20*time.Millisecond, "a steady load on Redis before the fault", func() bool { return load.sharedFor(began) >= 300*time.Millisecond })
 			var bounds []time.Time
 			var fallbacks []int
 			for _, st := range f.steps {
@@ -183,7 +183,7 @@ func TestCaddyRedisNetworkFaults(t *testing.T) {
 					"slow_close": "slow_close", "limit_data": "limit_data", "slicer": "slicer"}[f.name])
 			}
 			healed := time.Now()
-			waitfor.True(t, 5*time.Second, "Redis deciding again after healing, steadily", func() bool { return load.sharedFor(healed) >= 300*time.Millisecond })
+			waitfor.TrueEvery(t, 5*time.Second, 20*time.Millisecond, "Redis deciding again after healing, steadily", func() bool { return load.sharedFor(healed) >= 300*time.Millisecond })
 			samples := load.finish()
 
 			for i, st := range f.steps {
@@ -236,7 +236,7 @@ func TestCaddyPartitionOneNode(t *testing.T) {
 	cut, direct := netFaultCaddy(t, proxy.Addr, limit), netFaultCaddy(t, srv.Addr, limit)
 	started := time.Now()
 	loadCut, loadDirect := startLoad(cut, "k"), startLoad(direct, "k")
-	waitfor.True(t, 10*time.Second, "both nodes steadily on Redis before the cut", func() bool {
+	waitfor.TrueEvery(t, 10*time.Second, 20*time.Millisecond, "both nodes steadily on Redis before the cut", func() bool {
 		return loadCut.sharedFor(started) >= 300*time.Millisecond && loadDirect.sharedFor(started) >= 300*time.Millisecond
 	})
 	began := time.Now()
@@ -244,7 +244,7 @@ func TestCaddyPartitionOneNode(t *testing.T) {
 	time.Sleep(faultHold()) // the cut lasts this long
 	proxy.Heal()
 	healed := time.Now()
-	waitfor.True(t, 10*time.Second, "the cut node deciding in Redis again, both for a whole window", func() bool {
+	waitfor.TrueEvery(t, 10*time.Second, 20*time.Millisecond, "the cut node deciding in Redis again, both for a whole window", func() bool {
 		return loadCut.sharedFor(healed) >= time.Second && loadDirect.sharedFor(healed) >= time.Second
 	})
 	samplesCut, samplesDirect := loadCut.finish(), loadDirect.finish()
@@ -304,14 +304,14 @@ func TestCaddyPartitionEventual(t *testing.T) {
 	cut, other := caddyproc.Start(t, config(proxy.Addr)), caddyproc.Start(t, config(srv.Addr))
 	started := time.Now()
 	loadCut, loadOther := startLoad(cut, "k"), startLoad(other, "k")
-	waitfor.True(t, 10*time.Second, "a steady load on both nodes before the cut", func() bool {
+	waitfor.TrueEvery(t, 10*time.Second, 20*time.Millisecond, "a steady load on both nodes before the cut", func() bool {
 		return loadCut.answeredFor(started) >= 300*time.Millisecond && loadOther.answeredFor(started) >= 300*time.Millisecond
 	})
 	proxy.Cut()
 	time.Sleep(faultHold() + time.Second) // the fault lasts this long
 	proxy.Heal()
 	healed := time.Now()
-	waitfor.True(t, 10*time.Second, "both nodes answered for 1.5 s after healing (syncs resume)", func() bool {
+	waitfor.TrueEvery(t, 10*time.Second, 20*time.Millisecond, "both nodes answered for 1.5 s after healing (syncs resume)", func() bool {
 		return loadCut.answeredFor(healed) >= 1500*time.Millisecond && loadOther.answeredFor(healed) >= 1500*time.Millisecond
 	})
 	// Allowed per fixed 1 s window, on the nodes' clocks (one machine),

@@ -109,13 +109,13 @@ func TestKongRedisNetworkFaults(t *testing.T) {
 				return last.Sub(first)
 			}
 			loaded := time.Now()
-			waitfor.True(t, 10*time.Second, "a steady load on Redis before the fault", func() bool { return sharedFor(loaded) >= 300*time.Millisecond })
+			waitfor.TrueEvery(t, 10*time.Second, 20*time.Millisecond, "a steady load on Redis before the fault", func() bool { return sharedFor(loaded) >= 300*time.Millisecond })
 			began := time.Now()
 			proxy.Add("fault", f.kind, f.stream, f.attributes)
 			time.Sleep(hold) // the fault lasts this long
 			proxy.Remove("fault")
 			healed := time.Now()
-			waitfor.True(t, 10*time.Second, "Redis deciding again after healing, for a second", func() bool { return sharedFor(healed) >= time.Second })
+			waitfor.TrueEvery(t, 10*time.Second, 20*time.Millisecond, "Redis deciding again after healing, for a second", func() bool { return sharedFor(healed) >= time.Second })
 			stop()
 
 			var took []time.Duration

@@ -23,3 +23,20 @@ func True(t testing.TB, deadline time.Duration, what string, cond func() bool) t
 	}
 	return time.Since(start)
 }
+
+// TrueEvery is True polling cond every period: for a condition that
+// costs (it reads a whole load's samples), so that waiting does not load
+// the machine under test.
+func TrueEvery(t testing.TB, deadline, period time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for !cond() {
+		if time.Since(start) > deadline {
+			t.Fatalf("%s: not within %v", what, deadline)
+		}
+		<-tick.C
+	}
+	return time.Since(start)
+}
