@@ -103,7 +103,7 @@ func (s *Spec) Config() (Config, error) {
 	if s.Timeout < 0 {
 		return c, fmt.Errorf("store timeout: %s must not be negative", time.Duration(s.Timeout))
 	}
-	if err := redis.CheckOptions(r.options()); err != nil { // the URL and addresses, before anything dials
+	if err := redis.CheckOptions(*r); err != nil { // the URL and addresses, before anything dials
 		return c, fmt.Errorf("store %s: %w", s.Type, err)
 	}
 	c.Redis = r

@@ -40,47 +40,11 @@ type Config struct {
 	SyncInterval time.Duration
 }
 
-// RedisConfig says how to reach Redis: set URL, or Addrs (with Cluster for
-// a Redis Cluster), or MasterName and the Sentinels' Addrs.
-type RedisConfig struct {
-	// URL is a redis:// or rediss:// URL (user, password, host:port, /db).
-	URL string
-	// Addrs are host:port addresses: the server, Cluster seeds or Sentinels.
-	Addrs []string
-	// Cluster makes Addrs the seeds of a Redis Cluster.
-	Cluster bool
-	// MasterName is the Sentinel master's name.
-	MasterName string
-	// SentinelUsername and SentinelPassword authenticate to the Sentinels.
-	SentinelUsername, SentinelPassword string
-	// Username, Password and DB select the Redis user and database.
-	Username, Password string
-	DB                 int
-	// TLS turns TLS on; TLSServerName overrides the name verified;
-	// TLSInsecureSkipVerify turns verification off.
-	TLS                   bool
-	TLSServerName         string
-	TLSInsecureSkipVerify bool
-	// TLSCA is a PEM file of the CA certificates that verify the server,
-	// instead of the system's (which SSL_CERT_FILE can also name).
-	TLSCA string
-	// Timeout bounds one decision's round trip; 0 means 500ms.
-	Timeout time.Duration
-	// PoolSize is the connections per node; 0 means go-redis's default.
-	PoolSize int
-	// Prefix starts every key; empty means "tollgate:".
-	Prefix string
-}
-
-func (r *RedisConfig) options() redis.Options {
-	return redis.Options{
-		URL: r.URL, Addrs: r.Addrs, Cluster: r.Cluster, MasterName: r.MasterName,
-		SentinelUsername: r.SentinelUsername, SentinelPassword: r.SentinelPassword,
-		Username: r.Username, Password: r.Password, DB: r.DB,
-		TLS: r.TLS, TLSServerName: r.TLSServerName, TLSInsecureSkipVerify: r.TLSInsecureSkipVerify, TLSCA: r.TLSCA,
-		Timeout: r.Timeout, PoolSize: r.PoolSize, Prefix: r.Prefix,
-	}
-}
+// RedisConfig says how to reach Redis (set URL, or Addrs with Cluster for
+// a Redis Cluster, or MasterName and the Sentinels' Addrs): the Redis
+// store's own settings, declared once in redis.Options. Configs leave its
+// tuning fields (Clock, Batch, Lanes, NoDenyCache) zero.
+type RedisConfig = redis.Options
 
 // identity is what makes two configs the same store.
 func (c *Config) identity() string {
@@ -154,7 +118,7 @@ func open(c Config) (*Handle, error) {
 	if err := core.CheckSyncInterval(c.SyncInterval); err != nil {
 		return nil, fmt.Errorf("sync: %w", err)
 	}
-	opts := c.Redis.options()
+	opts := *c.Redis
 	opts.Clock = clock
 	shared, err := redis.New(opts)
 	if err != nil {
