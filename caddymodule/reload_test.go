@@ -48,7 +48,8 @@ func measure(t *testing.T, c *caddyproc.Caddy, rs *redistest.Server) caddyResour
 }
 
 // TestCaddyThousandReloads reloads a real Caddy (a memory-store route and
-// a Redis-store route, both adaptive) 50 times in `make test` and 1,000 in
+// a Redis-store route, each with a counting policy and an adaptive GCRA
+// one) 50 times in `make test` and 1,000 in
 // `make chaos`, under 4 clients' load. One policy's limit changes on every
 // reload; the others do not and keep their counts. No request fails, and
 // goroutines, file descriptors, Redis connections and RSS come back to
@@ -69,6 +70,10 @@ func TestCaddyThousandReloads(t *testing.T) {
 			policy mem {
 				key {http.request.header.X-Key}
 				limit 100000/1h sliding_counter
+			}
+			policy mem-adaptive {
+				key {http.request.header.X-Key}
+				limit 100000/1s gcra
 				adaptive {
 					controller aimd
 				}
@@ -84,6 +89,10 @@ func TestCaddyThousandReloads(t *testing.T) {
 			policy redis {
 				key {http.request.header.X-Key}
 				limit 100000/1h sliding_counter
+			}
+			policy redis-adaptive {
+				key {http.request.header.X-Key}
+				limit 100000/1s gcra
 				adaptive {
 					controller aimd
 				}

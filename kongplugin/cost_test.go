@@ -49,7 +49,7 @@ func TestKongEventsAndCallsPerRequest(t *testing.T) {
 			kongproc.Request{ForwardedIP: "192.0.2.1", Headers: http.Header{"X-Plan": {"free"}}}, false},
 		{"`limit_by: ip`, denied", kongproc.PluginPackage, map[string]any{"minute": 1, "limit_by": "ip"}, kongproc.Request{ForwardedIP: "192.0.2.1"}, true},
 		{"`in_flight` limit, `limit_by: ip`", kongproc.ResponsePackage, map[string]any{"limits": inFlight, "limit_by": "ip"}, kongproc.Request{ForwardedIP: "192.0.2.1"}, false},
-		{"`adaptive`, `limit_by: ip`", kongproc.ResponsePackage, map[string]any{"minute": 100, "limit_by": "ip", "adaptive": map[string]any{"enabled": true}},
+		{"`adaptive`, `limit_by: ip`", kongproc.ResponsePackage, map[string]any{"minute": 100, "limit_by": "ip", "algorithm": "gcra", "adaptive": map[string]any{"enabled": true}},
 			kongproc.Request{ForwardedIP: "192.0.2.1", Status: 200, Source: "service", UpstreamTime: "0.012"}, false},
 		{"`limit_by: ip` on tollgate-response", kongproc.ResponsePackage, map[string]any{"minute": 100, "limit_by": "ip"}, kongproc.Request{ForwardedIP: "192.0.2.1"}, false},
 	}

@@ -97,6 +97,15 @@ func accessOnly(full []byte) []byte {
 		}
 		return v
 	}
+	// Entity checks that name the adaptive record go with it.
+	if top, ok := decl.(map[string]any); ok {
+		if checks, ok := top["entity_checks"].([]any); ok {
+			top["entity_checks"] = slices.DeleteFunc(checks, func(c any) bool {
+				b, _ := json.Marshal(c)
+				return bytes.Contains(b, []byte(`"config.`+adaptiveField+`.`))
+			})
+		}
+	}
 	out, err := json.Marshal(strip(decl))
 	if err != nil {
 		panic(err)

@@ -151,6 +151,8 @@ var kongRefuses = []struct {
 	{`{"second": 10, "error_message": ""}`, "config.error_message: length must be at least 1"},
 	{`{"second": "ten"}`, "config.second: expected a number"},
 	{`{"second": 10, "adaptive": {"controller": "vegas"}}`, "config.adaptive.controller: expected one of: gradient, aimd"},
+	// tollgate's rule: Kong's default algorithm, fixed_window, cannot adapt.
+	{`{"second": 10, "adaptive": {"enabled": true}}`, "config.algorithm: adaptive limits need algorithm gcra, token_bucket or leaky_bucket"},
 	{`{"second": 10, "adaptive": {"tolerance": 0.5}}`, "config.adaptive.tolerance: value must be greater than 1"},
 	{`{"second": 10, "colour": "blue"}`, "config.colour: unknown field"},
 	// Counts above a header's 15 digits are refused at the Admin API
@@ -247,7 +249,7 @@ func TestKongSchemaRefusesWhatKongRefuses(t *testing.T) {
 // the field; tollgate-response takes the same configs.
 func TestKongAccessOnlyRefusesWhatNeedsTheResponse(t *testing.T) {
 	for config, want := range map[string]string{
-		`{"second": 10, "adaptive": {"enabled": true}}`:                                                                       "config.adaptive: unknown field",
+		`{"second": 10, "algorithm": "gcra", "adaptive": {"enabled": true}}`:                                                  "config.adaptive: unknown field",
 		`{"limits": [{"count": 2, "window": "1m", "algorithm": "in_flight"}]}`:                                                "config.limits[0].algorithm: expected one of: fixed_window, sliding_log, sliding_counter, token_bucket, gcra, leaky_bucket",
 		`{"plans": [{"name": "p", "limits": [{"count": 2, "window": "1m", "algorithm": "in_flight"}]}], "default_plan": "p"}`: "config.plans[0].limits[0].algorithm: expected one of",
 	} {
