@@ -152,7 +152,7 @@ var kongRefuses = []struct {
 	{`{"second": "ten"}`, "config.second: expected a number"},
 	{`{"second": 10, "adaptive": {"controller": "vegas"}}`, "config.adaptive.controller: expected one of: gradient, aimd"},
 	// tollgate's rule: Kong's default algorithm, fixed_window, cannot adapt.
-	{`{"second": 10, "adaptive": {"enabled": true}}`, "config.algorithm: adaptive limits need algorithm gcra, token_bucket or leaky_bucket"},
+	{`{"second": 10, "adaptive": {"enabled": true}}`, "config.adaptive.enabled: adaptive limits need algorithm gcra, token_bucket or leaky_bucket"},
 	{`{"second": 10, "adaptive": {"tolerance": 0.5}}`, "config.adaptive.tolerance: value must be greater than 1"},
 	{`{"second": 10, "colour": "blue"}`, "config.colour: unknown field"},
 	// Counts above a header's 15 digits are refused at the Admin API

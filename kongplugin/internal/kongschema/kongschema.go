@@ -394,6 +394,12 @@ func (s *Schema) entityCheck(c Check, fields []map[string]*Field, obj map[string
 		}
 	case c.Conditional != nil:
 		k := c.Conditional
+		if underNull(obj, k.IfField) {
+			// Kong requires a conditional's if_field (its checker's
+			// required_fields); one inside a null record is missing.
+			*errs = append(*errs, join(path, k.IfField)+": field required for entity check")
+			return
+		}
 		if !s.matches(lookup(fields, k.IfField), k.IfMatch, get(obj, k.IfField)) {
 			return
 		}
@@ -468,6 +474,17 @@ func lookup(fields []map[string]*Field, path string) *Field {
 		}
 	}
 	return nil
+}
+
+// underNull says whether a dotted path runs through a record that is absent
+// or null: Kong's get_field finds no value there, not a null one.
+func underNull(obj map[string]any, path string) bool {
+	head, rest, nested := strings.Cut(path, ".")
+	if !nested {
+		return false
+	}
+	m, ok := obj[head].(map[string]any)
+	return !ok || underNull(m, rest)
 }
 
 // get reads a dotted path from a decoded object; nil when absent or null.

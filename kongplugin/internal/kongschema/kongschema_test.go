@@ -191,3 +191,22 @@ func TestDumpIsTheDeclaration(t *testing.T) {
 		t.Errorf("dump %s\nwant schema %s", out.Bytes(), want)
 	}
 }
+
+// TestConditionalIfFieldInNullRecord: Kong requires a conditional's
+// if_field (kong/db/schema/init.lua, run_entity_check with the checker's
+// required_fields); a field inside a null record is missing, and Kong
+// answers "field required for entity check" (as Kong's own schema code
+// printed for such a dump, through ../shared/kong-schema).
+func TestConditionalIfFieldInNullRecord(t *testing.T) {
+	s := MustParse([]byte(`{"fields": [{"config": {"type": "record", "required": true, "fields": [
+  {"mode": {"type": "string", "default": "a"}},
+  {"inner": {"type": "record", "required": false, "fields": [{"on": {"type": "boolean", "default": true}}]}}]}}],
+ "entity_checks": [{"conditional": {"if_field": "config.inner.on", "if_match": {"eq": true},
+   "then_field": "config.mode", "then_match": {"eq": "a"}}}]}`))
+	if err := s.Check(map[string]any{"mode": "a"}); err == nil || !strings.Contains(err.Error(), "config.inner.on: field required for entity check") {
+		t.Errorf("null record: %v, want Kong's field required for entity check", err)
+	}
+	if err := s.Check(map[string]any{"mode": "a", "inner": map[string]any{}}); err != nil {
+		t.Errorf("record given: %v", err)
+	}
+}
