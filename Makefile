@@ -12,7 +12,7 @@ CADDY_VERSION := v2.11.9
 # scripts are embedded in core).
 CADDY_SRC := $(shell find core caddymodule \( -name '*.go' ! -name '*_test.go' -o -name '*.lua' \)) tollgate.go go.mod go.sum
 
-.PHONY: test vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong adaptive adaptive-short chaos plots run clean deps monitoring docker-test
+.PHONY: test vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong adaptive adaptive-short chaos plots run clean deps monitoring docker-test bench-instructions
 
 # Caddy with tollgate on the memory store, serving Caddyfile.example on
 # http://localhost:8080 (admin API on localhost:2019).
@@ -47,6 +47,13 @@ bin/caddy-race: $(CADDY_SRC)
 test: vet fmt
 	$(MAKE) --no-print-directory -j3 bin/caddy-race mutants adaptive-short
 	$(MAKE) --no-print-directory unit
+
+# Instructions per decision under valgrind's callgrind, tollgate against
+# each in-process peer and the floor, on one core: the comparison that
+# holds on every CPU (cd bench && go run ./compare -instructions).
+bench-instructions:
+	@command -v valgrind >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind; }
+	cd bench && $(GO) build -o $(CURDIR)/bin/compare ./compare && $(CURDIR)/bin/compare -instructions
 
 # The example fleets (examples/caddy, examples/kong) in a real Docker
 # engine, every image built here: installs docker.io and busybox-static

@@ -247,8 +247,19 @@ func check(err error) {
 
 func main() {
 	only := flag.String("workload", "", "run only the workload with this name")
+	counted := flag.Bool("instructions", false, "count instructions per decision under valgrind's callgrind (serial workloads) instead of timing")
+	child := flag.String("child", "", "internal: decide -n requests with this contender, for -instructions")
+	n := flag.Int("n", 0, "internal: the decisions -child makes")
 	testing.Init()
 	flag.Parse()
+	if *child != "" {
+		runChild(*child, *only, *n)
+		return
+	}
+	if *counted {
+		instructions(*only)
+		return
+	}
 	fmt.Printf("GOMAXPROCS=%d %s\n\n", runtime.GOMAXPROCS(0), runtime.Version())
 	fmt.Printf("%-22s %-22s %-16s %10s %10s\n", "workload", "limiter", "algorithm", "ns/op", "allocs/op")
 	var lines []string

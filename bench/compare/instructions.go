@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/tollgate/tollgate/core"
+)
+
+// Instruction counts are the figure of the comparison that holds on every
+// CPU: `valgrind --tool=callgrind` counts the instructions a program
+// executes, the same for the same binary and inputs whatever else the
+// machine does. Each contender runs in a child process of this binary
+// (-child) deciding n requests serially after warming its keys; the
+// difference between a run of 2n and one of n decisions, divided by n, is
+// its cost per decision, with start-up and warm-up cancelled out.
+
+// childDecisions is n: enough that the difference dwarfs callgrind's noise.
+const childDecisions = 200_000
+
+// serialWorkloads are the workloads measured in instructions (one core:
+// instructions are per decision, whatever the parallelism).
+var serialWorkloads = []workload{{"serial-1key", 1, false}, {"serial-100k-keys", 100_000, false}}
+
+// contenders lists tollgate's algorithms, the peers and the floor, by a
+// name the child finds again.
+func contenders() []limiter {
+	var cs []limiter
+	for _, a := range []core.Algorithm{core.TokenBucket, core.FixedWindow, core.GCRA, core.SlidingCounter} {
+		cs = append(cs, limiter{"tollgate", a, tollgate(a)})
+	}
+	for _, p := range peers {
+		cs = append(cs, limiter{p.name, p.algorithm, p.make})
+	}
+	return append(cs, limiter{floorName, 0, floor})
+}
+
+func contenderID(c limiter) string { return c.name + "/" + c.algorithm.String() }
+
+// runChild decides n requests of workload w with the contender named id,
+// serially, after one warming pass over the keys.
+func runChild(id, workloadName string, n int) {
+	for _, w := range serialWorkloads {
+		if w.name != workloadName {
+			continue
+		}
+		for _, c := range contenders() {
+			if contenderID(c) != id {
+				continue
+			}
+			names := keyNames(w.keys)
+			decide := c.make(w.keys)
+			for _, k := range names {
+				decide(k)
+			}
+			for i := 0; i < n; i++ {
+				decide(names[i%len(names)])
+			}
+			return
+		}
+	}
+	fmt.Fprintf(os.Stderr, "no contender %q in workload %q\n", id, workloadName)
+	os.Exit(2)
+}
+
+var collected = regexp.MustCompile(`Collected : (\d+)`)
+
+// instructionsOf runs the child under callgrind and returns the
+// instructions it executed.
+func instructionsOf(id, workloadName string, n int) (int64, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	out, err := os.MkdirTemp("", "callgrind")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(out)
+	cmd := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+out+"/cg.out",
+		self, "-child", id, "-workload", workloadName, "-n", strconv.Itoa(n))
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1", "GOGC=off")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("%s: %v\n%s", id, err, stderr.String())
+	}
+	sc := bufio.NewScanner(&stderr)
+	for sc.Scan() {
+		if m := collected.FindStringSubmatch(sc.Text()); m != nil {
+			return strconv.ParseInt(m[1], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no instruction count in callgrind's output:\n%s", id, stderr.String())
+}
+
+// instructions prints each contender's instructions per decision and the
+// `vs <peer> instructions-<workload> <factor>` lines (peer over tollgate
+// with its closest algorithm; the floor over tollgate's token bucket).
+func instructions(only string) {
+	fmt.Printf("%-18s %-22s %-16s %14s\n", "workload", "limiter", "algorithm", "instr/decision")
+	var lines []string
+	for _, w := range serialWorkloads {
+		if only != "" && w.name != only {
+			continue
+		}
+		ours := map[core.Algorithm]float64{}
+		for _, c := range contenders() {
+			id := contenderID(c)
+			one, err := instructionsOf(id, w.name, childDecisions)
+			check(err)
+			two, err := instructionsOf(id, w.name, 2*childDecisions)
+			check(err)
+			per := float64(two-one) / childDecisions
+			alg := c.algorithm.String()
+			if c.name == floorName {
+				alg = "-"
+			}
+			fmt.Printf("%-18s %-22s %-16s %14.0f\n", w.name, c.name, alg, per)
+			switch {
+			case c.name == "tollgate":
+				ours[c.algorithm] = per
+			case c.name == floorName:
+				lines = append(lines, fmt.Sprintf("vs %s instructions-%s-token_bucket %.2f", floorName, w.name, per/ours[core.TokenBucket]))
+			default:
+				lines = append(lines, fmt.Sprintf("vs %s instructions-%s %.2f", c.name, w.name, per/ours[c.algorithm]))
+			}
+		}
+	}
+	fmt.Println()
+	fmt.Println(strings.Join(lines, "\n"))
+}
