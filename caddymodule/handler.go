@@ -240,9 +240,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if repl == nil {
 		repl = caddy.NewReplacer()
 	}
-	var plan core.Plan
+	var outcome core.Outcome
 	q := &request{h: h, r: r, repl: repl}
-	if err := h.gate.Decide(r.Context(), q, &plan); err != nil {
+	if err := h.gate.Decide(r.Context(), q, &outcome); err != nil {
 		var failed *core.StoreError
 		switch {
 		case r.Context().Err() != nil:
@@ -258,16 +258,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
-	if !plan.Covered() {
+	if !outcome.Covered() {
 		return next.ServeHTTP(w, r)
 	}
-	shown := &plan.Decision
+	shown := &outcome.Decision
 	q.setPlaceholders(shown)
-	h.gate.WriteHeaders(w.Header(), &plan)
-	if !plan.Passes() {
+	h.gate.WriteHeaders(w.Header(), &outcome)
+	if !outcome.Passes() {
 		if ok, dropped := h.sampler.Sample(); ok { // log_denials lines a second at most
 			h.logger.Info("rate limited", zap.String("policy", shown.Policy.Name()), zap.String("limit", shown.DecidingLimit().Label()),
-				zap.String("key", shown.Policy.ShowKey(plan.Key)), zap.Duration("retry_after", shown.RetryAfter), zap.Int64("not_logged", dropped))
+				zap.String("key", shown.Policy.ShowKey(outcome.Key)), zap.Duration("retry_after", shown.RetryAfter), zap.Int64("not_logged", dropped))
 		}
 		if h.HandleErrors {
 			return caddyhttp.Error(h.gate.Status(), ErrRateLimited)
@@ -276,13 +276,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	// In-flight slots go back when the chain returns: after the response,
 	// on a panic, or when the client left.
-	defer plan.HoldLeases(0)()
-	if !core.Hold(r.Context(), plan.Delay) {
-		plan.CancelShaped() // the client left while its request was held: its place goes to the next
+	defer outcome.HoldLeases(0)()
+	if !core.Hold(r.Context(), outcome.Delay) {
+		outcome.CancelShaped() // the client left while its request was held: its place goes to the next
 		return r.Context().Err()
 	}
-	if plan.Watching() {
-		return observeUpstream(&plan, w, r, next)
+	if outcome.Watching() {
+		return observeUpstream(&outcome, w, r, next)
 	}
 	return next.ServeHTTP(w, r)
 }
@@ -299,8 +299,8 @@ func writeText(w http.ResponseWriter, status int, body string) error {
 // observeUpstream serves the request and reports its status and duration
 // to the adaptive controllers. An error a later handler returns (such as
 // reverse_proxy's 502 or 504) counts with its status.
-func observeUpstream(plan *core.Plan, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
-	plan.ServeObserved(w, func(w http.ResponseWriter) int {
+func observeUpstream(outcome *core.Outcome, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
+	outcome.ServeObserved(w, func(w http.ResponseWriter) int {
 		if err = next.ServeHTTP(w, r); err == nil {
 			return 0
 		}

@@ -13,9 +13,9 @@ import (
 // Gate is the one request pipeline of every adapter (the gateway plugins,
 // the net/http middleware): an adapter tells it, rule by rule,
 // whether a request is covered and with which key and cost; the gate
-// decides each rule on its store, combines the decisions and returns a Plan
+// decides each rule on its store, combines the decisions and returns an Outcome
 // (pass, deny, or hold then pass) with the headers to send. The adapter only
-// translates its request into Inputs and the Plan into its response.
+// translates its request into Inputs and the Outcome into its response.
 type Gate struct {
 	rules      []Rule
 	status     int
@@ -168,9 +168,9 @@ func (e *StoreError) Error() string { return "policy " + e.Policy + ": store fai
 
 func (e *StoreError) Unwrap() error { return e.Err }
 
-// Plan is what the gateway does with one request. Its zero value is ready
+// Outcome is what the gateway does with one request. Its zero value is ready
 // for Decide.
-type Plan struct {
+type Outcome struct {
 	// Decision is the decision the response shows: the denial, or else the
 	// most restrictive decision of the rules that covered the request.
 	// Decision.Policy is nil when no rule covered it.
@@ -208,14 +208,14 @@ type heldLease struct {
 }
 
 // Decide runs the pipeline for one request: for each rule in order it asks
-// req for the request's Input, decides the covered ones and fills plan.
+// req for the request's Input, decides the covered ones and fills outcome.
 // An error from req.Input ends it and is returned as it is; a store failure
 // is returned as a *StoreError (unless the gate skips failed rules); a
 // cancelled ctx returns ctx's error.
-func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
-	plan.Decision, plan.Key = Decision{}, ""
-	plan.Delay = 0
-	plan.watched, plan.extra, plan.leases, plan.shaped = 0, nil, nil, nil
+func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error {
+	outcome.Decision, outcome.Key = Decision{}, ""
+	outcome.Delay = 0
+	outcome.watched, outcome.extra, outcome.leases, outcome.shaped = 0, nil, nil, nil
 	// A store's Decide takes d through an interface, so a local would
 	// escape: one 0.5 KB allocation per request. Pooled instead.
 	d := decisions.Get().(*Decision)
@@ -260,8 +260,8 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 			}
 			return &StoreError{Policy: r.Limiter.Policy().Name(), Err: err}
 		}
-		if plan.Decision.Policy == nil || MoreRestrictive(d, &plan.Decision) {
-			plan.Decision, plan.Key = *d, key
+		if outcome.Decision.Policy == nil || MoreRestrictive(d, &outcome.Decision) {
+			outcome.Decision, outcome.Key = *d, key
 		}
 		if (!d.Allowed || d.Shadowed) && g.top != nil && d.N > 0 {
 			g.top[i].offer(key)
@@ -272,33 +272,33 @@ func (g *Gate) Decide(ctx context.Context, req Request, plan *Plan) error {
 			}
 			break
 		}
-		plan.keep(r.Limiter, in.Key, d)
+		outcome.keep(r.Limiter, in.Key, d)
 		if a := r.Limiter.Policy().Adaptive(); a != nil {
-			if plan.watched < len(plan.watching) {
-				plan.watching[plan.watched] = a
-				plan.watched++
+			if outcome.watched < len(outcome.watching) {
+				outcome.watching[outcome.watched] = a
+				outcome.watched++
 			} else {
-				plan.extra = append(plan.extra, a)
+				outcome.extra = append(outcome.extra, a)
 			}
 		}
-		plan.Delay = max(plan.Delay, d.Delay)
+		outcome.Delay = max(outcome.Delay, d.Delay)
 	}
-	if !plan.Passes() {
-		plan.Delay = 0
+	if !outcome.Passes() {
+		outcome.Delay = 0
 		// A later rule denied: the slots and queue places earlier rules
 		// took go back now.
-		if len(plan.leases) > 0 {
-			plan.endLeases(context.WithoutCancel(ctx))
+		if len(outcome.leases) > 0 {
+			outcome.endLeases(context.WithoutCancel(ctx))
 		}
-		plan.CancelShaped()
-		plan.watched, plan.extra = 0, nil
+		outcome.CancelShaped()
+		outcome.watched, outcome.extra = 0, nil
 		return nil
 	}
 	// The adaptive rules count the work sent upstream (see Adaptive.Start).
-	for _, a := range plan.watching[:plan.watched] {
+	for _, a := range outcome.watching[:outcome.watched] {
 		a.Start()
 	}
-	for _, a := range plan.extra {
+	for _, a := range outcome.extra {
 		a.Start()
 	}
 	return nil
@@ -320,7 +320,7 @@ func monotonicNow() time.Duration { return time.Since(clockOrigin) }
 // store decides: a shallower stack is copied less often when it grows.
 //
 //go:noinline
-func (p *Plan) keep(l *Limiter, key string, d *Decision) {
+func (p *Outcome) keep(l *Limiter, key string, d *Decision) {
 	if lease, ok := l.Lease(key, d); ok {
 		p.leases = append(p.leases, heldLease{l, lease})
 	}
@@ -338,7 +338,7 @@ var decisions = sync.Pool{New: func() any { return new(Decision) }}
 // request takes its place at once. A store that cannot be reached is not
 // retried: the place then passes at its release, as if the request had
 // been served.
-func (p *Plan) CancelShaped() {
+func (p *Outcome) CancelShaped() {
 	for i := range p.shaped {
 		_ = p.shaped[i].limiter.CancelShaped(context.Background(), &p.shaped[i].shaped)
 	}
@@ -395,7 +395,7 @@ func waitForSlot(ctx, dctx context.Context, lim *Limiter, pol *Policy, in Input,
 
 // HoldsLeases reports whether the request holds in-flight slots (an
 // InFlight limit allowed it), which HoldLeases keeps and gives back.
-func (p *Plan) HoldsLeases() bool { return len(p.leases) > 0 }
+func (p *Outcome) HoldsLeases() bool { return len(p.leases) > 0 }
 
 // HoldLeases keeps the request's in-flight slots while it runs, renewing
 // them every third of their window (so a long request keeps its slot and a
@@ -404,12 +404,12 @@ func (p *Plan) HoldsLeases() bool { return len(p.leases) > 0 }
 // response is finished, even after a panic or when the client left.
 // Without leases it starts nothing. A store that cannot be reached is not
 // retried: its leases end by themselves after their window.
-func (p *Plan) HoldLeases(maxHold time.Duration) (end func()) {
+func (p *Outcome) HoldLeases(maxHold time.Duration) (end func()) {
 	if len(p.leases) == 0 {
 		return func() {}
 	}
 	leases := p.leases
-	p.leases = nil // the plan may be reused; the leases are the returned func's
+	p.leases = nil // the outcome may be reused; the leases are the returned func's
 	window := time.Duration(1<<63 - 1)
 	for _, h := range leases {
 		for _, l := range h.lease.Policy.Limits() {
@@ -447,7 +447,7 @@ func (p *Plan) HoldLeases(maxHold time.Duration) (end func()) {
 		once.Do(func() {
 			close(stop)
 			<-done // no renewal after the end
-			held := Plan{leases: leases}
+			held := Outcome{leases: leases}
 			held.endLeases(context.Background())
 		})
 	}
@@ -465,7 +465,7 @@ var (
 // event: it returns an id to carry to that event (in the
 // gateway's per-request context) and hand to EndParkedLeases, or "" when the request
 // holds no leases. If the id never comes back, the leases end after maxHold.
-func (p *Plan) ParkLeases(maxHold time.Duration) string {
+func (p *Outcome) ParkLeases(maxHold time.Duration) string {
 	if len(p.leases) == 0 {
 		return ""
 	}
@@ -484,8 +484,8 @@ func EndParkedLeases(id string) {
 	}
 }
 
-// endLeases gives back every lease the plan holds.
-func (p *Plan) endLeases(ctx context.Context) {
+// endLeases gives back every lease the outcome holds.
+func (p *Outcome) endLeases(ctx context.Context) {
 	for i := range p.leases {
 		_, _ = p.leases[i].limiter.EndLease(ctx, &p.leases[i].lease, false)
 	}
@@ -493,18 +493,18 @@ func (p *Plan) endLeases(ctx context.Context) {
 }
 
 // Covered reports whether any rule covered the request.
-func (p *Plan) Covered() bool { return p.Decision.Policy != nil }
+func (p *Outcome) Covered() bool { return p.Decision.Policy != nil }
 
 // Passes reports whether the request goes on (after Delay).
-func (p *Plan) Passes() bool { return !p.Covered() || p.Decision.Allowed }
+func (p *Outcome) Passes() bool { return !p.Covered() || p.Decision.Allowed }
 
 // Watching reports whether an adaptive rule waits to hear how the upstream
 // answered (see Observe).
-func (p *Plan) Watching() bool { return p.watched > 0 }
+func (p *Outcome) Watching() bool { return p.watched > 0 }
 
 // Observe reports the upstream's answer to the adaptive rules that let the
 // request through: its status (0 for no answer) and how long it took.
-func (p *Plan) Observe(status int, took time.Duration) {
+func (p *Outcome) Observe(status int, took time.Duration) {
 	for _, a := range p.watching[:p.watched] {
 		a.Observe(status, took)
 	}
@@ -513,22 +513,22 @@ func (p *Plan) Observe(status int, took time.Duration) {
 	}
 }
 
-// Headers calls set for every rate-limit header the plan's response
+// Headers calls set for every rate-limit header the outcome's response
 // carries (none when no rule covered the request).
-func (g *Gate) Headers(p *Plan, set func(name, value string)) {
+func (g *Gate) Headers(p *Outcome, set func(name, value string)) {
 	if p.Covered() {
 		RenderHeaders(&p.Decision, g.headers, set)
 	}
 }
 
-// WriteHeaders sets the plan's rate-limit headers on h.
-func (g *Gate) WriteHeaders(h http.Header, p *Plan) {
+// WriteHeaders sets the outcome's rate-limit headers on h.
+func (g *Gate) WriteHeaders(h http.Header, p *Outcome) {
 	if p.Covered() {
 		WriteHeaders(h, &p.Decision, g.headers)
 	}
 }
 
-// Hold waits d, the plan's Delay, or until ctx ends (the client left), and
+// Hold waits d, the outcome's Delay, or until ctx ends (the client left), and
 // reports whether the whole d passed.
 func Hold(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {

@@ -39,9 +39,9 @@ func TestPlansChooseLimitsPerRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	decide := func(key, plan string) (core.Plan, map[string]string) {
+	decide := func(key, plan string) (core.Outcome, map[string]string) {
 		t.Helper()
-		var out core.Plan
+		var out core.Outcome
 		in := core.SameInput{Covered: true, Key: key, Cost: 1, Plan: plan}
 		if err := gate.Decide(context.Background(), &in, &out); err != nil {
 			t.Fatal(err)

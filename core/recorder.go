@@ -2,12 +2,12 @@ package core
 
 import "net/http"
 
-// ServeObserved serves a request the plan passed through serve and
+// ServeObserved serves a request the outcome passed through serve and
 // reports the upstream's status and how long it took to the adaptive
 // rules that let it through (Observe). serve returns the status to count
 // when the upstream failed without answering (a handler's error), or 0 to
 // count the status written: 200 when nothing was.
-func (p *Plan) ServeObserved(w http.ResponseWriter, serve func(w http.ResponseWriter) (failed int)) {
+func (p *Outcome) ServeObserved(w http.ResponseWriter, serve func(w http.ResponseWriter) (failed int)) {
 	rec := &statusRecorder{ResponseWriter: w}
 	began := monotonicNow()
 	status := serve(rec)

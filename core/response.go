@@ -62,15 +62,15 @@ func NewDenialSampler(perSecond int) *DenialSampler {
 	return &DenialSampler{limit: l, clock: NewMonotonicClock()}
 }
 
-// Log logs plan's denial with printf if Sample lets it through: the
+// Log logs outcome's denial with printf if Sample lets it through: the
 // policy, the deciding limit, the key as the policy shows it (without
 // prefix, hashed unless in clear), the retry-after and how many denials
 // were not logged before it.
-func (s *DenialSampler) Log(plan *Plan, prefix string, printf func(format string, args ...any)) {
+func (s *DenialSampler) Log(outcome *Outcome, prefix string, printf func(format string, args ...any)) {
 	if ok, dropped := s.Sample(); ok {
-		d := &plan.Decision
+		d := &outcome.Decision
 		printf("tollgate: rate limited policy=%q limit=%q key=%q retry_after=%s not_logged=%d", d.Policy.Name(),
-			d.DecidingLimit().Label(), d.Policy.ShowKey(strings.TrimPrefix(plan.Key, prefix)), d.RetryAfter, dropped)
+			d.DecidingLimit().Label(), d.Policy.ShowKey(strings.TrimPrefix(outcome.Key, prefix)), d.RetryAfter, dropped)
 	}
 }
 

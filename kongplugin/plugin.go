@@ -84,12 +84,12 @@ func (inst *instance) gateOrErr() (*core.Gate, error) {
 func (c *Config) Access(kong *pdk.PDK) {
 	inst := c.compiled // set by UnmarshalJSON: go-pdk decodes every config
 	gate, err := inst.gateOrErr()
-	var plan core.Plan
+	var outcome core.Outcome
 	if err == nil {
 		// One rule, keyed as Kong's rate-limiting keys, in the instance's scope.
 		id, consumer := identifier(kong, inst)
 		req := core.SameInput{Covered: true, Key: inst.scope + id, Cost: inst.Cost, Plan: planOf(kong, inst, consumer)}
-		err = gate.Decide(context.Background(), &req, &plan)
+		err = gate.Decide(context.Background(), &req, &outcome)
 	}
 	if err != nil {
 		// The store would not open, or failed with fault_tolerant false
@@ -99,19 +99,19 @@ func (c *Config) Access(kong *pdk.PDK) {
 		return
 	}
 	headers := map[string][]string{}
-	gate.Headers(&plan, func(name, value string) { headers[name] = []string{value} })
-	if !plan.Passes() {
-		inst.sampler.Log(&plan, inst.scope, log.Printf) // log_denials lines a second at most
+	gate.Headers(&outcome, func(name, value string) { headers[name] = []string{value} })
+	if !outcome.Passes() {
+		inst.sampler.Log(&outcome, inst.scope, log.Printf) // log_denials lines a second at most
 		deny(kong, gate.Status(), inst.ErrorMessage, headers)
 		return
 	}
 	if len(headers) > 0 {
 		_ = kong.Response.SetHeaders(headers)
 	}
-	if id := plan.ParkLeases(maxHold); id != "" {
+	if id := outcome.ParkLeases(maxHold); id != "" {
 		_ = kong.Ctx.SetShared(leaseKey, id) // the log phase ends them
 	}
-	core.Hold(context.Background(), plan.Delay) // Kong proxies when access returns: holding shapes
+	core.Hold(context.Background(), outcome.Delay) // Kong proxies when access returns: holding shapes
 }
 
 // leaseKey names the request's parked in-flight leases in kong.ctx.shared;

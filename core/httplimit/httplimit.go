@@ -120,29 +120,29 @@ func (q *request) Decided(_ int, d *core.Decision, err error, _ time.Duration) {
 }
 
 func serve(gate *core.Gate, cfg *Config, next http.Handler, w http.ResponseWriter, r *http.Request) {
-	var plan core.Plan
-	err := gate.Decide(r.Context(), &request{cfg, r}, &plan)
+	var outcome core.Outcome
+	err := gate.Decide(r.Context(), &request{cfg, r}, &outcome)
 	if err != nil {
 		if r.Context().Err() == nil {
 			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 		}
 		return
 	}
-	gate.WriteHeaders(w.Header(), &plan)
-	if !plan.Passes() {
+	gate.WriteHeaders(w.Header(), &outcome)
+	if !outcome.Passes() {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Content-Length", strconv.Itoa(len(gate.Body())))
 		w.WriteHeader(gate.Status())
 		_, _ = w.Write([]byte(gate.Body()))
 		return
 	}
-	defer plan.HoldLeases(0)() // in-flight slots go back when next returns, even on a panic
-	if !core.Hold(r.Context(), plan.Delay) {
-		plan.CancelShaped() // the client went away while it was shaped: its place goes to the next
+	defer outcome.HoldLeases(0)() // in-flight slots go back when next returns, even on a panic
+	if !core.Hold(r.Context(), outcome.Delay) {
+		outcome.CancelShaped() // the client went away while it was shaped: its place goes to the next
 		return
 	}
-	if plan.Watching() { // adaptive rules hear how the upstream answered
-		plan.ServeObserved(w, func(w http.ResponseWriter) int { next.ServeHTTP(w, r); return 0 })
+	if outcome.Watching() { // adaptive rules hear how the upstream answered
+		outcome.ServeObserved(w, func(w http.ResponseWriter) int { next.ServeHTTP(w, r); return 0 })
 		return
 	}
 	next.ServeHTTP(w, r)
