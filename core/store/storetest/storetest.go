@@ -27,8 +27,8 @@ type Factory func(t *testing.T, clock core.Clock) core.Store
 // windows of a second, minute, hour or day all start there.
 const T0 = int64(1_700_006_400) * 1_000_000
 
-// Step is one request of a trace and what the store must answer.
-type Step struct {
+// TraceStep is one request of a trace and what the store must answer.
+type TraceStep struct {
 	At   time.Duration // since T0
 	Key  string        // "" means "k"
 	Cost int64         // 0 means 1; use Free for a request of cost 0
@@ -81,7 +81,7 @@ type WantResult struct {
 type Trace struct {
 	Name   string
 	Policy *core.Policy
-	Steps  []Step
+	Steps  []TraceStep
 }
 
 func ms(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
@@ -103,7 +103,7 @@ func Traces() []Trace {
 	shaper := lim(10, time.Second, core.LeakyBucket)
 	shaper.MaxDelay = ms(250)
 	return []Trace{
-		{"fixed_window", core.MustPolicy("fw", opts, lim(3, time.Second, core.FixedWindow)), []Step{
+		{"fixed_window", core.MustPolicy("fw", opts, lim(3, time.Second, core.FixedWindow)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: ms(1000)}},
 			{At: ms(100), Want: Want{Allowed: true, Remaining: 1, Reset: ms(900)}},
 			{At: ms(200), Want: Want{Allowed: true, Remaining: 0, Reset: ms(800)}},
@@ -116,7 +116,7 @@ func Traces() []Trace {
 			{At: ms(2000), Cost: 3, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
 			{At: ms(2000), Key: "other", Want: Want{Allowed: true, Remaining: 2, Reset: ms(1000)}},
 		}},
-		{"sliding_log", core.MustPolicy("sl", opts, lim(3, time.Second, core.SlidingLog)), []Step{
+		{"sliding_log", core.MustPolicy("sl", opts, lim(3, time.Second, core.SlidingLog)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: ms(1000)}},
 			{At: ms(100), Want: Want{Allowed: true, Remaining: 1, Reset: ms(1000)}},
 			{At: ms(200), Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
@@ -129,7 +129,7 @@ func Traces() []Trace {
 			{At: ms(1300), Cost: Free, Want: Want{Allowed: true, Remaining: 0, Reset: ms(900)}},
 			{At: ms(5000), Want: Want{Allowed: true, Remaining: 2, Reset: ms(1000)}},
 		}},
-		{"sliding_counter", core.MustPolicy("sc", opts, lim(10, time.Second, core.SlidingCounter)), []Step{
+		{"sliding_counter", core.MustPolicy("sc", opts, lim(10, time.Second, core.SlidingCounter)), []TraceStep{
 			{At: ms(100), Cost: 10, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1900)}},
 			{At: ms(200), Want: Want{Remaining: 0, Reset: ms(1800), RetryAfter: ms(900)}},
 			{At: 1099999 * time.Microsecond, Want: Want{Remaining: 0, Reset: 900001 * time.Microsecond, RetryAfter: time.Microsecond}},
@@ -144,7 +144,7 @@ func Traces() []Trace {
 			{At: ms(6300), Want: Want{Allowed: true, Remaining: 0, Reset: ms(1700)}},
 			{At: ms(6300), Cost: 11, Want: Want{Remaining: 0, Reset: ms(1700), RetryAfter: ms(1000)}},
 		}},
-		{"token_bucket", core.MustPolicy("tb", opts, tb), []Step{
+		{"token_bucket", core.MustPolicy("tb", opts, tb), []TraceStep{
 			{At: 0, Cost: 5, Want: Want{Allowed: true, Remaining: 0, Reset: ms(500)}},
 			{At: 0, Want: Want{Remaining: 0, Reset: ms(500), RetryAfter: ms(100)}},
 			{At: ms(100), Want: Want{Allowed: true, Remaining: 0, Reset: ms(500)}},
@@ -153,7 +153,7 @@ func Traces() []Trace {
 			{At: ms(10000), Cost: Free, Want: Want{Allowed: true, Remaining: 5}},
 			{At: ms(10000), Cost: 2, Want: Want{Allowed: true, Remaining: 3, Reset: ms(200)}},
 		}},
-		{"gcra", core.MustPolicy("gcra", opts, gcra), []Step{
+		{"gcra", core.MustPolicy("gcra", opts, gcra), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 1, Reset: ms(100)}},
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(200)}},
 			{At: 0, Want: Want{Remaining: 0, Reset: ms(200), RetryAfter: ms(100)}},
@@ -162,12 +162,12 @@ func Traces() []Trace {
 			{At: ms(1000), Cost: 3, Want: Want{Remaining: 2, RetryAfter: ms(1000)}},
 			{At: ms(1000), Cost: 2, Want: Want{Allowed: true, Remaining: 0, Reset: ms(200)}},
 		}},
-		{"gcra_fractional_interval", core.MustPolicy("gcra3", opts, lim(3, time.Second, core.GCRA)), []Step{
+		{"gcra_fractional_interval", core.MustPolicy("gcra3", opts, lim(3, time.Second, core.GCRA)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: 333334 * time.Microsecond}},
 			{At: 333333 * time.Microsecond, Want: Want{Remaining: 0, Reset: time.Microsecond, RetryAfter: time.Microsecond}},
 			{At: 333334 * time.Microsecond, Want: Want{Allowed: true, Remaining: 0, Reset: 333334 * time.Microsecond}},
 		}},
-		{"leaky_bucket_shaper", core.MustPolicy("lb", opts, shaper), []Step{
+		{"leaky_bucket_shaper", core.MustPolicy("lb", opts, shaper), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: ms(100)}},
 			{At: 0, Want: Want{Allowed: true, Remaining: 1, Reset: ms(200), Delay: ms(100)}},
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(300), Delay: ms(200)}},
@@ -178,7 +178,7 @@ func Traces() []Trace {
 		}},
 		// A client that leaves before its release gives its place back; one
 		// already released gives nothing.
-		{"shaper_cancel", core.MustPolicy("lb-cancel", opts, shaper), []Step{
+		{"shaper_cancel", core.MustPolicy("lb-cancel", opts, shaper), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: ms(100)}},
 			{At: 0, Want: Want{Allowed: true, Remaining: 1, Reset: ms(200), Delay: ms(100)}},
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(300), Delay: ms(200)}},
@@ -192,7 +192,7 @@ func Traces() []Trace {
 			{At: ms(260), Want: Want{Allowed: true, Remaining: 2, Reset: ms(140), Delay: ms(40)}},
 		}},
 		{"stacked_second_denies_consumes_nothing", core.MustPolicy("stack", opts,
-			lim(3, time.Second, core.FixedWindow), lim(2, time.Minute, core.FixedWindow)), []Step{
+			lim(3, time.Second, core.FixedWindow), lim(2, time.Minute, core.FixedWindow)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Index: 1, Remaining: 1, Reset: ms(60000),
 				Results: []WantResult{{true, 2}, {true, 1}}}},
 			{At: ms(1), Want: Want{Allowed: true, Index: 1, Remaining: 0, Reset: ms(59999),
@@ -205,7 +205,7 @@ func Traces() []Trace {
 				Results: []WantResult{{true, 2}, {true, 1}}}},
 		}},
 		{"stacked_first_denies_and_ties", core.MustPolicy("stack2", opts,
-			lim(1, time.Second, core.SlidingLog), lim(3, time.Hour, core.GCRA), lim(1, time.Minute, core.FixedWindow)), []Step{
+			lim(1, time.Second, core.SlidingLog), lim(3, time.Hour, core.GCRA), lim(1, time.Minute, core.FixedWindow)), []TraceStep{
 			// Ties on remaining go to the longer window.
 			{At: 0, Want: Want{Allowed: true, Index: 1, Remaining: 0, Reset: ms(1200000),
 				Results: []WantResult{{true, 0}, {true, 0}, {true, 0}}}},
@@ -215,7 +215,7 @@ func Traces() []Trace {
 		}},
 		// Calendar windows (UTC): T0 is 15 Nov 2023, so Dec 1 is T0+16d,
 		// 1 Jan 2024 T0+47d, 29 Feb 2024 (a leap day) T0+106d, 1 Mar T0+107d.
-		{"calendar_month_and_year", core.MustPolicy("cal", opts, lim(3, core.CalendarMonth, core.FixedWindow), lim(5, core.CalendarYear, core.FixedWindow)), []Step{
+		{"calendar_month_and_year", core.MustPolicy("cal", opts, lim(3, core.CalendarMonth, core.FixedWindow), lim(5, core.CalendarYear, core.FixedWindow)), []TraceStep{
 			{At: 15*day + 23*time.Hour + 59*time.Minute, Want: Want{Allowed: true, Remaining: 2, Reset: time.Minute}},
 			{At: 15*day + 23*time.Hour + 59*time.Minute, Want: Want{Allowed: true, Remaining: 1, Reset: time.Minute}},
 			{At: 15*day + 23*time.Hour + 59*time.Minute, Want: Want{Allowed: true, Remaining: 0, Reset: time.Minute}},
@@ -234,7 +234,7 @@ func Traces() []Trace {
 		}},
 		// A key keeps its usage when its plan changes: free allows 2/1s and
 		// pro 4/1s on the same counters.
-		{"plans_keep_usage", plans("plans", "free", []string{"free", "pro"}, lim(2, time.Second, core.FixedWindow), lim(4, time.Second, core.FixedWindow)), []Step{
+		{"plans_keep_usage", plans("plans", "free", []string{"free", "pro"}, lim(2, time.Second, core.FixedWindow), lim(4, time.Second, core.FixedWindow)), []TraceStep{
 			{At: 0, Plan: "free", Want: Want{Allowed: true, Remaining: 1, Reset: ms(1000)}},
 			{At: ms(10), Plan: "free", Want: Want{Allowed: true, Remaining: 0, Reset: ms(990)}},
 			{At: ms(20), Plan: "free", Want: Want{Remaining: 0, Reset: ms(980), RetryAfter: ms(980)}},
@@ -247,7 +247,7 @@ func Traces() []Trace {
 		// Leases of 10 s, two at once: ending one frees its slot at once,
 		// ending it twice finds nothing, a renewed lease outlives its
 		// first 10 s, and one never ended frees itself.
-		{"in_flight", core.MustPolicy("if", opts, lim(2, 10*time.Second, core.InFlight)), []Step{
+		{"in_flight", core.MustPolicy("if", opts, lim(2, 10*time.Second, core.InFlight)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 1, Reset: 10 * time.Second}},
 			{At: time.Second, Want: Want{Allowed: true, Remaining: 0, Reset: 10 * time.Second}},
 			{At: 2 * time.Second, Want: Want{Remaining: 0, Reset: 9 * time.Second, RetryAfter: core.MaxInFlightRetry}},
@@ -266,7 +266,7 @@ func Traces() []Trace {
 		}},
 		// An operator reads a key (nothing changes: reading twice, or then
 		// deciding, sees the same) and resets it (its quota is back).
-		{"inspect_and_reset", core.MustPolicy("ops", opts, lim(3, time.Second, core.SlidingLog), lim(5, time.Minute, core.FixedWindow)), []Step{
+		{"inspect_and_reset", core.MustPolicy("ops", opts, lim(3, time.Second, core.SlidingLog), lim(5, time.Minute, core.FixedWindow)), []TraceStep{
 			{At: 0, Inspect: true, Want: Want{Allowed: true, Remaining: 3, Index: 0}},
 			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: time.Second}},
 			{At: ms(100), Want: Want{Allowed: true, Remaining: 1, Reset: time.Second}},
@@ -285,7 +285,7 @@ func Traces() []Trace {
 			{At: ms(700), Inspect: true, Want: Want{Allowed: true, Remaining: 0, Reset: ms(900), Results: []WantResult{{true, 0}, {true, 5}}}},
 		}},
 		// The same on the counting algorithms, which eventual mode shares.
-		{"inspect_and_reset_counted", core.MustPolicy("ops-counted", opts, lim(3, time.Second, core.FixedWindow), lim(5, time.Minute, core.SlidingCounter)), []Step{
+		{"inspect_and_reset_counted", core.MustPolicy("ops-counted", opts, lim(3, time.Second, core.FixedWindow), lim(5, time.Minute, core.SlidingCounter)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: time.Second}},
 			{At: ms(100), Want: Want{Allowed: true, Remaining: 1, Reset: ms(900)}},
 			{At: ms(200), Reset: true, Only: 2},
@@ -301,7 +301,7 @@ func Traces() []Trace {
 		// changes a count keeps what was used, and the first policy, back,
 		// finds each limit where the others left it (as gateways that key
 		// each period on its own do).
-		{"limits_change_keeps_usage", reloadMinute, []Step{
+		{"limits_change_keeps_usage", reloadMinute, []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: time.Minute}},
 			{At: ms(10), Want: Want{Allowed: true, Remaining: 1, Reset: time.Minute - ms(10)}},
 			{At: ms(20), Policy: reloadMinuteHour, Want: Want{Allowed: true, Remaining: 0, Reset: time.Minute - ms(20),
@@ -316,7 +316,7 @@ func Traces() []Trace {
 			{At: time.Minute, Policy: reloadMinuteHour, Want: Want{Allowed: true, Remaining: 2, Reset: time.Minute,
 				Results: []WantResult{{true, 2}, {true, 97}}}},
 		}},
-		{"shadow", core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(1, time.Second, core.FixedWindow)), []Step{
+		{"shadow", core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(1, time.Second, core.FixedWindow)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
 			{At: ms(10), Want: Want{Allowed: true, Shadowed: true, Remaining: 0, Reset: ms(990), RetryAfter: ms(990)}},
 		}},
