@@ -12,16 +12,7 @@ import (
 // it still does not after deadline. It returns how long it waited.
 func True(t testing.TB, deadline time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
-	start := time.Now()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Since(start) > deadline {
-			t.Fatalf("%s: not within %v", what, deadline)
-		}
-		<-tick.C
-	}
-	return time.Since(start)
+	return TrueEvery(t, deadline, time.Millisecond, what, cond)
 }
 
 // TrueEvery is True polling cond every period: for a condition that
