@@ -53,7 +53,9 @@ func TestStoppedAndPausedRedisNeverHangsTheGateway(t *testing.T) {
 					slowest.Store(el)
 				}
 			})
-			waitfor.True(t, 5*time.Second, "a steady load before the fault", func() bool { return decided.Load() >= 100 })
+			// A steady load: every client has decided on its pooled
+			// connections many times (about 250 ms of it on an idle machine).
+			waitfor.True(t, 10*time.Second, "a steady load before the fault", func() bool { return decided.Load() >= 2000 })
 			switch fault {
 			case "kill":
 				srv.Stop()
@@ -68,7 +70,7 @@ func TestStoppedAndPausedRedisNeverHangsTheGateway(t *testing.T) {
 			}
 			back := waitfor.True(t, 3*time.Second, "breaker closed after Redis came back", func() bool { return !f.Open() })
 			after := decided.Load()
-			waitfor.True(t, 5*time.Second, "decisions on Redis again", func() bool { return decided.Load() >= after+50 })
+			waitfor.True(t, 10*time.Second, "decisions on Redis again", func() bool { return decided.Load() >= after+800 })
 			stopLoad()
 			t.Logf("%s: slowest decision %v (timeout %v), shared again after %v, %d failed decisions, %d fallback decisions, %d state changes",
 				fault, time.Duration(slowest.Load()), timeout, back, errs.Load(), f.FallbackDecisions(), changes.Load())

@@ -45,7 +45,8 @@ var outcomes = map[string]func(out string, took time.Duration) error{
 	"for i in $(seq 12); do curl -s -o /dev/null -w '%{http_code} ' -H 'X-API-Key: k1' localhost:8080/api/orders; done": func(out string, took time.Duration) error {
 		codes := strings.Fields(out)
 		refilled := int(took / (500 * time.Millisecond))
-		ok := len(codes) == 12 && strings.Join(codes[:10], " ") == strings.TrimSpace(strings.Repeat("200 ", 10)) && codes[11] == "429"
+		ok := len(codes) == 12 && strings.Join(codes[:10], " ") == strings.TrimSpace(strings.Repeat("200 ", 10)) &&
+			(codes[10] == "429" || codes[11] == "429")
 		if allowed := strings.Count(out, "200"); !ok || allowed > 10+refilled {
 			return fmt.Errorf("got %q in %s, want ten 200, then 429 (a 200 more per 0.5 s taken)", out, took.Round(time.Millisecond))
 		}
