@@ -224,7 +224,7 @@ func (s *PolicySpec) Check() ([]Limit, error) {
 			return nil, fmt.Errorf("policy %q %w", s.Name, err)
 		}
 		for i := range limits {
-			if err := CheckAdaptable(&limits[i]); err != nil {
+			if err := checkAdaptable(&limits[i]); err != nil {
 				return nil, fmt.Errorf("policy %q limit %d (%s): %w", s.Name, i+1, limits[i].Rate(), err)
 			}
 		}
@@ -232,7 +232,7 @@ func (s *PolicySpec) Check() ([]Limit, error) {
 	return limits, nil
 }
 
-// CheckAdaptable refuses to adapt a limit that admits a window's count at
+// checkAdaptable refuses to adapt a limit that admits a window's count at
 // once (fixed_window, sliding_log, sliding_counter): scaled by a factor,
 // it still lets each window's count through in a burst, which an upstream
 // serving a steady rate refuses, so the controller cannot find the
@@ -240,7 +240,7 @@ func (s *PolicySpec) Check() ([]Limit, error) {
 // 0.54 of it, with up to 63% failing). GCRA, the token bucket, the leaky
 // bucket and in-flight limits admit a steady rate or a concurrency, which
 // a factor scales.
-func CheckAdaptable(l *Limit) error {
+func checkAdaptable(l *Limit) error {
 	switch l.Algorithm {
 	case FixedWindow, SlidingLog, SlidingCounter:
 		return fmt.Errorf("adaptive limits need gcra, token_bucket, leaky_bucket or in_flight: %s admits a window's count at once, which no factor turns into the steady rate an upstream serves", l.Algorithm)

@@ -298,19 +298,28 @@ func KeysTarget(b []byte) (keys.Target, error) {
 	return keys.Target{Name: inst.name, Policy: inst.policy, Store: inst.storeConfig, Prefix: inst.scope}, nil
 }
 
+// period is one of Kong's periods: its field, which is also the limit's
+// name (Kong's headers say Minute), its count (nil when unset) and window.
+type period struct {
+	name   string
+	count  *float64
+	window time.Duration
+}
+
+// each lists ps's periods, shortest first.
+func (ps *Periods) each() [6]period {
+	return [6]period{
+		{"second", ps.Second, time.Second}, {"minute", ps.Minute, time.Minute}, {"hour", ps.Hour, time.Hour},
+		{"day", ps.Day, 24 * time.Hour}, {"month", ps.Month, core.CalendarMonth}, {"year", ps.Year, core.CalendarYear},
+	}
+}
+
 // limits reads Kong's periods, then the extra limits; field prefixes their
 // names in errors.
 func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]core.LimitSpec, error) {
 	var limits []core.LimitSpec
 	var fields []string
-	for _, p := range []struct {
-		name   string // the field, and the limit's name (Kong's headers say Minute)
-		count  *float64
-		window time.Duration
-	}{
-		{"second", ps.Second, time.Second}, {"minute", ps.Minute, time.Minute}, {"hour", ps.Hour, time.Hour},
-		{"day", ps.Day, 24 * time.Hour}, {"month", ps.Month, core.CalendarMonth}, {"year", ps.Year, core.CalendarYear},
-	} {
+	for _, p := range ps.each() {
 		if p.count == nil {
 			continue
 		}
@@ -348,10 +357,7 @@ func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]core.
 func warnPeriodOrder(ps *Periods, field string) {
 	var prev *float64
 	prevName := ""
-	for _, p := range []struct {
-		name  string
-		count *float64
-	}{{"second", ps.Second}, {"minute", ps.Minute}, {"hour", ps.Hour}, {"day", ps.Day}, {"month", ps.Month}, {"year", ps.Year}} {
+	for _, p := range ps.each() {
 		if p.count == nil {
 			continue
 		}
