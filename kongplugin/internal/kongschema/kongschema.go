@@ -210,7 +210,7 @@ func (s *Schema) prepareField(f *Field, path string) error {
 	}
 	for _, list := range [][]Match{f.MatchNone, f.MatchAll} {
 		for i := range list {
-			re, err := compileLuaPattern(list[i].Pattern)
+			re, err := luaPattern(list[i].Pattern)
 			if err != nil {
 				return fmt.Errorf("%s: %w", path, err)
 			}
