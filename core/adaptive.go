@@ -370,25 +370,6 @@ func (a *Adaptive) Close() error {
 	return nil
 }
 
-// scaleLimits returns base with every count (and explicit burst) scaled by
-// f, at least 1 each.
-func scaleLimits(base []Limit, f float64) []Limit {
-	out := make([]Limit, len(base))
-	for i, l := range base {
-		l.Count = max(1, int64(math.Round(float64(l.Count)*f)))
-		if l.Burst > 0 {
-			l.Burst = max(1, int64(math.Round(float64(l.Burst)*f)))
-		}
-		if err := l.validate(); err != nil {
-			// A smaller count cannot break a limit that validated; keep the
-			// configured one if it somehow does.
-			l = base[i]
-		}
-		out[i] = l
-	}
-	return out
-}
-
 // adaptives are the controllers acquired by key, shared across reloads.
 var adaptives refcount.Pool[*Adaptive]
 

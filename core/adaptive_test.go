@@ -159,7 +159,7 @@ func TestAdaptivePolicyScalesLimits(t *testing.T) {
 	if got := p.Configured()[0].Count; got != 10 {
 		t.Fatalf("configured count %d changed", got)
 	}
-	if h := p.current().ietfPolicy; h != `"adapt";q=7;w=1` {
+	if h := fieldsOf(p).policy; h != `"adapt";q=7;w=1` {
 		t.Fatalf("RateLimit-Policy %q, want the tightened quota", h)
 	}
 }

@@ -251,3 +251,11 @@ func (f *Fields) Field(name string) (any, bool) {
 	}
 	return nil, false
 }
+
+// Seconds rounds d up to whole seconds, never below 0.
+func Seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}

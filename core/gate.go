@@ -304,17 +304,6 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 	return nil
 }
 
-// clockOrigin makes monotonicNow: time.Since on a time with a monotonic
-// reading reads only the monotonic clock, about half what time.Now costs
-// (it reads the wall clock too), and Decide times every store decision.
-var clockOrigin = time.Now()
-
-// clockOriginMicros is clockOrigin's Unix time in µs.
-var clockOriginMicros = clockOrigin.UnixMicro()
-
-// monotonicNow returns the time since clockOrigin, from the monotonic clock.
-func monotonicNow() time.Duration { return time.Since(clockOrigin) }
-
 // keep holds the in-flight slots and shaper queue places d took.
 // Apart from Decide, so its large locals are not on the stack while a
 // store decides: a shallower stack is copied less often when it grows.

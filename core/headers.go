@@ -94,14 +94,6 @@ const (
 	HeaderPerLimitReset     = "RateLimit-Reset"
 )
 
-// Seconds rounds d up to whole seconds, never below 0.
-func Seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
-
 // RetryAfterSeconds returns the Retry-After value for d: RetryAfter in whole
 // seconds rounded up (at least 1), plus the jitter.
 func (o HeaderOptions) RetryAfterSeconds(d *Decision) int64 {
@@ -219,18 +211,18 @@ func (v *headerValues) render(d *Decision, o HeaderOptions) {
 		reset = max(1, Seconds(d.RetryAfter))
 	}
 	if o.Style == HeadersBoth || o.Style == HeadersIETF {
-		set := d.Policy.current()
-		policy, units := set.ietfPolicy, ""
+		f := fieldsOf(d.Policy)
+		policy, units := f.policy, ""
 		if d.Cost > 1 {
 			// Each request takes Cost units: q and r count units, not requests.
-			policy, units = set.ietfPolicyUnits, `;qu="units"`
+			policy, units = f.policyUnits, `;qu="units"`
 		}
-		if set.limits[d.Index].Algorithm == InFlight {
+		if f.limits[d.Index].Algorithm == InFlight {
 			units = `;qu="concurrent-requests"` // as its policy item says
 		}
 		v.addFixed(HeaderRateLimitPolicy, policy)
 		v.add(HeaderRateLimit)
-		v.writeString(d.Policy.ietfNames[d.Index])
+		v.writeString(f.names[d.Index])
 		v.writeString(";r=")
 		v.writeInt(max(0, d.Remaining))
 		v.writeString(";t=")
@@ -271,7 +263,7 @@ func WriteHeaders(h http.Header, d *Decision, o HeaderOptions) {
 
 // renderPerLimit adds the per-limit header set for d (see HeadersPerLimit).
 func (v *headerValues) renderPerLimit(d *Decision) {
-	names := d.Policy.perLimitNames
+	names := fieldsOf(d.Policy).perLimit
 	for i := 0; i < d.N; i++ {
 		r := &d.Results[i]
 		v.addInt(names[2*i], r.Limit)
@@ -287,6 +279,32 @@ func (v *headerValues) renderPerLimit(d *Decision) {
 	if !d.Allowed {
 		v.addInt(HeaderRetryAfter, reset)
 	}
+}
+
+// policyFields is what the header sets derive from a policy's limits in
+// force, kept in Policy.Derived: derived again only when the limits in force
+// change (an adaptive factor moved).
+type policyFields struct {
+	limits []Limit // in force, as they were derived from
+	// names quotes each limit's name (limitItemNames); perLimit holds, per
+	// limit, its limit and remaining header names (HeadersPerLimit).
+	names, perLimit []string
+	// The RateLimit-Policy field for requests of cost 1 (and 0), and for
+	// costlier ones, whose quota is counted in units (see RenderHeaders).
+	policy, policyUnits string
+}
+
+// fieldsOf returns p's header fields for its limits in force.
+func fieldsOf(p *Policy) *policyFields {
+	limits := p.Limits()
+	if f, _ := p.Derived().Load().(*policyFields); f != nil && &f.limits[0] == &limits[0] {
+		return f
+	}
+	f := &policyFields{limits: limits, names: limitItemNames(p.ShownName(), limits), perLimit: perLimitHeaderNames(limits)}
+	f.policy, f.policyUnits = ietfPolicyField(f.names, limits, false), ietfPolicyField(f.names, limits, true)
+	// Concurrent derivations are equal; the last one stays.
+	p.Derived().Store(f)
+	return f
 }
 
 // perLimitHeaderNames returns, per limit, its X-RateLimit-Limit-<Name> and

@@ -68,8 +68,8 @@ func TestRetryAfterJitter(t *testing.T) {
 func TestSingleLimitUsesPolicyNameAndEscapes(t *testing.T) {
 	p := MustPolicy(`a "b"\c`, PolicyOptions{}, Limit{Count: 5, Window: 500 * time.Millisecond})
 	// 5 per 500ms is advertised as 10 per second: the rate, in whole seconds.
-	if p.current().ietfPolicy != `"a \"b\"\\c";q=10;w=1` {
-		t.Fatalf("got %s", p.current().ietfPolicy)
+	if fieldsOf(p).policy != `"a \"b\"\\c";q=10;w=1` {
+		t.Fatalf("got %s", fieldsOf(p).policy)
 	}
 }
 

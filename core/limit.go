@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -271,4 +272,23 @@ func FormatWindow(w time.Duration) string {
 	s = strings.Replace(s, "m0s", "m", 1)
 	s = strings.Replace(s, "h0m", "h", 1)
 	return s
+}
+
+// scaleLimits returns base with every count (and explicit burst) scaled by
+// f, at least 1 each.
+func scaleLimits(base []Limit, f float64) []Limit {
+	out := make([]Limit, len(base))
+	for i, l := range base {
+		l.Count = max(1, int64(math.Round(float64(l.Count)*f)))
+		if l.Burst > 0 {
+			l.Burst = max(1, int64(math.Round(float64(l.Burst)*f)))
+		}
+		if err := l.validate(); err != nil {
+			// A smaller count cannot break a limit that validated; keep the
+			// configured one if it somehow does.
+			l = base[i]
+		}
+		out[i] = l
+	}
+	return out
 }

@@ -18,12 +18,6 @@ var stateLua string
 //go:embed step.lua
 var stepLua string
 
-// AIMDLua is the Lua twin of AIMD (aimd.lua beside aimd.go): one node's
-// verdict applied to a policy's fleet-wide factor, kept in a Redis hash.
-//
-//go:embed aimd.lua
-var AIMDLua string
-
 // LeaseLua is the Lua twin of EndLease and Policy.ApplyLease (lease.lua
 // beside step.lua): it ends or renews the leases one request holds in a
 // policy's in_flight limits, in one Redis EVALSHA.
@@ -39,10 +33,3 @@ var CancelLua = stateLua + cancelLua
 
 //go:embed cancel.lua
 var cancelLua string
-
-// GradientLua is the Lua twin of Gradient (gradient.lua beside
-// gradient.go): one node's interval signals added to a policy's fleet-wide
-// sums, judged once per interval, kept in a Redis hash.
-//
-//go:embed gradient.lua
-var GradientLua string

@@ -34,7 +34,7 @@ func TestPlansChooseLimitsPerRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := core.NewGate(core.GateConfig{Rules: []core.Rule{{Limiter: core.NewLimiter(p, store)}},
+	g, err := core.NewGate(core.GateConfig{Rules: []core.Rule{{Limiter: core.NewLimiter(p, store)}},
 		Headers: core.HeaderOptions{Style: core.HeadersIETF}})
 	if err != nil {
 		t.Fatal(err)
@@ -43,11 +43,11 @@ func TestPlansChooseLimitsPerRequest(t *testing.T) {
 		t.Helper()
 		var out core.Outcome
 		in := core.SameInput{Covered: true, Key: key, Cost: 1, Plan: plan}
-		if err := gate.Decide(context.Background(), &in, &out); err != nil {
+		if err := g.Decide(context.Background(), &in, &out); err != nil {
 			t.Fatal(err)
 		}
 		h := map[string]string{}
-		gate.Headers(&out, func(name, value string) { h[name] = value })
+		g.Headers(&out, func(name, value string) { h[name] = value })
 		return out, h
 	}
 	var got []string

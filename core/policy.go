@@ -1,6 +1,8 @@
 package core
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"hash/maphash"
@@ -31,14 +33,13 @@ type Policy struct {
 	// raising a customer's quota keeps what was used, as gateways' own counters do.
 	scope  string
 	idleUS int64
-	// ietfNames quotes each limit's name; ietfPolicy is the constant
-	// RateLimit-Policy field.
-	ietfNames     []string
-	perLimitNames []string // per limit: its limit and remaining header names (HeadersPerLimit)
-	scopeHash     uint64
-	scopeHash2    uint64
-	nameHash      uint64
-	limitIDs      []string
+	// derived is what a renderer derives from the limits in force (the
+	// header fields), kept so it is derived once, not per request.
+	derived    atomic.Value
+	scopeHash  uint64
+	scopeHash2 uint64
+	nameHash   uint64
+	limitIDs   []string
 	// plan names the plan these limits are ("" for a policy without
 	// plans); plans are the policy's variants, one per plan.
 	plan      string
@@ -60,13 +61,10 @@ type planTable struct {
 // stores' indexes.
 var scopeSeed, scopeSeed2 = maphash.MakeSeed(), maphash.MakeSeed()
 
-// limitSet is a set of limits in force and its RateLimit-Policy field.
+// limitSet is a set of limits in force.
 type limitSet struct {
 	limits []Limit
 	factor float64 // the adaptive factor they were scaled by
-	// The RateLimit-Policy field for requests of cost 1 (and 0), and for
-	// costlier ones, whose quota is counted in units (see RenderHeaders).
-	ietfPolicy, ietfPolicyUnits string
 }
 
 // PolicyOptions holds a Policy's optional settings.
@@ -121,12 +119,6 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 	p.scopeHash = maphash.String(scopeSeed, p.scope)
 	p.scopeHash2 = maphash.String(scopeSeed2, p.scope)
 	p.nameHash = maphash.String(scopeSeed, name)
-	shown := name
-	if opts.Plan != "" {
-		shown += "-" + opts.Plan
-	}
-	p.ietfNames = limitItemNames(shown, p.limits)
-	p.perLimitNames = perLimitHeaderNames(p.limits)
 	p.use(p.limits, 1)
 	return p, nil
 }
@@ -262,8 +254,7 @@ func (p *Policy) Variants() []*Policy {
 
 // use puts limits, the configured ones scaled by factor, in force.
 func (p *Policy) use(limits []Limit, factor float64) *limitSet {
-	set := &limitSet{limits: limits, factor: factor,
-		ietfPolicy: ietfPolicyField(p.ietfNames, limits, false), ietfPolicyUnits: ietfPolicyField(p.ietfNames, limits, true)}
+	set := &limitSet{limits: limits, factor: factor}
 	p.cur.Store(set)
 	return set
 }
@@ -281,6 +272,20 @@ func (p *Policy) current() *limitSet {
 		}
 	}
 	return set
+}
+
+// Derived is a slot for a value derived from the policy and its limits in
+// force (the header renderer keeps its fields there, with the limits they
+// were derived from), so it is derived once, not per request.
+func (p *Policy) Derived() *atomic.Value { return &p.derived }
+
+// ShownName is the name the policy's limits go by where clients see them:
+// its name, and its plan's after a dash ("api-gold").
+func (p *Policy) ShownName() string {
+	if p.plan != "" {
+		return p.name + "-" + p.plan
+	}
+	return p.name
 }
 
 // Adaptive returns the policy's controller, or nil.
@@ -447,4 +452,13 @@ func (p *Policy) applyStacked(limits []Limit, states []State, now, cost int64, d
 	}
 	copy(states, next[:len(limits)])
 	d.Summarize(allowed)
+}
+
+// KeyHash is how a key is shown unless its policy shows keys in clear
+// (keys can be API keys): the first 12 hex digits of its SHA-256, stable
+// across nodes and restarts, so an operator can match it to a key they
+// hash themselves (printf %s "$KEY" | sha256sum | cut -c1-12).
+func KeyHash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:6])
 }

@@ -2,8 +2,6 @@ package core
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"slices"
 	"sync"
 	"time"
@@ -159,16 +157,3 @@ func (t *topK) age() {
 		}
 	}
 }
-
-// KeyHash is how a key is shown unless its policy shows keys in clear
-// (keys can be API keys): the first 12 hex digits of its SHA-256, stable
-// across nodes and restarts, so an operator can match it to a key they
-// hash themselves (printf %s "$KEY" | sha256sum | cut -c1-12).
-func KeyHash(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:6])
-}
-
-// monotonicTime is time.Now from the monotonic clock alone (see
-// monotonicNow): a denial flood ages the sketch on every denial.
-func monotonicTime() time.Time { return clockOrigin.Add(monotonicNow()) }

@@ -248,7 +248,7 @@ func compile(c *Config) (*instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec := core.PolicySpec{Name: "tollgate", Limits: limits, Shadow: c.Shadow, DefaultPlan: c.DefaultPlan, ClearKeys: c.ClearKeys}
+	policy := core.PolicySpec{Name: "tollgate", Limits: limits, Shadow: c.Shadow, DefaultPlan: c.DefaultPlan, ClearKeys: c.ClearKeys}
 	inst.sampler = core.NewDenialSampler(c.LogDenials)
 	if len(c.Plans) > 0 && len(limits) > 0 {
 		return nil, fmt.Errorf("plans: set with second..year or limits; give one or the other (each plan holds its limits)")
@@ -258,23 +258,23 @@ func compile(c *Config) (*instance, error) {
 		if ps.Limits, err = plan.Periods.limits(plan.Limits, c.Algorithm, fmt.Sprintf("plans[%d]: ", i)); err != nil {
 			return nil, err
 		}
-		spec.Plans = append(spec.Plans, ps)
+		policy.Plans = append(policy.Plans, ps)
 	}
 
 	// Counters are per route and service the plugin is attached to, as
 	// Kong's, unless a namespace shares them.
 	inst.name = "route=" + c.attached.RouteID + ",service=" + c.attached.ServiceID
 	if c.Namespace != "" {
-		inst.name, spec.Name = "ns="+c.Namespace, c.Namespace
+		inst.name, policy.Name = "ns="+c.Namespace, c.Namespace
 	}
 	inst.scope = inst.name + "|"
 	if c.Adaptive != nil && c.Adaptive.Enabled {
-		spec.Adaptive = c.Adaptive.spec()
+		policy.Adaptive = c.Adaptive.spec()
 	}
 	// An adaptive controller is shared per scope and settings, so the factor
 	// survives Kong restarting the instance. Kong has no instance-close
 	// hook, so it is never released: it lives with the process.
-	if inst.policy, _, _, err = spec.Build("kong|" + inst.scope); err != nil {
+	if inst.policy, _, _, err = policy.Build("kong|" + inst.scope); err != nil {
 		return nil, err
 	}
 	if inst.storeConfig, err = storeConfig(c); err != nil {

@@ -83,13 +83,13 @@ func (inst *instance) gateOrErr() (*core.Gate, error) {
 // through, or kong.response.exit with error_code and error_message.
 func (c *Config) Access(kong *pdk.PDK) {
 	inst := c.compiled // set by UnmarshalJSON: go-pdk decodes every config
-	gate, err := inst.gateOrErr()
+	g, err := inst.gateOrErr()
 	var outcome core.Outcome
 	if err == nil {
 		// One rule, keyed as Kong's rate-limiting keys, in the instance's scope.
 		id, consumer := identifier(kong, inst)
 		req := core.SameInput{Covered: true, Key: inst.scope + id, Cost: inst.Cost, Plan: planOf(kong, inst, consumer)}
-		err = gate.Decide(context.Background(), &req, &outcome)
+		err = g.Decide(context.Background(), &req, &outcome)
 	}
 	if err != nil {
 		// The store would not open, or failed with fault_tolerant false
@@ -99,10 +99,10 @@ func (c *Config) Access(kong *pdk.PDK) {
 		return
 	}
 	headers := map[string][]string{}
-	gate.Headers(&outcome, func(name, value string) { headers[name] = []string{value} })
+	g.Headers(&outcome, func(name, value string) { headers[name] = []string{value} })
 	if !outcome.Passes() {
 		inst.sampler.Log(&outcome, inst.scope, log.Printf) // log_denials lines a second at most
-		deny(kong, gate.Status(), inst.ErrorMessage, headers)
+		deny(kong, g.Status(), inst.ErrorMessage, headers)
 		return
 	}
 	if len(headers) > 0 {

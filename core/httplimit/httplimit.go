@@ -77,13 +77,13 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	for _, r := range cfg.Rules {
 		gc.Rules = append(gc.Rules, core.Rule{Limiter: r.Limiter, EmptyKey: r.EmptyKey})
 	}
-	gate, err := core.NewGate(gc)
+	g, err := core.NewGate(gc)
 	if err != nil {
 		return nil, err
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			serve(gate, &cfg, next, w, r)
+			serve(g, &cfg, next, w, r)
 		})
 	}, nil
 }
@@ -119,21 +119,21 @@ func (q *request) Decided(_ int, d *core.Decision, err error, _ time.Duration) {
 	}
 }
 
-func serve(gate *core.Gate, cfg *Config, next http.Handler, w http.ResponseWriter, r *http.Request) {
+func serve(g *core.Gate, cfg *Config, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	var outcome core.Outcome
-	err := gate.Decide(r.Context(), &request{cfg, r}, &outcome)
+	err := g.Decide(r.Context(), &request{cfg, r}, &outcome)
 	if err != nil {
 		if r.Context().Err() == nil {
 			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 		}
 		return
 	}
-	gate.WriteHeaders(w.Header(), &outcome)
+	g.WriteHeaders(w.Header(), &outcome)
 	if !outcome.Passes() {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Content-Length", strconv.Itoa(len(gate.Body())))
-		w.WriteHeader(gate.Status())
-		_, _ = w.Write([]byte(gate.Body()))
+		w.Header().Set("Content-Length", strconv.Itoa(len(g.Body())))
+		w.WriteHeader(g.Status())
+		_, _ = w.Write([]byte(g.Body()))
 		return
 	}
 	defer outcome.HoldLeases(0)() // in-flight slots go back when next returns, even on a panic

@@ -102,13 +102,13 @@ var resultNames = [resultCount]string{"allowed", "denied", "shadowed", "delayed"
 // registry nobody reads) and returns them; equal series registered by
 // another config in the same registry are shared. Close the set when its
 // config is unloaded.
-func New(reg *prometheus.Registry, gate *core.Gate, h *store.Handle) (*Set, error) {
+func New(reg *prometheus.Registry, g *core.Gate, h *store.Handle) (*Set, error) {
 	if reg == nil {
 		// A context without a registry (tests): count into one nobody reads.
 		reg = prometheus.NewRegistry()
 	}
 	var policies []*core.Policy
-	for _, r := range gate.Rules() {
+	for _, r := range g.Rules() {
 		policies = append(policies, r.Limiter.Policy())
 	}
 	c, loaded := tops.LoadOrStore(reg, &topCollector{reg: reg, gates: map[*core.Gate]struct{}{}, desc: prometheus.NewDesc(
@@ -121,7 +121,7 @@ func New(reg *prometheus.Registry, gate *core.Gate, h *store.Handle) (*Set, erro
 		}
 	}
 	top.mu.Lock()
-	top.gates[gate] = struct{}{}
+	top.gates[g] = struct{}{}
 	top.mu.Unlock()
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -148,7 +148,7 @@ func New(reg *prometheus.Registry, gate *core.Gate, h *store.Handle) (*Set, erro
 	if m.storeDuration, err = register(reg, m.storeDuration); err != nil {
 		return nil, err
 	}
-	set := &Set{gate: gate}
+	set := &Set{gate: g}
 	for _, pol := range policies {
 		var variants []*Policy
 		for _, v := range pol.Variants() {
