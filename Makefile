@@ -157,7 +157,7 @@ adaptive-short:
 FUZZ_TARGETS := ./kongplugin:FuzzKongConfig ./kongplugin:FuzzKeysPluginFile \
 	./caddymodule:FuzzCaddyfile ./caddymodule:FuzzCaddyJSON ./caddymodule:FuzzKeyTemplate \
 	./core/admin:FuzzAdminAPI ./core/store/redis:FuzzReplyBounds
-CORE_FUZZ_TARGETS := ./core:FuzzStep ./core:FuzzParseRate ./core:FuzzHeaders
+CORE_FUZZ_TARGETS := ./core:FuzzStep ./core:FuzzParseRate ./core/headers:FuzzHeaders
 
 fuzz: deps fuzz-short
 	@for t in $(FUZZ_TARGETS); do \

@@ -7,7 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/spec"
 )
 
 func init() {
@@ -24,7 +24,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 }
 
 // UnmarshalCaddyfile reads the tollgate directive. The options are core's
-// (store.Spec, core.PolicySpec, core.AdaptiveSpec), which check them; this
+// (store.Spec, spec.Policy, spec.Adaptive), which check them; this
 // adds the Caddyfile line to their errors.
 //
 //	tollgate [<matcher>] {
@@ -93,7 +93,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if i := slices.IndexFunc(h.Policies, func(q *PolicyConfig) bool { return q.Name == p.Name }); i >= 0 {
 				return d.Errf("policy %q: name used twice", p.Name)
 			}
-			if err := h.Store.CheckPolicy(&p.PolicySpec); err != nil { // a store given after its policies: Provision checks
+			if err := h.Store.CheckPolicy(&p.Policy); err != nil { // a store given after its policies: Provision checks
 				return d.Err(err.Error())
 			}
 			h.Policies = append(h.Policies, p)
@@ -141,7 +141,7 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 			if d.NextArg() {
 				return nil, d.ArgErr()
 			}
-			a := new(core.AdaptiveSpec)
+			a := new(spec.Adaptive)
 			for nesting := d.Nesting(); d.NextBlock(nesting); {
 				opt := d.Val()
 				v, err := lineArg(d)
@@ -161,12 +161,12 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 				return nil, d.ArgErr()
 			}
 			for nesting := d.Nesting(); d.NextBlock(nesting); {
-				if err := setPlan(&p.PolicySpec, d.Val(), d.RemainingArgs()); err != nil {
+				if err := setPlan(&p.Policy, d.Val(), d.RemainingArgs()); err != nil {
 					return nil, d.Err(err.Error())
 				}
 			}
 		default:
-			if err := setPolicy(&p.PolicySpec, opt, d.RemainingArgs()); err != nil {
+			if err := setPolicy(&p.Policy, opt, d.RemainingArgs()); err != nil {
 				return nil, d.Err(err.Error())
 			}
 			if template := map[string]string{"key": p.Key, "plan": p.Plan}[opt]; template != "" {

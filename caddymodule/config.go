@@ -3,7 +3,8 @@ package caddymodule
 import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/headers"
+	"github.com/tollgate/tollgate/core/spec"
 )
 
 // DefaultKey is a policy's key when none is set: the client IP as Caddy's
@@ -14,13 +15,13 @@ const DefaultKey = "{http.vars.client_ip}"
 // placeholders, empty_key, stacked limits, cost, shadow, adaptive) and the
 // requests it covers.
 type PolicyConfig struct {
-	core.PolicySpec
+	spec.Policy
 	// MatcherSetsRaw selects the requests the policy covers; none means all.
 	MatcherSetsRaw caddyhttp.RawMatcherSets `json:"match,omitempty" caddy:"namespace=http.matchers"`
 }
 
 func init() {
 	// `headers kong`: the per-limit set, as Kong's rate-limiting sends it
-	// (core.HeadersPerLimit).
-	core.AliasHeaderStyle("kong", core.HeadersPerLimit)
+	// (headers.PerLimit).
+	headers.AliasStyle("kong", headers.PerLimit)
 }

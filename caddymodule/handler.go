@@ -19,7 +19,10 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/admin"
+	"github.com/tollgate/tollgate/core/gate"
+	"github.com/tollgate/tollgate/core/headers"
 	"github.com/tollgate/tollgate/core/metrics"
+	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store"
 )
 
@@ -40,19 +43,19 @@ type Handler struct {
 	Policies []*PolicyConfig `json:"policies"`
 	// ResponseSpec holds headers ("both" by default), status, body, jitter
 	// and log_denials, as core reads them.
-	core.ResponseSpec
+	gate.ResponseSpec
 	// HandleErrors hands a denial to Caddy's handle_errors routes (with
 	// the status and the rate-limit headers set) instead of writing Body.
 	HandleErrors bool `json:"handle_errors,omitempty"`
 
 	policies []*policy
-	gate     *core.Gate
+	gate     *gate.Gate
 	store    *store.Handle
 	stopLog  func()
 	releases []func() // adaptive controllers acquired
 	metrics  *metrics.Set
 	logger   *zap.Logger
-	sampler  *core.DenialSampler // nil unless log_denials
+	sampler  *gate.DenialSampler // nil unless log_denials
 	offAdmin func()              // takes the policies out of the operators' API
 }
 
@@ -63,7 +66,7 @@ type policy struct {
 	matchers caddyhttp.MatcherSets
 	key      *keyTemplate
 	plan     *keyTemplate // the template naming the request's plan; nil: none
-	emptyKey core.EmptyKey
+	emptyKey spec.EmptyKey
 	cost     int64
 }
 
@@ -79,11 +82,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if len(h.Policies) == 0 {
 		return fmt.Errorf("policies: need at least one policy")
 	}
-	gc, err := h.ResponseSpec.GateConfig(core.HeadersBoth)
+	gc, err := h.ResponseSpec.GateConfig(headers.Both)
 	if err != nil {
 		return err
 	}
-	h.sampler = core.NewDenialSampler(h.LogDenials)
+	h.sampler = gate.NewDenialSampler(h.LogDenials)
 	sc, err := h.Store.Config()
 	if err != nil {
 		return err
@@ -119,7 +122,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		gc.Rules = append(gc.Rules, rule)
 	}
-	if h.gate, err = core.NewGate(gc); err != nil {
+	if h.gate, err = gate.New(gc); err != nil {
 		return err
 	}
 	h.stopLog = h.store.OnStateChange(func(open bool, err error) {
@@ -215,14 +218,14 @@ type request struct {
 }
 
 // Input is policy i's view of the request: its matchers and its key.
-func (q *request) Input(i int) (core.Input, error) {
+func (q *request) Input(i int) (gate.Input, error) {
 	p := q.h.policies[i]
 	match, err := p.matchers.AnyMatchWithError(q.r)
 	if err != nil || !match {
-		return core.Input{}, err
+		return gate.Input{}, err
 	}
 	key := p.key.eval(q.r, q.repl)
-	in := core.Input{Covered: true, Key: key, Empty: key == p.key.literal && !p.key.constant, Cost: p.cost}
+	in := gate.Input{Covered: true, Key: key, Empty: key == p.key.literal && !p.key.constant, Cost: p.cost}
 	if p.plan != nil {
 		in.Plan = p.plan.eval(q.r, q.repl)
 	}
@@ -240,10 +243,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if repl == nil {
 		repl = caddy.NewReplacer()
 	}
-	var outcome core.Outcome
+	var outcome gate.Outcome
 	q := &request{h: h, r: r, repl: repl}
 	if err := h.gate.Decide(r.Context(), q, &outcome); err != nil {
-		var failed *core.StoreError
+		var failed *gate.StoreError
 		switch {
 		case r.Context().Err() != nil:
 			return r.Context().Err()
@@ -277,7 +280,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// In-flight slots go back when the chain returns: after the response,
 	// on a panic, or when the client left.
 	defer outcome.HoldLeases(0)()
-	if !core.Hold(r.Context(), outcome.Delay) {
+	if !gate.Hold(r.Context(), outcome.Delay) {
 		outcome.CancelShaped() // the client left while its request was held: its place goes to the next
 		return r.Context().Err()
 	}
@@ -299,7 +302,7 @@ func writeText(w http.ResponseWriter, status int, body string) error {
 // observeUpstream serves the request and reports its status and duration
 // to the adaptive controllers. An error a later handler returns (such as
 // reverse_proxy's 502 or 504) counts with its status.
-func observeUpstream(outcome *core.Outcome, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
+func observeUpstream(outcome *gate.Outcome, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
 	outcome.ServeObserved(w, func(w http.ResponseWriter) int {
 		if err = next.ServeHTTP(w, r); err == nil {
 			return 0

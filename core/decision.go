@@ -3,6 +3,8 @@ package core
 import (
 	"strconv"
 	"time"
+
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // Decision is a policy's verdict on one request, with what rate-limit headers
@@ -39,7 +41,7 @@ type Decision struct {
 	// the server's TIME).
 	At int64
 	// Results holds each limit's verdict; only the first N are set.
-	Results [MaxLimits]Result
+	Results [MaxLimits]algo.Result
 	// N is how many entries of Results are set.
 	N int
 }
@@ -64,7 +66,7 @@ func (d *Decision) Undecided(p *Policy, cost int64, allowed bool) {
 
 // DecidingLimit returns the limit that decided, or nil if d is empty or
 // undecided.
-func (d *Decision) DecidingLimit() *Limit {
+func (d *Decision) DecidingLimit() *algo.Limit {
 	if d.Policy == nil || d.N == 0 {
 		return nil
 	}
@@ -195,7 +197,7 @@ const (
 type Fields struct {
 	policy    string
 	plan      string
-	limit     *Limit
+	limit     *algo.Limit
 	remaining int64
 	retry     int64
 	delay     time.Duration

@@ -1,11 +1,12 @@
 package core
 
 import (
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // FuzzStep drives every algorithm with arbitrary limits and request streams
@@ -19,30 +20,30 @@ func FuzzStep(f *testing.F) {
 	f.Add(uint8(5), int64(3), int64(1_000_000), int64(1), int64(0), []byte{0, 1, 0, 1, 33, 1})
 	f.Add(uint8(6), int64(10), int64(1_000_000), int64(0), int64(250_000), []byte{0, 1, 0, 1, 0, 1, 0, 1})
 	f.Fuzz(func(t *testing.T, alg uint8, count, windowUS, burst, maxDelayUS int64, ops []byte) {
-		l := Limit{Count: count, Window: us(windowUS), Algorithm: Algorithm(alg%7 + 0), Burst: burst, MaxDelay: us(maxDelayUS)}
-		if l.Algorithm == 0 || l.validate() != nil {
+		l := algo.Limit{Count: count, Window: algo.FromMicros(windowUS), Algorithm: algo.Algorithm(alg%7 + 0), Burst: burst, MaxDelay: algo.FromMicros(maxDelayUS)}
+		if l.Algorithm == 0 || l.Normalize() != nil {
 			return
 		}
-		if l.Algorithm == SlidingLog && l.Count > 10_000 {
+		if l.Algorithm == algo.SlidingLog && l.Count > 10_000 {
 			return // keep each input cheap
 		}
 		now := t0
-		var s State
+		var s algo.State
 		for i := 0; i+1 < len(ops); i += 2 {
 			now += int64(ops[i]) * windowUS / 64
 			cost := int64(ops[i+1] % 4)
-			next, r := Step(&l, s, now, cost)
+			next, r := algo.Step(&l, s, now, cost)
 			if r.Remaining < 0 || r.Reset < 0 || r.Delay < 0 || r.RetryAfter < 0 {
 				t.Fatalf("negative field in %+v", r)
 			}
 			if !r.Allowed && r.RetryAfter <= 0 && cost > 0 {
 				t.Fatalf("denied without RetryAfter: %+v", r)
 			}
-			if r.Allowed && r.Delay > l.MaxDelay && l.Algorithm == LeakyBucket {
+			if r.Allowed && r.Delay > l.MaxDelay && l.Algorithm == algo.LeakyBucket {
 				t.Fatalf("delay %v above max %v", r.Delay, l.MaxDelay)
 			}
 			if r.Allowed && ops[i]%3 == 0 {
-				next, _ = Step(&l, Dropped(&l, s, next, cost), now, 0)
+				next, _ = algo.Step(&l, Dropped(&l, s, next, cost), now, 0)
 			}
 			s = next
 		}
@@ -55,7 +56,7 @@ func FuzzParseRate(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		n, w, err := ParseRate(s)
+		n, w, err := algo.ParseRate(s)
 		if err != nil {
 			if !strings.Contains(err.Error(), strconv.Quote(s)) {
 				t.Fatalf("error %q does not quote the input", err)
@@ -65,53 +66,10 @@ func FuzzParseRate(f *testing.F) {
 		if n < 1 || w < time.Microsecond {
 			t.Fatalf("accepted %q as %d/%v", s, n, w)
 		}
-		l := Limit{Count: n, Window: w}
-		n2, w2, err := ParseRate(l.Rate())
+		l := algo.Limit{Count: n, Window: w}
+		n2, w2, err := algo.ParseRate(l.Rate())
 		if err != nil || n2 != n || w2 != w {
 			t.Fatalf("%q -> %q -> %d/%v, %v", s, l.Rate(), n2, w2, err)
 		}
 	})
-}
-
-// FuzzHeaders: whatever the policy name and decision, rendered headers are
-// valid HTTP field values and numbers are non-negative integers.
-func FuzzHeaders(f *testing.F) {
-	f.Add("api", int64(100), int64(60), int64(50), int64(30_000_000), int64(0), false, uint8(0))
-	f.Add("we\"ird\\name\x00\xff", int64(1), int64(1), int64(-3), int64(-1), int64(2_500_000), true, uint8(1))
-	f.Fuzz(func(t *testing.T, name string, count, windowS, remaining, resetUS, retryUS int64, denied bool, style uint8) {
-		if name == "" || count < 1 || windowS < 1 || windowS > 1<<20 {
-			return
-		}
-		p, err := NewPolicy(name, PolicyOptions{}, Limit{Count: count, Window: time.Duration(windowS) * time.Second, Algorithm: FixedWindow})
-		if err != nil {
-			return
-		}
-		d := Decision{Policy: p, N: 1, Allowed: !denied, Limit: count, Remaining: remaining, Reset: us(resetUS), RetryAfter: us(retryUS)}
-		h := http.Header{}
-		WriteHeaders(h, &d, HeaderOptions{Style: HeaderStyle(style % 4), Jitter: 0.5})
-		for k, vs := range h {
-			for _, v := range vs {
-				if strings.ContainsAny(v, "\r\n\x00") || !isASCII(v) {
-					t.Fatalf("%s: invalid field value %q", k, v)
-				}
-				if k == HeaderXLimit || k == HeaderXRemaining || k == HeaderXReset || k == HeaderRetryAfter {
-					if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 0 {
-						t.Fatalf("%s: %q is not a non-negative integer", k, v)
-					}
-				}
-			}
-		}
-		if denied && HeaderStyle(style%4) != HeadersNone && h.Get(HeaderRetryAfter) == "" {
-			t.Fatal("denied without Retry-After")
-		}
-	})
-}
-
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }

@@ -1,6 +1,10 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/tollgate/tollgate/core/internal/enum"
+)
 
 // OnError says what a store's failure policy does with a request its shared store
 // could not decide (Redis down, slow or failing over).
@@ -21,11 +25,11 @@ const (
 var onErrorNames = []string{OnErrorLocal: "local", OnErrorAllow: "allow", OnErrorDeny: "deny", OnErrorFail: "fail"}
 
 // String returns the configuration name of o.
-func (o OnError) String() string { return enumName(onErrorNames, o, "OnError") }
+func (o OnError) String() string { return enum.Name(onErrorNames, o, "OnError") }
 
 // ParseOnError reads "local", "allow", "deny" or "fail".
 func ParseOnError(s string) (OnError, error) {
-	if o, ok := parseEnum[OnError](onErrorNames, s); ok {
+	if o, ok := enum.Parse[OnError](onErrorNames, s); ok {
 		return o, nil
 	}
 	return 0, fmt.Errorf("on_error: unknown value %q (want local, allow, deny or fail)", s)

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate/tollgate/core/adaptive"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // MaxLimits is the most limits one Policy may stack.
@@ -23,9 +26,9 @@ type Policy struct {
 	name string
 	// limits are the configured limits; cur the ones in force (scaled by an
 	// adaptive controller, else limits).
-	limits []Limit
+	limits []algo.Limit
 	cur    atomic.Pointer[limitSet]
-	adapt  *Adaptive
+	adapt  *adaptive.Controller
 	shadow bool
 	// scope names the policy's state in a store: its name plus each limit's
 	// identity (algorithm and window, never the count), so a reloaded policy
@@ -63,7 +66,7 @@ var scopeSeed, scopeSeed2 = maphash.MakeSeed(), maphash.MakeSeed()
 
 // limitSet is a set of limits in force.
 type limitSet struct {
-	limits []Limit
+	limits []algo.Limit
 	factor float64 // the adaptive factor they were scaled by
 }
 
@@ -74,7 +77,7 @@ type PolicyOptions struct {
 	// Adaptive, if set, scales every limit's count (and explicit burst) by
 	// the controller's factor. Counters carry over as the factor moves: the
 	// policy's identity in stores is its configured limits.
-	Adaptive *Adaptive
+	Adaptive *adaptive.Controller
 	// Plan names the plan these limits are (see NewPlans): it shows in the
 	// RateLimit headers' item names, placeholders and metrics, never in the
 	// identity of the counters, so a key keeps its usage when its plan
@@ -88,7 +91,7 @@ type PolicyOptions struct {
 
 // NewPolicy validates limits and returns a policy named name. Errors name the
 // limit (by position and rate) and the field at fault.
-func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error) {
+func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, error) {
 	if name == "" {
 		return nil, fmt.Errorf("policy name: must not be empty")
 	}
@@ -98,17 +101,17 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 	if len(limits) > MaxLimits {
 		return nil, fmt.Errorf("policy %q: %d limits, at most %d may be stacked", name, len(limits), MaxLimits)
 	}
-	p := &Policy{name: name, shadow: opts.Shadow, adapt: opts.Adaptive, limits: make([]Limit, len(limits)), plan: opts.Plan,
+	p := &Policy{name: name, shadow: opts.Shadow, adapt: opts.Adaptive, limits: make([]algo.Limit, len(limits)), plan: opts.Plan,
 		clearKeys: opts.ClearKeys}
 	var sig strings.Builder
 	sig.WriteString(name)
 	for i, l := range limits {
-		if err := l.validate(); err != nil {
+		if err := l.Normalize(); err != nil {
 			return nil, fmt.Errorf("policy %q limit %d (%s): %w", name, i+1, l.Rate(), err)
 		}
 		p.limits[i] = l
-		p.idleUS = max(p.idleUS, l.idleUS())
-		p.leases = p.leases || l.Algorithm == InFlight
+		p.idleUS = max(p.idleUS, l.IdleMicros())
+		p.leases = p.leases || l.Algorithm == algo.InFlight
 		id := limitIdentity(limits[:i], l)
 		sig.WriteString("|" + id)
 		h := fnv.New64a()
@@ -127,15 +130,15 @@ func NewPolicy(name string, opts PolicyOptions, limits ...Limit) (*Policy, error
 // window, never its count (nor burst or delay), so raising a limit keeps
 // what was used. A second limit with the same algorithm and window in one
 // policy (before: the limits before it) is numbered apart.
-func limitIdentity(before []Limit, l Limit) string {
+func limitIdentity(before []algo.Limit, l algo.Limit) string {
 	window := strconv.FormatInt(int64(l.Window/time.Microsecond), 10)
-	if l.months > 0 {
-		window = FormatWindow(l.Window) // "1mo", "1y": not a 30d window's
+	if l.CalendarMonths() > 0 {
+		window = algo.FormatWindow(l.Window) // "1mo", "1y": not a 30d window's
 	}
 	id := l.Algorithm.String() + ":" + window
 	n := 0
 	for _, b := range before {
-		if b.Algorithm == l.Algorithm && b.windowUS == l.windowUS && b.months == l.months {
+		if b.Algorithm == l.Algorithm && b.WindowMicros() == l.WindowMicros() && b.CalendarMonths() == l.CalendarMonths() {
 			n++
 		}
 	}
@@ -148,10 +151,10 @@ func limitIdentity(before []Limit, l Limit) string {
 // PolicyScope returns the Scope of a policy named name with these limits
 // without building one, so state kept beside policies (an adaptive
 // controller shared across reloads) can be keyed like their counters.
-func PolicyScope(name string, limits ...Limit) (string, error) {
+func PolicyScope(name string, limits ...algo.Limit) (string, error) {
 	sig := name
 	for i, l := range limits {
-		if err := l.validate(); err != nil {
+		if err := l.Normalize(); err != nil {
 			return "", fmt.Errorf("policy %q limit %d (%s): %w", name, i+1, l.Rate(), err)
 		}
 		sig += "|" + limitIdentity(limits[:i], l)
@@ -253,7 +256,7 @@ func (p *Policy) Variants() []*Policy {
 }
 
 // use puts limits, the configured ones scaled by factor, in force.
-func (p *Policy) use(limits []Limit, factor float64) *limitSet {
+func (p *Policy) use(limits []algo.Limit, factor float64) *limitSet {
 	set := &limitSet{limits: limits, factor: factor}
 	p.cur.Store(set)
 	return set
@@ -268,7 +271,7 @@ func (p *Policy) current() *limitSet {
 	if p.adapt != nil {
 		if f := p.adapt.Factor(); f != set.factor {
 			// Concurrent rescales build equal sets; the last one stays.
-			set = p.use(scaleLimits(p.limits, f), f)
+			set = p.use(algo.ScaleLimits(p.limits, f), f)
 		}
 	}
 	return set
@@ -289,16 +292,16 @@ func (p *Policy) ShownName() string {
 }
 
 // Adaptive returns the policy's controller, or nil.
-func (p *Policy) Adaptive() *Adaptive { return p.adapt }
+func (p *Policy) Adaptive() *adaptive.Controller { return p.adapt }
 
 // Configured returns the limits as configured, before adaptive scaling.
-func (p *Policy) Configured() []Limit { return p.limits }
+func (p *Policy) Configured() []algo.Limit { return p.limits }
 
 // Dropped returns the state to keep for limit l when a request of cost that
 // Step allowed (turning before into after) is not committed, because another
 // limit of the stack denied it. Step it with cost 0 to report on it.
-func Dropped(l *Limit, before, after State, cost int64) State {
-	if l.Algorithm == SlidingLog || l.Algorithm == InFlight {
+func Dropped(l *algo.Limit, before, after algo.State, cost int64) algo.State {
+	if l.Algorithm == algo.SlidingLog || l.Algorithm == algo.InFlight {
 		// after's ring has already forgotten what expired, and before's
 		// expired slots may now hold this request's times: keep after's view
 		// without the request's entries, which are the newest.
@@ -309,7 +312,7 @@ func Dropped(l *Limit, before, after State, cost int64) State {
 }
 
 // MustPolicy is NewPolicy for limits known to be valid; it panics on error.
-func MustPolicy(name string, opts PolicyOptions, limits ...Limit) *Policy {
+func MustPolicy(name string, opts PolicyOptions, limits ...algo.Limit) *Policy {
 	p, err := NewPolicy(name, opts, limits...)
 	if err != nil {
 		panic(err)
@@ -322,7 +325,7 @@ func (p *Policy) Name() string { return p.name }
 
 // Limits returns the limits in force (defaults filled in; scaled by the
 // adaptive factor, if any). The caller must not modify them.
-func (p *Policy) Limits() []Limit { return p.current().limits }
+func (p *Policy) Limits() []algo.Limit { return p.current().limits }
 
 // Shadow reports whether the policy only reports and always allows.
 func (p *Policy) Shadow() bool { return p.shadow }
@@ -356,7 +359,7 @@ func (p *Policy) LimitIDs() []string { return p.limitIDs }
 
 // IdleTTL returns how long after its last request a key's state is
 // equivalent to a fresh one, so a store may forget it.
-func (p *Policy) IdleTTL() time.Duration { return us(p.idleUS) }
+func (p *Policy) IdleTTL() time.Duration { return algo.FromMicros(p.idleUS) }
 
 // IdleMicros is IdleTTL in µs.
 func (p *Policy) IdleMicros() int64 { return p.idleUS }
@@ -377,11 +380,11 @@ func (p *Policy) HoldsLeases() bool { return p.leases }
 // ApplyCancel gives back the places a shaped request took in p's
 // LeakyBucket limits (see CancelShaped), on states (one per limit, in
 // order) at now (µs). It is what a store runs under its lock for one key.
-func (p *Policy) ApplyCancel(states []State, now int64, s *Shaped) {
+func (p *Policy) ApplyCancel(states []algo.State, now int64, s *Shaped) {
 	limits := p.Limits()
 	for i := range limits {
 		if s.Delays[i] > 0 {
-			states[i] = CancelShaped(&limits[i], states[i], now, s.At+s.Delays[i], s.Cost)
+			states[i] = algo.CancelShaped(&limits[i], states[i], now, s.At+s.Delays[i], s.Cost)
 		}
 	}
 }
@@ -391,15 +394,15 @@ func (p *Policy) ApplyCancel(states []State, now int64, s *Shaped) {
 // InFlight limit of p, on states (one per limit, in order) at now (µs), as
 // EndLease does. It is what a store runs under its lock for one key, and
 // returns how many of the first InFlight limit's leases it found.
-func (p *Policy) ApplyLease(states []State, now, token, cost int64, renew bool) int64 {
+func (p *Policy) ApplyLease(states []algo.State, now, token, cost int64, renew bool) int64 {
 	found := int64(-1)
 	limits := p.Limits()
 	for i := range limits {
-		if limits[i].Algorithm != InFlight {
+		if limits[i].Algorithm != algo.InFlight {
 			continue
 		}
 		var f int64
-		states[i], f = EndLease(&limits[i], states[i], now, token, cost, renew)
+		states[i], f = algo.EndLease(&limits[i], states[i], now, token, cost, renew)
 		if found < 0 {
 			found = f
 		}
@@ -411,14 +414,14 @@ func (p *Policy) ApplyLease(states []State, now, token, cost int64, renew bool) 
 // request of cost units at now (µs), fills d, and commits the new states into
 // states only if every limit allowed the request. It is what a store runs
 // under its lock for one key.
-func (p *Policy) Apply(states []State, now, cost int64, d *Decision) {
+func (p *Policy) Apply(states []algo.State, now, cost int64, d *Decision) {
 	d.reset(p, cost)
 	d.At = now
 	limits := p.Limits()
 	if len(limits) == 1 {
 		// One limit: a denied Step's state only forgets what expired, so it
 		// is always the one to keep.
-		states[0] = step(&limits[0], states[0], now, cost, &d.Results[0])
+		states[0] = algo.StepInto(&limits[0], states[0], now, cost, &d.Results[0])
 		d.Summarize(d.Results[0].Allowed)
 		return
 	}
@@ -429,11 +432,11 @@ func (p *Policy) Apply(states []State, now, cost int64, d *Decision) {
 // states' array is on the stack only for stacked limits.
 //
 //go:noinline
-func (p *Policy) applyStacked(limits []Limit, states []State, now, cost int64, d *Decision) {
-	var next [MaxLimits]State
+func (p *Policy) applyStacked(limits []algo.Limit, states []algo.State, now, cost int64, d *Decision) {
+	var next [MaxLimits]algo.State
 	allowed := true
 	for i := range limits {
-		next[i] = step(&limits[i], states[i], now, cost, &d.Results[i])
+		next[i] = algo.StepInto(&limits[i], states[i], now, cost, &d.Results[i])
 		allowed = allowed && d.Results[i].Allowed
 	}
 	if !allowed {
@@ -445,7 +448,7 @@ func (p *Policy) applyStacked(limits []Limit, states []State, now, cost int64, d
 		for i := range limits {
 			if d.Results[i].Allowed {
 				l := &limits[i]
-				next[i] = step(l, Dropped(l, states[i], next[i], cost), now, 0, &d.Results[i])
+				next[i] = algo.StepInto(l, Dropped(l, states[i], next[i], cost), now, 0, &d.Results[i])
 				d.Results[i].Allowed = true
 			}
 		}

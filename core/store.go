@@ -24,14 +24,14 @@ type Clock interface {
 
 // monotonicClock reads the process's monotonic clock, anchored once to the
 // wall clock so windows align to the epoch, but never stepping with it
-// (see monotonicNow).
+// (see MonotonicNow).
 type monotonicClock struct{}
 
 // NewMonotonicClock returns the Clock stores use by default.
 func NewMonotonicClock() Clock { return monotonicClock{} }
 
 func (monotonicClock) NowMicros() int64 {
-	return clockOriginMicros + int64(monotonicNow()/time.Microsecond)
+	return clockOriginMicros + int64(MonotonicNow()/time.Microsecond)
 }
 
 // ManualClock is a Clock that tests set by hand.
@@ -252,7 +252,7 @@ type CountStore interface {
 	DeleteCounts(ctx context.Context, counts []SharedCount) error
 }
 
-// clockOrigin makes monotonicNow: time.Since on a time with a monotonic
+// clockOrigin makes MonotonicNow: time.Since on a time with a monotonic
 // reading reads only the monotonic clock, about half what time.Now costs
 // (it reads the wall clock too), and Decide times every store decision.
 var clockOrigin = time.Now()
@@ -260,9 +260,9 @@ var clockOrigin = time.Now()
 // clockOriginMicros is clockOrigin's Unix time in µs.
 var clockOriginMicros = clockOrigin.UnixMicro()
 
-// monotonicNow returns the time since clockOrigin, from the monotonic clock.
-func monotonicNow() time.Duration { return time.Since(clockOrigin) }
+// MonotonicNow returns the time since clockOrigin, from the monotonic clock.
+func MonotonicNow() time.Duration { return time.Since(clockOrigin) }
 
-// monotonicTime is time.Now from the monotonic clock alone (see
-// monotonicNow): a denial flood ages the sketch on every denial.
-func monotonicTime() time.Time { return clockOrigin.Add(monotonicNow()) }
+// MonotonicTime is time.Now from the monotonic clock alone (see
+// MonotonicNow): a denial flood ages the sketch on every denial.
+func MonotonicTime() time.Time { return clockOrigin.Add(MonotonicNow()) }

@@ -10,7 +10,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/gate"
+	"github.com/tollgate/tollgate/core/headers"
+	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
 )
@@ -140,7 +143,7 @@ type RedisConfig struct {
 }
 
 // AdaptiveConfig tunes adaptive limiting; null fields take core's defaults.
-// The fields are core.AdaptiveSpec's, with its meanings and defaults, but
+// The fields are spec.Adaptive's, with its meanings and defaults, but
 // for Kong's units: Latency is in ms, Interval in seconds.
 type AdaptiveConfig struct {
 	Enabled    bool     `json:"enabled"`
@@ -158,12 +161,12 @@ type AdaptiveConfig struct {
 
 // spec reads a's Kong units (latency in ms, interval in seconds); core
 // validates it.
-func (a *AdaptiveConfig) spec() *core.AdaptiveSpec {
-	return &core.AdaptiveSpec{
+func (a *AdaptiveConfig) spec() *spec.Adaptive {
+	return &spec.Adaptive{
 		Controller: or(a.Controller, ""), Tolerance: or(a.Tolerance, 0), Min: or(a.Min, 0), ErrorRate: or(a.ErrorRate, 0), Quantile: or(a.Quantile, 0),
 		Decrease: or(a.Decrease, 0), Increase: or(a.Increase, 0), MinSamples: int64(or(a.MinSamples, 0)),
-		Latency:  core.Duration(or(a.Latency, 0) * float64(time.Millisecond)),
-		Interval: core.Duration(or(a.Interval, 0) * float64(time.Second)),
+		Latency:  algo.Duration(or(a.Latency, 0) * float64(time.Millisecond)),
+		Interval: algo.Duration(or(a.Interval, 0) * float64(time.Second)),
 	}
 }
 
@@ -180,19 +183,19 @@ type LimitConfig struct {
 }
 
 // spec reads l as the limit field names: core validates it.
-func (l *LimitConfig) spec(field, algorithm string) (core.LimitSpec, error) {
-	w, err := core.ParseWindow(l.Window)
+func (l *LimitConfig) spec(field, algorithm string) (spec.Limit, error) {
+	w, err := algo.ParseWindow(l.Window)
 	if err != nil {
-		return core.LimitSpec{}, fmt.Errorf("%s.window: %w", field, err)
+		return spec.Limit{}, fmt.Errorf("%s.window: %w", field, err)
 	}
 	var maxDelay time.Duration
 	if l.MaxDelay != "" {
-		if maxDelay, err = core.ParseDuration(l.MaxDelay); err != nil {
-			return core.LimitSpec{}, fmt.Errorf("%s.max_delay: %w", field, err)
+		if maxDelay, err = algo.ParseDuration(l.MaxDelay); err != nil {
+			return spec.Limit{}, fmt.Errorf("%s.max_delay: %w", field, err)
 		}
 	}
-	return core.LimitSpec{Count: l.Count, Window: core.Duration(w), Algorithm: cmp.Or(l.Algorithm, algorithm),
-		Burst: l.Burst, MaxDelay: core.Duration(maxDelay), Name: cmp.Or(l.Name, core.FormatWindow(w))}, nil
+	return spec.Limit{Count: l.Count, Window: algo.Duration(w), Algorithm: cmp.Or(l.Algorithm, algorithm),
+		Burst: l.Burst, MaxDelay: algo.Duration(maxDelay), Name: cmp.Or(l.Name, algo.FormatWindow(w))}, nil
 }
 
 // schemaJSON declares the config in Kong's schema language, once (for
@@ -238,23 +241,23 @@ func compile(c *Config) (*instance, error) {
 		warnPeriodOrder(&c.Plans[i].Periods, fmt.Sprintf("plans[%d]: ", i))
 	}
 	inst := &instance{Config: c}
-	style, _ := core.ParseHeaderStyle(c.Headers) // the schema's one_of, as error_code's range
+	style, _ := headers.ParseStyle(c.Headers) // the schema's one_of, as error_code's range
 	if c.HideClientHeaders {
-		style = core.HeadersNone
+		style = headers.None
 	}
-	inst.headers = core.HeaderOptions{Style: style}
+	inst.headers = headers.Options{Style: style}
 
 	limits, err := c.Periods.limits(c.Limits, c.Algorithm, "")
 	if err != nil {
 		return nil, err
 	}
-	policy := core.PolicySpec{Name: "tollgate", Limits: limits, Shadow: c.Shadow, DefaultPlan: c.DefaultPlan, ClearKeys: c.ClearKeys}
-	inst.sampler = core.NewDenialSampler(c.LogDenials)
+	policy := spec.Policy{Name: "tollgate", Limits: limits, Shadow: c.Shadow, DefaultPlan: c.DefaultPlan, ClearKeys: c.ClearKeys}
+	inst.sampler = gate.NewDenialSampler(c.LogDenials)
 	if len(c.Plans) > 0 && len(limits) > 0 {
 		return nil, fmt.Errorf("plans: set with second..year or limits; give one or the other (each plan holds its limits)")
 	}
 	for i, plan := range c.Plans {
-		ps := core.PlanSpec{Name: plan.Name, Unlimited: plan.Unlimited}
+		ps := spec.Plan{Name: plan.Name, Unlimited: plan.Unlimited}
 		if ps.Limits, err = plan.Periods.limits(plan.Limits, c.Algorithm, fmt.Sprintf("plans[%d]: ", i)); err != nil {
 			return nil, err
 		}
@@ -310,14 +313,14 @@ type period struct {
 func (ps *Periods) each() [6]period {
 	return [6]period{
 		{"second", ps.Second, time.Second}, {"minute", ps.Minute, time.Minute}, {"hour", ps.Hour, time.Hour},
-		{"day", ps.Day, 24 * time.Hour}, {"month", ps.Month, core.CalendarMonth}, {"year", ps.Year, core.CalendarYear},
+		{"day", ps.Day, 24 * time.Hour}, {"month", ps.Month, algo.CalendarMonth}, {"year", ps.Year, algo.CalendarYear},
 	}
 }
 
 // limits reads Kong's periods, then the extra limits; field prefixes their
 // names in errors.
-func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]core.LimitSpec, error) {
-	var limits []core.LimitSpec
+func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]spec.Limit, error) {
+	var limits []spec.Limit
 	var fields []string
 	for _, p := range ps.each() {
 		if p.count == nil {
@@ -325,12 +328,12 @@ func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]core.
 		}
 		// Kong admits requests while the count used is below a fractional
 		// limit: 2.5 admits 3.
-		if *p.count > core.MaxCount {
+		if *p.count > algo.MaxCount {
 			return nil, fmt.Errorf("%s%s: %s is above %d, the largest count a RateLimit header can carry (RFC 9651)",
-				field, p.name, strconv.FormatFloat(*p.count, 'g', -1, 64), int64(core.MaxCount))
+				field, p.name, strconv.FormatFloat(*p.count, 'g', -1, 64), int64(algo.MaxCount))
 		}
 		count := int64(math.Ceil(*p.count))
-		limits = append(limits, core.LimitSpec{Name: p.name, Count: count, Window: core.Duration(p.window), Algorithm: algorithm})
+		limits = append(limits, spec.Limit{Name: p.name, Count: count, Window: algo.Duration(p.window), Algorithm: algorithm})
 		fields = append(fields, p.name)
 	}
 	for i := range extra {
@@ -388,14 +391,14 @@ func storeConfig(c *Config) (store.Config, error) {
 		if c.SyncRate > longest.Seconds() {
 			return store.Config{}, fmt.Errorf("sync_rate: %s seconds is above a day (%g)", strconv.FormatFloat(c.SyncRate, 'g', -1, 64), longest.Seconds())
 		}
-		spec.Mode, spec.Sync = "eventual", core.Duration(c.SyncRate*float64(time.Second))
+		spec.Mode, spec.Sync = "eventual", algo.Duration(c.SyncRate*float64(time.Second))
 	}
 	r, err := c.redisRecord()
 	if err != nil {
 		return store.Config{}, err
 	}
 	// Kong allows a timeout of 0 ms: it takes the default, never unbounded.
-	spec.Timeout = core.Duration(time.Duration(cmp.Or(r.Timeout, 2000)) * time.Millisecond)
+	spec.Timeout = algo.Duration(time.Duration(cmp.Or(r.Timeout, 2000)) * time.Millisecond)
 	spec.Username, spec.Password = r.Username, r.Password
 	spec.DB, spec.TLS, spec.TLSServerName = r.Database, r.SSL, r.ServerName
 	spec.TLSSkipVerify = !r.SSLVerify
@@ -464,6 +467,6 @@ func shorthand[T comparable](name string, legacy *T, field *T, def T) error {
 
 func init() {
 	// `headers: kong`, the default: exactly the set Kong's rate-limiting
-	// sends (core.HeadersPerLimit).
-	core.AliasHeaderStyle("kong", core.HeadersPerLimit)
+	// sends (headers.PerLimit).
+	headers.AliasStyle("kong", headers.PerLimit)
 }

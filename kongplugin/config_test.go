@@ -8,7 +8,7 @@ import (
 
 	"github.com/Kong/go-pdk/test"
 
-	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/headers"
 )
 
 // kongNulls is every schema field null, as Kong sends an unset config, plus
@@ -33,7 +33,7 @@ func TestConfigDefaultsSurviveNulls(t *testing.T) {
 	}
 	inst := c.compiled
 	if inst.LimitBy != "consumer" || inst.ErrorCode != 429 || inst.ErrorMessage != "API rate limit exceeded" ||
-		inst.headers.Style != core.HeadersPerLimit || inst.Cost != 1 || inst.storeConfig.Redis != nil {
+		inst.headers.Style != headers.PerLimit || inst.Cost != 1 || inst.storeConfig.Redis != nil {
 		t.Fatalf("defaults: %+v", inst)
 	}
 	l := inst.policy.Limits()[0]

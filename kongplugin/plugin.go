@@ -18,6 +18,9 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/admin"
+	"github.com/tollgate/tollgate/core/gate"
+	"github.com/tollgate/tollgate/core/headers"
+	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongdeny"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
@@ -46,28 +49,28 @@ type instance struct {
 	*Config     // as checked, with Kong's defaults filled
 	policy      *core.Policy
 	storeConfig store.Config
-	scope       string             // prefixed to every identifier
-	name        string             // the scope, to operators: ns=<namespace> or route=<id>,service=<id>
-	headers     core.HeaderOptions // style none when hide_client_headers
-	sampler     *core.DenialSampler
+	scope       string          // prefixed to every identifier
+	name        string          // the scope, to operators: ns=<namespace> or route=<id>,service=<id>
+	headers     headers.Options // style none when hide_client_headers
+	sampler     *gate.DenialSampler
 
 	once    sync.Once
-	gate    *core.Gate
+	gate    *gate.Gate
 	openErr error
 }
 
 // gateOrErr opens (or joins) the shared store on first use and builds the gate
 // over it; Kong has no instance-close event: the handle lives with the process.
-func (inst *instance) gateOrErr() (*core.Gate, error) {
+func (inst *instance) gateOrErr() (*gate.Gate, error) {
 	inst.once.Do(func() {
 		h, err := store.Acquire(inst.storeConfig)
-		var rule core.Rule
+		var rule gate.Rule
 		if err == nil {
 			h.LogStateChanges(log.Printf) // Kong logs the plugin server's output
-			rule, err = h.Rule(inst.policy, core.EmptyKeySkip, inst.scope)
+			rule, err = h.Rule(inst.policy, spec.EmptyKeySkip, inst.scope)
 		}
 		if err == nil {
-			inst.gate, err = core.NewGate(core.GateConfig{Rules: []core.Rule{rule}, Status: inst.ErrorCode, Headers: inst.headers})
+			inst.gate, err = gate.New(gate.Config{Rules: []gate.Rule{rule}, Status: inst.ErrorCode, Headers: inst.headers})
 		}
 		if err == nil {
 			admin.RegisterRule(inst.name, inst.scope, inst.gate, h)
@@ -84,11 +87,11 @@ func (inst *instance) gateOrErr() (*core.Gate, error) {
 func (c *Config) Access(kong *pdk.PDK) {
 	inst := c.compiled // set by UnmarshalJSON: go-pdk decodes every config
 	g, err := inst.gateOrErr()
-	var outcome core.Outcome
+	var outcome gate.Outcome
 	if err == nil {
 		// One rule, keyed as Kong's rate-limiting keys, in the instance's scope.
 		id, consumer := identifier(kong, inst)
-		req := core.SameInput{Covered: true, Key: inst.scope + id, Cost: inst.Cost, Plan: planOf(kong, inst, consumer)}
+		req := gate.SameInput{Covered: true, Key: inst.scope + id, Cost: inst.Cost, Plan: planOf(kong, inst, consumer)}
 		err = g.Decide(context.Background(), &req, &outcome)
 	}
 	if err != nil {
@@ -108,10 +111,10 @@ func (c *Config) Access(kong *pdk.PDK) {
 	if len(headers) > 0 {
 		_ = kong.Response.SetHeaders(headers)
 	}
-	if id := outcome.ParkLeases(maxHold); id != "" {
+	if id := parkLeases(&outcome, maxHold); id != "" {
 		_ = kong.Ctx.SetShared(leaseKey, id) // the log phase ends them
 	}
-	core.Hold(context.Background(), outcome.Delay) // Kong proxies when access returns: holding shapes
+	gate.Hold(context.Background(), outcome.Delay) // Kong proxies when access returns: holding shapes
 }
 
 // leaseKey names the request's parked in-flight leases in kong.ctx.shared;
@@ -129,7 +132,7 @@ func (c *Config) Log(kong *pdk.PDK) {
 	inst := c.compiled
 	if inst != nil && inst.policy.HoldsLeases() {
 		if id, err := kong.Ctx.GetSharedString(leaseKey); err == nil {
-			core.EndParkedLeases(id) // the response is finished: its slots go back
+			endParkedLeases(id) // the response is finished: its slots go back
 		}
 	}
 	if inst == nil || inst.policy.Adaptive() == nil {

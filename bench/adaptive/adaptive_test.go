@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/adaptive"
 )
 
 // TestTargets is the benchmark's short form (make test runs it): every
@@ -19,7 +19,7 @@ func TestTargets(t *testing.T) {
 	out := measure(3)
 	for i := 0; i+1 < len(out); i += 2 {
 		grad, aimd := out[i], out[i+1]
-		if grad.options.Controller != core.ControllerGradient || aimd.options.Controller != core.ControllerAIMD {
+		if grad.options.Controller != adaptive.ControllerGradient || aimd.options.Controller != adaptive.ControllerAIMD {
 			t.Fatalf("outcome %d: controllers %s and %s, want gradient then aimd", i, grad.options.Controller, aimd.options.Controller)
 		}
 		name := grad.scenario.name + "/" + string(grad.limit)

@@ -16,16 +16,17 @@ import (
 	"os"
 	"slices"
 
-	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/adaptive"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // controllers are the contenders: the default gradient controller
 // untuned, and AIMD with its defaults and a latency target of twice the
 // unloaded latency (AIMD watches latency only against a target a user sets).
-func controllers() []core.AdaptiveOptions {
-	return []core.AdaptiveOptions{
-		{Controller: core.ControllerGradient},
-		{Controller: core.ControllerAIMD, LatencyTarget: 2 * service},
+func controllers() []adaptive.Options {
+	return []adaptive.Options{
+		{Controller: adaptive.ControllerGradient},
+		{Controller: adaptive.ControllerAIMD, LatencyTarget: 2 * service},
 	}
 }
 
@@ -33,7 +34,7 @@ func controllers() []core.AdaptiveOptions {
 type outcome struct {
 	scenario scenario
 	limit    limitKind
-	options  core.AdaptiveOptions
+	options  adaptive.Options
 	runs     []run
 	figures  []figures
 }
@@ -88,7 +89,7 @@ func main() {
 	algorithm := flag.String("algorithm", "gcra", "the rate limit's algorithm: gcra, token_bucket, sliding_counter, fixed_window, sliding_log")
 	flag.Parse()
 	var err error
-	if rateAlgorithm, err = core.ParseAlgorithm(*algorithm); err != nil {
+	if rateAlgorithm, err = algo.ParseAlgorithm(*algorithm); err != nil {
 		log.Fatal(err)
 	}
 	out := measure(*seeds)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/adaptive"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // capacity is the model upstreams' capacity C, in requests/s (-capacity).
@@ -15,7 +17,7 @@ var capacity = 400.0
 
 // rateAlgorithm is the rate limit's algorithm (-algorithm): GCRA, whose
 // spacing follows the factor at once, by default.
-var rateAlgorithm = core.GCRA
+var rateAlgorithm = algo.GCRA
 
 // workers is the queueing upstream's concurrency: C × service.
 func workers() int { return int(capacity * service.Seconds()) }
@@ -114,13 +116,13 @@ const (
 
 // policy returns the adaptive policy of kind k, configured at 4× what the
 // upstream can take (4C a second, or 4 × workers in flight).
-func policy(k limitKind, a *core.Adaptive) *core.Policy {
-	l := core.Limit{Count: int64(4 * capacity), Window: time.Second, Algorithm: rateAlgorithm}
-	if rateAlgorithm == core.GCRA || rateAlgorithm == core.TokenBucket {
+func policy(k limitKind, a *adaptive.Controller) *core.Policy {
+	l := algo.Limit{Count: int64(4 * capacity), Window: time.Second, Algorithm: rateAlgorithm}
+	if rateAlgorithm == algo.GCRA || rateAlgorithm == algo.TokenBucket {
 		l.Burst = int64(capacity / 5)
 	}
 	if k == inFlightLimit {
-		l = core.Limit{Count: 4 * int64(workers()), Window: time.Minute, Algorithm: core.InFlight}
+		l = algo.Limit{Count: 4 * int64(workers()), Window: time.Minute, Algorithm: algo.InFlight}
 	}
 	return core.MustPolicy("upstream", core.PolicyOptions{Adaptive: a}, l)
 }
@@ -139,7 +141,7 @@ type sample struct {
 type run struct {
 	scenario scenario
 	limit    limitKind
-	options  core.AdaptiveOptions
+	options  adaptive.Options
 	trace    []sample
 	// latencies are the successful answers' latencies, per phase, from 3 s
 	// after the phase began.
@@ -190,15 +192,15 @@ func (e *events) Pop() any {
 // simulate runs scn through an adaptive policy of kind k with options o on
 // a virtual clock, from seed: Poisson arrivals at the offered rate, the
 // model upstream, the controller judging every o.Interval.
-func simulate(scn scenario, o core.AdaptiveOptions, seed uint64) run {
+func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 	k := scn.limit
-	a, err := core.NewAdaptiveJudged(o)
+	a, err := adaptive.NewJudged(o)
 	if err != nil {
 		panic(err)
 	}
 	o = a.Options()
 	p := policy(k, a)
-	states := make([]core.State, 1)
+	states := make([]algo.State, 1)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	r := run{scenario: scn, limit: k, options: o, factorBack: -1,
 		trace: make([]sample, int(scn.length/bucket)), latencies: make([][]time.Duration, len(scn.changes))}

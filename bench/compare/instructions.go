@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // Instruction counts are the figure of the comparison that holds on every
@@ -32,7 +32,7 @@ var serialWorkloads = []workload{{"serial-1key", 1, false}, {"serial-100k-keys",
 // name the child finds again.
 func contenders() []limiter {
 	var cs []limiter
-	for _, a := range []core.Algorithm{core.TokenBucket, core.FixedWindow, core.GCRA, core.SlidingCounter} {
+	for _, a := range []algo.Algorithm{algo.TokenBucket, algo.FixedWindow, algo.GCRA, algo.SlidingCounter} {
 		cs = append(cs, limiter{"tollgate", a, tollgate(a)})
 	}
 	for _, p := range peers {
@@ -110,7 +110,7 @@ func instructions(only string) {
 		if only != "" && w.name != only {
 			continue
 		}
-		ours := map[core.Algorithm]float64{}
+		ours := map[algo.Algorithm]float64{}
 		for _, c := range contenders() {
 			id := contenderID(c)
 			one, err := instructionsOf(id, w.name, childDecisions)
@@ -127,7 +127,7 @@ func instructions(only string) {
 			case c.name == "tollgate":
 				ours[c.algorithm] = per
 			case c.name == floorName:
-				lines = append(lines, fmt.Sprintf("vs %s instructions-%s-token_bucket %.2f", floorName, w.name, per/ours[core.TokenBucket]))
+				lines = append(lines, fmt.Sprintf("vs %s instructions-%s-token_bucket %.2f", floorName, w.name, per/ours[algo.TokenBucket]))
 			default:
 				lines = append(lines, fmt.Sprintf("vs %s instructions-%s %.2f", c.name, w.name, per/ours[c.algorithm]))
 			}

@@ -25,11 +25,13 @@ import (
 	"github.com/sethvargo/go-limiter/memorystore"
 	"github.com/throttled/throttled/v2"
 	throttledmem "github.com/throttled/throttled/v2/store/memstore"
-	"github.com/tollgate/tollgate/core"
-	"github.com/tollgate/tollgate/core/store/memory"
 	ulule "github.com/ulule/limiter/v3"
 	ululemem "github.com/ulule/limiter/v3/drivers/store/memory"
 	"golang.org/x/time/rate"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/store/memory"
 )
 
 // huge keeps every decision on the allow path, as in a healthy gateway.
@@ -40,12 +42,12 @@ type decider func(key string) bool
 
 type peer struct {
 	name      string
-	algorithm core.Algorithm // tollgate's closest algorithm
+	algorithm algo.Algorithm // tollgate's closest algorithm
 	make      func(keys int) decider
 }
 
 var peers = []peer{
-	{"x/time/rate", core.TokenBucket, func(int) decider {
+	{"x/time/rate", algo.TokenBucket, func(int) decider {
 		var mu sync.Mutex
 		m := map[string]*rate.Limiter{}
 		return func(key string) bool {
@@ -59,7 +61,7 @@ var peers = []peer{
 			return l.Allow()
 		}
 	}},
-	{"sethvargo/go-limiter", core.TokenBucket, func(int) decider {
+	{"sethvargo/go-limiter", algo.TokenBucket, func(int) decider {
 		s, err := memorystore.New(&memorystore.Config{Tokens: huge, Interval: time.Second, SweepInterval: time.Hour})
 		check(err)
 		ctx := context.Background()
@@ -68,7 +70,7 @@ var peers = []peer{
 			return ok
 		}
 	}},
-	{"ulule/limiter", core.FixedWindow, func(int) decider {
+	{"ulule/limiter", algo.FixedWindow, func(int) decider {
 		l := ulule.New(ululemem.NewStore(), ulule.Rate{Period: time.Second, Limit: huge})
 		ctx := context.Background()
 		return func(key string) bool {
@@ -76,7 +78,7 @@ var peers = []peer{
 			return err == nil && !c.Reached
 		}
 	}},
-	{"throttled", core.GCRA, func(keys int) decider {
+	{"throttled", algo.GCRA, func(keys int) decider {
 		s, err := throttledmem.NewCtx(2 * keys)
 		check(err)
 		rl, err := throttled.NewGCRARateLimiterCtx(s, throttled.RateQuota{MaxRate: throttled.PerSec(huge), MaxBurst: huge})
@@ -112,7 +114,7 @@ func floor(int) decider {
 	}
 }
 
-func tollgate(a core.Algorithm) func(keys int) decider {
+func tollgate(a algo.Algorithm) func(keys int) decider {
 	return func(keys int) decider {
 		store := memory.MustNew(memory.Options{MaxKeys: 2 * keys})
 		l := allowAll(a)
@@ -128,12 +130,12 @@ func tollgate(a core.Algorithm) func(keys int) decider {
 
 // allowAll returns a limit of algorithm a that allows every request of the
 // workloads and keeps every key's state alive through the run.
-func allowAll(a core.Algorithm) core.Limit {
+func allowAll(a algo.Algorithm) algo.Limit {
 	switch a {
-	case core.TokenBucket, core.GCRA:
-		return core.Limit{Count: 1_000_000, Window: time.Second, Algorithm: a, Burst: 2_000_000_000}
+	case algo.TokenBucket, algo.GCRA:
+		return algo.Limit{Count: 1_000_000, Window: time.Second, Algorithm: a, Burst: 2_000_000_000}
 	}
-	return core.Limit{Count: huge, Window: time.Hour, Algorithm: a}
+	return algo.Limit{Count: huge, Window: time.Hour, Algorithm: a}
 }
 
 type workload struct {
@@ -165,7 +167,7 @@ const rounds = 5
 // limiter is one contender of a workload.
 type limiter struct {
 	name      string
-	algorithm core.Algorithm
+	algorithm algo.Algorithm
 	make      func(keys int) decider
 }
 
@@ -216,13 +218,13 @@ func nsPerOp(r testing.BenchmarkResult) float64 { return float64(r.T.Nanoseconds
 
 // bytesPerKey tracks n keys under an algorithm and reports the heap growth
 // per key.
-func bytesPerKey(a core.Algorithm, n int) float64 {
+func bytesPerKey(a algo.Algorithm, n int) float64 {
 	names := keyNames(n)
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	store := memory.MustNew(memory.Options{MaxKeys: 2 * n})
-	l := core.Limit{Count: 100, Window: time.Minute, Algorithm: a, MaxDelay: time.Second}
+	l := algo.Limit{Count: 100, Window: time.Minute, Algorithm: a, MaxDelay: time.Second}
 	p := core.MustPolicy("mem", core.PolicyOptions{}, l)
 	var d core.Decision
 	for _, k := range names {
@@ -268,7 +270,7 @@ func main() {
 			continue
 		}
 		var contenders []limiter
-		for _, a := range []core.Algorithm{core.TokenBucket, core.FixedWindow, core.GCRA, core.SlidingCounter} {
+		for _, a := range []algo.Algorithm{algo.TokenBucket, algo.FixedWindow, algo.GCRA, algo.SlidingCounter} {
 			contenders = append(contenders, limiter{"tollgate", a, tollgate(a)})
 		}
 		ourCount := len(contenders)
@@ -279,7 +281,7 @@ func main() {
 			contenders = append(contenders, limiter{floorName, 0, floor})
 		}
 		ns, allocs := measureAll(w, contenders)
-		ours := map[core.Algorithm]float64{}
+		ours := map[algo.Algorithm]float64{}
 		slowest, fastest, fastestName := 0.0, 0.0, ""
 		for i, c := range contenders {
 			alg := c.algorithm.String()
@@ -295,7 +297,7 @@ func main() {
 			if c.name == floorName {
 				// What 1.3× the fastest peer would leave above the floor.
 				lines = append(lines, fmt.Sprintf("vs %s %s-token_bucket %.2f (tollgate %.0f ns above the floor; 1.3x the fastest peer would leave %.0f ns above it)",
-					floorName, w.name, ns[i]/ours[core.TokenBucket], ours[core.TokenBucket]-ns[i], fastest/1.3-ns[i]))
+					floorName, w.name, ns[i]/ours[algo.TokenBucket], ours[algo.TokenBucket]-ns[i], fastest/1.3-ns[i]))
 				continue
 			}
 			lines = append(lines, fmt.Sprintf("vs %s %s %.2f", c.name, w.name, ns[i]/ours[c.algorithm]))
@@ -307,7 +309,7 @@ func main() {
 	}
 	fmt.Println()
 	fmt.Println("memory per tracked key (1 limit, 1M keys, heap growth less the key bytes):")
-	for _, a := range []core.Algorithm{core.FixedWindow, core.SlidingCounter, core.TokenBucket, core.GCRA, core.LeakyBucket} {
+	for _, a := range []algo.Algorithm{algo.FixedWindow, algo.SlidingCounter, algo.TokenBucket, algo.GCRA, algo.LeakyBucket} {
 		fmt.Printf("  %-16s %6.0f B\n", a, bytesPerKey(a, 1_000_000))
 	}
 	fmt.Println()

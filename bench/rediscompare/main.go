@@ -32,11 +32,13 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	goredis "github.com/redis/go-redis/v9"
-	"github.com/tollgate/tollgate/core"
-	tgredis "github.com/tollgate/tollgate/core/store/redis"
-	"github.com/tollgate/tollgate/internal/redistest"
 	ulule "github.com/ulule/limiter/v3"
 	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	tgredis "github.com/tollgate/tollgate/core/store/redis"
+	"github.com/tollgate/tollgate/internal/redistest"
 )
 
 const (
@@ -166,16 +168,16 @@ func main() {
 	}
 
 	// Limits that allow every request of the run.
-	one := []core.Limit{{Count: 1_000_000, Window: time.Second, Algorithm: core.GCRA, Burst: 1_000_000}}
-	three := []core.Limit{
-		{Count: 1_000_000, Window: time.Second, Algorithm: core.GCRA, Burst: 1_000_000},
-		{Count: 100_000_000, Window: time.Minute, Algorithm: core.FixedWindow},
-		{Count: 1_000_000_000, Window: time.Hour, Algorithm: core.SlidingCounter},
+	one := []algo.Limit{{Count: 1_000_000, Window: time.Second, Algorithm: algo.GCRA, Burst: 1_000_000}}
+	three := []algo.Limit{
+		{Count: 1_000_000, Window: time.Second, Algorithm: algo.GCRA, Burst: 1_000_000},
+		{Count: 100_000_000, Window: time.Minute, Algorithm: algo.FixedWindow},
+		{Count: 1_000_000_000, Window: time.Hour, Algorithm: algo.SlidingCounter},
 	}
 	periods := []time.Duration{time.Second, time.Minute, time.Hour}
 
 	batch := *batchFlag
-	tollgate := func(limits []core.Limit) (decider, *tgredis.Store, *core.Policy) {
+	tollgate := func(limits []algo.Limit) (decider, *tgredis.Store, *core.Policy) {
 		s := tgredis.NewFromClient(client(), tgredis.Options{Timeout: 2 * time.Second, Batch: batch})
 		p := core.MustPolicy("bench"+strconv.Itoa(len(limits)), core.PolicyOptions{}, limits...)
 		return func(ctx context.Context, key string) bool {
@@ -226,7 +228,7 @@ func main() {
 	var lines []string
 	for _, w := range []struct {
 		name   string
-		limits []core.Limit
+		limits []algo.Limit
 	}{{"1-limit", one}, {"3-stacked-limits", three}} {
 		n := len(w.limits)
 		decide, store, policy := tollgate(w.limits)
@@ -277,7 +279,7 @@ func main() {
 func pipelinedCeiling(port int, s *tgredis.Store, p *core.Policy) (float64, error) {
 	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port)})
 	defer c.Close()
-	sha, err := c.ScriptLoad(context.Background(), core.StepLua).Result()
+	sha, err := c.ScriptLoad(context.Background(), algo.StepLua).Result()
 	if err != nil {
 		return 0, err
 	}

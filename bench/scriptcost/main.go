@@ -1,5 +1,5 @@
 // Command scriptcost measures, inside one real redis-server, what each part
-// of one request's decision in core.StepLua costs: it runs each part 20,000
+// of one request's decision in algo.StepLua costs: it runs each part 20,000
 // times in one EVAL (over 10,000 keys, step.lua's own definitions loaded)
 // and reads Redis's TIME around the loop, so no network or client cost is
 // counted. It prints µs per run, the best of three, with the empty loop
@@ -15,7 +15,8 @@ import (
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
-	"github.com/tollgate/tollgate/core"
+
+	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -61,10 +62,10 @@ func main() {
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
 	defer c.Close()
 	// step.lua's definitions: everything before its entry points.
-	defs := core.StepLua[:strings.Index(core.StepLua, "local BATCH = -2")]
+	defs := algo.StepLua[:strings.Index(algo.StepLua, "local BATCH = -2")]
 	body := strings.Replace(loop, "RUNS", fmt.Sprint(runs), 1)
 	// One GCRA limit: 1,000,000 per second, burst 1,000,000.
-	args := []any{int(core.GCRA), 1_000_000, 1_000_000, 1_000_000, 0, 0, "a"}
+	args := []any{int(algo.GCRA), 1_000_000, 1_000_000, 1_000_000, 0, 0, "a"}
 	fmt.Printf("µs per run, best of 3, %d runs each\n", runs)
 	for _, part := range parts {
 		best := int64(1) << 62

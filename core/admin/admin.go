@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/store"
 )
 
@@ -29,7 +30,7 @@ var (
 )
 
 type entry struct {
-	gate  *core.Gate
+	gate  *gate.Gate
 	store *store.Handle
 	// generation is the config the gate belongs to: within one, a policy
 	// name names one policy (Register refuses two different ones).
@@ -47,7 +48,7 @@ type entry struct {
 // different policy (other limits, plans or store) is refused, since the
 // API could then reach only one of them. During a reload the newest
 // generation's policy answers.
-func Register(g *core.Gate, h *store.Handle, generation any) (unregister func(), err error) {
+func Register(g *gate.Gate, h *store.Handle, generation any) (unregister func(), err error) {
 	mu.Lock()
 	for _, e := range registered {
 		if e.generation == nil || e.generation != generation {
@@ -86,7 +87,7 @@ func signature(p *core.Policy) string {
 // store keys are prefix followed by the key operators give. It replaces an
 // earlier registration of the same name: for adapters whose configs
 // are never unloaded, the newest config is the one in force.
-func RegisterRule(name, prefix string, g *core.Gate, h *store.Handle) {
+func RegisterRule(name, prefix string, g *gate.Gate, h *store.Handle) {
 	mu.Lock()
 	registered = slices.DeleteFunc(registered, func(e *entry) bool { return e.name == name })
 	mu.Unlock()

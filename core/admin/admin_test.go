@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/gate"
+	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store"
 )
 
@@ -20,12 +23,12 @@ func registerTestGate(t testing.TB, name string, count int64, generation any) (f
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = h.Release() })
-	p := core.MustPolicy(name, core.PolicyOptions{}, core.Limit{Count: count, Window: time.Minute})
-	rule, err := h.Rule(p, core.EmptyKeySkip, "")
+	p := core.MustPolicy(name, core.PolicyOptions{}, algo.Limit{Count: count, Window: time.Minute})
+	rule, err := h.Rule(p, spec.EmptyKeySkip, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := core.NewGate(core.GateConfig{Rules: []core.Rule{rule}})
+	g, err := gate.New(gate.Config{Rules: []gate.Rule{rule}})
 	if err != nil {
 		t.Fatal(err)
 	}

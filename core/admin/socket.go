@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/store"
 )
 
@@ -48,7 +48,7 @@ func ServeSocketFromEnv() error {
 // tool that opens a policy's store itself (a gateway's keys command)
 // answers as the API would. name names the policy in answers; prefix is
 // prefixed to the keys q gives.
-func Answer(ctx context.Context, g *core.Gate, h *store.Handle, name, prefix, method, path string, q url.Values) (any, error) {
+func Answer(ctx context.Context, g *gate.Gate, h *store.Handle, name, prefix, method, path string, q url.Values) (any, error) {
 	out, _, err := (&entry{gate: g, store: h, name: name, prefix: prefix}).answer(ctx, 0, method, path, q)
 	return out, err
 }

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/gate"
+	"github.com/tollgate/tollgate/core/headers"
+	"github.com/tollgate/tollgate/core/spec"
 )
 
 // KeyFunc derives a rate-limit key from a request; ok false means the
@@ -49,7 +52,7 @@ type Rule struct {
 	// EmptyKey handles requests without a key: core.EmptyKeySkip (the
 	// default) lets them through unlimited, core.EmptyKeyShared counts them
 	// in one bucket keyed "".
-	EmptyKey core.EmptyKey
+	EmptyKey spec.EmptyKey
 	// Cost returns the request's cost in units; nil means 1.
 	Cost func(*http.Request) int64
 }
@@ -59,7 +62,7 @@ type Config struct {
 	// Rules are applied in order; a request must pass every rule it matches.
 	Rules []Rule
 	// Headers selects the rate-limit headers.
-	Headers core.HeaderOptions
+	Headers headers.Options
 	// Status is the denial status; 0 means 429.
 	Status int
 	// Body is the denial body; empty means core.DefaultDenyBody.
@@ -73,11 +76,11 @@ type Config struct {
 
 // New returns the middleware for cfg; errors name the field and value.
 func New(cfg Config) (func(http.Handler) http.Handler, error) {
-	gc := core.GateConfig{Status: cfg.Status, Body: cfg.Body, Headers: cfg.Headers, SkipFailed: !cfg.DenyOnError}
+	gc := gate.Config{Status: cfg.Status, Body: cfg.Body, Headers: cfg.Headers, SkipFailed: !cfg.DenyOnError}
 	for _, r := range cfg.Rules {
-		gc.Rules = append(gc.Rules, core.Rule{Limiter: r.Limiter, EmptyKey: r.EmptyKey})
+		gc.Rules = append(gc.Rules, gate.Rule{Limiter: r.Limiter, EmptyKey: r.EmptyKey})
 	}
-	g, err := core.NewGate(gc)
+	g, err := gate.New(gc)
 	if err != nil {
 		return nil, err
 	}
@@ -95,17 +98,17 @@ type request struct {
 }
 
 // Input is rule i's view of the request.
-func (q *request) Input(i int) (core.Input, error) {
+func (q *request) Input(i int) (gate.Input, error) {
 	rule, r := &q.cfg.Rules[i], q.r
 	if rule.Match != nil && !rule.Match(r) {
-		return core.Input{}, nil
+		return gate.Input{}, nil
 	}
 	keyOf := rule.Key
 	if keyOf == nil {
 		keyOf = ClientIP
 	}
 	key, ok := keyOf(r)
-	in := core.Input{Covered: true, Key: key, Empty: !ok, Cost: 1}
+	in := gate.Input{Covered: true, Key: key, Empty: !ok, Cost: 1}
 	if rule.Cost != nil {
 		in.Cost = rule.Cost(r)
 	}
@@ -119,8 +122,8 @@ func (q *request) Decided(_ int, d *core.Decision, err error, _ time.Duration) {
 	}
 }
 
-func serve(g *core.Gate, cfg *Config, next http.Handler, w http.ResponseWriter, r *http.Request) {
-	var outcome core.Outcome
+func serve(g *gate.Gate, cfg *Config, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	var outcome gate.Outcome
 	err := g.Decide(r.Context(), &request{cfg, r}, &outcome)
 	if err != nil {
 		if r.Context().Err() == nil {
@@ -137,7 +140,7 @@ func serve(g *core.Gate, cfg *Config, next http.Handler, w http.ResponseWriter, 
 		return
 	}
 	defer outcome.HoldLeases(0)() // in-flight slots go back when next returns, even on a panic
-	if !core.Hold(r.Context(), outcome.Delay) {
+	if !gate.Hold(r.Context(), outcome.Delay) {
 		outcome.CancelShaped() // the client went away while it was shaped: its place goes to the next
 		return
 	}

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/adaptive"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/headers"
 	"github.com/tollgate/tollgate/core/store/memory"
 	"github.com/tollgate/tollgate/internal/waitfor"
 )
@@ -44,10 +47,10 @@ func get(t *testing.T, url string, header map[string]string) (*http.Response, st
 
 func TestLimitsPerKeyWithHeadersAndBody(t *testing.T) {
 	store := memory.MustNew(memory.Options{})
-	p := core.MustPolicy("api", core.PolicyOptions{}, core.Limit{Count: 2, Window: time.Minute, Algorithm: core.SlidingLog})
+	p := core.MustPolicy("api", core.PolicyOptions{}, algo.Limit{Count: 2, Window: time.Minute, Algorithm: algo.SlidingLog})
 	srv := newServer(t, Config{
 		Rules:   []Rule{{Limiter: core.NewLimiter(p, store), Key: Header("X-Api-Key")}},
-		Headers: core.HeaderOptions{Style: core.HeadersBoth},
+		Headers: headers.Options{Style: headers.Both},
 		Body:    "slow down\n",
 	})
 	alice := map[string]string{"X-Api-Key": "alice"}
@@ -78,7 +81,7 @@ func TestLimitsPerKeyWithHeadersAndBody(t *testing.T) {
 
 func TestShapingDelaysInsteadOfDenying(t *testing.T) {
 	store := memory.MustNew(memory.Options{})
-	p := core.MustPolicy("shape", core.PolicyOptions{}, core.Limit{Count: 10, Window: time.Second, Algorithm: core.LeakyBucket, MaxDelay: 300 * time.Millisecond})
+	p := core.MustPolicy("shape", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Second, Algorithm: algo.LeakyBucket, MaxDelay: 300 * time.Millisecond})
 	srv := newServer(t, Config{Rules: []Rule{{Limiter: core.NewLimiter(p, store)}}})
 	start := time.Now()
 	for i := 0; i < 4; i++ {
@@ -94,8 +97,8 @@ func TestShapingDelaysInsteadOfDenying(t *testing.T) {
 
 func TestStackedRulesAndShadow(t *testing.T) {
 	store := memory.MustNew(memory.Options{})
-	shadow := core.MustPolicy("trial", core.PolicyOptions{Shadow: true}, core.Limit{Count: 1, Window: time.Minute, Algorithm: core.FixedWindow})
-	real := core.MustPolicy("real", core.PolicyOptions{}, core.Limit{Count: 3, Window: time.Minute, Algorithm: core.FixedWindow})
+	shadow := core.MustPolicy("trial", core.PolicyOptions{Shadow: true}, algo.Limit{Count: 1, Window: time.Minute, Algorithm: algo.FixedWindow})
+	real := core.MustPolicy("real", core.PolicyOptions{}, algo.Limit{Count: 3, Window: time.Minute, Algorithm: algo.FixedWindow})
 	var shadowed int
 	srv := newServer(t, Config{
 		Rules: []Rule{{Limiter: core.NewLimiter(shadow, store)}, {Limiter: core.NewLimiter(real, store)}},
@@ -119,7 +122,7 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := New(Config{}); err == nil || err.Error() != "rules: need at least one" {
 		t.Fatal(err)
 	}
-	p := core.MustPolicy("p", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second})
+	p := core.MustPolicy("p", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Second})
 	l := core.NewLimiter(p, memory.MustNew(memory.Options{}))
 	if _, err := New(Config{Rules: []Rule{{Limiter: l}}, Status: 200}); err == nil || err.Error() != "status: 200 is not a 4xx or 5xx code" {
 		t.Fatal(err)
@@ -131,7 +134,7 @@ func TestConfigErrors(t *testing.T) {
 // also when it panics.
 func TestInFlightSlotsGoBack(t *testing.T) {
 	store := memory.MustNew(memory.Options{})
-	p := core.MustPolicy("exports", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Minute, Algorithm: core.InFlight})
+	p := core.MustPolicy("exports", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Minute, Algorithm: algo.InFlight})
 	mw, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, store)}}})
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +211,7 @@ func TestInFlightWaitsForASlot(t *testing.T) {
 		release  bool
 		want     int
 	}{{time.Minute, true, 200}, {50 * time.Millisecond, false, 429}} {
-		p := core.MustPolicy("exports", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Minute, Algorithm: core.InFlight, MaxDelay: tc.maxDelay})
+		p := core.MustPolicy("exports", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Minute, Algorithm: algo.InFlight, MaxDelay: tc.maxDelay})
 		mw, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, store), Key: func(r *http.Request) (string, bool) { return r.URL.Query().Get("k"), true }}}})
 		if err != nil {
 			t.Fatal(err)
@@ -256,12 +259,12 @@ func TestInFlightWaitsForASlot(t *testing.T) {
 // TestAdaptiveHearsUpstream checks that an adaptive rule hears the
 // upstream's answers: failing answers make it cut its limit.
 func TestAdaptiveHearsUpstream(t *testing.T) {
-	a, err := core.NewAdaptiveJudged(core.AdaptiveOptions{Controller: core.ControllerAIMD, MinSamples: 5})
+	a, err := adaptive.NewJudged(adaptive.Options{Controller: adaptive.ControllerAIMD, MinSamples: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	p := core.MustPolicy("api", core.PolicyOptions{Adaptive: a}, core.Limit{Count: 1000, Window: time.Minute, Algorithm: core.FixedWindow})
+	p := core.MustPolicy("api", core.PolicyOptions{Adaptive: a}, algo.Limit{Count: 1000, Window: time.Minute, Algorithm: algo.FixedWindow})
 	mw, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, memory.MustNew(memory.Options{}))}}})
 	if err != nil {
 		t.Fatal(err)

@@ -13,13 +13,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/store"
 )
 
 // Set is the series of one config's policies.
 type Set struct {
 	policies [][]*Policy // per rule, per plan (Policy.Variants)
-	gate     *core.Gate
+	gate     *gate.Gate
 }
 
 // tops are the top-denied collectors, one per registry: every live config's
@@ -27,20 +28,20 @@ type Set struct {
 var tops sync.Map // *prometheus.Registry → *topCollector
 
 // topCollector exports tollgate_top_denied{policy,key}: the keys each
-// policy denied most recently, at most GateConfig.TopDenied per policy, so
+// policy denied most recently, at most gate.Config.TopDenied per policy, so
 // the label values stay bounded and fade out as the sketch ages.
 type topCollector struct {
 	desc  *prometheus.Desc
 	reg   *prometheus.Registry
 	mu    sync.Mutex
-	gates map[*core.Gate]struct{}
+	gates map[*gate.Gate]struct{}
 }
 
 func (c *topCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *topCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
-	gates := make([]*core.Gate, 0, len(c.gates))
+	gates := make([]*gate.Gate, 0, len(c.gates))
 	for g := range c.gates {
 		gates = append(gates, g)
 	}
@@ -102,7 +103,7 @@ var resultNames = [resultCount]string{"allowed", "denied", "shadowed", "delayed"
 // registry nobody reads) and returns them; equal series registered by
 // another config in the same registry are shared. Close the set when its
 // config is unloaded.
-func New(reg *prometheus.Registry, g *core.Gate, h *store.Handle) (*Set, error) {
+func New(reg *prometheus.Registry, g *gate.Gate, h *store.Handle) (*Set, error) {
 	if reg == nil {
 		// A context without a registry (tests): count into one nobody reads.
 		reg = prometheus.NewRegistry()
@@ -111,7 +112,7 @@ func New(reg *prometheus.Registry, g *core.Gate, h *store.Handle) (*Set, error) 
 	for _, r := range g.Rules() {
 		policies = append(policies, r.Limiter.Policy())
 	}
-	c, loaded := tops.LoadOrStore(reg, &topCollector{reg: reg, gates: map[*core.Gate]struct{}{}, desc: prometheus.NewDesc(
+	c, loaded := tops.LoadOrStore(reg, &topCollector{reg: reg, gates: map[*gate.Gate]struct{}{}, desc: prometheus.NewDesc(
 		"tollgate_top_denied", "Recent denials of the keys each policy denied most (a decaying Space-Saving estimate; keys hashed unless the policy shows them in clear).",
 		[]string{"policy", "key"}, nil)})
 	top := c.(*topCollector)

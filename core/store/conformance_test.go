@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/store/eventual"
 	"github.com/tollgate/tollgate/core/store/failover"
 	"github.com/tollgate/tollgate/core/store/memory"
@@ -103,7 +104,7 @@ func TestConformanceEventualSyncedEveryStep(t *testing.T) {
 		}
 		t.Cleanup(func() { e.Close() })
 		return syncedEventual{e}
-	}, storetest.Options{Algorithms: []core.Algorithm{core.FixedWindow, core.SlidingCounter}})
+	}, storetest.Options{Algorithms: []algo.Algorithm{algo.FixedWindow, algo.SlidingCounter}})
 }
 
 // deadStore is a shared store that never answers.

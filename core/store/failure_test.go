@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/store/failover"
 	"github.com/tollgate/tollgate/core/store/memory"
 	"github.com/tollgate/tollgate/core/store/redis"
@@ -39,7 +40,7 @@ func TestStoppedAndPausedRedisNeverHangsTheGateway(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			p := core.MustPolicy("fail", core.PolicyOptions{}, core.Limit{Count: 1_000_000, Window: time.Hour, Algorithm: core.SlidingCounter})
+			p := core.MustPolicy("fail", core.PolicyOptions{}, algo.Limit{Count: 1_000_000, Window: time.Hour, Algorithm: algo.SlidingCounter})
 
 			var slowest atomic.Int64
 			var errs, decided atomic.Int64
@@ -106,7 +107,7 @@ func TestClusterMasterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	p := core.MustPolicy("failover", core.PolicyOptions{}, core.Limit{Count: 1_000_000, Window: time.Hour, Algorithm: core.SlidingCounter})
+	p := core.MustPolicy("failover", core.PolicyOptions{}, algo.Limit{Count: 1_000_000, Window: time.Hour, Algorithm: algo.SlidingCounter})
 	master, err := c.MasterOf(shared.Keys(p, "k")[0])
 	if err != nil {
 		t.Fatal(err)

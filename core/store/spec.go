@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store/memory"
 	"github.com/tollgate/tollgate/core/store/redis"
 )
@@ -41,7 +43,7 @@ type Spec struct {
 	// system's).
 	TLSCA string `json:"tls_ca,omitempty"`
 	// Timeout bounds one Redis decision (dial, write, read); default 500ms.
-	Timeout core.Duration `json:"timeout,omitempty"`
+	Timeout algo.Duration `json:"timeout,omitempty"`
 	// PoolSize is the connections per Redis node; 0 means go-redis's default.
 	PoolSize int `json:"pool_size,omitempty"`
 	// Prefix starts every Redis key; default "tollgate:".
@@ -54,7 +56,7 @@ type Spec struct {
 	// (decide locally, sync counts every Sync).
 	Mode string `json:"mode,omitempty"`
 	// Sync is eventual mode's sync interval; default 1s, at least 20ms.
-	Sync core.Duration `json:"sync,omitempty"`
+	Sync algo.Duration `json:"sync,omitempty"`
 }
 
 // MaxKeysLimit is the largest max_keys a store takes (keys).
@@ -122,7 +124,7 @@ func (s *Spec) Config() (Config, error) {
 	case "eventual":
 		c.Eventual = true
 		c.SyncInterval = time.Duration(s.Sync)
-		if err := core.CheckSyncInterval(c.SyncInterval); err != nil {
+		if err := spec.CheckSyncInterval(c.SyncInterval); err != nil {
 			return c, fmt.Errorf("store sync: %w", err)
 		}
 	default:

@@ -17,7 +17,11 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/adaptive"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/internal/refcount"
+	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store/eventual"
 	"github.com/tollgate/tollgate/core/store/failover"
 	"github.com/tollgate/tollgate/core/store/memory"
@@ -115,7 +119,7 @@ func open(c Config) (*Handle, error) {
 		h.Store = local
 		return h, nil
 	}
-	if err := core.CheckSyncInterval(c.SyncInterval); err != nil {
+	if err := spec.CheckSyncInterval(c.SyncInterval); err != nil {
 		return nil, fmt.Errorf("sync: %w", err)
 	}
 	opts := *c.Redis
@@ -155,17 +159,17 @@ func open(c Config) (*Handle, error) {
 // the policy p (every plan's limits too): s must be valid, and eventual mode
 // counts requests, so it takes only the counting algorithms. A nil Spec is
 // the memory store. Config errors find these at parse time.
-func (s *Spec) CheckPolicy(p *core.PolicySpec) error {
+func (s *Spec) CheckPolicy(p *spec.Policy) error {
 	c, err := s.Config()
 	if err != nil || !c.Eventual {
 		return err
 	}
-	sets := [][]core.LimitSpec{p.Limits}
+	sets := [][]spec.Limit{p.Limits}
 	for _, plan := range p.Plans {
 		sets = append(sets, plan.Limits)
 	}
 	for _, specs := range sets {
-		limits := make([]core.Limit, len(specs))
+		limits := make([]algo.Limit, len(specs))
 		for i := range specs {
 			if limits[i], err = specs[i].Limit(); err != nil {
 				return fmt.Errorf("policy %q limit %d: %w", p.Name, i+1, err)
@@ -205,21 +209,21 @@ func (h *Handle) CheckPolicy(p *core.Policy) error {
 // Rule returns p as a gate rule over this store: the policy checked
 // against the store, and an adaptive policy's factor shared through it
 // (syncScope, prefixed to the policy's scope, names the shared factor).
-func (h *Handle) Rule(p *core.Policy, emptyKey core.EmptyKey, syncScope string) (core.Rule, error) {
+func (h *Handle) Rule(p *core.Policy, emptyKey spec.EmptyKey, syncScope string) (gate.Rule, error) {
 	if err := h.CheckPolicy(p); err != nil {
-		return core.Rule{}, err
+		return gate.Rule{}, err
 	}
 	if a := p.Adaptive(); a != nil {
 		// With Redis, every node's controller moves one shared factor.
 		a.SetSync(h.FactorSync(syncScope + p.Scope()))
 	}
-	return core.Rule{Limiter: core.NewLimiter(p, h.Store), EmptyKey: emptyKey}, nil
+	return gate.Rule{Limiter: core.NewLimiter(p, h.Store), EmptyKey: emptyKey}, nil
 }
 
 // FactorSync returns how an adaptive policy's factor is shared: through
 // Redis for a Redis store (the fleet tightens together), nil in memory (each
 // node on its own).
-func (h *Handle) FactorSync(scope string) core.FactorSync {
+func (h *Handle) FactorSync(scope string) adaptive.FactorSync {
 	if h.Redis == nil {
 		return nil
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/spec"
 )
 
 // TestClockEnvIgnoredInProductionBuilds: a binary built without the
@@ -27,8 +29,8 @@ func TestClockEnvIgnoredInProductionBuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Release()
-	p := core.MustPolicy("clock", core.PolicyOptions{}, core.Limit{Count: 1, Window: 24 * time.Hour, Algorithm: core.FixedWindow})
-	rule, err := h.Rule(p, core.EmptyKeySkip, "")
+	p := core.MustPolicy("clock", core.PolicyOptions{}, algo.Limit{Count: 1, Window: 24 * time.Hour, Algorithm: algo.FixedWindow})
+	rule, err := h.Rule(p, spec.EmptyKeySkip, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/headers"
 	"github.com/tollgate/tollgate/core/httplimit"
 	"github.com/tollgate/tollgate/core/store/memory"
 )
@@ -26,13 +28,13 @@ func main() {
 		log.Fatal(err)
 	}
 	perIP, err := core.NewPolicy("per-ip", core.PolicyOptions{},
-		core.Limit{Count: 5, Window: 10 * time.Second, Algorithm: core.SlidingLog},
-		core.Limit{Count: 100, Window: time.Hour, Algorithm: core.SlidingCounter})
+		algo.Limit{Count: 5, Window: 10 * time.Second, Algorithm: algo.SlidingLog},
+		algo.Limit{Count: 100, Window: time.Hour, Algorithm: algo.SlidingCounter})
 	if err != nil {
 		log.Fatal(err)
 	}
 	perKey, err := core.NewPolicy("per-key", core.PolicyOptions{},
-		core.Limit{Count: 20, Window: time.Minute, Algorithm: core.GCRA, Burst: 5})
+		algo.Limit{Count: 20, Window: time.Minute, Algorithm: algo.GCRA, Burst: 5})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -41,7 +43,7 @@ func main() {
 			{Limiter: core.NewLimiter(perIP, store), Key: httplimit.ClientIP},
 			{Limiter: core.NewLimiter(perKey, store), Key: httplimit.Header("X-Api-Key")},
 		},
-		Headers: core.HeaderOptions{Style: core.HeadersBoth, Jitter: 0.1},
+		Headers: headers.Options{Style: headers.Both, Jitter: 0.1},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/adaptive"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // span is the trace's length; the drawing's x axis.
@@ -58,7 +60,7 @@ type point struct {
 }
 
 func replay(p *core.Policy, ts []time.Duration, judge func(at time.Duration, o outcome)) []outcome {
-	states := make([]core.State, len(p.Limits()))
+	states := make([]algo.State, len(p.Limits()))
 	const epoch = int64(1_700_000_000_000_000) // µs, on a second boundary
 	var out []outcome
 	var d core.Decision
@@ -77,20 +79,20 @@ func main() {
 	outPath := flag.String("o", "docs/algorithms.svg", "output file")
 	flag.Parse()
 	ts := trace()
-	limit := func(a core.Algorithm, burst int64, maxDelay time.Duration) core.Limit {
-		return core.Limit{Count: 10, Window: time.Second, Algorithm: a, Burst: burst, MaxDelay: maxDelay}
+	limit := func(a algo.Algorithm, burst int64, maxDelay time.Duration) algo.Limit {
+		return algo.Limit{Count: 10, Window: time.Second, Algorithm: a, Burst: burst, MaxDelay: maxDelay}
 	}
 	var panels []panel
 	for _, c := range []struct {
 		title string
-		limit core.Limit
+		limit algo.Limit
 	}{
-		{"fixed_window 10/1s — note up to 20 within 0.4 s around the 4 s boundary", limit(core.FixedWindow, 0, 0)},
-		{"sliding_log 10/1s — exact: never more than 10 in any 1 s", limit(core.SlidingLog, 0, 0)},
-		{"sliding_counter 10/1s — weighted estimate of the sliding window", limit(core.SlidingCounter, 0, 0)},
-		{"token_bucket 10/1s, burst 10 — bursts up to 10, then the refill rate", limit(core.TokenBucket, 10, 0)},
-		{"gcra 10/1s, burst 1 — one request per 100 ms, evenly spaced", limit(core.GCRA, 1, 0)},
-		{"leaky_bucket 10/1s, max_delay 1s — excess delayed (orange line: the wait), not refused", limit(core.LeakyBucket, 0, time.Second)},
+		{"fixed_window 10/1s — note up to 20 within 0.4 s around the 4 s boundary", limit(algo.FixedWindow, 0, 0)},
+		{"sliding_log 10/1s — exact: never more than 10 in any 1 s", limit(algo.SlidingLog, 0, 0)},
+		{"sliding_counter 10/1s — weighted estimate of the sliding window", limit(algo.SlidingCounter, 0, 0)},
+		{"token_bucket 10/1s, burst 10 — bursts up to 10, then the refill rate", limit(algo.TokenBucket, 10, 0)},
+		{"gcra 10/1s, burst 1 — one request per 100 ms, evenly spaced", limit(algo.GCRA, 1, 0)},
+		{"leaky_bucket 10/1s, max_delay 1s — excess delayed (orange line: the wait), not refused", limit(algo.LeakyBucket, 0, time.Second)},
 	} {
 		p := core.MustPolicy("plot", core.PolicyOptions{}, c.limit)
 		panels = append(panels, panel{title: c.title, outcomes: replay(p, ts, nil)})
@@ -99,11 +101,11 @@ func main() {
 	// Adaptive (the default controller): a sliding counter of 10/1s in
 	// front of an upstream that handles 6 requests per second and fails
 	// the rest; judged every 500 ms on the trace's clock.
-	a, err := core.NewAdaptiveJudged(core.AdaptiveOptions{Interval: 500 * time.Millisecond, MinSamples: 2, MinFactor: 0.2})
+	a, err := adaptive.NewJudged(adaptive.Options{Interval: 500 * time.Millisecond, MinSamples: 2, MinFactor: 0.2})
 	if err != nil {
 		log.Fatal(err)
 	}
-	p := core.MustPolicy("plot", core.PolicyOptions{Adaptive: a}, limit(core.SlidingCounter, 0, 0))
+	p := core.MustPolicy("plot", core.PolicyOptions{Adaptive: a}, limit(algo.SlidingCounter, 0, 0))
 	adaptive := panel{title: "adaptive sliding_counter 10/1s, upstream capacity 6/s — blue: the effective limit"}
 	var served []time.Duration
 	next := 500 * time.Millisecond

@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -59,6 +60,7 @@ func imports(t *testing.T) map[string][]string {
 
 func TestArrowsThatMustNeverExist(t *testing.T) {
 	stores := []string{"core/store/memory", "core/store/redis", "core/store/eventual", "core/store/failover"}
+	concepts := conceptPackages()
 	adapters := []string{"caddymodule", "kongplugin", "core/httplimit"}
 	gateways := []string{"github.com/caddyserver/", "github.com/Kong/"}
 	for dir, imps := range imports(t) {
@@ -67,8 +69,10 @@ func TestArrowsThatMustNeverExist(t *testing.T) {
 			switch {
 			case strings.HasPrefix(dir, "core") && hasPrefix(imp, gateways):
 				t.Errorf("%s imports %s: core knows no gateway", dir, imp)
-			case dir == "core" && isLocal && !strings.HasPrefix(local, "core/internal/"):
-				t.Errorf("core imports %s: core knows no store or adapter", imp)
+			case concepts[dir] != nil && isLocal && concepts[local] == nil && !strings.HasPrefix(local, "core/internal/"):
+				t.Errorf("%s imports %s: core's concepts know no store or adapter", dir, imp)
+			case concepts[dir] != nil && concepts[local] != nil && !contains(concepts[dir], local):
+				t.Errorf("%s imports %s: core's concepts are layered (%s may import only %v)", dir, imp, dir, concepts[dir])
 			case contains(stores, dir) && isLocal && (contains(stores, local) || local == "core/store"):
 				t.Errorf("%s imports %s: stores are siblings; only core/store composes them", dir, imp)
 			case contains(adapters, dir) && isLocal && contains(stores, local):
@@ -78,6 +82,60 @@ func TestArrowsThatMustNeverExist(t *testing.T) {
 			case isLocal && strings.HasPrefix(local, "internal/") && !strings.HasPrefix(dir, "internal/"):
 				t.Errorf("%s imports %s: internal/ holds test harnesses only", dir, imp)
 			}
+		}
+	}
+}
+
+// conceptPackages maps each of core's concept packages to those it may
+// import, lowest layer first: algorithms know nothing else; adaptive
+// control scales limits; policies, decisions and the store contract use
+// both; headers render decisions; specs build policies; the request
+// pipeline uses them all. An arrow upward would be an import cycle waiting
+// to happen, or a concept in the wrong room.
+func conceptPackages() map[string][]string {
+	return map[string][]string{
+		"core/algo":     {},
+		"core/adaptive": {"core/algo"},
+		"core":          {"core/algo", "core/adaptive"},
+		"core/headers":  {"core", "core/algo"},
+		"core/spec":     {"core", "core/algo", "core/adaptive"},
+		"core/gate":     {"core", "core/algo", "core/adaptive", "core/headers", "core/spec"},
+	}
+}
+
+// TestCorePackagesStaySmall: each package under core/ stays under about
+// 1,500 lines of production code, so a newcomer can read one concept at a
+// sitting; a package that outgrows it is two concepts.
+func TestCorePackagesStaySmall(t *testing.T) {
+	const most = 1500
+	lines := map[string]int{}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(filepath.Join(root, "core"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		lines[filepath.ToSlash(rel)] += strings.Count(string(b), "\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir := range conceptPackages() {
+		if lines[dir] == 0 {
+			t.Errorf("%s: no production code found", dir)
+		}
+	}
+	for dir, n := range lines {
+		if n > most {
+			t.Errorf("%s: %d lines of production code, over %d: split it by concept", dir, n, most)
 		}
 	}
 }

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/spec"
 )
 
 // Options configures a Store.
@@ -73,7 +75,7 @@ type entryKey struct{ scope, key string }
 type entry struct {
 	policy   *core.Policy
 	key      string
-	states   []core.State // the fleet's counts at the last sync plus pending
+	states   []algo.State // the fleet's counts at the last sync plus pending
 	pending  []pending    // what this node counted and has not pushed
 	lastUsed int64
 	viewed   bool // a sync read the fleet's counts of its windows
@@ -114,7 +116,7 @@ func New(shared core.CountStore, opts Options) (*Store, error) {
 	if opts.SyncInterval == 0 {
 		opts.SyncInterval = time.Second
 	}
-	if err := core.CheckSyncInterval(opts.SyncInterval); err != nil {
+	if err := spec.CheckSyncInterval(opts.SyncInterval); err != nil {
 		return nil, fmt.Errorf("sync: %w", err)
 	}
 	if opts.OnError > core.OnErrorFail {
@@ -142,7 +144,7 @@ func New(shared core.CountStore, opts Options) (*Store, error) {
 // count per window.
 func CheckPolicy(p *core.Policy) error {
 	for i, l := range p.Limits() {
-		if _, n := core.CountedWindows(&l, core.State{}); n == 0 {
+		if _, n := algo.CountedWindows(&l, algo.State{}); n == 0 {
 			return fmt.Errorf("policy %q limit %d (%s): eventual mode counts requests, so it needs fixed_window or sliding_counter, not %s",
 				p.Name(), i+1, l.Rate(), l.Algorithm)
 		}
@@ -167,7 +169,7 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 		if len(e.entries) >= e.opts.MaxKeys {
 			e.evictOne()
 		}
-		ent = &entry{policy: p, key: key, states: make([]core.State, len(p.Configured()))}
+		ent = &entry{policy: p, key: key, states: make([]algo.State, len(p.Configured()))}
 		e.entries[k] = ent
 		nk := entryKey{p.Name(), key}
 		e.byName[nk] = append(e.byName[nk], ent)
@@ -195,7 +197,7 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 		// Committed: count it in the window each limit counted it in.
 		limits := p.Limits()
 		for i := range limits {
-			w, _ := core.CountedWindows(&limits[i], ent.states[i])
+			w, _ := algo.CountedWindows(&limits[i], ent.states[i])
 			ent.add(i, w[0].Start, cost)
 		}
 	}
@@ -314,7 +316,7 @@ func (e *Store) Sync(ctx context.Context) error {
 		ent.pending = ent.pending[:0]
 		limits := ent.policy.Limits()
 		for i := range limits {
-			w, n := core.CountedWindows(&limits[i], ent.states[i])
+			w, n := algo.CountedWindows(&limits[i], ent.states[i])
 			for _, win := range w[:n] {
 				at(i, win.Start)
 			}
@@ -353,14 +355,14 @@ func (e *Store) Sync(ctx context.Context) error {
 		updated[once] = true
 		l := &ent.policy.Limits()[limit]
 		st := ent.states[limit]
-		w, n := core.CountedWindows(l, st)
+		w, n := algo.CountedWindows(l, st)
 		counts := [2]int64{w[0].Count, w[1].Count}
 		for j := 0; j < n; j++ {
 			if i, ok := index[slot{ent, limit, w[j].Start}]; ok {
 				counts[j] = work[i].Total + ent.unpushed(limit, w[j].Start)
 			}
 		}
-		ent.states[limit] = core.WithCounts(l, st, counts)
+		ent.states[limit] = algo.WithCounts(l, st, counts)
 		ent.viewed = true
 	}
 	e.syncErr = nil
@@ -372,8 +374,8 @@ func (e *Store) Sync(ctx context.Context) error {
 // to now by a request of cost 0 (so the step function, not this store,
 // says which windows count now), and a SharedCount for each window each
 // limit counts (all limits, or only limit).
-func (e *Store) windowsNow(p *core.Policy, key string, limit int, now int64) ([]core.State, []core.SharedCount) {
-	states := make([]core.State, len(p.Limits()))
+func (e *Store) windowsNow(p *core.Policy, key string, limit int, now int64) ([]algo.State, []core.SharedCount) {
+	states := make([]algo.State, len(p.Limits()))
 	if ent := e.entries[entryKey{p.Scope(), key}]; ent != nil {
 		copy(states, ent.states)
 	}
@@ -385,7 +387,7 @@ func (e *Store) windowsNow(p *core.Policy, key string, limit int, now int64) ([]
 		if limit != core.AllLimits && i != limit {
 			continue
 		}
-		w, n := core.CountedWindows(&limits[i], states[i])
+		w, n := algo.CountedWindows(&limits[i], states[i])
 		for _, win := range w[:n] {
 			windows = append(windows, core.SharedCount{Policy: p, Key: key, Limit: i, Start: win.Start})
 		}
@@ -412,7 +414,7 @@ func (e *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core
 	ent := e.entries[entryKey{p.Scope(), key}]
 	limits := p.Limits()
 	for i := range limits {
-		w, n := core.CountedWindows(&limits[i], states[i])
+		w, n := algo.CountedWindows(&limits[i], states[i])
 		counts := [2]int64{w[0].Count, w[1].Count}
 		for j := 0; j < n; j++ {
 			for _, c := range windows {
@@ -424,7 +426,7 @@ func (e *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core
 				counts[j] += ent.unpushed(i, w[j].Start)
 			}
 		}
-		states[i] = core.WithCounts(&limits[i], states[i], counts)
+		states[i] = algo.WithCounts(&limits[i], states[i], counts)
 	}
 	e.mu.Unlock()
 	p.Apply(states, now, 0, d)
@@ -464,7 +466,7 @@ func (e *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int
 		ent.pending = kept
 		for i := range ent.states {
 			if reset(i) {
-				ent.states[i] = core.State{}
+				ent.states[i] = algo.State{}
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/store/redis"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
@@ -39,7 +40,7 @@ func TestEventualNodesLearnEachOthersCounts(t *testing.T) {
 	clock := &core.ManualClock{Micros: 1_700_006_400_000_000}
 	a := newEventual(t, prefix, time.Hour, clock) // synced by hand below
 	b := newEventual(t, prefix, time.Hour, clock)
-	p := core.MustPolicy("ev", core.PolicyOptions{}, core.Limit{Count: 10, Window: time.Minute, Algorithm: core.FixedWindow})
+	p := core.MustPolicy("ev", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute, Algorithm: algo.FixedWindow})
 	ctx := context.Background()
 	var d core.Decision
 	for i := 0; i < 10; i++ {
@@ -72,10 +73,10 @@ func TestEventualOvershootWithinBound(t *testing.T) {
 		perNode = 800 // requests per second each node receives
 		run     = 4 * time.Second
 	)
-	for _, alg := range []core.Algorithm{core.FixedWindow, core.SlidingCounter} {
+	for _, alg := range []algo.Algorithm{algo.FixedWindow, algo.SlidingCounter} {
 		t.Run(alg.String(), func(t *testing.T) {
 			prefix := fmt.Sprintf("over%d:", time.Now().UnixNano())
-			p := core.MustPolicy("over", core.PolicyOptions{}, core.Limit{Count: n, Window: window, Algorithm: alg})
+			p := core.MustPolicy("over", core.PolicyOptions{}, algo.Limit{Count: n, Window: window, Algorithm: alg})
 			var mu sync.Mutex
 			perWindow := map[int64]int{}
 			clock := core.NewMonotonicClock()
@@ -120,7 +121,7 @@ func TestEventualOvershootWithinBound(t *testing.T) {
 
 func TestEventualRefusesOtherAlgorithms(t *testing.T) {
 	e := newEventual(t, "refuse:", time.Second, nil)
-	p := core.MustPolicy("gc", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second, Algorithm: core.GCRA})
+	p := core.MustPolicy("gc", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Second, Algorithm: algo.GCRA})
 	var d core.Decision
 	err := e.Decide(context.Background(), p, "k", 1, &d)
 	if err == nil || !strings.Contains(err.Error(), "needs fixed_window or sliding_counter, not gcra") {
@@ -142,7 +143,7 @@ func TestEventualKeyTimeNeverGoesBack(t *testing.T) {
 	prefix := fmt.Sprintf("ev%d:", time.Now().UnixNano())
 	clock := &core.ManualClock{Micros: 1_700_006_400_000_000}
 	e := newEventual(t, prefix, time.Hour, clock)
-	p := core.MustPolicy("ev-back", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second, Algorithm: core.FixedWindow})
+	p := core.MustPolicy("ev-back", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Second, Algorithm: algo.FixedWindow})
 	ctx := context.Background()
 	var allowed []int64
 	for _, at := range []int64{100, -1, 200} { // µs around a window boundary
@@ -168,7 +169,7 @@ func TestEventualKeyTimeNeverGoesBack(t *testing.T) {
 func TestEventualOnErrorForKeysWithoutAView(t *testing.T) {
 	rs := redistest.StartT(t)
 	clock := &core.ManualClock{Micros: 1_700_006_400_000_000}
-	p := core.MustPolicy("ev-onerror", core.PolicyOptions{}, core.Limit{Count: 10, Window: time.Minute, Algorithm: core.FixedWindow})
+	p := core.MustPolicy("ev-onerror", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute, Algorithm: algo.FixedWindow})
 	ctx := context.Background()
 	for _, onError := range []core.OnError{core.OnErrorLocal, core.OnErrorAllow, core.OnErrorDeny, core.OnErrorFail} {
 		shared, err := redis.New(redis.Options{Addrs: []string{rs.Addr}, Prefix: fmt.Sprintf("ev-%s-%d:", onError, time.Now().UnixNano()), Timeout: 200 * time.Millisecond})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // Pinger is a store that can be probed for health.
@@ -268,7 +269,7 @@ func (f *Store) probe() {
 	}
 }
 
-var probePolicy = core.MustPolicy("tollgate-probe", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second, Algorithm: core.FixedWindow})
+var probePolicy = core.MustPolicy("tollgate-probe", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Second, Algorithm: algo.FixedWindow})
 
 // Close stops the background probe. The wrapped stores stay open.
 func (f *Store) Close() error {

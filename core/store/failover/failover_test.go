@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/headers"
 	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
@@ -38,18 +40,18 @@ func (f *flakyStore) Ping(context.Context) error {
 // mapStore is a minimal correct store over Policy.Apply, for these tests.
 type mapStore struct {
 	mu sync.Mutex
-	m  map[string][]core.State
+	m  map[string][]algo.State
 }
 
 func (s *mapStore) Decide(_ context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
-		s.m = map[string][]core.State{}
+		s.m = map[string][]algo.State{}
 	}
 	st, ok := s.m[p.Scope()+key]
 	if !ok {
-		st = make([]core.State, len(p.Limits()))
+		st = make([]algo.State, len(p.Limits()))
 		s.m[p.Scope()+key] = st
 	}
 	p.Apply(st, time.Now().UnixMicro(), cost, d)
@@ -66,7 +68,7 @@ func TestFailoverOpensOnceFallsBackAndCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	p := core.MustPolicy("p", core.PolicyOptions{}, core.Limit{Count: 3, Window: time.Hour, Algorithm: core.FixedWindow})
+	p := core.MustPolicy("p", core.PolicyOptions{}, algo.Limit{Count: 3, Window: time.Hour, Algorithm: algo.FixedWindow})
 	var d core.Decision
 	shared.down.Store(true)
 	allowed := 0
@@ -107,7 +109,7 @@ func TestFailoverOpensOnceFallsBackAndCloses(t *testing.T) {
 }
 
 func TestFailoverAllowDenyFail(t *testing.T) {
-	p := core.MustPolicy("p", core.PolicyOptions{}, core.Limit{Count: 3, Window: time.Minute})
+	p := core.MustPolicy("p", core.PolicyOptions{}, algo.Limit{Count: 3, Window: time.Minute})
 	for _, c := range []struct {
 		on      core.OnError
 		allowed bool
@@ -127,7 +129,7 @@ func TestFailoverAllowDenyFail(t *testing.T) {
 			t.Errorf("%v: invented values %+v", c.on, d)
 		}
 		if !c.err {
-			core.RenderHeaders(&d, core.HeaderOptions{}, func(name, value string) { t.Errorf("%v: header %s: %s", c.on, name, value) })
+			headers.Render(&d, headers.Options{}, func(name, value string) { t.Errorf("%v: header %s: %s", c.on, name, value) })
 		}
 		f.Close()
 	}

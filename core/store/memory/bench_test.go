@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // BenchmarkDecide measures one decision per algorithm, serial and parallel,
@@ -19,17 +20,17 @@ func BenchmarkDecide(b *testing.B) {
 		for i := range names {
 			names[i] = "10." + strconv.Itoa(i>>16) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)
 		}
-		for _, a := range core.Algorithms {
+		for _, a := range algo.Algorithms {
 			// Limits that allow every request and keep every key alive.
-			l := core.Limit{Count: 1_000_000, Window: time.Hour, Algorithm: a}
+			l := algo.Limit{Count: 1_000_000, Window: time.Hour, Algorithm: a}
 			switch a {
-			case core.SlidingLog:
+			case algo.SlidingLog:
 				if keys > 1 {
 					l.Count = 16 // 8 bytes per request held, per key
 				}
-			case core.TokenBucket, core.GCRA:
+			case algo.TokenBucket, algo.GCRA:
 				l.Window, l.Burst = time.Second, 2_000_000_000
-			case core.LeakyBucket:
+			case algo.LeakyBucket:
 				l.Window, l.MaxDelay, l.Burst = time.Second, time.Second, 2_000_000_000
 			}
 			p := core.MustPolicy("bench", core.PolicyOptions{}, l)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // rssBytes reads this process's resident set size from /proc.
@@ -39,7 +40,7 @@ func TestHostileKeysStayUnderCap(t *testing.T) {
 	}
 	const maxKeys = 100_000
 	s := MustNew(Options{MaxKeys: maxKeys})
-	lim := core.NewLimiter(core.MustPolicy("hostile", core.PolicyOptions{}, core.Limit{Count: 10, Window: time.Minute, Algorithm: core.SlidingCounter}), s)
+	lim := core.NewLimiter(core.MustPolicy("hostile", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute, Algorithm: algo.SlidingCounter}), s)
 	long := strings.Repeat("x", 4096)
 	binary := string([]byte{0, 0xff, 0xfe, '\n', 0x80})
 	runtime.GC()

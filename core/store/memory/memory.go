@@ -33,6 +33,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // DefaultMaxKeys is the cap on tracked keys when Options.MaxKeys is 0.
@@ -109,10 +110,10 @@ type entry struct {
 	mu       sync.Mutex
 	id1, id2 uint64 // the 128-bit identity; never change once published
 	lastUsed int64  // µs; dropped once it is dead; guarded by mu
-	inline   [1]core.State
+	inline   [1]algo.State
 	// Line 2: read on insert and sweep only.
 	idle   int64        // µs after lastUsed when the states equal fresh ones
-	states []core.State // e.inline[:] for one limit
+	states []algo.State // e.inline[:] for one limit
 	layout []string     // the policy's LimitIDs: which limit each state is
 	parked *[]parked    // states of limits the key had under a same-named policy, not under this one
 }
@@ -123,7 +124,7 @@ type entry struct {
 // takes the key over for that policy takes the state back.
 type parked struct {
 	id    string
-	state core.State
+	state algo.State
 }
 
 // dead marks an entry dropped from its table in lastUsed: a decision that
@@ -135,7 +136,7 @@ func newEntry(id1, id2 uint64, layout []string, idle, now int64) *entry {
 	if len(layout) == 1 {
 		e.states = e.inline[:]
 	} else {
-		e.states = make([]core.State, len(layout))
+		e.states = make([]algo.State, len(layout))
 	}
 	return e
 }
@@ -252,9 +253,9 @@ func (s *Store) DecideAt(p *core.Policy, key string, cost, now int64, d *core.De
 // now, changing nothing (core.Operator): the key's states are copied, and
 // a key the store does not hold is a fresh one.
 func (s *Store) Inspect(_ context.Context, p *core.Policy, key string, d *core.Decision) error {
-	states := make([]core.State, len(p.Limits()))
+	states := make([]algo.State, len(p.Limits()))
 	now := s.clock.NowMicros()
-	s.withEntry(p, key, func(held []core.State, last int64) int64 {
+	s.withEntry(p, key, func(held []algo.State, last int64) int64 {
 		copy(states, held) // Step with cost 0 writes no ring slot it returns
 		now = max(now, last)
 		return last
@@ -266,11 +267,11 @@ func (s *Store) Inspect(_ context.Context, p *core.Policy, key string, d *core.D
 // Reset forgets key's state under p in one limit or all, under the key's
 // lock: atomic with concurrent decisions (core.Operator).
 func (s *Store) Reset(_ context.Context, p *core.Policy, key string, limit int) error {
-	s.withEntry(p, key, func(held []core.State, last int64) int64 {
+	s.withEntry(p, key, func(held []algo.State, last int64) int64 {
 		if limit == core.AllLimits {
 			clear(held)
 		} else {
-			held[limit] = core.State{}
+			held[limit] = algo.State{}
 		}
 		return last
 	})
@@ -279,7 +280,7 @@ func (s *Store) Reset(_ context.Context, p *core.Policy, key string, limit int) 
 
 // withEntry runs f on key's states under p and its last use, under the
 // key's lock, if the store holds the key; f returns the key's new last use.
-func (s *Store) withEntry(p *core.Policy, key string, f func(states []core.State, lastUsed int64) int64) {
+func (s *Store) withEntry(p *core.Policy, key string, f func(states []algo.State, lastUsed int64) int64) {
 	id1 := maphash.String(s.seed, key) ^ p.NameHash()
 	id2 := maphash.String(s.seed2, key) ^ p.ScopeHash2()
 	sh := &s.shards[(id1>>32)%shardCount]
@@ -309,7 +310,7 @@ func (s *Store) withEntry(p *core.Policy, key string, f func(states []core.State
 // key's lock (core.ShapeStore). It never fails.
 func (s *Store) CancelShaped(_ context.Context, sh *core.Shaped) error {
 	now := s.clock.NowMicros()
-	s.withEntry(sh.Policy, sh.Key, func(held []core.State, last int64) int64 {
+	s.withEntry(sh.Policy, sh.Key, func(held []algo.State, last int64) int64 {
 		sh.Policy.ApplyCancel(held, max(now, last), sh)
 		return last
 	})
@@ -327,7 +328,7 @@ func (s *Store) EndLease(_ context.Context, l *core.Lease, renew bool) (found, n
 // the time it ended or renewed them at (a key's clock never runs back).
 func (s *Store) EndLeaseAt(l *core.Lease, renew bool, now int64) (int64, int64) {
 	var found int64 // 0 when the store forgot the key: nothing live
-	s.withEntry(l.Policy, l.Key, func(states []core.State, last int64) int64 {
+	s.withEntry(l.Policy, l.Key, func(states []algo.State, last int64) int64 {
 		now = max(now, last)
 		found = l.Policy.ApplyLease(states, now, l.Token, l.Cost, renew)
 		return now
@@ -374,7 +375,7 @@ func (s *Store) takeOver(sh *shard, t *table, e, old *entry) {
 	// limit of the same identity, or is carried on; the rings too, since
 	// old is dropped below.
 	var carried []parked
-	place := func(id string, st core.State) {
+	place := func(id string, st algo.State) {
 		if i := slices.Index(e.layout, id); i >= 0 {
 			e.states[i] = st
 		} else if len(carried) < maxParked {

@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/store/storetest"
 )
 
 func fixed(n int64, w time.Duration) *core.Policy {
-	return core.MustPolicy("p", core.PolicyOptions{}, core.Limit{Count: n, Window: w, Algorithm: core.FixedWindow})
+	return core.MustPolicy("p", core.PolicyOptions{}, algo.Limit{Count: n, Window: w, Algorithm: algo.FixedWindow})
 }
 
 func TestRotatingKeysStayUnderCap(t *testing.T) {
@@ -60,9 +61,9 @@ func TestExpiredKeysAreDroppedWithoutPressure(t *testing.T) {
 
 func TestNoAllocationOnTrackedKey(t *testing.T) {
 	s := MustNew(Options{})
-	for _, a := range core.Algorithms {
-		p := core.MustPolicy("p", core.PolicyOptions{}, core.Limit{Count: 100, Window: time.Second, Algorithm: a, MaxDelay: time.Second},
-			core.Limit{Count: 1000, Window: time.Hour, Algorithm: core.SlidingCounter})
+	for _, a := range algo.Algorithms {
+		p := core.MustPolicy("p", core.PolicyOptions{}, algo.Limit{Count: 100, Window: time.Second, Algorithm: a, MaxDelay: time.Second},
+			algo.Limit{Count: 1000, Window: time.Hour, Algorithm: algo.SlidingCounter})
 		var d core.Decision
 		ctx := context.Background()
 		_ = s.Decide(ctx, p, "key", 1, &d)
@@ -75,7 +76,7 @@ func TestNoAllocationOnTrackedKey(t *testing.T) {
 // Many goroutines on one key: exactly Count allowed (run with -race).
 func TestConcurrentDecisionsAreExact(t *testing.T) {
 	s := MustNew(Options{})
-	p := core.MustPolicy("p", core.PolicyOptions{}, core.Limit{Count: 500, Window: time.Hour, Algorithm: core.SlidingLog})
+	p := core.MustPolicy("p", core.PolicyOptions{}, algo.Limit{Count: 500, Window: time.Hour, Algorithm: algo.SlidingLog})
 	var allowed atomic.Int64
 	var wg sync.WaitGroup
 	for g := 0; g < 16; g++ {

@@ -9,6 +9,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/adaptive"
+	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/store/redis/acl"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
@@ -32,8 +34,8 @@ func TestACLUserRefusedOutsideItsPrefix(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	p := core.MustPolicy("acl", core.PolicyOptions{}, core.Limit{Count: 3, Window: time.Minute, Algorithm: core.SlidingLog},
-		core.Limit{Count: 9, Window: time.Hour, Algorithm: core.FixedWindow}, core.Limit{Count: 2, Window: time.Minute, Algorithm: core.InFlight})
+	p := core.MustPolicy("acl", core.PolicyOptions{}, algo.Limit{Count: 3, Window: time.Minute, Algorithm: algo.SlidingLog},
+		algo.Limit{Count: 9, Window: time.Hour, Algorithm: algo.FixedWindow}, algo.Limit{Count: 2, Window: time.Minute, Algorithm: algo.InFlight})
 	var d core.Decision
 	steps := []struct {
 		what string
@@ -55,11 +57,11 @@ func TestACLUserRefusedOutsideItsPrefix(t *testing.T) {
 			return s.DeleteCounts(ctx, c)
 		}},
 		{"adaptive factor (aimd)", func() error {
-			_, err := s.FactorSync("acl").SyncFactor(ctx, core.Signals{}, true, core.AdaptiveOptions{Controller: core.ControllerAIMD, Decrease: 0.5, Increase: 0.1, MinFactor: 0.1, Interval: time.Second})
+			_, err := s.FactorSync("acl").SyncFactor(ctx, adaptive.Signals{}, true, adaptive.Options{Controller: adaptive.ControllerAIMD, Decrease: 0.5, Increase: 0.1, MinFactor: 0.1, Interval: time.Second})
 			return err
 		}},
 		{"adaptive factor (gradient)", func() error {
-			_, err := s.FactorSync("acl2").SyncFactor(ctx, core.Signals{Started: 1, Answered: 1}, false, core.AdaptiveOptions{Controller: core.ControllerGradient,
+			_, err := s.FactorSync("acl2").SyncFactor(ctx, adaptive.Signals{Started: 1, Answered: 1}, false, adaptive.Options{Controller: adaptive.ControllerGradient,
 				Decrease: 0.95, Increase: 0.05, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5, Interval: time.Second, MinSamples: 10})
 			return err
 		}},

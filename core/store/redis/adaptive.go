@@ -6,14 +6,14 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/adaptive"
 )
 
 // aimdScript and gradientScript are core.AIMD's and core.Gradient's Lua
 // twins, run on the server's TIME.
 var (
-	aimdScript     = goredis.NewScript(core.AIMDLua)
-	gradientScript = goredis.NewScript(core.GradientLua)
+	aimdScript     = goredis.NewScript(adaptive.AIMDLua)
+	gradientScript = goredis.NewScript(adaptive.GradientLua)
 )
 
 // factorSync keeps one adaptive factor in Redis.
@@ -24,18 +24,18 @@ type factorSync struct {
 
 // FactorSync returns a core.FactorSync that shares the adaptive factor of
 // the policy scope (a name all nodes agree on) through this store's Redis.
-func (s *Store) FactorSync(scope string) core.FactorSync {
+func (s *Store) FactorSync(scope string) adaptive.FactorSync {
 	return &factorSync{s: s, key: s.prefix + "{adaptive:" + scope + "}"}
 }
 
 // SyncFactor applies this node's interval (its signals to Gradient, its
 // verdict to AIMD) to the shared state and returns the shared factor.
-func (f *factorSync) SyncFactor(ctx context.Context, sig core.Signals, congested bool, o core.AdaptiveOptions) (float64, error) {
+func (f *factorSync) SyncFactor(ctx context.Context, sig adaptive.Signals, congested bool, o adaptive.Options) (float64, error) {
 	now := int64(-1)
 	if f.s.clock != nil {
 		now = f.s.clock.NowMicros()
 	}
-	if o.Controller == core.ControllerAIMD {
+	if o.Controller == adaptive.ControllerAIMD {
 		return runAIMD(ctx, f.s, f.key, now, congested, o)
 	}
 	return runGradient(ctx, f.s, f.key, now, sig, o)
@@ -43,7 +43,7 @@ func (f *factorSync) SyncFactor(ctx context.Context, sig core.Signals, congested
 
 // runGradient runs gradient.lua once on key at now (-1: the server's TIME);
 // o must have its defaults filled in (as an Adaptive's options have).
-func runGradient(ctx context.Context, s *Store, key string, now int64, sig core.Signals, o core.AdaptiveOptions) (float64, error) {
+func runGradient(ctx context.Context, s *Store, key string, now int64, sig adaptive.Signals, o adaptive.Options) (float64, error) {
 	return runFactorScript(ctx, s, gradientScript, key, now, sig.Started, sig.Answered, sig.Failed, sig.Latency,
 		o.MinFactor, o.ErrorRate, o.Tolerance, o.LatencyTarget.Microseconds(), o.Decrease, o.Increase, o.Interval.Microseconds(), o.MinSamples, sig.Denied)
 }
@@ -61,7 +61,7 @@ func runFactorScript(ctx context.Context, s *Store, script *goredis.Script, key 
 }
 
 // runAIMD runs aimd.lua once on key at now (-1: the server's TIME).
-func runAIMD(ctx context.Context, s *Store, key string, now int64, congested bool, o core.AdaptiveOptions) (float64, error) {
+func runAIMD(ctx context.Context, s *Store, key string, now int64, congested bool, o adaptive.Options) (float64, error) {
 	c := 0
 	if congested {
 		c = 1

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/store/storetest"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
@@ -76,8 +77,8 @@ func TestConformanceBatches(t *testing.T) {
 }
 
 var batchPolicy = core.MustPolicy("batch", core.PolicyOptions{},
-	core.Limit{Count: 2, Window: time.Hour, Algorithm: core.FixedWindow},
-	core.Limit{Count: 3, Window: time.Hour, Algorithm: core.SlidingLog})
+	algo.Limit{Count: 2, Window: time.Hour, Algorithm: algo.FixedWindow},
+	algo.Limit{Count: 3, Window: time.Hour, Algorithm: algo.SlidingLog})
 
 // decideAll sends one batch of a request for each key, at Redis's TIME,
 // and returns each request's decision and error.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // denyCacheSize caps the keys the deny cache remembers.
@@ -41,7 +42,7 @@ type denyKey struct{ name, key string }
 
 type held struct {
 	scope   string // the policy whose states these are (Policy.Scope)
-	states  []core.State
+	states  []algo.State
 	at      int64 // when Redis denied, on Redis's clock (µs)
 	localAt int64 // the same moment on the local clock
 	until   int64 // local µs after which Redis is asked again
@@ -78,7 +79,7 @@ func (c *denyCache) lookup(p *core.Policy, key string, cost, now int64, d *core.
 
 // remember holds the states Redis returned with a denial it decided at the
 // local time now.
-func (c *denyCache) remember(p *core.Policy, key string, now, epoch int64, d *core.Decision, states []core.State) {
+func (c *denyCache) remember(p *core.Policy, key string, now, epoch int64, d *core.Decision, states []algo.State) {
 	if d.Allowed && !d.Shadowed || d.RetryAfter <= 0 || p.HoldsLeases() {
 		// A lease another node ends frees a slot no local copy would see.
 		return

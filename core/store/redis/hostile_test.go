@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
@@ -18,8 +19,8 @@ import (
 func TestHostileKeysBoundedInRedis(t *testing.T) {
 	s := newStore(t, Options{Addrs: []string{standalone.Addr}})
 	lim := core.NewLimiter(core.MustPolicy("hostile", core.PolicyOptions{},
-		core.Limit{Count: 5, Window: time.Second, Algorithm: core.SlidingLog},
-		core.Limit{Count: 50, Window: time.Second, Algorithm: core.FixedWindow}), s)
+		algo.Limit{Count: 5, Window: time.Second, Algorithm: algo.SlidingLog},
+		algo.Limit{Count: 50, Window: time.Second, Algorithm: algo.FixedWindow}), s)
 	huge := strings.Repeat("k", 1<<20)
 	binary := string([]byte{0, 0xff, '\r', '\n', '{', '}'})
 	var d core.Decision

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/store/failover"
 	"github.com/tollgate/tollgate/core/store/memory"
 	"github.com/tollgate/tollgate/internal/waitfor"
@@ -142,8 +143,8 @@ func readCommand(r *bufio.Reader) ([]string, error) {
 // (bounded.go) fails that decision with an error, before go-redis reads
 // the claim, and the store's failure policy answers it.
 func TestLyingRedis(t *testing.T) {
-	policy := core.MustPolicy("lie", core.PolicyOptions{}, core.Limit{Algorithm: core.SlidingLog, Count: 3, Window: time.Minute},
-		core.Limit{Algorithm: core.TokenBucket, Count: 10, Window: time.Minute})
+	policy := core.MustPolicy("lie", core.PolicyOptions{}, algo.Limit{Algorithm: algo.SlidingLog, Count: 3, Window: time.Minute},
+		algo.Limit{Algorithm: algo.TokenBucket, Count: 10, Window: time.Minute})
 	huge := strconv.Itoa(1 << 31)
 	for _, tc := range []struct{ name, lie, want string }{
 		{"an array of 2^31 elements", "*2147483647\r\n", "elements"},
@@ -257,7 +258,7 @@ func TestPingProvesDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	policy := core.MustPolicy("ping", core.PolicyOptions{}, core.Limit{Count: 1000, Window: time.Minute})
+	policy := core.MustPolicy("ping", core.PolicyOptions{}, algo.Limit{Count: 1000, Window: time.Minute})
 	decide := func() {
 		var d core.Decision
 		if err := f.Decide(context.Background(), policy, "k", 1, &d); err != nil {

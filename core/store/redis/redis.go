@@ -30,14 +30,15 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // decideScript is core.StepLua: the step functions' Lua twin; leaseScript
 // is core.LeaseLua, EndLease's.
 var (
-	decideScript = goredis.NewScript(core.StepLua)
-	leaseScript  = goredis.NewScript(core.LeaseLua)
-	cancelScript = goredis.NewScript(core.CancelLua)
+	decideScript = goredis.NewScript(algo.StepLua)
+	leaseScript  = goredis.NewScript(algo.LeaseLua)
+	cancelScript = goredis.NewScript(algo.CancelLua)
 )
 
 // DefaultPrefix starts every key the store writes.
@@ -366,7 +367,7 @@ func (s *Store) decisionKeys(p *core.Policy, key string) []string {
 }
 
 // sorted reports whether a limit of algorithm a keeps a sorted set.
-func sorted(a core.Algorithm) bool { return a == core.SlidingLog || a == core.InFlight }
+func sorted(a algo.Algorithm) bool { return a == algo.SlidingLog || a == algo.InFlight }
 
 // LocalDenials returns how many decisions the deny cache answered without
 // Redis.
@@ -401,7 +402,7 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 // decide runs the script and fills d. On a denial it also returns the
 // limits' states as Redis holds them (nil when a sliding log holds too many
 // times to send).
-func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) ([]core.State, error) {
+func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) ([]algo.State, error) {
 	keys, now := s.decisionKeys(p, key), s.now()
 	var reply []int64
 	var err error
@@ -421,7 +422,7 @@ func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int
 
 // fill reads the script's reply to one request into d, and on a denial
 // returns the limits' states it carries.
-func fill(p *core.Policy, cost int64, reply []int64, d *core.Decision) ([]core.State, error) {
+func fill(p *core.Policy, cost int64, reply []int64, d *core.Decision) ([]algo.State, error) {
 	limits := p.Limits()
 	if len(reply) < 1+5*len(limits) {
 		return nil, fmt.Errorf("redis: script answered %d values, want at least %d", len(reply), 1+5*len(limits))
@@ -431,7 +432,7 @@ func fill(p *core.Policy, cost int64, reply []int64, d *core.Decision) ([]core.S
 	allowed := true
 	for i := range limits {
 		v := reply[1+5*i:]
-		d.Results[i] = core.Result{
+		d.Results[i] = algo.Result{
 			Allowed:    v[0] == 1,
 			Limit:      limits[i].Count,
 			Remaining:  v[1],
@@ -567,7 +568,7 @@ func (s *Store) EndLease(ctx context.Context, l *core.Lease, renew bool) (found,
 	}
 	var leaseKeys []string
 	for i, lim := range p.Limits() {
-		if lim.Algorithm == core.InFlight {
+		if lim.Algorithm == algo.InFlight {
 			leaseKeys = append(leaseKeys, keys[1+i])
 			args = append(args, int64(lim.Window/time.Microsecond))
 		}
@@ -589,10 +590,10 @@ func (s *Store) EndLease(ctx context.Context, l *core.Lease, renew bool) (found,
 
 // parseStates reads the states a denial's reply carries (see core.StepLua);
 // nil if a sliding log was too long to send.
-func parseStates(limits []core.Limit, v []int64) ([]core.State, error) {
-	states := make([]core.State, len(limits))
+func parseStates(limits []algo.Limit, v []int64) ([]algo.State, error) {
+	states := make([]algo.State, len(limits))
 	for i := range limits {
-		if a := limits[i].Algorithm; a == core.SlidingLog || a == core.InFlight {
+		if a := limits[i].Algorithm; a == algo.SlidingLog || a == algo.InFlight {
 			if len(v) < 1 {
 				return nil, errShortReply
 			}
@@ -603,14 +604,14 @@ func parseStates(limits []core.Limit, v []int64) ([]core.State, error) {
 			if int64(len(v)) < 1+k {
 				return nil, errShortReply
 			}
-			states[i] = core.State{B: k, Log: &core.Ring{Times: append([]int64(nil), v[1:1+k]...)}}
+			states[i] = algo.State{B: k, Log: &algo.Ring{Times: append([]int64(nil), v[1:1+k]...)}}
 			v = v[1+k:]
 			continue
 		}
 		if len(v) < 3 {
 			return nil, errShortReply
 		}
-		states[i] = core.State{A: v[0], B: v[1], C: v[2]}
+		states[i] = algo.State{A: v[0], B: v[1], C: v[2]}
 		v = v[3:]
 	}
 	return states, nil
@@ -712,4 +713,4 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // probePolicy is what Ping decides on (as a probe: nothing is written).
-var probePolicy = core.MustPolicy("tollgate-probe", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second, Algorithm: core.FixedWindow})
+var probePolicy = core.MustPolicy("tollgate-probe", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Second, Algorithm: algo.FixedWindow})

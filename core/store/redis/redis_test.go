@@ -16,6 +16,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/adaptive"
+	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/store/memory"
 	"github.com/tollgate/tollgate/core/store/storetest"
 	"github.com/tollgate/tollgate/internal/redistest"
@@ -79,8 +81,8 @@ func TestConformanceURL(t *testing.T) {
 // the same requests (time moves too little between them to matter for a
 // one-hour window).
 func TestServerTimeAgreesWithMemory(t *testing.T) {
-	p := core.MustPolicy("time", core.PolicyOptions{}, core.Limit{Count: 5, Window: time.Hour, Algorithm: core.SlidingLog},
-		core.Limit{Count: 7, Window: time.Hour, Algorithm: core.FixedWindow})
+	p := core.MustPolicy("time", core.PolicyOptions{}, algo.Limit{Count: 5, Window: time.Hour, Algorithm: algo.SlidingLog},
+		algo.Limit{Count: 7, Window: time.Hour, Algorithm: algo.FixedWindow})
 	rs := newStore(t, Options{Addrs: []string{standalone.Addr}})
 	ms := memory.MustNew(memory.Options{})
 	for i := 0; i < 8; i++ {
@@ -99,12 +101,12 @@ func TestServerTimeAgreesWithMemory(t *testing.T) {
 // from the clients' side, never more than N allowed per window.
 func TestManyNodesShareOneExactLimit(t *testing.T) {
 	for _, c := range []struct {
-		limit  core.Limit
+		limit  algo.Limit
 		maxPer func(elapsed time.Duration) int64
 	}{
-		{core.Limit{Count: 100, Window: time.Hour, Algorithm: core.SlidingLog}, func(time.Duration) int64 { return 100 }},
-		{core.Limit{Count: 100, Window: time.Hour, Algorithm: core.FixedWindow}, func(time.Duration) int64 { return 100 }},
-		{core.Limit{Count: 10, Window: time.Second, Algorithm: core.TokenBucket, Burst: 50},
+		{algo.Limit{Count: 100, Window: time.Hour, Algorithm: algo.SlidingLog}, func(time.Duration) int64 { return 100 }},
+		{algo.Limit{Count: 100, Window: time.Hour, Algorithm: algo.FixedWindow}, func(time.Duration) int64 { return 100 }},
+		{algo.Limit{Count: 10, Window: time.Second, Algorithm: algo.TokenBucket, Burst: 50},
 			func(el time.Duration) int64 { return 50 + int64(10*el.Seconds()) + 1 }},
 	} {
 		t.Run(c.limit.Algorithm.String(), func(t *testing.T) {
@@ -130,7 +132,7 @@ func TestManyNodesShareOneExactLimit(t *testing.T) {
 // sliding_log 100/1s for 2.5s. Every allowed request's server time is
 // recorded; no window (t-1s, t] holds more than 100 of them.
 func TestManyNodesSlidingLogPerWindow(t *testing.T) {
-	p := core.MustPolicy("perwindow", core.PolicyOptions{}, core.Limit{Count: 100, Window: time.Second, Algorithm: core.SlidingLog})
+	p := core.MustPolicy("perwindow", core.PolicyOptions{}, algo.Limit{Count: 100, Window: time.Second, Algorithm: algo.SlidingLog})
 	prefix := fmt.Sprintf("pw%d:", time.Now().UnixNano())
 	var mu sync.Mutex
 	var times []int64
@@ -195,8 +197,8 @@ func hammer(t *testing.T, prefix string, seen func(d *core.Decision, s *Store, i
 func TestKeysShareAClusterSlot(t *testing.T) {
 	s := newStore(t, Options{Addrs: cluster.Addrs(), Cluster: true})
 	admin := adminCluster(t)
-	p := core.MustPolicy("api", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second},
-		core.Limit{Count: 2, Window: time.Minute}, core.Limit{Count: 3, Window: time.Hour, Algorithm: core.SlidingLog})
+	p := core.MustPolicy("api", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Second},
+		algo.Limit{Count: 2, Window: time.Minute}, algo.Limit{Count: 3, Window: time.Hour, Algorithm: algo.SlidingLog})
 	keys := s.Keys(p, "client}{weird")
 	for _, k := range keys {
 		// The whole key is the hash tag: its "}" is escaped.
@@ -224,8 +226,8 @@ func TestKeysShareAClusterSlot(t *testing.T) {
 func TestCraftedKeysCannotChooseClusterSlots(t *testing.T) {
 	s := newStore(t, Options{Addrs: cluster.Addrs(), Cluster: true})
 	admin := adminCluster(t)
-	p := core.MustPolicy("api", core.PolicyOptions{}, core.Limit{Count: 5, Window: time.Minute},
-		core.Limit{Count: 9, Window: time.Hour, Algorithm: core.SlidingLog})
+	p := core.MustPolicy("api", core.PolicyOptions{}, algo.Limit{Count: 5, Window: time.Minute},
+		algo.Limit{Count: 9, Window: time.Hour, Algorithm: algo.SlidingLog})
 	ctx := context.Background()
 	slots := map[int64]bool{}
 	for i := 0; i < 64; i++ {
@@ -282,7 +284,7 @@ func TestOptionErrorsNameFieldAndValue(t *testing.T) {
 func TestDeadRedisFailsWithinTimeout(t *testing.T) {
 	port, _ := redistest.FreePort()
 	s := newStore(t, Options{Addrs: []string{fmt.Sprintf("127.0.0.1:%d", port)}, Timeout: 100 * time.Millisecond})
-	p := core.MustPolicy("dead", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second})
+	p := core.MustPolicy("dead", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Second})
 	start := time.Now()
 	var d core.Decision
 	if err := s.Decide(context.Background(), p, "k", 1, &d); err == nil {
@@ -297,7 +299,7 @@ func TestDeadRedisFailsWithinTimeout(t *testing.T) {
 func TestDenyCacheAnswersLocallyUntilRetryAfter(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
 	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
-	p := core.MustPolicy("deny", core.PolicyOptions{}, core.Limit{Count: 2, Window: time.Second, Algorithm: core.FixedWindow})
+	p := core.MustPolicy("deny", core.PolicyOptions{}, algo.Limit{Count: 2, Window: time.Second, Algorithm: algo.FixedWindow})
 	ctx := context.Background()
 	var d core.Decision
 	for i := 0; i < 3; i++ {
@@ -333,7 +335,7 @@ func TestDenyCacheAnswersLocallyUntilRetryAfter(t *testing.T) {
 func TestDenyCacheHoldsAtMostDenyCacheHold(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
 	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
-	p := core.MustPolicy("deny-hold", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Minute, Algorithm: core.FixedWindow})
+	p := core.MustPolicy("deny-hold", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Minute, Algorithm: algo.FixedWindow})
 	ctx := context.Background()
 	var d core.Decision
 	for i := 0; i < 2; i++ {
@@ -376,7 +378,7 @@ func TestPasswordFromURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Stop()
-	p := core.MustPolicy("auth", core.PolicyOptions{}, core.Limit{Count: 1, Window: time.Second})
+	p := core.MustPolicy("auth", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Second})
 	var d core.Decision
 	good := newStore(t, Options{URL: "redis://:s3cret@" + srv.Addr + "/0"})
 	if err := good.Decide(context.Background(), p, "k", 1, &d); err != nil || !d.Allowed {
@@ -393,12 +395,12 @@ func TestPasswordFromURL(t *testing.T) {
 func TestAdaptiveFactorSharedByNodes(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
 	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
-	o := core.AdaptiveOptions{Controller: core.ControllerAIMD, MinFactor: 0.1, Decrease: 0.5, Increase: 0.25, Interval: 300 * time.Millisecond}
+	o := adaptive.Options{Controller: adaptive.ControllerAIMD, MinFactor: 0.1, Decrease: 0.5, Increase: 0.25, Interval: 300 * time.Millisecond}
 	sync := s.FactorSync("api")
 	ctx := context.Background()
 	var got []float64
 	for node := 0; node < 3; node++ {
-		f, err := sync.SyncFactor(ctx, core.Signals{}, true, o)
+		f, err := sync.SyncFactor(ctx, adaptive.Signals{}, true, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -408,8 +410,8 @@ func TestAdaptiveFactorSharedByNodes(t *testing.T) {
 		t.Fatalf("three congested nodes in one interval: %v, want one decrease to 0.5 seen by all", got)
 	}
 	clock.Advance(350 * time.Millisecond)
-	f, _ := sync.SyncFactor(ctx, core.Signals{}, false, o)
-	f2, _ := sync.SyncFactor(ctx, core.Signals{}, true, o)
+	f, _ := sync.SyncFactor(ctx, adaptive.Signals{}, false, o)
+	f2, _ := sync.SyncFactor(ctx, adaptive.Signals{}, true, o)
 	if f != 0.75 || f2 != 0.375 {
 		t.Fatalf("next interval: healthy → %g, congested → %g; want 0.75 then 0.375 (a decrease overrides)", f, f2)
 	}
@@ -424,7 +426,7 @@ func TestAdaptiveFactorSharedByNodes(t *testing.T) {
 func TestGradientFleetJudgesSums(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
 	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
-	o := core.AdaptiveOptions{Controller: core.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
+	o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
 		Decrease: 0.95, Increase: 0.05, Interval: 500 * time.Millisecond, MinSamples: 10}
 	sync := s.FactorSync("fleet")
 	ctx := context.Background()
@@ -432,10 +434,10 @@ func TestGradientFleetJudgesSums(t *testing.T) {
 	if err := adminClient(t).HSet(ctx, s.prefix+"{adaptive:fleet}", "m", 1000).Err(); err != nil {
 		t.Fatal(err)
 	}
-	healthy := core.Signals{Started: 100, Answered: 100, Latency: 1000}
-	failing := core.Signals{Started: 100, Answered: 100, Failed: 60, Latency: 1000}
+	healthy := adaptive.Signals{Started: 100, Answered: 100, Latency: 1000}
+	failing := adaptive.Signals{Started: 100, Answered: 100, Failed: 60, Latency: 1000}
 	var got []float64
-	for _, sig := range []core.Signals{healthy, failing, failing} {
+	for _, sig := range []adaptive.Signals{healthy, failing, failing} {
 		f, err := sync.SyncFactor(ctx, sig, false, o)
 		if err != nil {
 			t.Fatal(err)
@@ -463,15 +465,15 @@ func TestAIMDLuaTwin(t *testing.T) {
 	ctx := context.Background()
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		o := core.AdaptiveOptions{MinFactor: 0.05 + rng.Float64()/4, Decrease: 0.3 + rng.Float64()*0.6,
+		o := adaptive.Options{MinFactor: 0.05 + rng.Float64()/4, Decrease: 0.3 + rng.Float64()*0.6,
 			Increase: 0.01 + rng.Float64()/5, Interval: time.Duration(10+rng.IntN(2000)) * time.Millisecond}
 		key := fmt.Sprintf("%stwin%d", s.prefix, seed)
 		now := storetest.T0
-		var state core.AIMDState
+		var state adaptive.AIMDState
 		for step := 0; step < 200; step++ {
 			now += rng.Int64N(o.Interval.Microseconds())
 			congested := rng.IntN(3) == 0
-			state = core.AIMD(state, now, congested, o)
+			state = adaptive.AIMD(state, now, congested, o)
 			got, err := runAIMD(ctx, s, key, now, congested, o)
 			if err != nil {
 				t.Fatal(err)
@@ -493,7 +495,7 @@ func TestGradientLuaTwin(t *testing.T) {
 	ctx := context.Background()
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 11))
-		o := core.AdaptiveOptions{Controller: core.ControllerGradient, MinFactor: 0.05 + rng.Float64()/4,
+		o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.05 + rng.Float64()/4,
 			ErrorRate: 0.01 + rng.Float64()/5, Tolerance: 1.1 + rng.Float64()*2, Decrease: 0.5 + rng.Float64()*0.49,
 			Increase: 0.01 + rng.Float64()/5, Interval: time.Duration(10+rng.IntN(2000)) * time.Millisecond,
 			MinSamples: 1 + rng.Int64N(20)}
@@ -505,17 +507,17 @@ func TestGradientLuaTwin(t *testing.T) {
 		bias := []int64{0, 20, 39}[seed%3]
 		key := fmt.Sprintf("%sgradtwin%d", s.prefix, seed)
 		now := storetest.T0
-		var state core.GradientState
+		var state adaptive.GradientState
 		for step := 0; step < 300; step++ {
 			now += rng.Int64N(o.Interval.Microseconds())
 			started := rng.Int64N(200)
-			sig := core.Signals{Started: started, Denied: rng.Int64N(3) * rng.Int64N(50), Answered: max(0, started+rng.Int64N(40)-bias)}
+			sig := adaptive.Signals{Started: started, Denied: rng.Int64N(3) * rng.Int64N(50), Answered: max(0, started+rng.Int64N(40)-bias)}
 			if sig.Answered > 0 {
 				sig.Failed = rng.Int64N(sig.Answered/max(1, rng.Int64N(10)) + 1)
 				sig.Failed = min(sig.Failed, sig.Answered)
 				sig.Latency = 50 + rng.Int64N(200_000)
 			}
-			state = core.Gradient(state, now, sig, o)
+			state = adaptive.Gradient(state, now, sig, o)
 			got, err := runGradient(ctx, s, key, now, sig, o)
 			if err != nil {
 				t.Fatal(err)
@@ -529,9 +531,9 @@ func TestGradientLuaTwin(t *testing.T) {
 			t.Fatal(err)
 		}
 		num := func(k string) float64 { v, _ := strconv.ParseFloat(h[k], 64); return v }
-		lua := core.GradientState{Factor: num("f"), Growth: num("g"), Ceiling: num("c"), MinLatency: int64(num("m")),
+		lua := adaptive.GradientState{Factor: num("f"), Growth: num("g"), Ceiling: num("c"), MinLatency: int64(num("m")),
 			Measuring: int64(num("ms")), Held: num("h"), Epoch: int64(num("e")), Slow: int64(num("sl")), Cut: int64(num("k")), Judged: int64(num("j")),
-			Pending: core.Signals{Started: int64(num("s")), Denied: int64(num("dn")), Answered: int64(num("a")), Failed: int64(num("x")), Latency: int64(num("l"))}}
+			Pending: adaptive.Signals{Started: int64(num("s")), Denied: int64(num("dn")), Answered: int64(num("a")), Failed: int64(num("x")), Latency: int64(num("l"))}}
 		if lua != state {
 			t.Fatalf("seed %d: Lua's state %+v, Go's %+v", seed, lua, state)
 		}
@@ -546,10 +548,10 @@ func TestGradientLuaTwin(t *testing.T) {
 // its expires:ms field; the in_flight path, which writes the lease
 // counter, keeps the same rule.
 func TestStateHashExpiryMovesOnlyWhenLessThanIdleLeft(t *testing.T) {
-	for _, limits := range [][]core.Limit{
-		{{Count: 100, Window: time.Minute, Algorithm: core.FixedWindow}},
-		{{Count: 100, Window: time.Minute, Algorithm: core.InFlight}},
-		{{Count: 100, Window: time.Minute, Algorithm: core.InFlight}, {Count: 100, Window: time.Minute, Algorithm: core.FixedWindow}},
+	for _, limits := range [][]algo.Limit{
+		{{Count: 100, Window: time.Minute, Algorithm: algo.FixedWindow}},
+		{{Count: 100, Window: time.Minute, Algorithm: algo.InFlight}},
+		{{Count: 100, Window: time.Minute, Algorithm: algo.InFlight}, {Count: 100, Window: time.Minute, Algorithm: algo.FixedWindow}},
 	} {
 		t.Run(limits[0].Algorithm.String()+"-"+strconv.Itoa(len(limits)), func(t *testing.T) {
 			s := newStore(t, Options{Addrs: []string{standalone.Addr}})
@@ -562,7 +564,7 @@ func TestStateHashExpiryMovesOnlyWhenLessThanIdleLeft(t *testing.T) {
 			// or its expires:ms field.
 			stateField := ""
 			for i, l := range limits {
-				if l.Algorithm != core.InFlight && l.Algorithm != core.SlidingLog {
+				if l.Algorithm != algo.InFlight && l.Algorithm != algo.SlidingLog {
 					stateField = p.LimitID(i)
 					break
 				}

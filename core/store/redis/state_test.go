@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/store/storetest"
 )
 
-// packedState is a state in the form core/state.lua stores: a format byte
+// packedState is a state in the form core/algo/state.lua stores: a format byte
 // (1) and four little-endian doubles, the state's three integers and the
 // hash's expiry (Unix ms).
 func packedState(a, b, c, expires float64) string {
@@ -42,7 +43,7 @@ func unpackState(v string) (state [4]float64, ok bool) {
 // (alone, and within a batch, where the other requests are still decided).
 func TestStoredStateForms(t *testing.T) {
 	ctx := context.Background()
-	p := core.MustPolicy("forms", core.PolicyOptions{}, core.Limit{Count: 10, Window: time.Hour, Algorithm: core.FixedWindow})
+	p := core.MustPolicy("forms", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Hour, Algorithm: algo.FixedWindow})
 	field := p.LimitID(0)
 	start := storetest.T0 - storetest.T0%time.Hour.Microseconds()
 	admin := adminClient(t)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -102,7 +103,7 @@ func TestTLS(t *testing.T) {
 	}
 	defer srv.Stop()
 	addr := "127.0.0.1:" + strconv.Itoa(tlsPort)
-	p := core.MustPolicy("tls", core.PolicyOptions{}, core.Limit{Count: 2, Window: time.Minute})
+	p := core.MustPolicy("tls", core.PolicyOptions{}, algo.Limit{Count: 2, Window: time.Minute})
 	decide := func(o Options) (core.Decision, error) {
 		o.Timeout = 2 * time.Second
 		s := newStore(t, o)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // Model is the conformance suite's oracle: each algorithm written plainly
@@ -49,7 +50,7 @@ func (m *Model) hist(p *core.Policy, key string, create bool) []modelLimit {
 // on a request of cost units at now and, if it is allowed, the change that
 // commits it.
 type modelLimit interface {
-	decide(now, cost int64) (core.Result, func())
+	decide(now, cost int64) (algo.Result, func())
 }
 
 // Decide is the model's answer to a request of cost units for key under p at
@@ -124,7 +125,7 @@ func (m *Model) EndLease(p *core.Policy, key string, now, token, cost int64, ren
 	found := int64(-1)
 	hist := m.hist(p, key, false)
 	for i, l := range p.Limits() {
-		if l.Algorithm != core.InFlight {
+		if l.Algorithm != algo.InFlight {
 			continue
 		}
 		if hist[i] == nil {
@@ -149,22 +150,22 @@ func (m *Model) CancelShaped(s *core.Shaped, now int64) {
 	}
 }
 
-func newModelLimit(l *core.Limit) modelLimit {
+func newModelLimit(l *algo.Limit) modelLimit {
 	w, n := l.Window.Microseconds(), l.Count
 	switch l.Algorithm {
-	case core.FixedWindow:
+	case algo.FixedWindow:
 		return &fixedModel{w: w, n: n, months: l.CalendarMonths(), counts: map[int64]int64{}}
-	case core.SlidingLog:
+	case algo.SlidingLog:
 		return &logModel{w: w, n: n}
-	case core.InFlight:
+	case algo.InFlight:
 		return &logModel{w: w, n: n, inFlight: true}
-	case core.SlidingCounter:
+	case algo.SlidingCounter:
 		return &counterModel{w: w, n: n, counts: map[int64]int64{}}
-	case core.TokenBucket:
+	case algo.TokenBucket:
 		return &bucketModel{w: w, n: n, b: l.EffectiveBurst()}
-	case core.GCRA:
+	case algo.GCRA:
 		return &meterModel{w: w, n: n, b: l.EffectiveBurst()}
-	case core.LeakyBucket:
+	case algo.LeakyBucket:
 		return &meterModel{w: w, n: n, b: l.EffectiveBurst(), shaper: true, maxDelay: l.MaxDelay.Microseconds()}
 	}
 	panic("model: unknown algorithm " + l.Algorithm.String())
@@ -198,10 +199,10 @@ func (m *fixedModel) window(t int64) (start, end int64) {
 	return start, start + m.w
 }
 
-func (m *fixedModel) decide(now, cost int64) (core.Result, func()) {
+func (m *fixedModel) decide(now, cost int64) (algo.Result, func()) {
 	start, end := m.window(now)
 	used := m.counts[start]
-	r := core.Result{Limit: m.n, Reset: us(end - now)}
+	r := algo.Result{Limit: m.n, Reset: us(end - now)}
 	if used+cost <= m.n {
 		r.Allowed, r.Remaining = true, m.n-used-cost
 		return r, func() { m.counts[start] += cost }
@@ -251,10 +252,10 @@ func (m *logModel) live(now int64) []int64 {
 	return nil
 }
 
-func (m *logModel) decide(now, cost int64) (core.Result, func()) {
+func (m *logModel) decide(now, cost int64) (algo.Result, func()) {
 	live := m.live(now)
 	k := int64(len(live))
-	r := core.Result{Limit: m.n}
+	r := algo.Result{Limit: m.n}
 	if k+cost <= m.n {
 		r.Allowed, r.Remaining = true, m.n-k-cost
 		switch {
@@ -279,7 +280,7 @@ func (m *logModel) decide(now, cost int64) (core.Result, func()) {
 		}
 	}
 	if m.inFlight {
-		r.RetryAfter = min(r.RetryAfter, core.MaxInFlightRetry)
+		r.RetryAfter = min(r.RetryAfter, algo.MaxInFlightRetry)
 	}
 	return r, nil
 }
@@ -298,11 +299,11 @@ func estimate(prev, curr, w, el int64) float64 {
 	return float64(float64(prev)*float64(w-el))/float64(w) + float64(curr)
 }
 
-func (m *counterModel) decide(now, cost int64) (core.Result, func()) {
+func (m *counterModel) decide(now, cost int64) (algo.Result, func()) {
 	start := alignedStart(now, m.w)
 	prev, curr, el := m.counts[start-m.w], m.counts[start], now-start
 	est := estimate(prev, curr, m.w, el)
-	r := core.Result{Limit: m.n}
+	r := algo.Result{Limit: m.n}
 	commit := func() {}
 	if est+float64(cost) <= float64(m.n) {
 		r.Allowed = true
@@ -374,7 +375,7 @@ type bucketModel struct {
 	last    int64
 }
 
-func (m *bucketModel) decide(now, cost int64) (core.Result, func()) {
+func (m *bucketModel) decide(now, cost int64) (algo.Result, func()) {
 	if m.tokens == nil {
 		m.tokens, m.last = rat(m.b), now
 	}
@@ -387,7 +388,7 @@ func (m *bucketModel) decide(now, cost int64) (core.Result, func()) {
 	m.tokens, m.last = tokens, now
 	// Time to refill the missing tokens, in µs: missing × w / n.
 	refillTime := func(missing *big.Rat) int64 { return ceilRat(new(big.Rat).Mul(missing, big.NewRat(m.w, m.n))) }
-	r := core.Result{Limit: m.n}
+	r := algo.Result{Limit: m.n}
 	if cost <= m.b && rat(cost).Cmp(tokens) <= 0 {
 		after := new(big.Rat).Sub(tokens, rat(cost))
 		r.Allowed, r.Remaining = true, floorRat(after)
@@ -427,7 +428,7 @@ func (m *meterModel) cancel(now, release, cost int64) {
 	}
 }
 
-func (m *meterModel) decide(now, cost int64) (core.Result, func()) {
+func (m *meterModel) decide(now, cost int64) (algo.Result, func()) {
 	t := rat(now)
 	interval := big.NewRat(m.w, m.n)
 	tat := t
@@ -451,7 +452,7 @@ func (m *meterModel) decide(now, cost int64) (core.Result, func()) {
 		return min(floorRat(new(big.Rat).Quo(new(big.Rat).Sub(maxWait, a), interval))+1, slack)
 	}
 	fits := ahead.Cmp(tolerance) <= 0 && (!m.shaper || wait.Cmp(maxWait) <= 0)
-	r := core.Result{Limit: m.n}
+	r := algo.Result{Limit: m.n}
 	if cost <= m.b && fits {
 		r.Allowed, r.Remaining, r.Reset = true, room(ahead), us(ceilRat(ahead))
 		if m.shaper {

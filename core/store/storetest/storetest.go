@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
 // Factory returns a fresh, empty store that reads time from clock.
@@ -88,22 +89,22 @@ func ms(n float64) time.Duration { return time.Duration(n * float64(time.Millise
 
 const day = 24 * time.Hour
 
-func lim(count int64, window time.Duration, a core.Algorithm) core.Limit {
-	return core.Limit{Count: count, Window: window, Algorithm: a}
+func lim(count int64, window time.Duration, a algo.Algorithm) algo.Limit {
+	return algo.Limit{Count: count, Window: window, Algorithm: a}
 }
 
 // Traces returns the conformance traces: every algorithm at its boundaries,
 // bursts, refills, cost above 1, stacked limits and shadow mode.
 func Traces() []Trace {
 	opts := core.PolicyOptions{}
-	tb := lim(10, time.Second, core.TokenBucket)
+	tb := lim(10, time.Second, algo.TokenBucket)
 	tb.Burst = 5
-	gcra := lim(10, time.Second, core.GCRA)
+	gcra := lim(10, time.Second, algo.GCRA)
 	gcra.Burst = 2
-	shaper := lim(10, time.Second, core.LeakyBucket)
+	shaper := lim(10, time.Second, algo.LeakyBucket)
 	shaper.MaxDelay = ms(250)
 	return []Trace{
-		{"fixed_window", core.MustPolicy("fw", opts, lim(3, time.Second, core.FixedWindow)), []TraceStep{
+		{"fixed_window", core.MustPolicy("fw", opts, lim(3, time.Second, algo.FixedWindow)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: ms(1000)}},
 			{At: ms(100), Want: Want{Allowed: true, Remaining: 1, Reset: ms(900)}},
 			{At: ms(200), Want: Want{Allowed: true, Remaining: 0, Reset: ms(800)}},
@@ -116,7 +117,7 @@ func Traces() []Trace {
 			{At: ms(2000), Cost: 3, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
 			{At: ms(2000), Key: "other", Want: Want{Allowed: true, Remaining: 2, Reset: ms(1000)}},
 		}},
-		{"sliding_log", core.MustPolicy("sl", opts, lim(3, time.Second, core.SlidingLog)), []TraceStep{
+		{"sliding_log", core.MustPolicy("sl", opts, lim(3, time.Second, algo.SlidingLog)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: ms(1000)}},
 			{At: ms(100), Want: Want{Allowed: true, Remaining: 1, Reset: ms(1000)}},
 			{At: ms(200), Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
@@ -129,7 +130,7 @@ func Traces() []Trace {
 			{At: ms(1300), Cost: Free, Want: Want{Allowed: true, Remaining: 0, Reset: ms(900)}},
 			{At: ms(5000), Want: Want{Allowed: true, Remaining: 2, Reset: ms(1000)}},
 		}},
-		{"sliding_counter", core.MustPolicy("sc", opts, lim(10, time.Second, core.SlidingCounter)), []TraceStep{
+		{"sliding_counter", core.MustPolicy("sc", opts, lim(10, time.Second, algo.SlidingCounter)), []TraceStep{
 			{At: ms(100), Cost: 10, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1900)}},
 			{At: ms(200), Want: Want{Remaining: 0, Reset: ms(1800), RetryAfter: ms(900)}},
 			{At: 1099999 * time.Microsecond, Want: Want{Remaining: 0, Reset: 900001 * time.Microsecond, RetryAfter: time.Microsecond}},
@@ -162,7 +163,7 @@ func Traces() []Trace {
 			{At: ms(1000), Cost: 3, Want: Want{Remaining: 2, RetryAfter: ms(1000)}},
 			{At: ms(1000), Cost: 2, Want: Want{Allowed: true, Remaining: 0, Reset: ms(200)}},
 		}},
-		{"gcra_fractional_interval", core.MustPolicy("gcra3", opts, lim(3, time.Second, core.GCRA)), []TraceStep{
+		{"gcra_fractional_interval", core.MustPolicy("gcra3", opts, lim(3, time.Second, algo.GCRA)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: 333334 * time.Microsecond}},
 			{At: 333333 * time.Microsecond, Want: Want{Remaining: 0, Reset: time.Microsecond, RetryAfter: time.Microsecond}},
 			{At: 333334 * time.Microsecond, Want: Want{Allowed: true, Remaining: 0, Reset: 333334 * time.Microsecond}},
@@ -192,7 +193,7 @@ func Traces() []Trace {
 			{At: ms(260), Want: Want{Allowed: true, Remaining: 2, Reset: ms(140), Delay: ms(40)}},
 		}},
 		{"stacked_second_denies_consumes_nothing", core.MustPolicy("stack", opts,
-			lim(3, time.Second, core.FixedWindow), lim(2, time.Minute, core.FixedWindow)), []TraceStep{
+			lim(3, time.Second, algo.FixedWindow), lim(2, time.Minute, algo.FixedWindow)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Index: 1, Remaining: 1, Reset: ms(60000),
 				Results: []WantResult{{true, 2}, {true, 1}}}},
 			{At: ms(1), Want: Want{Allowed: true, Index: 1, Remaining: 0, Reset: ms(59999),
@@ -205,7 +206,7 @@ func Traces() []Trace {
 				Results: []WantResult{{true, 2}, {true, 1}}}},
 		}},
 		{"stacked_first_denies_and_ties", core.MustPolicy("stack2", opts,
-			lim(1, time.Second, core.SlidingLog), lim(3, time.Hour, core.GCRA), lim(1, time.Minute, core.FixedWindow)), []TraceStep{
+			lim(1, time.Second, algo.SlidingLog), lim(3, time.Hour, algo.GCRA), lim(1, time.Minute, algo.FixedWindow)), []TraceStep{
 			// Ties on remaining go to the longer window.
 			{At: 0, Want: Want{Allowed: true, Index: 1, Remaining: 0, Reset: ms(1200000),
 				Results: []WantResult{{true, 0}, {true, 0}, {true, 0}}}},
@@ -215,7 +216,7 @@ func Traces() []Trace {
 		}},
 		// Calendar windows (UTC): T0 is 15 Nov 2023, so Dec 1 is T0+16d,
 		// 1 Jan 2024 T0+47d, 29 Feb 2024 (a leap day) T0+106d, 1 Mar T0+107d.
-		{"calendar_month_and_year", core.MustPolicy("cal", opts, lim(3, core.CalendarMonth, core.FixedWindow), lim(5, core.CalendarYear, core.FixedWindow)), []TraceStep{
+		{"calendar_month_and_year", core.MustPolicy("cal", opts, lim(3, algo.CalendarMonth, algo.FixedWindow), lim(5, algo.CalendarYear, algo.FixedWindow)), []TraceStep{
 			{At: 15*day + 23*time.Hour + 59*time.Minute, Want: Want{Allowed: true, Remaining: 2, Reset: time.Minute}},
 			{At: 15*day + 23*time.Hour + 59*time.Minute, Want: Want{Allowed: true, Remaining: 1, Reset: time.Minute}},
 			{At: 15*day + 23*time.Hour + 59*time.Minute, Want: Want{Allowed: true, Remaining: 0, Reset: time.Minute}},
@@ -234,7 +235,7 @@ func Traces() []Trace {
 		}},
 		// A key keeps its usage when its plan changes: free allows 2/1s and
 		// pro 4/1s on the same counters.
-		{"plans_keep_usage", plans("plans", "free", []string{"free", "pro"}, lim(2, time.Second, core.FixedWindow), lim(4, time.Second, core.FixedWindow)), []TraceStep{
+		{"plans_keep_usage", plans("plans", "free", []string{"free", "pro"}, lim(2, time.Second, algo.FixedWindow), lim(4, time.Second, algo.FixedWindow)), []TraceStep{
 			{At: 0, Plan: "free", Want: Want{Allowed: true, Remaining: 1, Reset: ms(1000)}},
 			{At: ms(10), Plan: "free", Want: Want{Allowed: true, Remaining: 0, Reset: ms(990)}},
 			{At: ms(20), Plan: "free", Want: Want{Remaining: 0, Reset: ms(980), RetryAfter: ms(980)}},
@@ -247,10 +248,10 @@ func Traces() []Trace {
 		// Leases of 10 s, two at once: ending one frees its slot at once,
 		// ending it twice finds nothing, a renewed lease outlives its
 		// first 10 s, and one never ended frees itself.
-		{"in_flight", core.MustPolicy("if", opts, lim(2, 10*time.Second, core.InFlight)), []TraceStep{
+		{"in_flight", core.MustPolicy("if", opts, lim(2, 10*time.Second, algo.InFlight)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 1, Reset: 10 * time.Second}},
 			{At: time.Second, Want: Want{Allowed: true, Remaining: 0, Reset: 10 * time.Second}},
-			{At: 2 * time.Second, Want: Want{Remaining: 0, Reset: 9 * time.Second, RetryAfter: core.MaxInFlightRetry}},
+			{At: 2 * time.Second, Want: Want{Remaining: 0, Reset: 9 * time.Second, RetryAfter: algo.MaxInFlightRetry}},
 			{At: 2 * time.Second, End: 1, Found: 1},
 			{At: 2 * time.Second, Want: Want{Allowed: true, Remaining: 0, Reset: 10 * time.Second}},
 			{At: 2 * time.Second, End: 1, Found: 0},
@@ -258,7 +259,7 @@ func Traces() []Trace {
 			{At: 12 * time.Second, Want: Want{Allowed: true, Remaining: 0, Reset: 10 * time.Second}}, // step 5's expired
 			{At: 12 * time.Second, End: 5, Found: 0},
 			{At: 12 * time.Second, End: 2, Found: 1},
-			{At: 12 * time.Second, Cost: 2, Want: Want{Remaining: 1, Reset: 10 * time.Second, RetryAfter: core.MaxInFlightRetry}},
+			{At: 12 * time.Second, Cost: 2, Want: Want{Remaining: 1, Reset: 10 * time.Second, RetryAfter: algo.MaxInFlightRetry}},
 			{At: 12 * time.Second, End: 8, Found: 1},
 			{At: 12 * time.Second, Cost: 2, Want: Want{Allowed: true, Remaining: 0, Reset: 10 * time.Second}},
 			{At: 13 * time.Second, End: 13, Renew: true, Found: 2},
@@ -266,7 +267,7 @@ func Traces() []Trace {
 		}},
 		// An operator reads a key (nothing changes: reading twice, or then
 		// deciding, sees the same) and resets it (its quota is back).
-		{"inspect_and_reset", core.MustPolicy("ops", opts, lim(3, time.Second, core.SlidingLog), lim(5, time.Minute, core.FixedWindow)), []TraceStep{
+		{"inspect_and_reset", core.MustPolicy("ops", opts, lim(3, time.Second, algo.SlidingLog), lim(5, time.Minute, algo.FixedWindow)), []TraceStep{
 			{At: 0, Inspect: true, Want: Want{Allowed: true, Remaining: 3, Index: 0}},
 			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: time.Second}},
 			{At: ms(100), Want: Want{Allowed: true, Remaining: 1, Reset: time.Second}},
@@ -285,7 +286,7 @@ func Traces() []Trace {
 			{At: ms(700), Inspect: true, Want: Want{Allowed: true, Remaining: 0, Reset: ms(900), Results: []WantResult{{true, 0}, {true, 5}}}},
 		}},
 		// The same on the counting algorithms, which eventual mode shares.
-		{"inspect_and_reset_counted", core.MustPolicy("ops-counted", opts, lim(3, time.Second, core.FixedWindow), lim(5, time.Minute, core.SlidingCounter)), []TraceStep{
+		{"inspect_and_reset_counted", core.MustPolicy("ops-counted", opts, lim(3, time.Second, algo.FixedWindow), lim(5, time.Minute, algo.SlidingCounter)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: time.Second}},
 			{At: ms(100), Want: Want{Allowed: true, Remaining: 1, Reset: ms(900)}},
 			{At: ms(200), Reset: true, Only: 2},
@@ -316,7 +317,7 @@ func Traces() []Trace {
 			{At: time.Minute, Policy: reloadMinuteHour, Want: Want{Allowed: true, Remaining: 2, Reset: time.Minute,
 				Results: []WantResult{{true, 2}, {true, 97}}}},
 		}},
-		{"shadow", core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(1, time.Second, core.FixedWindow)), []TraceStep{
+		{"shadow", core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(1, time.Second, algo.FixedWindow)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
 			{At: ms(10), Want: Want{Allowed: true, Shadowed: true, Remaining: 0, Reset: ms(990), RetryAfter: ms(990)}},
 		}},
@@ -327,15 +328,15 @@ func Traces() []Trace {
 // minute's limit, then an hour's added, then the minute's removed, then
 // the minute's count raised.
 var (
-	reloadMinute       = core.MustPolicy("reload", core.PolicyOptions{}, lim(3, time.Minute, core.FixedWindow))
-	reloadMinuteHour   = core.MustPolicy("reload", core.PolicyOptions{}, lim(3, time.Minute, core.FixedWindow), lim(100, time.Hour, core.FixedWindow))
-	reloadHour         = core.MustPolicy("reload", core.PolicyOptions{}, lim(100, time.Hour, core.FixedWindow))
-	reloadMinuteRaised = core.MustPolicy("reload", core.PolicyOptions{}, lim(5, time.Minute, core.FixedWindow))
+	reloadMinute       = core.MustPolicy("reload", core.PolicyOptions{}, lim(3, time.Minute, algo.FixedWindow))
+	reloadMinuteHour   = core.MustPolicy("reload", core.PolicyOptions{}, lim(3, time.Minute, algo.FixedWindow), lim(100, time.Hour, algo.FixedWindow))
+	reloadHour         = core.MustPolicy("reload", core.PolicyOptions{}, lim(100, time.Hour, algo.FixedWindow))
+	reloadMinuteRaised = core.MustPolicy("reload", core.PolicyOptions{}, lim(5, time.Minute, algo.FixedWindow))
 )
 
 // plans is a policy with one plan per name, each with the limit of the same
 // index.
-func plans(name, defaultPlan string, names []string, limits ...core.Limit) *core.Policy {
+func plans(name, defaultPlan string, names []string, limits ...algo.Limit) *core.Policy {
 	variants := make([]*core.Policy, len(names))
 	for i, plan := range names {
 		variants[i] = core.MustPolicy(name, core.PolicyOptions{Plan: plan}, limits[i])
@@ -352,7 +353,7 @@ type Options struct {
 	// Algorithms, if set, are the only algorithms the store decides (eventual
 	// mode counts: fixed_window and sliding_counter); traces with others are
 	// skipped.
-	Algorithms []core.Algorithm
+	Algorithms []algo.Algorithm
 	// Seeds is how many random traces to replay; 0 means 7 (the last,
 	// ReloadSeed, switches between the limits of one policy name).
 	Seeds int
@@ -521,31 +522,31 @@ func mismatch(d *core.Decision, w Want) string {
 // stacked and in shadow mode.
 func RandomPolicies() []*core.Policy {
 	o := core.PolicyOptions{}
-	tb := lim(20, time.Second, core.TokenBucket)
+	tb := lim(20, time.Second, algo.TokenBucket)
 	tb.Burst = 7
-	g := lim(7, 700*time.Millisecond, core.GCRA)
+	g := lim(7, 700*time.Millisecond, algo.GCRA)
 	g.Burst = 3
-	lb := lim(9, time.Second, core.LeakyBucket)
+	lb := lim(9, time.Second, algo.LeakyBucket)
 	lb.MaxDelay = ms(400)
 	return []*core.Policy{
-		core.MustPolicy("r-fw", o, lim(5, ms(300), core.FixedWindow)),
-		core.MustPolicy("r-sl", o, lim(6, ms(500), core.SlidingLog)),
-		core.MustPolicy("r-sc", o, lim(13, ms(700), core.SlidingCounter)),
+		core.MustPolicy("r-fw", o, lim(5, ms(300), algo.FixedWindow)),
+		core.MustPolicy("r-sl", o, lim(6, ms(500), algo.SlidingLog)),
+		core.MustPolicy("r-sc", o, lim(13, ms(700), algo.SlidingCounter)),
 		core.MustPolicy("r-tb", o, tb),
 		core.MustPolicy("r-gcra", o, g),
 		core.MustPolicy("r-lb", o, lb),
-		core.MustPolicy("r-stack", o, lim(4, ms(200), core.SlidingLog), lim(9, time.Second, core.SlidingCounter), tb, lim(30, 3*time.Second, core.FixedWindow)),
-		core.MustPolicy("r-counters", o, lim(3, ms(100), core.FixedWindow), lim(8, ms(900), core.SlidingCounter)),
+		core.MustPolicy("r-stack", o, lim(4, ms(200), algo.SlidingLog), lim(9, time.Second, algo.SlidingCounter), tb, lim(30, 3*time.Second, algo.FixedWindow)),
+		core.MustPolicy("r-counters", o, lim(3, ms(100), algo.FixedWindow), lim(8, ms(900), algo.SlidingCounter)),
 		// A sliding log after a limit without a sorted set (the Redis store
 		// sends only the sets a script reads).
-		core.MustPolicy("r-log-second", o, lim(7, ms(400), core.FixedWindow), lim(4, ms(300), core.SlidingLog)),
-		core.MustPolicy("r-shadow", core.PolicyOptions{Shadow: true}, lim(3, ms(250), core.SlidingCounter), lim(5, time.Second, core.FixedWindow)),
-		core.MustPolicy("r-shadow-log", core.PolicyOptions{Shadow: true}, lim(2, ms(300), core.SlidingLog)),
+		core.MustPolicy("r-log-second", o, lim(7, ms(400), algo.FixedWindow), lim(4, ms(300), algo.SlidingLog)),
+		core.MustPolicy("r-shadow", core.PolicyOptions{Shadow: true}, lim(3, ms(250), algo.SlidingCounter), lim(5, time.Second, algo.FixedWindow)),
+		core.MustPolicy("r-shadow-log", core.PolicyOptions{Shadow: true}, lim(2, ms(300), algo.SlidingLog)),
 		// Seeds divisible by 3 start 2 s before a month ends (see RandomTrace).
-		core.MustPolicy("r-calendar", o, lim(25, core.CalendarMonth, core.FixedWindow), lim(3, ms(250), core.FixedWindow)),
+		core.MustPolicy("r-calendar", o, lim(25, algo.CalendarMonth, algo.FixedWindow), lim(3, ms(250), algo.FixedWindow)),
 		// Leases ended or renewed now and then (see RandomTrace).
-		core.MustPolicy("r-inflight", o, lim(8, ms(300), core.InFlight)),
-		core.MustPolicy("r-inflight-stack", o, lim(2, ms(500), core.InFlight), lim(6, time.Second, core.SlidingCounter)),
+		core.MustPolicy("r-inflight", o, lim(8, ms(300), algo.InFlight)),
+		core.MustPolicy("r-inflight-stack", o, lim(2, ms(500), algo.InFlight), lim(6, time.Second, algo.SlidingCounter)),
 	}
 }
 
@@ -560,9 +561,9 @@ const ReloadSeed = 7
 func ReloadPolicies() []*core.Policy {
 	o := core.PolicyOptions{}
 	return []*core.Policy{
-		core.MustPolicy("r-reload", o, lim(3, ms(100), core.FixedWindow), lim(8, ms(900), core.SlidingCounter)),
-		core.MustPolicy("r-reload", o, lim(8, ms(900), core.SlidingCounter)),
-		core.MustPolicy("r-reload", o, lim(3, ms(100), core.FixedWindow), lim(11, ms(500), core.SlidingCounter)),
+		core.MustPolicy("r-reload", o, lim(3, ms(100), algo.FixedWindow), lim(8, ms(900), algo.SlidingCounter)),
+		core.MustPolicy("r-reload", o, lim(8, ms(900), algo.SlidingCounter)),
+		core.MustPolicy("r-reload", o, lim(3, ms(100), algo.FixedWindow), lim(11, ms(500), algo.SlidingCounter)),
 	}
 }
 

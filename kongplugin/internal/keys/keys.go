@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/admin"
+	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/store"
 )
 
@@ -118,7 +119,7 @@ func direct(ctx context.Context, file, method, path string, q url.Values, open f
 		return nil, err
 	}
 	// One call, no requests: no sketch of the keys denied most.
-	gate, err := core.NewGate(core.GateConfig{Rules: []core.Rule{{Limiter: core.NewLimiter(t.Policy, h.Store)}}, TopDenied: -1})
+	gate, err := gate.New(gate.Config{Rules: []gate.Rule{{Limiter: core.NewLimiter(t.Policy, h.Store)}}, TopDenied: -1})
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package core
+package algo
 
 import (
 	"math"
@@ -57,7 +57,7 @@ type Result struct {
 // Policy validates its limits).
 func Step(l *Limit, s State, now, cost int64) (State, Result) {
 	var r Result
-	s = step(l, s, now, cost, &r)
+	s = StepInto(l, s, now, cost, &r)
 	return s, r
 }
 
@@ -66,7 +66,7 @@ func Step(l *Limit, s State, now, cost int64) (State, Result) {
 // through two stack frames per decision, a quarter of a one-key decision's
 // time in the memory store; so each algorithm's step function writes its
 // verdict where its caller keeps it.
-func step(l *Limit, s State, now, cost int64, r *Result) State {
+func StepInto(l *Limit, s State, now, cost int64, r *Result) State {
 	switch l.Algorithm {
 	case FixedWindow:
 		return stepFixedWindow(l, s, now, cost, r)
@@ -87,7 +87,7 @@ func step(l *Limit, s State, now, cost int64, r *Result) State {
 	return s
 }
 
-func us(d int64) time.Duration { return time.Duration(d) * time.Microsecond }
+func FromMicros(d int64) time.Duration { return time.Duration(d) * time.Microsecond }
 
 // ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
@@ -124,7 +124,7 @@ func stepFixedWindow(l *Limit, s State, now, cost int64, r *Result) State {
 	if s.A != start {
 		s.A, s.B = start, 0
 	}
-	reset := us(end - now)
+	reset := FromMicros(end - now)
 	*r = Result{Limit: n, Reset: reset}
 	if s.B+cost <= n {
 		s.B += cost
@@ -136,7 +136,7 @@ func stepFixedWindow(l *Limit, s State, now, cost int64, r *Result) State {
 	r.Remaining = max(0, n-s.B)
 	r.RetryAfter = reset
 	if cost > n {
-		r.RetryAfter = us(w)
+		r.RetryAfter = FromMicros(w)
 	}
 	return s
 }
@@ -175,24 +175,24 @@ func stepSlidingLog(l *Limit, s State, now, cost int64, r *Result) State {
 		r.Allowed = true
 		r.Remaining = n - s.B
 		if s.B > 0 {
-			r.Reset = us(s.Log.Times[(s.A+s.B-1)%c] + w - now)
+			r.Reset = FromMicros(s.Log.Times[(s.A+s.B-1)%c] + w - now)
 		}
 		return s
 	}
 	r.Remaining = n - s.B
 	if s.B == 0 {
 		// Nothing live, so only a cost above n is refused.
-		r.RetryAfter = us(w)
+		r.RetryAfter = FromMicros(w)
 		return s
 	}
 	c := int64(len(s.Log.Times))
-	r.Reset = us(s.Log.Times[(s.A+s.B-1)%c] + w - now)
+	r.Reset = FromMicros(s.Log.Times[(s.A+s.B-1)%c] + w - now)
 	if cost <= n {
 		// The request fits once the oldest s.B+cost-n entries have left.
 		oldest := s.Log.Times[(s.A+s.B+cost-n-1)%c]
-		r.RetryAfter = us(oldest + w - now)
+		r.RetryAfter = FromMicros(oldest + w - now)
 	} else {
-		r.RetryAfter = us(w)
+		r.RetryAfter = FromMicros(w)
 	}
 	return s
 }
@@ -314,13 +314,13 @@ func stepSlidingCounter(l *Limit, s State, now, cost int64, r *Result) State {
 		r.Remaining = int64(math.Floor(float64(n) - (est + float64(cost))))
 	} else {
 		r.Remaining = max(0, int64(math.Floor(float64(n)-est)))
-		r.RetryAfter = us(slidingCounterWait(s, w, n, el, cost))
+		r.RetryAfter = FromMicros(slidingCounterWait(s, w, n, el, cost))
 	}
 	switch {
 	case s.B > 0:
-		r.Reset = us(start + 2*w - now)
+		r.Reset = FromMicros(start + 2*w - now)
 	case s.C > 0:
-		r.Reset = us(start + w - now)
+		r.Reset = FromMicros(start + w - now)
 	}
 	return s
 }
@@ -375,15 +375,15 @@ func stepTokenBucket(l *Limit, s State, now, cost int64, r *Result) State {
 		s.A += need
 		r.Allowed = true
 		r.Remaining = (capacity - s.A) / w
-		r.Reset = us(ceilDiv(s.A, n))
+		r.Reset = FromMicros(ceilDiv(s.A, n))
 		return s
 	}
 	r.Remaining = (capacity - s.A) / w
-	r.Reset = us(ceilDiv(s.A, n))
+	r.Reset = FromMicros(ceilDiv(s.A, n))
 	if cost <= b {
-		r.RetryAfter = us(ceilDiv(s.A+need-capacity, n))
+		r.RetryAfter = FromMicros(ceilDiv(s.A+need-capacity, n))
 	} else {
-		r.RetryAfter = us(w)
+		r.RetryAfter = FromMicros(w)
 	}
 	return s
 }
@@ -420,15 +420,15 @@ func stepGCRA(l *Limit, s State, now, cost int64, r *Result) State {
 		if ahead <= tolerance {
 			r.Allowed = true
 			r.Remaining = (tolerance - ahead) / w
-			r.Reset = us(ceilDiv(ahead, n))
+			r.Reset = FromMicros(ceilDiv(ahead, n))
 			return State{A: tatUS, B: tatFrac}
 		}
-		r.RetryAfter = us(ceilDiv(ahead-tolerance, n))
+		r.RetryAfter = FromMicros(ceilDiv(ahead-tolerance, n))
 	}
 	r.Remaining = (tolerance - prev) / w
-	r.Reset = us(ceilDiv(prev, n))
+	r.Reset = FromMicros(ceilDiv(prev, n))
 	if cost > b {
-		r.RetryAfter = us(w)
+		r.RetryAfter = FromMicros(w)
 	}
 	return s
 }
@@ -449,18 +449,18 @@ func stepLeakyBucket(l *Limit, s State, now, cost int64, r *Result) State {
 		next := (tatUS-now)*n + tatFrac
 		if wait <= maxWait && next <= queue {
 			r.Allowed = true
-			r.Delay = us(ceilDiv(wait, n))
+			r.Delay = FromMicros(ceilDiv(wait, n))
 			r.Remaining = shaperRoom(next, maxWait, queue, w)
-			r.Reset = us(ceilDiv(next, n))
+			r.Reset = FromMicros(ceilDiv(next, n))
 			return State{A: tatUS, B: tatFrac}
 		}
 		// Both distances shrink by n per µs: wait for the larger excess.
-		r.RetryAfter = us(ceilDiv(max(wait-maxWait, next-queue), n))
+		r.RetryAfter = FromMicros(ceilDiv(max(wait-maxWait, next-queue), n))
 	} else {
-		r.RetryAfter = us(w)
+		r.RetryAfter = FromMicros(w)
 	}
 	r.Remaining = shaperRoom(wait, maxWait, queue, w)
-	r.Reset = us(ceilDiv(wait, n))
+	r.Reset = FromMicros(ceilDiv(wait, n))
 	return s
 }
 

@@ -1,6 +1,10 @@
-package core
+package algo
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/tollgate/tollgate/core/internal/enum"
+)
 
 // Algorithm selects how a Limit counts requests.
 type Algorithm uint8
@@ -51,11 +55,11 @@ var algorithmNames = []string{
 var Algorithms = []Algorithm{FixedWindow, SlidingLog, SlidingCounter, TokenBucket, GCRA, LeakyBucket, InFlight}
 
 // String returns the configuration name of a, such as "sliding_log".
-func (a Algorithm) String() string { return enumName(algorithmNames, a, "Algorithm") }
+func (a Algorithm) String() string { return enum.Name(algorithmNames, a, "Algorithm") }
 
 // ParseAlgorithm returns the algorithm named s (as Algorithm.String prints it).
 func ParseAlgorithm(s string) (Algorithm, error) {
-	if a, ok := parseEnum[Algorithm](algorithmNames, s); ok {
+	if a, ok := enum.Parse[Algorithm](algorithmNames, s); ok {
 		return a, nil
 	}
 	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_log, sliding_counter, token_bucket, gcra, leaky_bucket or in_flight)", s)

@@ -1,4 +1,4 @@
-package core
+package algo
 
 import _ "embed" // the Lua twins of the Go rules, run by the Redis store
 

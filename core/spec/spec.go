@@ -1,23 +1,21 @@
-package core
+package spec
 
 import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/adaptive"
+	"github.com/tollgate/tollgate/core/algo"
 )
 
-// Specs are configuration as gateways write it (JSON, or option lines of
-// words), declared once here: each knows its fields, reads its
-// options and validates itself, with errors that name the field and the
-// value. An adapter embeds them in its own config and adds where the error
-// was written (a config file's line, a JSON path).
-
-// LimitSpec is one limit as configured: Count units per Window.
-type LimitSpec struct {
+// Limit is one limit as configured: Count units per Window.
+type Limit struct {
 	// Count is the units allowed per Window.
 	Count int64 `json:"count"`
 	// Window is the window length.
-	Window Duration `json:"window"`
+	Window algo.Duration `json:"window"`
 	// Algorithm is fixed_window, sliding_log, sliding_counter (default),
 	// token_bucket, gcra or leaky_bucket.
 	Algorithm string `json:"algorithm,omitempty"`
@@ -26,16 +24,16 @@ type LimitSpec struct {
 	// what MaxDelay holds).
 	Burst int64 `json:"burst,omitempty"`
 	// MaxDelay is leaky_bucket's longest shaping delay.
-	MaxDelay Duration `json:"max_delay,omitempty"`
+	MaxDelay algo.Duration `json:"max_delay,omitempty"`
 	// Name labels the limit in headers; default "<count>/<window>".
 	Name string `json:"name,omitempty"`
 }
 
 // Limit validates s into a Limit; errors name the field and value.
-func (s *LimitSpec) Limit() (Limit, error) {
-	l := Limit{Name: s.Name, Count: s.Count, Window: time.Duration(s.Window), Burst: s.Burst, MaxDelay: time.Duration(s.MaxDelay)}
+func (s *Limit) Limit() (algo.Limit, error) {
+	l := algo.Limit{Name: s.Name, Count: s.Count, Window: time.Duration(s.Window), Burst: s.Burst, MaxDelay: time.Duration(s.MaxDelay)}
 	if s.Algorithm != "" {
-		a, err := ParseAlgorithm(s.Algorithm)
+		a, err := algo.ParseAlgorithm(s.Algorithm)
 		if err != nil {
 			return l, fmt.Errorf("algorithm: %w", err)
 		}
@@ -44,9 +42,9 @@ func (s *LimitSpec) Limit() (Limit, error) {
 	return l, l.Validate()
 }
 
-// AdaptiveSpec tunes adaptive limiting; zero fields take the defaults of
+// Adaptive tunes adaptive limiting; zero fields take the defaults of
 // AdaptiveOptions.
-type AdaptiveSpec struct {
+type Adaptive struct {
 	// Controller is the rule: "gradient" (default) or "aimd".
 	Controller string `json:"controller,omitempty"`
 	// Min is the lowest fraction of the configured counts; default 0.1.
@@ -56,14 +54,14 @@ type AdaptiveSpec struct {
 	ErrorRate float64 `json:"error_rate,omitempty"`
 	// Latency is a fixed target for the Quantile of upstream latency; 0
 	// sets none.
-	Latency Duration `json:"latency,omitempty"`
+	Latency algo.Duration `json:"latency,omitempty"`
 	// Tolerance is how far above the unloaded latency gradient lets the
 	// Quantile rise; default 1.5.
 	Tolerance float64 `json:"tolerance,omitempty"`
 	// Quantile is the latency quantile; default 0.9.
 	Quantile float64 `json:"quantile,omitempty"`
 	// Interval is how often signals are judged; default 500ms (aimd: 1s).
-	Interval Duration `json:"interval,omitempty"`
+	Interval algo.Duration `json:"interval,omitempty"`
 	// Decrease multiplies the limits when the upstream struggles (gradient:
 	// after cutting them to what the upstream served); default 0.95 (aimd:
 	// 0.7).
@@ -77,16 +75,16 @@ type AdaptiveSpec struct {
 }
 
 // Options returns s as controller options (not yet validated).
-func (s *AdaptiveSpec) Options() AdaptiveOptions {
-	return AdaptiveOptions{
+func (s *Adaptive) Options() adaptive.Options {
+	return adaptive.Options{
 		Controller: s.Controller, Tolerance: s.Tolerance, MinFactor: s.Min, ErrorRate: s.ErrorRate, LatencyTarget: time.Duration(s.Latency), Quantile: s.Quantile,
 		Interval: time.Duration(s.Interval), Decrease: s.Decrease, Increase: s.Increase, MinSamples: s.MinSamples,
 	}
 }
 
-// PolicySpec is one named policy as configured: how requests are keyed and
+// Policy is one named policy as configured: how requests are keyed and
 // its stacked limits.
-type PolicySpec struct {
+type Policy struct {
 	// Name names the policy in headers, metrics and placeholders. Policies
 	// with the same name and limits share counters across handlers and
 	// survive config reloads.
@@ -98,7 +96,7 @@ type PolicySpec struct {
 	// default: the policy does not apply) or "shared" (one bucket for all).
 	EmptyKey string `json:"empty_key,omitempty"`
 	// Limits are stacked: a request passes only if all allow it.
-	Limits []LimitSpec `json:"limits"`
+	Limits []Limit `json:"limits"`
 	// Cost is the units each request takes; default 1.
 	Cost int64 `json:"cost,omitempty"`
 	// Shadow decides and reports (headers, metrics, logs) but never denies.
@@ -106,33 +104,33 @@ type PolicySpec struct {
 	// Adaptive, if set, scales the policy's limits with the upstream's
 	// health: down when its errors or latency pass their targets, back up
 	// while it is healthy.
-	Adaptive *AdaptiveSpec `json:"adaptive,omitempty"`
+	Adaptive *Adaptive `json:"adaptive,omitempty"`
 	// Plans, instead of Limits, choose the limits per request: Plan is the
 	// request's value naming its plan (a template the adapter fills, as
 	// Key), DefaultPlan the plan of a request whose value names none. Every
 	// limited plan has limits of the same windows and algorithms (their
 	// counts and bursts differ), so a key keeps its usage when its plan
 	// changes.
-	Plan        string     `json:"plan,omitempty"`
-	Plans       []PlanSpec `json:"plans,omitempty"`
-	DefaultPlan string     `json:"default_plan,omitempty"`
+	Plan        string `json:"plan,omitempty"`
+	Plans       []Plan `json:"plans,omitempty"`
+	DefaultPlan string `json:"default_plan,omitempty"`
 	// ClearKeys shows the policy's keys in clear to operators (the heaviest
 	// denied keys); by default they are hashed (core.KeyHash).
 	ClearKeys bool `json:"clear_keys,omitempty"`
 }
 
-// PlanSpec is one plan of a policy: its stacked limits, or unlimited.
-type PlanSpec struct {
+// Plan is one plan of a policy: its stacked limits, or unlimited.
+type Plan struct {
 	// Name is the value that selects the plan (a label in headers and
 	// metrics, so the plans bound their cardinality).
-	Name   string      `json:"name"`
-	Limits []LimitSpec `json:"limits,omitempty"`
+	Name   string  `json:"name"`
+	Limits []Limit `json:"limits,omitempty"`
 	// Unlimited lets the plan's requests through, uncounted.
 	Unlimited bool `json:"unlimited,omitempty"`
 }
 
 // Check validates s without building it; errors name the field and value.
-func (s *PolicySpec) Check() ([]Limit, error) {
+func (s *Policy) Check() ([]algo.Limit, error) {
 	if strings.TrimSpace(s.Name) == "" {
 		return nil, fmt.Errorf("policy name: must not be empty")
 	}
@@ -145,8 +143,8 @@ func (s *PolicySpec) Check() ([]Limit, error) {
 		return nil, fmt.Errorf("policy %q: plan and default_plan need plans", s.Name)
 	case len(s.Limits) == 0:
 		return nil, fmt.Errorf("policy %q: needs at least one limit", s.Name)
-	case len(s.Limits) > MaxLimits:
-		return nil, fmt.Errorf("policy %q: %d limits, at most %d may be stacked", s.Name, len(s.Limits), MaxLimits)
+	case len(s.Limits) > core.MaxLimits:
+		return nil, fmt.Errorf("policy %q: %d limits, at most %d may be stacked", s.Name, len(s.Limits), core.MaxLimits)
 	}
 	if err := CheckCost(s.Cost); err != nil {
 		return nil, fmt.Errorf("policy %q cost: %w", s.Name, err)
@@ -154,7 +152,7 @@ func (s *PolicySpec) Check() ([]Limit, error) {
 	if _, err := ParseEmptyKey(s.EmptyKey); err != nil {
 		return nil, fmt.Errorf("policy %q empty_key: %w", s.Name, err)
 	}
-	limits := make([]Limit, len(s.Limits))
+	limits := make([]algo.Limit, len(s.Limits))
 	for i := range s.Limits {
 		l, err := s.Limits[i].Limit()
 		if err != nil {
@@ -186,9 +184,9 @@ func (s *PolicySpec) Check() ([]Limit, error) {
 // 0.54 of it, with up to 63% failing). GCRA, the token bucket, the leaky
 // bucket and in-flight limits admit a steady rate or a concurrency, which
 // a factor scales.
-func checkAdaptable(l *Limit) error {
+func checkAdaptable(l *algo.Limit) error {
 	switch l.Algorithm {
-	case FixedWindow, SlidingLog, SlidingCounter:
+	case algo.FixedWindow, algo.SlidingLog, algo.SlidingCounter:
 		return fmt.Errorf("adaptive limits need gcra, token_bucket, leaky_bucket or in_flight: %s admits a window's count at once, which no factor turns into the steady rate an upstream serves", l.Algorithm)
 	}
 	return nil
@@ -198,13 +196,13 @@ func checkAdaptable(l *Limit) error {
 // (same algorithm, window, burst and max delay): only the smaller count
 // can ever decide, so the other is a mistake (a line written twice, or a
 // changed count whose old line stayed).
-func checkDuplicateLimits(policy string, limits []Limit) error {
+func checkDuplicateLimits(policy string, limits []algo.Limit) error {
 	for j := range limits {
 		for i := 0; i < j; i++ {
 			a, b := &limits[i], &limits[j]
 			if a.Algorithm == b.Algorithm && a.Window == b.Window && a.Burst == b.Burst && a.MaxDelay == b.MaxDelay {
 				return fmt.Errorf("policy %q limits %d (%d/%s) and %d (%d/%s): the same algorithm over the same window, so only the smaller count ever decides; keep one",
-					policy, i+1, a.Count, FormatWindow(a.Window), j+1, b.Count, FormatWindow(b.Window))
+					policy, i+1, a.Count, algo.FormatWindow(a.Window), j+1, b.Count, algo.FormatWindow(b.Window))
 			}
 		}
 	}
@@ -213,7 +211,7 @@ func checkDuplicateLimits(policy string, limits []Limit) error {
 
 // checkPlans validates a policy with plans (Check returns no limits for
 // it: each plan has its own).
-func (s *PolicySpec) checkPlans() error {
+func (s *Policy) checkPlans() error {
 	plain := *s
 	plain.Plans, plain.Plan, plain.DefaultPlan = nil, "", ""
 	seen := map[string]bool{}
@@ -238,7 +236,7 @@ func (s *PolicySpec) checkPlans() error {
 		if err != nil {
 			return fmt.Errorf("plan %q: %w", plan.Name, err)
 		}
-		scope, _ := PolicyScope(s.Name, limits...)
+		scope, _ := core.PolicyScope(s.Name, limits...)
 		if first == "" {
 			first, firstScope = plan.Name, scope
 		} else if scope != firstScope {
@@ -262,7 +260,7 @@ func (s *PolicySpec) checkPlans() error {
 // builds the same policy under the same owner (a gateway's name for the
 // process), so a reload keeps its factor; release gives it
 // back when the config is unloaded (a no-op without adaptive).
-func (s *PolicySpec) Build(owner string) (p *Policy, emptyKey EmptyKey, release func(), err error) {
+func (s *Policy) Build(owner string) (p *core.Policy, emptyKey EmptyKey, release func(), err error) {
 	release = func() {}
 	limits, err := s.Check()
 	if err != nil {
@@ -279,9 +277,9 @@ func (s *PolicySpec) Build(owner string) (p *Policy, emptyKey EmptyKey, release 
 
 // buildPlans builds a variant of the policy per limited plan, sharing one
 // adaptive controller (they count the same windows), and joins them.
-func (s *PolicySpec) buildPlans(owner string) (*Policy, func(), error) {
+func (s *Policy) buildPlans(owner string) (*core.Policy, func(), error) {
 	names := make([]string, len(s.Plans))
-	variants := make([]*Policy, len(s.Plans))
+	variants := make([]*core.Policy, len(s.Plans))
 	var releases []func()
 	releaseAll := func() {
 		for _, r := range releases {
@@ -293,7 +291,7 @@ func (s *PolicySpec) buildPlans(owner string) (*Policy, func(), error) {
 		if plan.Unlimited {
 			continue
 		}
-		limits := make([]Limit, len(plan.Limits))
+		limits := make([]algo.Limit, len(plan.Limits))
 		for j := range plan.Limits {
 			limits[j], _ = plan.Limits[j].Limit() // checked by Check
 		}
@@ -304,7 +302,7 @@ func (s *PolicySpec) buildPlans(owner string) (*Policy, func(), error) {
 		}
 		variants[i], releases = v, append(releases, release)
 	}
-	p, err := NewPlans(names, variants, s.DefaultPlan)
+	p, err := core.NewPlans(names, variants, s.DefaultPlan)
 	if err != nil {
 		releaseAll()
 		return nil, func() {}, fmt.Errorf("policy %q %w", s.Name, err)
@@ -313,19 +311,19 @@ func (s *PolicySpec) buildPlans(owner string) (*Policy, func(), error) {
 }
 
 // build makes one policy (or one plan's variant) of s with limits.
-func (s *PolicySpec) build(owner string, limits []Limit, plan string) (*Policy, func(), error) {
+func (s *Policy) build(owner string, limits []algo.Limit, plan string) (*core.Policy, func(), error) {
 	release := func() {}
-	opts := PolicyOptions{Shadow: s.Shadow, Plan: plan, ClearKeys: s.ClearKeys}
+	opts := core.PolicyOptions{Shadow: s.Shadow, Plan: plan, ClearKeys: s.ClearKeys}
 	if s.Adaptive != nil {
-		scope, err := PolicyScope(s.Name, limits...)
+		scope, err := core.PolicyScope(s.Name, limits...)
 		if err != nil {
 			return nil, release, err
 		}
-		if opts.Adaptive, release, err = AcquireAdaptive(owner+"|"+scope, s.Adaptive.Options()); err != nil {
+		if opts.Adaptive, release, err = adaptive.Acquire(owner+"|"+scope, s.Adaptive.Options()); err != nil {
 			return nil, func() {}, fmt.Errorf("policy %q %w", s.Name, err)
 		}
 	}
-	p, err := NewPolicy(s.Name, opts, limits...)
+	p, err := core.NewPolicy(s.Name, opts, limits...)
 	if err != nil {
 		release()
 		return nil, func() {}, err
@@ -335,7 +333,7 @@ func (s *PolicySpec) build(owner string, limits []Limit, plan string) (*Policy, 
 
 // RequestCost returns the units one request takes under s: Cost, or 1 when
 // unset.
-func (s *PolicySpec) RequestCost() int64 {
+func (s *Policy) RequestCost() int64 {
 	if s.Cost == 0 {
 		return 1
 	}

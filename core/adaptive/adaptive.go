@@ -1,4 +1,4 @@
-package core
+package adaptive
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/tollgate/tollgate/core/internal/refcount"
 )
 
-// The adaptive rules an AdaptiveOptions.Controller names.
+// The adaptive rules an Options.Controller names.
 const (
 	// ControllerGradient is Gradient, the default: errors, latency, work
 	// in flight and the share served.
@@ -21,10 +21,10 @@ const (
 	ControllerAIMD = "aimd"
 )
 
-// AdaptiveOptions tunes an Adaptive controller. Zero fields take the
+// Options tunes a Controller. Zero fields take the
 // defaults, which work without tuning for most upstreams; Interval,
 // Decrease and Increase default by Controller.
-type AdaptiveOptions struct {
+type Options struct {
 	// Controller is the rule: ControllerGradient (default) or
 	// ControllerAIMD.
 	Controller string
@@ -64,13 +64,13 @@ type AdaptiveOptions struct {
 }
 
 // Validate reports whether o is usable, with an error naming the field.
-func (o AdaptiveOptions) Validate() error {
+func (o Options) Validate() error {
 	_, err := o.withDefaults()
 	return err
 }
 
 // withDefaults validates o and fills in defaults; errors name the field.
-func (o AdaptiveOptions) withDefaults() (AdaptiveOptions, error) {
+func (o Options) withDefaults() (Options, error) {
 	def := func(v *float64, d float64) {
 		if *v == 0 {
 			*v = d
@@ -135,7 +135,7 @@ func (o AdaptiveOptions) withDefaults() (AdaptiveOptions, error) {
 // state on the shared store's clock and returns the factor all nodes now
 // use.
 type FactorSync interface {
-	SyncFactor(ctx context.Context, sig Signals, congested bool, o AdaptiveOptions) (float64, error)
+	SyncFactor(ctx context.Context, sig Signals, congested bool, o Options) (float64, error)
 }
 
 // latencyBuckets are the upper bounds of the latency histogram, in µs: 5%
@@ -148,13 +148,13 @@ var latencyBuckets = func() []int64 {
 	return b
 }()
 
-// Adaptive controls a policy's limits by the upstream's health: Start and
+// Controller controls a policy's limits by the upstream's health: Start and
 // Observe feed it the requests let through and the upstream's answers;
 // every Interval its rule (Gradient or AIMD) moves the factor between
 // MinFactor and 1. Policies built with it scale their counts by the factor
-// (see PolicyOptions.Adaptive).
-type Adaptive struct {
-	opts AdaptiveOptions
+// (see core.PolicyOptions.Adaptive).
+type Controller struct {
+	opts Options
 
 	started, denied, total, errs atomic.Int64
 	latency                      []atomic.Int64 // counts per latencyBuckets entry
@@ -174,34 +174,34 @@ type Adaptive struct {
 	lastQuantile atomic.Int64
 }
 
-// NewAdaptive validates opts and starts the controller at factor 1; Close
+// New validates opts and starts the controller at factor 1; Close
 // stops it.
-func NewAdaptive(opts AdaptiveOptions) (*Adaptive, error) {
-	a, err := NewAdaptiveJudged(opts)
+func New(opts Options) (*Controller, error) {
+	a, err := NewJudged(opts)
 	if err == nil {
 		go a.loop()
 	}
 	return a, err
 }
 
-// NewAdaptiveJudged is NewAdaptive for a caller that ends each interval
+// NewJudged is New for a caller that ends each interval
 // itself with Judge, as a simulation on its own clock does: no timer runs.
-func NewAdaptiveJudged(opts AdaptiveOptions) (*Adaptive, error) {
+func NewJudged(opts Options) (*Controller, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	a := &Adaptive{opts: o, latency: make([]atomic.Int64, len(latencyBuckets)+1), stop: make(chan struct{})}
+	a := &Controller{opts: o, latency: make([]atomic.Int64, len(latencyBuckets)+1), stop: make(chan struct{})}
 	a.factorBits.Store(math.Float64bits(1))
 	return a, nil
 }
 
 // Options returns the controller's options, defaults filled in.
-func (a *Adaptive) Options() AdaptiveOptions { return a.opts }
+func (a *Controller) Options() Options { return a.opts }
 
 // SetSync shares the factor through s (the Redis store's FactorSync); nil
 // keeps it on this node.
-func (a *Adaptive) SetSync(s FactorSync) {
+func (a *Controller) SetSync(s FactorSync) {
 	a.mu.Lock()
 	a.sync = s
 	a.mu.Unlock()
@@ -209,16 +209,16 @@ func (a *Adaptive) SetSync(s FactorSync) {
 
 // Start records one request let through to the upstream; Observe records
 // its answer. Their difference is the work in flight.
-func (a *Adaptive) Start() { a.started.Add(1) }
+func (a *Controller) Start() { a.started.Add(1) }
 
 // Deny records one request the policy refused.
-func (a *Adaptive) Deny() { a.denied.Add(1) }
+func (a *Controller) Deny() { a.denied.Add(1) }
 
 // Observe records one upstream result: its status (0 for a timeout or no
 // response) and how long the upstream took. Only successful answers'
 // latency is watched: a failure counts as one, however fast or slow it
 // came.
-func (a *Adaptive) Observe(status int, latency time.Duration) {
+func (a *Controller) Observe(status int, latency time.Duration) {
 	a.total.Add(1)
 	if status == 0 || status >= 500 || status == 429 {
 		a.errs.Add(1)
@@ -240,11 +240,11 @@ func (a *Adaptive) Observe(status int, latency time.Duration) {
 
 // Factor returns the current fraction of the configured counts, in
 // [MinFactor, 1].
-func (a *Adaptive) Factor() float64 { return math.Float64frombits(a.factorBits.Load()) }
+func (a *Controller) Factor() float64 { return math.Float64frombits(a.factorBits.Load()) }
 
 // LastQuantile returns the latency quantile measured in the last judged
 // interval (0 without samples).
-func (a *Adaptive) LastQuantile() time.Duration {
+func (a *Controller) LastQuantile() time.Duration {
 	return time.Duration(a.lastQuantile.Load()) * time.Microsecond
 }
 
@@ -255,7 +255,7 @@ func (a *Adaptive) LastQuantile() time.Duration {
 // judges once an interval has passed since the last judgement, at 7/8 of
 // it): every node uses the new factor within moments, and no node's
 // signals wait a whole interval. Nodes' clocks may differ by Interval/8.
-func (a *Adaptive) loop() {
+func (a *Controller) loop() {
 	half := a.opts.Interval / 2
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -280,7 +280,7 @@ func (a *Adaptive) loop() {
 // interval has passed since the last judgement); it sends no signals of
 // its own. AIMD's shared state takes verdicts only, so it has nothing to
 // read between them.
-func (a *Adaptive) readShared() {
+func (a *Controller) readShared() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.sync == nil || a.opts.Controller == ControllerAIMD {
@@ -295,7 +295,7 @@ func (a *Adaptive) readShared() {
 // it answers within half an interval, makes its factor the local rule's
 // too, so the local rule goes on from the fleet's factor if Redis fails.
 // The caller holds a.mu and has a.sync set.
-func (a *Adaptive) syncShared(sig Signals, congested bool) (float64, bool) {
+func (a *Controller) syncShared(sig Signals, congested bool) (float64, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.opts.Interval/2)
 	defer cancel()
 	shared, err := a.sync.SyncFactor(ctx, sig, congested, a.opts)
@@ -309,7 +309,7 @@ func (a *Adaptive) syncShared(sig Signals, congested bool) (float64, bool) {
 // Judge ends the current interval: it reads and resets the signals and
 // moves the factor by the controller's rule. The controller calls it every
 // Interval; tests call it directly.
-func (a *Adaptive) Judge() {
+func (a *Controller) Judge() {
 	total, errs := a.total.Swap(0), a.errs.Swap(0)
 	counts := make([]int64, len(a.latency))
 	for i := range a.latency {
@@ -365,27 +365,27 @@ func quantile(counts []int64, total int64, q float64) int64 {
 }
 
 // Close stops the controller.
-func (a *Adaptive) Close() error {
+func (a *Controller) Close() error {
 	a.stopped.Do(func() { close(a.stop) })
 	return nil
 }
 
 // adaptives are the controllers acquired by key, shared across reloads.
-var adaptives refcount.Pool[*Adaptive]
+var adaptives refcount.Pool[*Controller]
 
-// AcquireAdaptive returns the process's controller for key and opts,
+// Acquire returns the process's controller for key and opts,
 // starting it on first use, so a policy keeps its factor across config
 // reloads (key it by PolicyScope). Call release when the config that
 // acquired it is unloaded; the last release stops the controller.
-func AcquireAdaptive(key string, opts AdaptiveOptions) (a *Adaptive, release func(), err error) {
+func Acquire(key string, opts Options) (a *Controller, release func(), err error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, nil, err
 	}
 	key += fmt.Sprintf("|%+v", o)
-	if a, err = adaptives.Acquire(key, func() (*Adaptive, error) { return NewAdaptive(o) }); err != nil {
+	if a, err = adaptives.Acquire(key, func() (*Controller, error) { return New(o) }); err != nil {
 		return nil, nil, err
 	}
 	var once sync.Once
-	return a, func() { once.Do(func() { _ = adaptives.Release(key, (*Adaptive).Close) }) }, nil
+	return a, func() { once.Do(func() { _ = adaptives.Release(key, (*Controller).Close) }) }, nil
 }

@@ -1,6 +1,6 @@
 -- tollgate: give back the places a shaped request took in a policy's
 -- leaky_bucket limits when it leaves before its release, in one call. The
--- Lua twin of CancelShaped in core/step.go (Policy.ApplyCancel), on
+-- Lua twin of CancelShaped in core/algo/step.go (Policy.ApplyCancel), on
 -- step.lua's state hash, with the same integer arithmetic.
 --
 -- KEYS[1]  the policy's state hash, as step.lua keeps it (each state in

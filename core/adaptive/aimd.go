@@ -1,4 +1,4 @@
-package core
+package adaptive
 
 // AIMDState is an adaptive factor and when it last moved. Its zero value is
 // a factor never judged (AIMD treats Factor 0 as 1).
@@ -21,7 +21,7 @@ type AIMDState struct {
 // An interval counts as passed at 7/8 of its length, so a timer tick that
 // comes a little early does not skip a move. aimd.lua is its twin, run in
 // Redis on the server's TIME; TestAIMDLuaTwin replays both.
-func AIMD(s AIMDState, now int64, congested bool, o AdaptiveOptions) AIMDState {
+func AIMD(s AIMDState, now int64, congested bool, o Options) AIMDState {
 	if s.Factor == 0 {
 		s.Factor = 1
 	}

@@ -1,14 +1,14 @@
-package core
+package adaptive
 
 import (
 	"testing"
 	"time"
 )
 
-// gradientOptions are the defaults, filled in as an Adaptive has them.
-func gradientOptions(t *testing.T) AdaptiveOptions {
+// gradientOptions are the defaults, filled in as an Controller has them.
+func gradientOptions(t *testing.T) Options {
 	t.Helper()
-	o, err := AdaptiveOptions{}.withDefaults()
+	o, err := Options{}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -16,13 +16,13 @@ func gradientOptions(t *testing.T) AdaptiveOptions {
 }
 
 // judge runs Gradient for one whole interval of signals.
-func judge(s GradientState, o AdaptiveOptions, sig Signals) GradientState {
+func judge(s GradientState, o Options, sig Signals) GradientState {
 	return Gradient(s, s.Judged+o.Interval.Microseconds(), sig, o)
 }
 
 // hold runs the interval after a cut, whose signals (here failing ones)
 // neither cut nor grow the factor.
-func hold(t *testing.T, s GradientState, o AdaptiveOptions) GradientState {
+func hold(t *testing.T, s GradientState, o Options) GradientState {
 	t.Helper()
 	next := judge(s, o, Signals{Started: 100, Answered: 100, Failed: 90, Latency: 1_000_000})
 	if s.Cut != 1 || next.Factor != s.Factor || next.Cut != 0 {
@@ -183,7 +183,7 @@ func TestGradientJudgesOncePerInterval(t *testing.T) {
 // on average and at most 5% of what reaches it fails.
 func TestAdaptiveGradientSettlesAtCapacity(t *testing.T) {
 	const count, capacity, offered = 1000.0, 300.0, 900.0
-	a := newTestAdaptive(t, AdaptiveOptions{Controller: ControllerGradient})
+	a := newTestController(t, Options{Controller: ControllerGradient})
 	var served, failed float64
 	for i := 0; i < 120; i++ {
 		rate := min(offered, count*a.Factor())
@@ -242,4 +242,17 @@ func TestGradientLatencySlack(t *testing.T) {
 	if want := f * (bound / 1700) * 0.95; s.Factor != want {
 		t.Fatalf("1.7 ms over an unloaded 200 µs: factor %v, want %v", s.Factor, want)
 	}
+}
+
+// newTestController returns a controller whose ticker never fires: tests
+// end intervals with Judge.
+func newTestController(t *testing.T, o Options) *Controller {
+	t.Helper()
+	o.Interval = time.Hour
+	a, err := NewJudged(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
 }

@@ -1,10 +1,12 @@
-package core
+package gate
 
 import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/core"
 )
 
 // TestTopDeniedFindsHeavyHitters: 100,000 distinct keys denied once or
@@ -78,10 +80,10 @@ func TestTopDeniedFadesOut(t *testing.T) {
 
 func TestKeyHashIsStableAndShort(t *testing.T) {
 	// printf %s sk_live_abc | sha256sum | cut -c1-12
-	if got := KeyHash("sk_live_abc"); got != "b2817799acd7" {
+	if got := core.KeyHash("sk_live_abc"); got != "b2817799acd7" {
 		t.Fatalf("KeyHash: %q, want what sha256sum says", got)
 	}
-	if KeyHash("a") == KeyHash("b") || KeyHash("a") != KeyHash("a") {
+	if core.KeyHash("a") == core.KeyHash("b") || core.KeyHash("a") != core.KeyHash("a") {
 		t.Fatal("KeyHash is not a stable function of the key")
 	}
 }

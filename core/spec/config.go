@@ -1,8 +1,10 @@
-package core
+package spec
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/tollgate/tollgate/core/internal/enum"
 )
 
 // The checks of options every adapter offers, written once. Their messages
@@ -65,14 +67,14 @@ const (
 var emptyKeyNames = []string{EmptyKeySkip: "skip", EmptyKeyShared: "shared"}
 
 // String returns the configuration name of e.
-func (e EmptyKey) String() string { return enumName(emptyKeyNames, e, "EmptyKey") }
+func (e EmptyKey) String() string { return enum.Name(emptyKeyNames, e, "EmptyKey") }
 
 // ParseEmptyKey reads "skip" or "shared"; "" is skip.
 func ParseEmptyKey(s string) (EmptyKey, error) {
 	if s == "" {
 		return EmptyKeySkip, nil
 	}
-	if e, ok := parseEnum[EmptyKey](emptyKeyNames, s); ok {
+	if e, ok := enum.Parse[EmptyKey](emptyKeyNames, s); ok {
 		return e, nil
 	}
 	return 0, fmt.Errorf("unknown %q (want skip or shared)", s)

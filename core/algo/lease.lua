@@ -1,5 +1,5 @@
 -- tollgate: end or renew the leases one request holds in a policy's
--- in_flight limits, in one call. The Lua twin of EndLease in core/step.go
+-- in_flight limits, in one call. The Lua twin of EndLease in core/algo/step.go
 -- (Policy.ApplyLease), over step.lua's sorted sets: a lease is live while
 -- its score (the time it was taken or renewed) is after now - window.
 --

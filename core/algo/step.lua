@@ -1,6 +1,6 @@
 -- tollgate: decide one request for every stacked limit of a policy, all or
 -- nothing, in one call; or a pipeline's batch of such requests, in order, in
--- one call. Each algorithm mirrors its Go step function in core/step.go
+-- one call. Each algorithm mirrors its Go step function in core/algo/step.go
 -- operation for operation: every integer stays below 2^53, so Lua's doubles
 -- compute exactly what Go's int64s do, and the sliding counter's double
 -- expressions are evaluated in the same order.

@@ -1,14 +1,16 @@
-package core
+package gate
 
 import (
 	"cmp"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/tollgate/tollgate/core"
 )
 
 // DefaultTopDenied is how many keys a gate's rule tracks as its heaviest
-// denied (GateConfig.TopDenied).
+// denied (Config.TopDenied).
 const DefaultTopDenied = 10
 
 // TopDeniedPeriod is the period over which the heaviest denied keys are
@@ -49,7 +51,7 @@ type heavyEntry struct {
 const counterFactor = 100
 
 func newTopK(shown int) *topK {
-	return &topK{shown: shown, index: make(map[string]*heavyEntry, shown*counterFactor), nowFunc: monotonicTime}
+	return &topK{shown: shown, index: make(map[string]*heavyEntry, shown*counterFactor), nowFunc: core.MonotonicTime}
 }
 
 // offer counts one denial of key.

@@ -1,4 +1,4 @@
-package core
+package headers
 
 import (
 	"fmt"
@@ -11,25 +11,29 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/internal/enum"
 )
 
-// HeaderStyle selects which rate-limit headers a decision renders.
-type HeaderStyle uint8
+// Style selects which rate-limit headers a decision renders.
+type Style uint8
 
 // The header styles. Retry-After is sent on denial with every style but None.
 const (
-	// HeadersBoth sends the IETF and the X-RateLimit fields (the default).
-	HeadersBoth HeaderStyle = iota
-	// HeadersIETF sends the fields of draft-ietf-httpapi-ratelimit-headers-10/-11:
+	// Both sends the IETF and the X-RateLimit fields (the default).
+	Both Style = iota
+	// IETF sends the fields of draft-ietf-httpapi-ratelimit-headers-10/-11:
 	// RateLimit-Policy: "name";q=<count>;w=<window s> (one item per limit) and
 	// RateLimit: "name";r=<remaining>;t=<reset s> for the deciding limit.
-	HeadersIETF
-	// HeadersXRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining and
+	IETF
+	// XRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset (seconds until the quota resets) for the deciding limit.
-	HeadersXRateLimit
-	// HeadersNone sends no rate-limit header at all, not even Retry-After.
-	HeadersNone
-	// HeadersPerLimit sends a limit and remaining field for each limit, as
+	XRateLimit
+	// None sends no rate-limit header at all, not even Retry-After.
+	None
+	// PerLimit sends a limit and remaining field for each limit, as
 	// API gateways' own rate limiters commonly do:
 	// X-RateLimit-Limit-<Name> and X-RateLimit-Remaining-<Name> for every
 	// limit (Name is the limit's label with its first letter upper-cased, so
@@ -37,30 +41,30 @@ const (
 	// RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset (whole
 	// seconds, at least 1) for the deciding limit, and on denial
 	// Retry-After equal to that reset, or to the retry-after if it is later.
-	HeadersPerLimit
+	PerLimit
 )
 
-var headerStyleNames = []string{HeadersBoth: "both", HeadersIETF: "ietf", HeadersXRateLimit: "xratelimit", HeadersNone: "none", HeadersPerLimit: "per_limit"}
+var headerStyleNames = []string{Both: "both", IETF: "ietf", XRateLimit: "xratelimit", None: "none", PerLimit: "per_limit"}
 
 // headerStyleAliases are further names of styles, as adapters register
 // them (the name a gateway's users know a style by).
-var headerStyleAliases sync.Map // string -> HeaderStyle
+var headerStyleAliases sync.Map // string -> Style
 
-// AliasHeaderStyle makes ParseHeaderStyle read name as style too. Call it
+// AliasStyle makes ParseStyle read name as style too. Call it
 // from an adapter's init.
-func AliasHeaderStyle(name string, style HeaderStyle) { headerStyleAliases.Store(name, style) }
+func AliasStyle(name string, style Style) { headerStyleAliases.Store(name, style) }
 
 // String returns the configuration name of s.
-func (s HeaderStyle) String() string { return enumName(headerStyleNames, s, "HeaderStyle") }
+func (s Style) String() string { return enum.Name(headerStyleNames, s, "Style") }
 
-// ParseHeaderStyle reads "ietf", "xratelimit", "both", "none", "per_limit"
-// or a name an adapter gave a style (AliasHeaderStyle).
-func ParseHeaderStyle(s string) (HeaderStyle, error) {
-	if style, ok := parseEnum[HeaderStyle](headerStyleNames, s); ok {
+// ParseStyle reads "ietf", "xratelimit", "both", "none", "per_limit"
+// or a name an adapter gave a style (AliasStyle).
+func ParseStyle(s string) (Style, error) {
+	if style, ok := enum.Parse[Style](headerStyleNames, s); ok {
 		return style, nil
 	}
 	if style, ok := headerStyleAliases.Load(s); ok {
-		return style.(HeaderStyle), nil
+		return style.(Style), nil
 	}
 	names := []string{"ietf", "xratelimit", "both", "none", "per_limit"}
 	headerStyleAliases.Range(func(name, _ any) bool { names = append(names, name.(string)); return true })
@@ -68,10 +72,10 @@ func ParseHeaderStyle(s string) (HeaderStyle, error) {
 	return 0, fmt.Errorf("headers: unknown style %q (want %s or %s)", s, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 }
 
-// HeaderOptions configures header rendering.
-type HeaderOptions struct {
+// Options configures header rendering.
+type Options struct {
 	// Style picks the fields.
-	Style HeaderStyle
+	Style Style
 	// Jitter adds up to this fraction of Retry-After, at random, so denied
 	// clients do not all come back at the same second; 0 to 1.
 	Jitter float64
@@ -81,23 +85,23 @@ type HeaderOptions struct {
 
 // Header names, in the canonical form net/http stores them.
 const (
-	HeaderRateLimitPolicy = "Ratelimit-Policy"
-	HeaderRateLimit       = "Ratelimit"
-	HeaderXLimit          = "X-Ratelimit-Limit"
-	HeaderXRemaining      = "X-Ratelimit-Remaining"
-	HeaderXReset          = "X-Ratelimit-Reset"
-	HeaderRetryAfter      = "Retry-After"
-	// The deciding limit's fields of HeadersPerLimit, in that style's
+	RateLimitPolicy = "Ratelimit-Policy"
+	RateLimit       = "Ratelimit"
+	XLimit          = "X-Ratelimit-Limit"
+	XRemaining      = "X-Ratelimit-Remaining"
+	XReset          = "X-Ratelimit-Reset"
+	RetryAfter      = "Retry-After"
+	// The deciding limit's fields of PerLimit, in that style's
 	// casing (RateLimit-, not net/http's Ratelimit-).
-	HeaderPerLimitLimit     = "RateLimit-Limit"
-	HeaderPerLimitRemaining = "RateLimit-Remaining"
-	HeaderPerLimitReset     = "RateLimit-Reset"
+	PerLimitLimit     = "RateLimit-Limit"
+	PerLimitRemaining = "RateLimit-Remaining"
+	PerLimitReset     = "RateLimit-Reset"
 )
 
 // RetryAfterSeconds returns the Retry-After value for d: RetryAfter in whole
 // seconds rounded up (at least 1), plus the jitter.
-func (o HeaderOptions) RetryAfterSeconds(d *Decision) int64 {
-	secs := max(1, Seconds(d.RetryAfter))
+func (o Options) RetryAfterSeconds(d *core.Decision) int64 {
+	secs := max(1, core.Seconds(d.RetryAfter))
 	if o.Jitter > 0 {
 		r := o.Rand
 		if r == nil {
@@ -108,9 +112,9 @@ func (o HeaderOptions) RetryAfterSeconds(d *Decision) int64 {
 	return secs
 }
 
-// RenderHeaders calls set for every header d carries under o. Retry-After is
+// Render calls set for every header d carries under o. Retry-After is
 // set only for a request that is denied (not for shadowed ones).
-func RenderHeaders(d *Decision, o HeaderOptions, setHeader func(name, value string)) {
+func Render(d *core.Decision, o Options, setHeader func(name, value string)) {
 	var v headerValues
 	v.render(d, o)
 	v.each(setHeader)
@@ -195,33 +199,33 @@ func (v *headerValues) each(set func(name, value string)) {
 }
 
 // render fills v with d's headers under o.
-func (v *headerValues) render(d *Decision, o HeaderOptions) {
+func (v *headerValues) render(d *core.Decision, o Options) {
 	v.n, v.used, v.spill = 0, 0, nil
-	if o.Style == HeadersNone || d.Policy == nil || d.N == 0 {
+	if o.Style == None || d.Policy == nil || d.N == 0 {
 		return
 	}
-	if o.Style == HeadersPerLimit {
+	if o.Style == PerLimit {
 		v.renderPerLimit(d)
 		return
 	}
 	// t (and X-RateLimit-Reset): when the quota returns; on a denial, when
 	// this request would be admitted, so Retry-After is never before it.
-	reset := Seconds(d.Reset)
+	reset := core.Seconds(d.Reset)
 	if !d.Allowed {
-		reset = max(1, Seconds(d.RetryAfter))
+		reset = max(1, core.Seconds(d.RetryAfter))
 	}
-	if o.Style == HeadersBoth || o.Style == HeadersIETF {
+	if o.Style == Both || o.Style == IETF {
 		f := fieldsOf(d.Policy)
 		policy, units := f.policy, ""
 		if d.Cost > 1 {
 			// Each request takes Cost units: q and r count units, not requests.
 			policy, units = f.policyUnits, `;qu="units"`
 		}
-		if f.limits[d.Index].Algorithm == InFlight {
+		if f.limits[d.Index].Algorithm == algo.InFlight {
 			units = `;qu="concurrent-requests"` // as its policy item says
 		}
-		v.addFixed(HeaderRateLimitPolicy, policy)
-		v.add(HeaderRateLimit)
+		v.addFixed(RateLimitPolicy, policy)
+		v.add(RateLimit)
 		v.writeString(f.names[d.Index])
 		v.writeString(";r=")
 		v.writeInt(max(0, d.Remaining))
@@ -230,18 +234,18 @@ func (v *headerValues) render(d *Decision, o HeaderOptions) {
 		v.writeString(units)
 		v.end()
 	}
-	if o.Style == HeadersBoth || o.Style == HeadersXRateLimit {
-		v.addInt(HeaderXLimit, d.Limit)
-		v.addInt(HeaderXRemaining, max(0, d.Remaining))
-		v.addInt(HeaderXReset, reset)
+	if o.Style == Both || o.Style == XRateLimit {
+		v.addInt(XLimit, d.Limit)
+		v.addInt(XRemaining, max(0, d.Remaining))
+		v.addInt(XReset, reset)
 	}
 	if !d.Allowed {
-		v.addInt(HeaderRetryAfter, o.RetryAfterSeconds(d))
+		v.addInt(RetryAfter, o.RetryAfterSeconds(d))
 	}
 }
 
-// WriteHeaders sets d's headers (see RenderHeaders) on h.
-func WriteHeaders(h http.Header, d *Decision, o HeaderOptions) {
+// Write sets d's headers (see Render) on h.
+func Write(h http.Header, d *core.Decision, o Options) {
 	var v headerValues
 	v.render(d, o)
 	if v.n == 0 {
@@ -253,7 +257,7 @@ func WriteHeaders(h http.Header, d *Decision, o HeaderOptions) {
 	i := 0
 	v.each(func(name, value string) {
 		backing[i] = value
-		if o.Style == HeadersPerLimit {
+		if o.Style == PerLimit {
 			name = http.CanonicalHeaderKey(name) // the style's casing is not net/http's
 		}
 		h[name] = backing[i : i+1 : i+1]
@@ -261,23 +265,23 @@ func WriteHeaders(h http.Header, d *Decision, o HeaderOptions) {
 	})
 }
 
-// renderPerLimit adds the per-limit header set for d (see HeadersPerLimit).
-func (v *headerValues) renderPerLimit(d *Decision) {
+// renderPerLimit adds the per-limit header set for d (see PerLimit).
+func (v *headerValues) renderPerLimit(d *core.Decision) {
 	names := fieldsOf(d.Policy).perLimit
 	for i := 0; i < d.N; i++ {
 		r := &d.Results[i]
 		v.addInt(names[2*i], r.Limit)
 		v.addInt(names[2*i+1], max(0, r.Remaining))
 	}
-	reset := max(1, Seconds(d.Reset))
+	reset := max(1, core.Seconds(d.Reset))
 	if !d.Allowed {
-		reset = max(reset, Seconds(d.RetryAfter))
+		reset = max(reset, core.Seconds(d.RetryAfter))
 	}
-	v.addInt(HeaderPerLimitLimit, d.Limit)
-	v.addInt(HeaderPerLimitRemaining, max(0, d.Remaining))
-	v.addInt(HeaderPerLimitReset, reset)
+	v.addInt(PerLimitLimit, d.Limit)
+	v.addInt(PerLimitRemaining, max(0, d.Remaining))
+	v.addInt(PerLimitReset, reset)
 	if !d.Allowed {
-		v.addInt(HeaderRetryAfter, reset)
+		v.addInt(RetryAfter, reset)
 	}
 }
 
@@ -285,17 +289,17 @@ func (v *headerValues) renderPerLimit(d *Decision) {
 // force, kept in Policy.Derived: derived again only when the limits in force
 // change (an adaptive factor moved).
 type policyFields struct {
-	limits []Limit // in force, as they were derived from
+	limits []algo.Limit // in force, as they were derived from
 	// names quotes each limit's name (limitItemNames); perLimit holds, per
-	// limit, its limit and remaining header names (HeadersPerLimit).
+	// limit, its limit and remaining header names (PerLimit).
 	names, perLimit []string
 	// The RateLimit-Policy field for requests of cost 1 (and 0), and for
-	// costlier ones, whose quota is counted in units (see RenderHeaders).
+	// costlier ones, whose quota is counted in units (see Render).
 	policy, policyUnits string
 }
 
 // fieldsOf returns p's header fields for its limits in force.
-func fieldsOf(p *Policy) *policyFields {
+func fieldsOf(p *core.Policy) *policyFields {
 	limits := p.Limits()
 	if f, _ := p.Derived().Load().(*policyFields); f != nil && &f.limits[0] == &limits[0] {
 		return f
@@ -309,7 +313,7 @@ func fieldsOf(p *Policy) *policyFields {
 
 // perLimitHeaderNames returns, per limit, its X-RateLimit-Limit-<Name> and
 // X-RateLimit-Remaining-<Name> header names, in the style's casing.
-func perLimitHeaderNames(limits []Limit) []string {
+func perLimitHeaderNames(limits []algo.Limit) []string {
 	names := make([]string, 0, 2*len(limits))
 	for _, l := range limits {
 		suffix := l.Label()
@@ -321,9 +325,9 @@ func perLimitHeaderNames(limits []Limit) []string {
 	return names
 }
 
-// maxHeaders is the most headers RenderHeaders sets: the per-limit set for
+// maxHeaders is the most headers Render sets: the per-limit set for
 // MaxLimits limits.
-const maxHeaders = 2*MaxLimits + 4
+const maxHeaders = 2*core.MaxLimits + 4
 
 // sfString renders s as a structured-field string (RFC 9651): printable
 // ASCII in quotes, with quote and backslash escaped; other bytes become '_'.
@@ -349,7 +353,7 @@ func sfString(s string) string {
 // limitItemNames names each limit of a policy in the IETF fields: the limit's
 // Name, else the policy's name (one limit) or the policy's name and the
 // window ("api-1m"), numbered when two windows repeat.
-func limitItemNames(policy string, limits []Limit) []string {
+func limitItemNames(policy string, limits []algo.Limit) []string {
 	names := make([]string, len(limits))
 	seen := map[string]bool{}
 	for i, l := range limits {
@@ -357,7 +361,7 @@ func limitItemNames(policy string, limits []Limit) []string {
 		if name == "" {
 			name = policy
 			if len(limits) > 1 {
-				name = policy + "-" + FormatWindow(l.Window)
+				name = policy + "-" + algo.FormatWindow(l.Window)
 			}
 		}
 		if seen[name] {
@@ -370,15 +374,15 @@ func limitItemNames(policy string, limits []Limit) []string {
 }
 
 // ietfPolicyField renders RateLimit-Policy for limits, each item in its
-// ietfQuota; units adds qu="units" to each (see RenderHeaders).
-func ietfPolicyField(names []string, limits []Limit, units bool) string {
+// ietfQuota; units adds qu="units" to each (see Render).
+func ietfPolicyField(names []string, limits []algo.Limit, units bool) string {
 	var b strings.Builder
 	for i := range limits {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString(names[i])
-		if limits[i].Algorithm == InFlight {
+		if limits[i].Algorithm == algo.InFlight {
 			// Slots held at once, over no window: the draft's unit for it.
 			b.WriteString(";q=" + strconv.FormatInt(limits[i].Count, 10) + `;qu="concurrent-requests"`)
 			continue
@@ -401,16 +405,16 @@ func ietfPolicyField(names []string, limits []Limit, units bool) string {
 // whole seconds, so q/w is the limit's exact rate ("10/500ms" is q=20;w=1);
 // where that would take q past MaxCount, w is rounded up instead (a rate a
 // little under the limit's).
-func ietfQuota(l *Limit) (q, w int64) {
+func ietfQuota(l *algo.Limit) (q, w int64) {
 	// The period, as the fraction num/den µs.
-	q, num, den := l.Count, big.NewInt(l.windowUS), big.NewInt(1)
+	q, num, den := l.Count, big.NewInt(l.WindowMicros()), big.NewInt(1)
 	switch l.Algorithm {
-	case TokenBucket, GCRA, LeakyBucket:
-		q, num, den = l.burst, big.NewInt(l.burst*l.windowUS), big.NewInt(l.Count)
+	case algo.TokenBucket, algo.GCRA, algo.LeakyBucket:
+		q, num, den = l.EffectiveBurst(), big.NewInt(l.EffectiveBurst()*l.WindowMicros()), big.NewInt(l.Count)
 	}
 	second := new(big.Int).Mul(den, big.NewInt(int64(time.Second/time.Microsecond)))
 	k := new(big.Int).Div(second, new(big.Int).GCD(nil, nil, num, second))
-	if k.IsInt64() && k.Int64() <= MaxCount/q {
+	if k.IsInt64() && k.Int64() <= algo.MaxCount/q {
 		return q * k.Int64(), new(big.Int).Div(new(big.Int).Mul(num, k), second).Int64()
 	}
 	w = new(big.Int).Div(new(big.Int).Add(num, new(big.Int).Sub(second, big.NewInt(1))), second).Int64()

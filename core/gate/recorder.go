@@ -1,6 +1,10 @@
-package core
+package gate
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/tollgate/tollgate/core"
+)
 
 // ServeObserved serves a request the outcome passed through serve and
 // reports the upstream's status and how long it took to the adaptive
@@ -9,9 +13,9 @@ import "net/http"
 // count the status written: 200 when nothing was.
 func (p *Outcome) ServeObserved(w http.ResponseWriter, serve func(w http.ResponseWriter) (failed int)) {
 	rec := &statusRecorder{ResponseWriter: w}
-	began := monotonicNow()
+	began := core.MonotonicNow()
 	status := serve(rec)
-	took := monotonicNow() - began
+	took := core.MonotonicNow() - began
 	if status == 0 {
 		status = rec.answered()
 	}

@@ -1,4 +1,4 @@
-package core
+package algo
 
 import (
 	"fmt"
@@ -62,6 +62,9 @@ type Limit struct {
 	months     int64
 }
 
+// WindowMicros returns l's window in µs (after Normalize).
+func (l *Limit) WindowMicros() int64 { return l.windowUS }
+
 // CalendarMonths returns how many calendar months a window of l spans: 1
 // or 12 for a FixedWindow over CalendarMonth or CalendarYear, 0 for a
 // window aligned to the Unix epoch. l must have been validated.
@@ -87,7 +90,7 @@ func (l *Limit) EffectiveBurst() int64 {
 		return l.burst
 	}
 	c := *l
-	if c.validate() != nil {
+	if c.Normalize() != nil {
 		return 0
 	}
 	return c.burst
@@ -95,9 +98,12 @@ func (l *Limit) EffectiveBurst() int64 {
 
 // Validate reports whether l is usable, with an error naming the field and
 // its value. A Policy validates its limits when it is built.
-func (l Limit) Validate() error { return l.validate() }
+func (l Limit) Validate() error { return l.Normalize() }
 
-func (l *Limit) validate() error {
+// Normalize checks l as Validate does and fills in its defaults (algorithm,
+// burst) and the fields derived from them (window in µs, calendar months),
+// which the step functions read.
+func (l *Limit) Normalize() error {
 	if l.Algorithm == 0 {
 		l.Algorithm = DefaultAlgorithm
 	}
@@ -170,9 +176,9 @@ func (l *Limit) validate() error {
 	return nil
 }
 
-// idleUS is how long after its last request a key's state under l is
+// IdleMicros is how long after its last request a key's state under l is
 // equivalent to a fresh one, in µs: stores expire idle keys after it.
-func (l *Limit) idleUS() int64 {
+func (l *Limit) IdleMicros() int64 {
 	switch l.Algorithm {
 	case SlidingCounter:
 		return 2 * l.windowUS
@@ -274,16 +280,16 @@ func FormatWindow(w time.Duration) string {
 	return s
 }
 
-// scaleLimits returns base with every count (and explicit burst) scaled by
+// ScaleLimits returns base with every count (and explicit burst) scaled by
 // f, at least 1 each.
-func scaleLimits(base []Limit, f float64) []Limit {
+func ScaleLimits(base []Limit, f float64) []Limit {
 	out := make([]Limit, len(base))
 	for i, l := range base {
 		l.Count = max(1, int64(math.Round(float64(l.Count)*f)))
 		if l.Burst > 0 {
 			l.Burst = max(1, int64(math.Round(float64(l.Burst)*f)))
 		}
-		if err := l.validate(); err != nil {
+		if err := l.Normalize(); err != nil {
 			// A smaller count cannot break a limit that validated; keep the
 			// configured one if it somehow does.
 			l = base[i]

@@ -1,13 +1,17 @@
-package core
+package gate
 
 import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/adaptive"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/headers"
+	"github.com/tollgate/tollgate/core/spec"
 )
 
 // Gate is the one request pipeline of every adapter (the gateway plugins,
@@ -20,7 +24,7 @@ type Gate struct {
 	rules      []Rule
 	status     int
 	body       string
-	headers    HeaderOptions
+	headers    headers.Options
 	skipFailed bool
 	top        []*topK // per rule: the keys it denied most; nil when off
 }
@@ -28,13 +32,13 @@ type Gate struct {
 // Rule is one policy as a gate applies it.
 type Rule struct {
 	// Limiter is the policy over its store.
-	Limiter *Limiter
+	Limiter *core.Limiter
 	// EmptyKey says what a request without a key does under this rule.
-	EmptyKey EmptyKey
+	EmptyKey spec.EmptyKey
 }
 
-// GateConfig configures a Gate.
-type GateConfig struct {
+// Config configures a Gate.
+type Config struct {
 	// Rules are decided in order; a request must pass every rule that covers
 	// it, and the first denial ends the pipeline.
 	Rules []Rule
@@ -43,7 +47,7 @@ type GateConfig struct {
 	// Body is the denial body; empty means DefaultDenyBody.
 	Body string
 	// Headers selects the rate-limit headers.
-	Headers HeaderOptions
+	Headers headers.Options
 	// SkipFailed skips a rule whose store could not decide (only on_error
 	// fail lets a store fail) instead of ending the pipeline with a
 	// *StoreError.
@@ -56,8 +60,8 @@ type GateConfig struct {
 // DefaultDenyBody is the body of a denied response when none is set.
 const DefaultDenyBody = "rate limit exceeded\n"
 
-// NewGate validates c and returns its gate. Errors name the field and value.
-func NewGate(c GateConfig) (*Gate, error) {
+// New validates c and returns its gate. Errors name the field and value.
+func New(c Config) (*Gate, error) {
 	if len(c.Rules) == 0 {
 		return nil, fmt.Errorf("rules: need at least one")
 	}
@@ -65,20 +69,20 @@ func NewGate(c GateConfig) (*Gate, error) {
 		if r.Limiter == nil {
 			return nil, fmt.Errorf("rules[%d]: no limiter", i)
 		}
-		if r.EmptyKey > EmptyKeyShared {
+		if r.EmptyKey > spec.EmptyKeyShared {
 			return nil, fmt.Errorf("rules[%d] empty_key: unknown value %d", i, r.EmptyKey)
 		}
 	}
 	if c.Status == 0 {
-		c.Status = DefaultDenyStatus
+		c.Status = spec.DefaultDenyStatus
 	}
-	if err := CheckDenyStatus(c.Status); err != nil {
+	if err := spec.CheckDenyStatus(c.Status); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	if err := CheckJitter(c.Headers.Jitter); err != nil {
+	if err := spec.CheckJitter(c.Headers.Jitter); err != nil {
 		return nil, fmt.Errorf("jitter: %w", err)
 	}
-	if c.Headers.Style > HeadersPerLimit {
+	if c.Headers.Style > headers.PerLimit {
 		return nil, fmt.Errorf("headers: unknown style %d", c.Headers.Style)
 	}
 	if c.Body == "" {
@@ -101,7 +105,7 @@ func (g *Gate) Rules() []Rule { return g.rules }
 
 // TopDenied returns the keys rule i denied most over the last few
 // TopDeniedPeriods (shadow denials included), most denied first: a
-// Space-Saving sketch of GateConfig.TopDenied counters, so memory does not
+// Space-Saving sketch of Config.TopDenied counters, so memory does not
 // grow with the number of keys. Keys are as the store holds them
 // (BoundKey); show them with KeyHash unless the policy shows keys in clear.
 func (g *Gate) TopDenied(i int) []Heavy {
@@ -125,7 +129,7 @@ type Request interface {
 	// Decided hears each covered rule's decision, or its store's error, and
 	// how long the store took (for metrics and logs). d is valid only during
 	// the call.
-	Decided(rule int, d *Decision, err error, took time.Duration)
+	Decided(rule int, d *core.Decision, err error, took time.Duration)
 }
 
 // Input is what an adapter tells the gate about a request for one rule.
@@ -154,7 +158,7 @@ type SameInput Input
 func (s *SameInput) Input(int) (Input, error) { return Input(*s), nil }
 
 // Decided does nothing.
-func (*SameInput) Decided(int, *Decision, error, time.Duration) {}
+func (*SameInput) Decided(int, *core.Decision, error, time.Duration) {}
 
 // StoreError is a store's failure to decide a rule, which ends the pipeline
 // unless the gate skips failed rules. Only on_error fail lets it through.
@@ -174,7 +178,7 @@ type Outcome struct {
 	// Decision is the decision the response shows: the denial, or else the
 	// most restrictive decision of the rules that covered the request.
 	// Decision.Policy is nil when no rule covered it.
-	Decision Decision
+	Decision core.Decision
 	// Delay is how long to hold the request before passing it on (shaping):
 	// the longest delay any rule asks for.
 	Delay time.Duration
@@ -184,9 +188,9 @@ type Outcome struct {
 	// watching are the adaptive controllers of the rules that allowed the
 	// request, which hear how the upstream answered (Observe): the first
 	// MaxLimits in place (no allocation), any more in extra.
-	watching [MaxLimits]*Adaptive
+	watching [core.MaxLimits]*adaptive.Controller
 	watched  int
-	extra    []*Adaptive
+	extra    []*adaptive.Controller
 	// leases are the in-flight slots the request holds (see HoldLeases).
 	leases []heldLease
 	// shaped are the places in shapers' queues it holds until its
@@ -197,14 +201,14 @@ type Outcome struct {
 // heldShape is a shaped request's places and the limiter whose store
 // holds them.
 type heldShape struct {
-	limiter *Limiter
-	shaped  Shaped
+	limiter *core.Limiter
+	shaped  core.Shaped
 }
 
 // heldLease is a lease and the limiter whose store holds it.
 type heldLease struct {
-	limiter *Limiter
-	lease   Lease
+	limiter *core.Limiter
+	lease   core.Lease
 }
 
 // Decide runs the pipeline for one request: for each rule in order it asks
@@ -213,12 +217,12 @@ type heldLease struct {
 // is returned as a *StoreError (unless the gate skips failed rules); a
 // cancelled ctx returns ctx's error.
 func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error {
-	outcome.Decision, outcome.Key = Decision{}, ""
+	outcome.Decision, outcome.Key = core.Decision{}, ""
 	outcome.Delay = 0
 	outcome.watched, outcome.extra, outcome.leases, outcome.shaped = 0, nil, nil, nil
 	// A store's Decide takes d through an interface, so a local would
 	// escape: one 0.5 KB allocation per request. Pooled instead.
-	d := decisions.Get().(*Decision)
+	d := decisions.Get().(*core.Decision)
 	defer decisions.Put(d)
 	for i := range g.rules {
 		in, err := req.Input(i)
@@ -226,12 +230,12 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 			return err
 		}
 		r := &g.rules[i]
-		if !in.Covered || in.Empty && r.EmptyKey == EmptyKeySkip {
+		if !in.Covered || in.Empty && r.EmptyKey == spec.EmptyKeySkip {
 			continue
 		}
-		key := BoundKey(in.Key) // as the store holds it; a long key's hash once
+		key := core.BoundKey(in.Key) // as the store holds it; a long key's hash once
 		pol := r.Limiter.Policy()
-		if pol.plans != nil {
+		if pol.Plans() != nil {
 			var limited bool
 			if pol, limited = pol.ForPlan(in.Plan); !limited {
 				continue // an unlimited plan: nothing to count
@@ -244,13 +248,13 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 			// timeout still bounds it).
 			dctx = context.WithoutCancel(ctx)
 		}
-		start := monotonicNow()
+		start := core.MonotonicNow()
 		err = r.Limiter.DecideFor(dctx, pol, key, in.Cost, d)
 		if wait := slotWait(d); err == nil && wait > 0 {
 			// Refused for want of an in-flight slot: wait for one, briefly.
-			err = waitForSlot(ctx, dctx, r.Limiter, pol, in, d, time.Now().Add(wait-(monotonicNow()-start)))
+			err = waitForSlot(ctx, dctx, r.Limiter, pol, in, d, time.Now().Add(wait-(core.MonotonicNow()-start)))
 		}
-		req.Decided(i, d, err, monotonicNow()-start)
+		req.Decided(i, d, err, core.MonotonicNow()-start)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -260,7 +264,7 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 			}
 			return &StoreError{Policy: r.Limiter.Policy().Name(), Err: err}
 		}
-		if outcome.Decision.Policy == nil || MoreRestrictive(d, &outcome.Decision) {
+		if outcome.Decision.Policy == nil || core.MoreRestrictive(d, &outcome.Decision) {
 			outcome.Decision, outcome.Key = *d, key
 		}
 		if (!d.Allowed || d.Shadowed) && g.top != nil && d.N > 0 {
@@ -309,7 +313,7 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 // store decides: a shallower stack is copied less often when it grows.
 //
 //go:noinline
-func (p *Outcome) keep(l *Limiter, key string, d *Decision) {
+func (p *Outcome) keep(l *core.Limiter, key string, d *core.Decision) {
 	if lease, ok := l.Lease(key, d); ok {
 		p.leases = append(p.leases, heldLease{l, lease})
 	}
@@ -319,7 +323,7 @@ func (p *Outcome) keep(l *Limiter, key string, d *Decision) {
 }
 
 // decisions are Decide's scratch decisions.
-var decisions = sync.Pool{New: func() any { return new(Decision) }}
+var decisions = sync.Pool{New: func() any { return new(core.Decision) }}
 
 // CancelShaped gives back the places the request holds in shapers' queues
 // (leaky_bucket with max_delay), for a request that will not be served:
@@ -342,17 +346,17 @@ const SlotPoll = 20 * time.Millisecond
 // slotWait is how long a request d refused may wait for a slot: the
 // deciding limit's MaxDelay when it is an in-flight limit and no rate limit
 // refused it too (waiting for a slot would not help those).
-func slotWait(d *Decision) time.Duration {
+func slotWait(d *core.Decision) time.Duration {
 	if d.Allowed || d.Shadowed {
 		return 0
 	}
 	l := d.DecidingLimit()
-	if l == nil || l.Algorithm != InFlight || l.MaxDelay <= 0 {
+	if l == nil || l.Algorithm != algo.InFlight || l.MaxDelay <= 0 {
 		return 0
 	}
 	limits := d.Policy.Limits()
 	for i := 0; i < d.N; i++ {
-		if !d.Results[i].Allowed && limits[i].Algorithm != InFlight {
+		if !d.Results[i].Allowed && limits[i].Algorithm != algo.InFlight {
 			return 0
 		}
 	}
@@ -361,7 +365,7 @@ func slotWait(d *Decision) time.Duration {
 
 // waitForSlot asks the store again every SlotPoll until d allows, nothing
 // but a slot is missing any more, the deadline passes or the client leaves.
-func waitForSlot(ctx, dctx context.Context, lim *Limiter, pol *Policy, in Input, d *Decision, deadline time.Time) error {
+func waitForSlot(ctx, dctx context.Context, lim *core.Limiter, pol *core.Policy, in Input, d *core.Decision, deadline time.Time) error {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	<-t.C
@@ -402,7 +406,7 @@ func (p *Outcome) HoldLeases(maxHold time.Duration) (end func()) {
 	window := time.Duration(1<<63 - 1)
 	for _, h := range leases {
 		for _, l := range h.lease.Policy.Limits() {
-			if l.Algorithm == InFlight {
+			if l.Algorithm == algo.InFlight {
 				window = min(window, l.Window)
 			}
 		}
@@ -442,37 +446,6 @@ func (p *Outcome) HoldLeases(maxHold time.Duration) (end func()) {
 	}
 }
 
-// parked are the leases of requests between two phases of an adapter that
-// cannot pass Go values between them (a gateway whose access and log phases
-// run as separate events): id → the function that ends them.
-var (
-	parked   sync.Map
-	parkedID atomic.Uint64
-)
-
-// ParkLeases is HoldLeases for an adapter whose request ends in another
-// event: it returns an id to carry to that event (in the
-// gateway's per-request context) and hand to EndParkedLeases, or "" when the request
-// holds no leases. If the id never comes back, the leases end after maxHold.
-func (p *Outcome) ParkLeases(maxHold time.Duration) string {
-	if len(p.leases) == 0 {
-		return ""
-	}
-	end := p.HoldLeases(maxHold)
-	id := strconv.FormatUint(parkedID.Add(1), 36)
-	parked.Store(id, end)
-	time.AfterFunc(maxHold, func() { EndParkedLeases(id) })
-	return id
-}
-
-// EndParkedLeases ends the leases ParkLeases parked under id (once; an
-// unknown id does nothing).
-func EndParkedLeases(id string) {
-	if end, ok := parked.LoadAndDelete(id); ok {
-		end.(func())()
-	}
-}
-
 // endLeases gives back every lease the outcome holds.
 func (p *Outcome) endLeases(ctx context.Context) {
 	for i := range p.leases {
@@ -506,14 +479,14 @@ func (p *Outcome) Observe(status int, took time.Duration) {
 // carries (none when no rule covered the request).
 func (g *Gate) Headers(p *Outcome, set func(name, value string)) {
 	if p.Covered() {
-		RenderHeaders(&p.Decision, g.headers, set)
+		headers.Render(&p.Decision, g.headers, set)
 	}
 }
 
 // WriteHeaders sets the outcome's rate-limit headers on h.
 func (g *Gate) WriteHeaders(h http.Header, p *Outcome) {
 	if p.Covered() {
-		WriteHeaders(h, &p.Decision, g.headers)
+		headers.Write(h, &p.Decision, g.headers)
 	}
 }
 

@@ -1,10 +1,14 @@
-package core
+package gate
 
 import (
 	"fmt"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/headers"
 )
 
 // ResponseSpec is how a gateway answers, as configured (an adapter's
@@ -26,18 +30,18 @@ type ResponseSpec struct {
 }
 
 // GateConfig returns the gate settings s describes, with style when
-// Headers is empty; NewGate checks the rest.
-func (s *ResponseSpec) GateConfig(style HeaderStyle) (GateConfig, error) {
+// Headers is empty; New checks the rest.
+func (s *ResponseSpec) GateConfig(style headers.Style) (Config, error) {
 	if s.Headers != "" {
 		var err error
-		if style, err = ParseHeaderStyle(s.Headers); err != nil {
-			return GateConfig{}, err
+		if style, err = headers.ParseStyle(s.Headers); err != nil {
+			return Config{}, err
 		}
 	}
 	if s.LogDenials < 0 {
-		return GateConfig{}, fmt.Errorf("log_denials: %d must not be negative", s.LogDenials)
+		return Config{}, fmt.Errorf("log_denials: %d must not be negative", s.LogDenials)
 	}
-	return GateConfig{Status: s.Status, Body: s.Body, Headers: HeaderOptions{Style: style, Jitter: s.Jitter}}, nil
+	return Config{Status: s.Status, Body: s.Body, Headers: headers.Options{Style: style, Jitter: s.Jitter}}, nil
 }
 
 // DenialSampler lets at most a number of denial log lines a second
@@ -45,9 +49,9 @@ func (s *ResponseSpec) GateConfig(style HeaderStyle) (GateConfig, error) {
 // window decided by Step, like any other limit, and counts what it drops.
 type DenialSampler struct {
 	mu      sync.Mutex
-	limit   Limit
-	state   State
-	clock   Clock
+	limit   algo.Limit
+	state   algo.State
+	clock   core.Clock
 	dropped int64
 }
 
@@ -57,9 +61,9 @@ func NewDenialSampler(perSecond int) *DenialSampler {
 	if perSecond <= 0 {
 		return nil
 	}
-	l := Limit{Count: int64(perSecond), Window: time.Second, Algorithm: FixedWindow}
-	_ = l.validate()
-	return &DenialSampler{limit: l, clock: NewMonotonicClock()}
+	l := algo.Limit{Count: int64(perSecond), Window: time.Second, Algorithm: algo.FixedWindow}
+	_ = l.Normalize()
+	return &DenialSampler{limit: l, clock: core.NewMonotonicClock()}
 }
 
 // Log logs outcome's denial with printf if Sample lets it through: the
@@ -82,8 +86,8 @@ func (s *DenialSampler) Sample() (ok bool, dropped int64) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var r Result
-	s.state, r = Step(&s.limit, s.state, s.clock.NowMicros(), 1)
+	var r algo.Result
+	s.state, r = algo.Step(&s.limit, s.state, s.clock.NowMicros(), 1)
 	if !r.Allowed {
 		s.dropped++
 		return false, 0

@@ -1,4 +1,4 @@
-package core
+package adaptive
 
 import _ "embed" // the Lua twins of the adaptive rules, run by the Redis store
 

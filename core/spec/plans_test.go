@@ -1,4 +1,4 @@
-package core_test
+package spec_test
 
 import (
 	"context"
@@ -7,13 +7,17 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/gate"
+	"github.com/tollgate/tollgate/core/headers"
+	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store/memory"
 )
 
-func planSpec() core.PolicySpec {
-	return core.PolicySpec{Name: "api", DefaultPlan: "free", Plans: []core.PlanSpec{
-		{Name: "free", Limits: []core.LimitSpec{{Count: 2, Window: core.Duration(time.Minute), Algorithm: "fixed_window"}}},
-		{Name: "pro", Limits: []core.LimitSpec{{Count: 5, Window: core.Duration(time.Minute), Algorithm: "fixed_window"}}},
+func planSpec() spec.Policy {
+	return spec.Policy{Name: "api", DefaultPlan: "free", Plans: []spec.Plan{
+		{Name: "free", Limits: []spec.Limit{{Count: 2, Window: algo.Duration(time.Minute), Algorithm: "fixed_window"}}},
+		{Name: "pro", Limits: []spec.Limit{{Count: 5, Window: algo.Duration(time.Minute), Algorithm: "fixed_window"}}},
 		{Name: "internal", Unlimited: true},
 	}}
 }
@@ -34,15 +38,15 @@ func TestPlansChooseLimitsPerRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := core.NewGate(core.GateConfig{Rules: []core.Rule{{Limiter: core.NewLimiter(p, store)}},
-		Headers: core.HeaderOptions{Style: core.HeadersIETF}})
+	g, err := gate.New(gate.Config{Rules: []gate.Rule{{Limiter: core.NewLimiter(p, store)}},
+		Headers: headers.Options{Style: headers.IETF}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	decide := func(key, plan string) (core.Outcome, map[string]string) {
+	decide := func(key, plan string) (gate.Outcome, map[string]string) {
 		t.Helper()
-		var out core.Outcome
-		in := core.SameInput{Covered: true, Key: key, Cost: 1, Plan: plan}
+		var out gate.Outcome
+		in := gate.SameInput{Covered: true, Key: key, Cost: 1, Plan: plan}
 		if err := g.Decide(context.Background(), &in, &out); err != nil {
 			t.Fatal(err)
 		}
@@ -86,31 +90,31 @@ func TestPlansChooseLimitsPerRequest(t *testing.T) {
 
 func TestPlanSpecErrorsNameTheFault(t *testing.T) {
 	for _, tc := range []struct {
-		edit func(*core.PolicySpec)
+		edit func(*spec.Policy)
 		want string
 	}{
-		{func(s *core.PolicySpec) { s.Limits = s.Plans[0].Limits }, `policy "api": limits and plans: give one or the other`},
-		{func(s *core.PolicySpec) { s.DefaultPlan = "" }, `policy "api" default_plan: missing`},
-		{func(s *core.PolicySpec) { s.DefaultPlan = "gold" }, `policy "api" default_plan: "gold" is not one of its plans`},
-		{func(s *core.PolicySpec) { s.Plans[1].Name = "free" }, `policy "api" plan "free": named twice`},
-		{func(s *core.PolicySpec) { s.Plans[1].Name = "" }, `policy "api" plans: a plan without a name`},
-		{func(s *core.PolicySpec) { s.Plans[2].Unlimited = false }, `policy "api" plan "internal": needs at least one limit, or unlimited`},
-		{func(s *core.PolicySpec) { s.Plans[0].Unlimited = true }, `policy "api" plan "free": unlimited and limits`},
-		{func(s *core.PolicySpec) { s.Plans[1].Limits[0].Window = core.Duration(time.Hour) }, `plan "pro": limits of other windows or algorithms than plan "free"'s`},
-		{func(s *core.PolicySpec) { s.Plans[1].Limits[0].Count = 0 }, `plan "pro": policy "api" limit 1: count`},
-		{func(s *core.PolicySpec) { s.Plans[0].Unlimited, s.Plans[0].Limits, s.Plans = true, nil, s.Plans[:1] }, `every plan is unlimited`},
-		{func(s *core.PolicySpec) {
-			s.Plans, s.Limits = nil, []core.LimitSpec{{Count: 1, Window: core.Duration(time.Second)}}
+		{func(s *spec.Policy) { s.Limits = s.Plans[0].Limits }, `policy "api": limits and plans: give one or the other`},
+		{func(s *spec.Policy) { s.DefaultPlan = "" }, `policy "api" default_plan: missing`},
+		{func(s *spec.Policy) { s.DefaultPlan = "gold" }, `policy "api" default_plan: "gold" is not one of its plans`},
+		{func(s *spec.Policy) { s.Plans[1].Name = "free" }, `policy "api" plan "free": named twice`},
+		{func(s *spec.Policy) { s.Plans[1].Name = "" }, `policy "api" plans: a plan without a name`},
+		{func(s *spec.Policy) { s.Plans[2].Unlimited = false }, `policy "api" plan "internal": needs at least one limit, or unlimited`},
+		{func(s *spec.Policy) { s.Plans[0].Unlimited = true }, `policy "api" plan "free": unlimited and limits`},
+		{func(s *spec.Policy) { s.Plans[1].Limits[0].Window = algo.Duration(time.Hour) }, `plan "pro": limits of other windows or algorithms than plan "free"'s`},
+		{func(s *spec.Policy) { s.Plans[1].Limits[0].Count = 0 }, `plan "pro": policy "api" limit 1: count`},
+		{func(s *spec.Policy) { s.Plans[0].Unlimited, s.Plans[0].Limits, s.Plans = true, nil, s.Plans[:1] }, `every plan is unlimited`},
+		{func(s *spec.Policy) {
+			s.Plans, s.Limits = nil, []spec.Limit{{Count: 1, Window: algo.Duration(time.Second)}}
 		}, `policy "api": plan and default_plan need plans`},
 	} {
-		spec := planSpec()
+		ps := planSpec()
 		// Each case edits its own copy of the plans.
-		spec.Plans = append([]core.PlanSpec(nil), spec.Plans...)
-		for i := range spec.Plans {
-			spec.Plans[i].Limits = append([]core.LimitSpec(nil), spec.Plans[i].Limits...)
+		ps.Plans = append([]spec.Plan(nil), ps.Plans...)
+		for i := range ps.Plans {
+			ps.Plans[i].Limits = append([]spec.Limit(nil), ps.Plans[i].Limits...)
 		}
-		tc.edit(&spec)
-		_, _, release, err := spec.Build("test")
+		tc.edit(&ps)
+		_, _, release, err := ps.Build("test")
 		release()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want %q", err, tc.want)

@@ -1,4 +1,4 @@
-package core
+package adaptive
 
 import "math"
 
@@ -106,7 +106,7 @@ const measuringStage = 5
 // gradient.lua is its twin, run in Redis on the server's TIME, with the
 // same floating-point operations in the same order; TestGradientLuaTwin
 // replays both and requires the same state to the bit.
-func Gradient(s GradientState, now int64, sig Signals, o AdaptiveOptions) GradientState {
+func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState {
 	if s.Factor == 0 {
 		s.Factor = 1
 	}

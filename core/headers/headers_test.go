@@ -1,0 +1,135 @@
+package headers
+
+import (
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/adaptive"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/internal/headercheck"
+)
+
+func TestHeadersExact(t *testing.T) {
+	p := core.MustPolicy("api", core.PolicyOptions{},
+		algo.Limit{Count: 600, Window: time.Minute, Algorithm: algo.FixedWindow},
+		algo.Limit{Count: 3600, Window: time.Hour, Algorithm: algo.SlidingCounter})
+	allowed := core.Decision{Policy: p, N: 2, Allowed: true, Index: 0, Limit: 600, Remaining: 599, Reset: 59500 * time.Millisecond}
+	denied := core.Decision{Policy: p, N: 2, Index: 1, Limit: 3600, Remaining: 0, Reset: 2 * time.Hour, RetryAfter: 1500 * time.Millisecond}
+	cases := []struct {
+		style Style
+		d     core.Decision
+		want  http.Header
+	}{
+		{IETF, allowed, http.Header{
+			"Ratelimit-Policy": {`"api-1m";q=600;w=60, "api-1h";q=3600;w=3600`},
+			"Ratelimit":        {`"api-1m";r=599;t=60`},
+		}},
+		{XRateLimit, allowed, http.Header{
+			"X-Ratelimit-Limit": {"600"}, "X-Ratelimit-Remaining": {"599"}, "X-Ratelimit-Reset": {"60"},
+		}},
+		{Both, denied, http.Header{
+			"Ratelimit-Policy": {`"api-1m";q=600;w=60, "api-1h";q=3600;w=3600`},
+			// Denied: t is when this request would pass (the retry), so
+			// Retry-After is never before it.
+			"Ratelimit":         {`"api-1h";r=0;t=2`},
+			"X-Ratelimit-Limit": {"3600"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"2"},
+			"Retry-After": {"2"},
+		}},
+		{None, denied, http.Header{}},
+	}
+	for _, c := range cases {
+		h := http.Header{}
+		Write(h, &c.d, Options{Style: c.style})
+		headercheck.Consistent(t, c.style.String(), h, 0)
+		if !reflect.DeepEqual(h, c.want) {
+			t.Errorf("%v: got %v, want %v", c.style, h, c.want)
+		}
+	}
+}
+
+func TestRetryAfterJitter(t *testing.T) {
+	d := core.Decision{RetryAfter: 10 * time.Second}
+	for _, c := range []struct {
+		jitter, rand float64
+		want         int64
+	}{{0, 0.9, 10}, {0.2, 0, 10}, {0.2, 0.5, 11}, {0.2, 0.99, 12}, {5, 0.99, 20}} {
+		o := Options{Jitter: c.jitter, Rand: func() float64 { return c.rand }}
+		if got := o.RetryAfterSeconds(&d); got != c.want {
+			t.Errorf("jitter %v rand %v: %d, want %d", c.jitter, c.rand, got, c.want)
+		}
+	}
+	if got := (Options{}).RetryAfterSeconds(&core.Decision{RetryAfter: time.Millisecond}); got != 1 {
+		t.Errorf("1ms retry: %d, want 1 (rounded up)", got)
+	}
+}
+
+func TestSingleLimitUsesPolicyNameAndEscapes(t *testing.T) {
+	p := core.MustPolicy(`a "b"\c`, core.PolicyOptions{}, algo.Limit{Count: 5, Window: 500 * time.Millisecond})
+	// 5 per 500ms is advertised as 10 per second: the rate, in whole seconds.
+	if fieldsOf(p).policy != `"a \"b\"\\c";q=10;w=1` {
+		t.Fatalf("got %s", fieldsOf(p).policy)
+	}
+}
+
+// Long names spill out of the rendering buffer's fixed space: the values
+// must come out whole and in order all the same.
+func TestHeadersLongNames(t *testing.T) {
+	name := strings.Repeat("n", 300)
+	p := core.MustPolicy(name, core.PolicyOptions{}, algo.Limit{Count: 1234567, Window: time.Minute})
+	d := core.Decision{Policy: p, N: 1, Index: 0, Limit: 1234567, Remaining: 0, Reset: time.Minute, RetryAfter: 90 * time.Second}
+	h := http.Header{}
+	Write(h, &d, Options{Style: Both})
+	want := http.Header{
+		"Ratelimit-Policy":  {`"` + name + `";q=1234567;w=60`},
+		"Ratelimit":         {`"` + name + `";r=0;t=90`},
+		"X-Ratelimit-Limit": {"1234567"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"90"},
+		"Retry-After": {"90"},
+	}
+	if !reflect.DeepEqual(h, want) {
+		t.Fatalf("got %v, want %v", h, want)
+	}
+}
+
+// Writing a decision's headers allocates their values once and the
+// header map's slices once, whatever the number of headers.
+func TestWriteHeadersAllocatesTwice(t *testing.T) {
+	p := core.MustPolicy("api", core.PolicyOptions{}, algo.Limit{Count: 100000, Window: time.Minute})
+	d := core.Decision{Policy: p, N: 1, Allowed: true, Limit: 100000, Remaining: 99999, Reset: time.Minute}
+	h := http.Header{}
+	Write(h, &d, Options{}) // the map's buckets
+	if n := testing.AllocsPerRun(100, func() { Write(h, &d, Options{}) }); n != 2 {
+		t.Fatalf("%v allocations, want 2", n)
+	}
+}
+
+// TestPolicyFieldFollowsAdaptiveFactor: RateLimit-Policy advertises the
+// limits in force, derived again when the adaptive factor moves.
+func TestPolicyFieldFollowsAdaptiveFactor(t *testing.T) {
+	a, err := adaptive.NewJudged(adaptive.Options{Controller: adaptive.ControllerAIMD, MinFactor: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := core.MustPolicy("adapt", core.PolicyOptions{Adaptive: a}, algo.Limit{Count: 10, Window: time.Second, Algorithm: algo.SlidingLog})
+	if h := fieldsOf(p).policy; h != `"adapt";q=10;w=1` {
+		t.Fatalf("RateLimit-Policy %q, want the configured quota", h)
+	}
+	for j := 0; j < 100; j++ {
+		a.Observe(503, time.Millisecond)
+	}
+	a.Judge() // factor 0.7: count 7
+	if h := fieldsOf(p).policy; h != `"adapt";q=7;w=1` {
+		t.Fatalf("RateLimit-Policy %q, want the tightened quota", h)
+	}
+}
+
+func TestParseStyle(t *testing.T) {
+	for _, s := range []Style{Both, IETF, XRateLimit, None} {
+		if got, err := ParseStyle(s.String()); err != nil || got != s {
+			t.Errorf("%v: %v %v", s, got, err)
+		}
+	}
+}
