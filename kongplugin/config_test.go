@@ -51,7 +51,7 @@ func TestConfigRedisFlatAndNested(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := c.compiled.storeConfig.Redis
-	if r.Addrs[0] != "old:6380" || r.Timeout != 100*time.Millisecond {
+	if r.Addrs[0] != "old:6380" || time.Duration(r.Timeout) != 100*time.Millisecond {
 		t.Fatalf("flat names: %+v", r)
 	}
 	// The record alone, Kong's defaults filling what is null.
@@ -60,8 +60,8 @@ func TestConfigRedisFlatAndNested(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := c.compiled.storeConfig
-	if sc.Redis.Addrs[0] != "new:6379" || sc.Redis.DB != 2 || sc.Redis.Timeout != 2*time.Second || !sc.Redis.TLS ||
-		sc.Redis.TLSInsecureSkipVerify || sc.Redis.TLSServerName != "r.internal" || !sc.Eventual || sc.SyncInterval != 500*time.Millisecond {
+	if sc.Redis.Addrs[0] != "new:6379" || sc.Redis.DB != 2 || time.Duration(sc.Redis.Timeout) != 2*time.Second || !sc.Redis.TLS ||
+		sc.Redis.TLSSkipVerify || sc.Redis.TLSServerName != "r.internal" || !sc.Eventual || sc.SyncInterval != 500*time.Millisecond {
 		t.Fatalf("nested record: %+v %+v", sc, sc.Redis)
 	}
 	// Kong 3.x's shorthand fields (kong/db/schema/init.lua,
@@ -91,7 +91,7 @@ func TestConfigRedisFlatAndNested(t *testing.T) {
 		t.Fatalf("cluster: %v", err)
 	}
 	c, err = decode(t, `"minute":5,"policy":"redis","redis":{"sentinel_master":"m","sentinel_addresses":["a:1"],"sentinel_role":"master"}`)
-	if err != nil || c.compiled.storeConfig.Redis.MasterName != "m" {
+	if err != nil || c.compiled.storeConfig.Redis.Master != "m" {
 		t.Fatalf("sentinel: %v", err)
 	}
 }
@@ -180,7 +180,7 @@ func TestAcceptsWhatKongAccepts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := c.compiled.storeConfig.Redis; r.Addrs[0] != "h:0" || r.Timeout != 2*time.Second {
+	if r := c.compiled.storeConfig.Redis; r.Addrs[0] != "h:0" || time.Duration(r.Timeout) != 2*time.Second {
 		t.Errorf("port 0, timeout 0: %+v, want h:0 and Kong's default 2000 ms", r)
 	}
 }

@@ -178,7 +178,7 @@ func main() {
 
 	batch := *batchFlag
 	tollgate := func(limits []algo.Limit) (decider, *tgredis.Store, *core.Policy) {
-		s := tgredis.NewFromClient(client(), tgredis.Options{Timeout: 2 * time.Second, Batch: batch})
+		s := tgredis.NewFromClient(client(), tgredis.Options{Settings: tgredis.Settings{Timeout: algo.Duration(2 * time.Second)}, Batch: batch})
 		p := core.MustPolicy("bench"+strconv.Itoa(len(limits)), core.PolicyOptions{}, limits...)
 		return func(ctx context.Context, key string) bool {
 			var d core.Decision

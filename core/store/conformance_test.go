@@ -56,13 +56,13 @@ func TestConformanceMemory(t *testing.T) {
 
 func TestConformanceRedisStandalone(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
-		return newRedis(t, redis.Options{Addrs: []string{standalone.Addr}, Clock: clock, NoDenyCache: true})
+		return newRedis(t, redis.Options{Settings: redis.Settings{Addrs: []string{standalone.Addr}}, Clock: clock, NoDenyCache: true})
 	})
 }
 
 func TestConformanceRedisCluster(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
-		return newRedis(t, redis.Options{Addrs: cluster.Addrs(), Cluster: true, Clock: clock, NoDenyCache: true})
+		return newRedis(t, redis.Options{Settings: redis.Settings{Addrs: cluster.Addrs()}, Cluster: true, Clock: clock, NoDenyCache: true})
 	})
 }
 
@@ -71,7 +71,7 @@ func TestConformanceRedisCluster(t *testing.T) {
 func TestConformanceRedisDenyCache(t *testing.T) {
 	var stores []*redis.Store
 	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
-		s := newRedis(t, redis.Options{Addrs: []string{standalone.Addr}, Clock: clock})
+		s := newRedis(t, redis.Options{Settings: redis.Settings{Addrs: []string{standalone.Addr}}, Clock: clock})
 		stores = append(stores, s)
 		return s
 	})
@@ -98,7 +98,7 @@ func (s syncedEventual) Decide(ctx context.Context, p *core.Policy, key string, 
 
 func TestConformanceEventualSyncedEveryStep(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
-		e, err := eventual.New(newRedis(t, redis.Options{Addrs: []string{standalone.Addr}}), eventual.Options{Clock: clock, Manual: true})
+		e, err := eventual.New(newRedis(t, redis.Options{Settings: redis.Settings{Addrs: []string{standalone.Addr}}}), eventual.Options{Clock: clock, Manual: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,7 +30,7 @@ func TestStoppedAndPausedRedisNeverHangsTheGateway(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer srv.Stop()
-			shared := newRedis(t, redis.Options{Addrs: []string{srv.Addr}, Timeout: timeout})
+			shared := newRedis(t, redis.Options{Settings: redis.Settings{Addrs: []string{srv.Addr}, Timeout: algo.Duration(timeout)}})
 			var changes atomic.Int64
 			f, err := failover.New(shared, failover.Options{
 				Local: memory.MustNew(memory.Options{}), ProbeEvery: 100 * time.Millisecond,
@@ -101,7 +101,7 @@ func TestClusterMasterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Stop()
-	shared := newRedis(t, redis.Options{Addrs: c.Addrs(), Cluster: true, Timeout: 200 * time.Millisecond})
+	shared := newRedis(t, redis.Options{Settings: redis.Settings{Addrs: c.Addrs(), Timeout: algo.Duration(200 * time.Millisecond)}, Cluster: true})
 	f, err := failover.New(shared, failover.Options{Local: memory.MustNew(memory.Options{}), ProbeEvery: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

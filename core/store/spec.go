@@ -21,33 +21,9 @@ type Spec struct {
 	// MaxKeys caps the keys tracked in memory (the memory store, the local
 	// fallback, eventual mode's local counts); 0 means 1,048,576.
 	MaxKeys int `json:"max_keys,omitempty"`
-	// URL is a redis:// or rediss:// URL (type redis).
-	URL string `json:"url,omitempty"`
-	// Addrs are host:port addresses: the server, Cluster seeds or Sentinels.
-	Addrs []string `json:"addrs,omitempty"`
-	// Master is the Sentinel master name (type sentinel).
-	Master string `json:"master,omitempty"`
-	// Username, Password and DB select the Redis user and database.
-	Username string `json:"username,omitempty"`
-	Password string `json:"password,omitempty"`
-	DB       int    `json:"db,omitempty"`
-	// SentinelUsername and SentinelPassword authenticate to the Sentinels.
-	SentinelUsername string `json:"sentinel_username,omitempty"`
-	SentinelPassword string `json:"sentinel_password,omitempty"`
-	// TLS turns on TLS; TLSServerName overrides the verified name;
-	// TLSSkipVerify turns verification off.
-	TLS           bool   `json:"tls,omitempty"`
-	TLSServerName string `json:"tls_server_name,omitempty"`
-	TLSSkipVerify bool   `json:"tls_skip_verify,omitempty"`
-	// TLSCA is a PEM file of the CAs that verify the server (default: the
-	// system's).
-	TLSCA string `json:"tls_ca,omitempty"`
-	// Timeout bounds one Redis decision (dial, write, read); default 500ms.
-	Timeout algo.Duration `json:"timeout,omitempty"`
-	// PoolSize is the connections per Redis node; 0 means go-redis's default.
-	PoolSize int `json:"pool_size,omitempty"`
-	// Prefix starts every Redis key; default "tollgate:".
-	Prefix string `json:"prefix,omitempty"`
+	// Settings say how to reach Redis (types redis, cluster and
+	// sentinel); Timeout defaults to 500ms and Prefix to "tollgate:".
+	redis.Settings
 	// OnError is what happens while Redis fails: "local" (default: limit on
 	// this node alone), "allow", "deny" or "fail" (the adapter answers its
 	// error status).
@@ -73,12 +49,10 @@ func (s *Spec) Config() (Config, error) {
 		return c, fmt.Errorf("store max_keys: %d must be between 0 (the default, %d) and %d", s.MaxKeys, memory.DefaultMaxKeys, memory.MaxMaxKeys)
 	}
 	c.MaxKeys = s.MaxKeys
-	r := &RedisConfig{
-		URL: s.URL, Addrs: s.Addrs, Username: s.Username, Password: s.Password, DB: s.DB,
-		SentinelUsername: s.SentinelUsername, SentinelPassword: s.SentinelPassword,
-		TLS: s.TLS || s.TLSCA != "", TLSServerName: s.TLSServerName, TLSInsecureSkipVerify: s.TLS && s.TLSSkipVerify, TLSCA: s.TLSCA,
-		Timeout: time.Duration(s.Timeout), PoolSize: s.PoolSize, Prefix: s.Prefix,
-	}
+	r := &RedisConfig{Settings: s.Settings}
+	// A CA file turns TLS on; skipping verification needs TLS asked for.
+	r.TLS, r.TLSSkipVerify = s.TLS || s.TLSCA != "", s.TLS && s.TLSSkipVerify
+	r.Master = "" // only type sentinel uses it (below)
 	switch s.Type {
 	case "", "memory":
 		if s.URL != "" || len(s.Addrs) > 0 || s.Master != "" || s.Mode != "" || s.OnError != "" {
@@ -98,7 +72,7 @@ func (s *Spec) Config() (Config, error) {
 		if s.Master == "" || len(s.Addrs) == 0 {
 			return c, fmt.Errorf("store sentinel: needs the master name and the sentinels' addrs (master %q, addrs %q)", s.Master, s.Addrs)
 		}
-		r.MasterName = s.Master
+		r.Master = s.Master
 	default:
 		return c, fmt.Errorf("store type: unknown %q (want memory, redis, cluster or sentinel)", s.Type)
 	}

@@ -44,10 +44,9 @@ type Config struct {
 	SyncInterval time.Duration
 }
 
-// RedisConfig says how to reach Redis (set URL, or Addrs with Cluster for
-// a Redis Cluster, or MasterName and the Sentinels' Addrs): the Redis
-// store's own settings, declared once in redis.Options. Configs leave its
-// tuning fields (Clock, Batch, Lanes, NoDenyCache) zero.
+// RedisConfig is the Redis store's options: the redis.Settings a config
+// gives (declared once there, embedded in Spec too), and Cluster. Configs
+// leave its tuning fields (Clock, Batch, Lanes, NoDenyCache) zero.
 type RedisConfig = redis.Options
 
 // identity is what makes two configs the same store.

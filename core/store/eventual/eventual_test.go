@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 
 func newEventual(t *testing.T, prefix string, every time.Duration, clock core.Clock) *Store {
 	t.Helper()
-	s, err := redis.New(redis.Options{Addrs: []string{standalone.Addr}, Prefix: prefix})
+	s, err := redis.New(redis.Options{Settings: redis.Settings{Addrs: []string{standalone.Addr}, Prefix: prefix}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestEventualOnErrorForKeysWithoutAView(t *testing.T) {
 	p := core.MustPolicy("ev-onerror", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute, Algorithm: algo.FixedWindow})
 	ctx := context.Background()
 	for _, onError := range []core.OnError{core.OnErrorLocal, core.OnErrorAllow, core.OnErrorDeny, core.OnErrorFail} {
-		shared, err := redis.New(redis.Options{Addrs: []string{rs.Addr}, Prefix: fmt.Sprintf("ev-%s-%d:", onError, time.Now().UnixNano()), Timeout: 200 * time.Millisecond})
+		shared, err := redis.New(redis.Options{Settings: redis.Settings{Addrs: []string{rs.Addr}, Prefix: fmt.Sprintf("ev-%s-%d:", onError, time.Now().UnixNano()), Timeout: algo.Duration(200 * time.Millisecond)}})
 		if err != nil {
 			t.Fatal(err)
 		}

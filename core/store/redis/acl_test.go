@@ -28,7 +28,7 @@ func TestACLUserRefusedOutsideItsPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Stop()
-	s, err := New(Options{Addrs: []string{srv.Addr}, Username: "tollgate", Password: "s3cret", Timeout: 2 * time.Second})
+	s, err := New(Options{Settings: Settings{Addrs: []string{srv.Addr}, Username: "tollgate", Password: "s3cret", Timeout: algo.Duration(2 * time.Second)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,15 +64,15 @@ func TestConformanceBatches(t *testing.T) {
 		}
 		t.Logf("%d batches of 2 to 8 requests", multi)
 	}
-	t.Run("standalone", func(t *testing.T) { run(t, Options{Addrs: []string{standalone.Addr}}, true) })
-	t.Run("cluster", func(t *testing.T) { run(t, Options{Addrs: cluster.Addrs(), Cluster: true}, false) })
+	t.Run("standalone", func(t *testing.T) { run(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}}, true) })
+	t.Run("cluster", func(t *testing.T) { run(t, Options{Settings: Settings{Addrs: cluster.Addrs()}, Cluster: true}, false) })
 	t.Run("sentinel", func(t *testing.T) {
 		sentinel, err := redistest.StartSentinel(t.TempDir(), "tollgate-master", standalone)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer sentinel.Stop()
-		run(t, Options{MasterName: "tollgate-master", Addrs: []string{sentinel.Addr}}, true)
+		run(t, Options{Settings: Settings{Master: "tollgate-master", Addrs: []string{sentinel.Addr}}}, true)
 	})
 }
 
@@ -94,7 +94,7 @@ func decideAll(s *Store, keys ...string) ([]core.Decision, []error) {
 // A request whose key Redis cannot read (here, not a hash) fails alone:
 // the batch's other requests are decided, and decided once.
 func TestBatchRequestErrorStaysItsOwn(t *testing.T) {
-	s := newStore(t, Options{Addrs: []string{standalone.Addr}})
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
 	admin := adminClient(t)
 	if err := admin.Set(context.Background(), s.stateKey(batchPolicy, "broken"), "not a hash", time.Minute).Err(); err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestBatchRequestErrorStaysItsOwn(t *testing.T) {
 // as a standalone server) gets them one by one, once, and no batch again.
 func TestBatchRefusedGoesOneByOne(t *testing.T) {
 	node := cluster.Addrs()[0]
-	s := newStore(t, Options{Addrs: []string{node}, Username: cluster.User, Password: cluster.Password})
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{node}, Username: cluster.User, Password: cluster.Password}})
 	// Two keys whose slots (different ones) this node serves.
 	admin := adminCluster(t)
 	slots, err := admin.ClusterSlots(context.Background()).Result()
@@ -179,7 +179,7 @@ func TestBatchRefusedGoesOneByOne(t *testing.T) {
 // A call that waited in the queue past the store's timeout fails without
 // being sent; the batch's others are decided.
 func TestBatchFailsCallsQueuedPastTimeout(t *testing.T) {
-	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Timeout: time.Second})
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}, Timeout: algo.Duration(time.Second)}})
 	now := s.batch.clock.NowMicros()
 	fresh := &call{policy: batchPolicy, keys: s.decisionKeys(batchPolicy, "fresh"), cost: 1, now: -1, queued: now}
 	stale := &call{policy: batchPolicy, keys: s.decisionKeys(batchPolicy, "stale"), cost: 1, now: -1, queued: now - 2_000_000}

@@ -17,7 +17,7 @@ import (
 // (long request keys are hashed), and idle keys expire, so the key count
 // falls back to zero.
 func TestHostileKeysBoundedInRedis(t *testing.T) {
-	s := newStore(t, Options{Addrs: []string{standalone.Addr}})
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
 	lim := core.NewLimiter(core.MustPolicy("hostile", core.PolicyOptions{},
 		algo.Limit{Count: 5, Window: time.Second, Algorithm: algo.SlidingLog},
 		algo.Limit{Count: 50, Window: time.Second, Algorithm: algo.FixedWindow}), s)

@@ -169,7 +169,7 @@ func TestLyingRedis(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := startLyingRedis(t, tc.lie)
 			for _, batch := range []int{1, 0} { // one EVALSHA a decision, and batched
-				s, err := New(Options{Addrs: []string{srv.ln.Addr().String()}, Timeout: 300 * time.Millisecond, Batch: batch, Prefix: "lie:"})
+				s, err := New(Options{Settings: Settings{Addrs: []string{srv.ln.Addr().String()}, Timeout: algo.Duration(300 * time.Millisecond), Prefix: "lie:"}, Batch: batch})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -235,7 +235,7 @@ func TestReplyBoundsChunked(t *testing.T) {
 // the next decisions (a warning each time); a real Redis passes the probe.
 func TestPingProvesDecisions(t *testing.T) {
 	srv := startLyingRedis(t, "-ERR out of memory, scripts refused\r\n")
-	s, err := New(Options{Addrs: []string{srv.ln.Addr().String()}, Timeout: 300 * time.Millisecond, Prefix: "ping:"})
+	s, err := New(Options{Settings: Settings{Addrs: []string{srv.ln.Addr().String()}, Timeout: algo.Duration(300 * time.Millisecond), Prefix: "ping:"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestPingProvesDecisions(t *testing.T) {
 	if err := s.Ping(context.Background()); err == nil || !strings.Contains(err.Error(), "answers PING but cannot decide") {
 		t.Fatalf("Ping of a server that fails scripts: %v", err)
 	}
-	if err := newStore(t, Options{Addrs: []string{standalone.Addr}}).Ping(context.Background()); err != nil {
+	if err := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}}).Ping(context.Background()); err != nil {
 		t.Fatalf("Ping of a real Redis: %v", err)
 	}
 

@@ -47,42 +47,53 @@ const DefaultPrefix = "tollgate:"
 // DefaultTimeout bounds one decision's round trip when Options.Timeout is 0.
 const DefaultTimeout = 500 * time.Millisecond
 
-// Options configures a Store. Set URL, or Addrs (with Cluster for a Redis
-// Cluster), or MasterName and Addrs for Sentinel.
-type Options struct {
+// Settings say how to reach Redis, as a gateway's config writes them (the
+// JSON names are the Caddy module's; the Kong plugin maps Kong's redis
+// record onto them): the one declaration from which the store's Options,
+// the configs' store specs and a store's identity are derived. Set URL, or
+// Addrs (the server, a Cluster's seeds, or the Sentinels with Master).
+type Settings struct {
 	// URL is a redis:// or rediss:// URL (user, password, host:port, /db);
 	// the fields below override what it sets.
-	URL string
+	URL string `json:"url,omitempty"`
 	// Addrs are host:port addresses: the server, the Cluster's seed nodes, or
 	// the Sentinels.
-	Addrs []string
-	// Cluster makes Addrs the seeds of a Redis Cluster.
-	Cluster bool
-	// MasterName is the Sentinel master's name; set it to use Sentinel.
-	MasterName string
-	// SentinelUsername and SentinelPassword authenticate to the Sentinels.
-	SentinelUsername, SentinelPassword string
+	Addrs []string `json:"addrs,omitempty"`
+	// Master is the Sentinel master's name; set it to use Sentinel.
+	Master string `json:"master,omitempty"`
 	// Username and Password authenticate to Redis (ACL or requirepass).
-	Username, Password string
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
 	// DB is the database number (standalone and Sentinel only).
-	DB int
+	DB int `json:"db,omitempty"`
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels.
+	SentinelUsername string `json:"sentinel_username,omitempty"`
+	SentinelPassword string `json:"sentinel_password,omitempty"`
 	// TLS enables TLS; TLSServerName overrides the name verified, and
-	// TLSInsecureSkipVerify turns verification off.
-	TLS                   bool
-	TLSServerName         string
-	TLSInsecureSkipVerify bool
+	// TLSSkipVerify turns verification off.
+	TLS           bool   `json:"tls,omitempty"`
+	TLSServerName string `json:"tls_server_name,omitempty"`
+	TLSSkipVerify bool   `json:"tls_skip_verify,omitempty"`
 	// TLSCA is a PEM file of the CA certificates that verify the server
 	// (turning TLS on); empty means the system's (SSL_CERT_FILE names
 	// another file for the whole process).
-	TLSCA string
+	TLSCA string `json:"tls_ca,omitempty"`
 	// Timeout bounds dialing, reading and writing for one decision; 0 means
 	// DefaultTimeout.
-	Timeout time.Duration
+	Timeout algo.Duration `json:"timeout,omitempty"`
 	// PoolSize is the connections per node; 0 means go-redis's default
 	// (10 per CPU).
-	PoolSize int
+	PoolSize int `json:"pool_size,omitempty"`
 	// Prefix starts every key; empty means DefaultPrefix.
-	Prefix string
+	Prefix string `json:"prefix,omitempty"`
+}
+
+// Options configures a Store: the Settings a config gives, and how the
+// store runs.
+type Options struct {
+	Settings
+	// Cluster makes Addrs the seeds of a Redis Cluster.
+	Cluster bool
 	// Clock, if set, replaces the server's TIME (for tests).
 	Clock core.Clock
 	// Batch is the most decisions sent in one round trip (one EVALSHA of
@@ -152,7 +163,7 @@ func NewFromClient(c goredis.UniversalClient, opts Options) *Store {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	timeout := opts.Timeout
+	timeout := time.Duration(opts.Timeout)
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
@@ -213,7 +224,7 @@ func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 	}
-	if o.Cluster && o.MasterName != "" {
+	if o.Cluster && o.Master != "" {
 		return nil, errors.New("cluster and master_name: choose Redis Cluster or Sentinel, not both")
 	}
 	if o.Cluster && o.DB != 0 {
@@ -223,7 +234,7 @@ func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 		return nil, fmt.Errorf("db: %d must not be negative", o.DB)
 	}
 	if o.Timeout < 0 {
-		return nil, fmt.Errorf("timeout: %s must not be negative", o.Timeout)
+		return nil, fmt.Errorf("timeout: %s must not be negative", time.Duration(o.Timeout))
 	}
 	if o.PoolSize < 0 {
 		return nil, fmt.Errorf("pool_size: %d must not be negative", o.PoolSize)
@@ -240,15 +251,15 @@ func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 	if o.DB != 0 {
 		uo.DB = o.DB
 	}
-	uo.MasterName = o.MasterName
+	uo.MasterName = o.Master
 	uo.SentinelUsername, uo.SentinelPassword = o.SentinelUsername, o.SentinelPassword
 	uo.IsClusterMode = o.Cluster
-	if o.TLS || o.TLSServerName != "" || o.TLSInsecureSkipVerify || o.TLSCA != "" {
+	if o.TLS || o.TLSServerName != "" || o.TLSSkipVerify || o.TLSCA != "" {
 		if uo.TLSConfig == nil {
 			uo.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
 		uo.TLSConfig.ServerName = o.TLSServerName
-		uo.TLSConfig.InsecureSkipVerify = o.TLSInsecureSkipVerify
+		uo.TLSConfig.InsecureSkipVerify = o.TLSSkipVerify
 		if o.TLSCA != "" {
 			pem, err := os.ReadFile(o.TLSCA)
 			if err != nil {
@@ -261,7 +272,7 @@ func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 			uo.TLSConfig.RootCAs = roots
 		}
 	}
-	timeout := o.Timeout
+	timeout := time.Duration(o.Timeout)
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}

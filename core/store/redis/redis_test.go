@@ -37,7 +37,7 @@ func newStore(t *testing.T, opts Options) *Store {
 	t.Helper()
 	opts.Prefix = fmt.Sprintf("t%d:%s:", time.Now().UnixNano(), t.Name())
 	switch { // TOLLGATE_REDIS_ACL: the least-privilege user
-	case len(opts.Addrs) == 1 && opts.Addrs[0] == standalone.Addr || opts.MasterName != "":
+	case len(opts.Addrs) == 1 && opts.Addrs[0] == standalone.Addr || opts.Master != "":
 		opts.Username, opts.Password = standalone.User, standalone.Password
 	case opts.Cluster && len(opts.Addrs) > 0 && opts.Addrs[0] == cluster.Addrs()[0]:
 		opts.Username, opts.Password = cluster.User, cluster.Password
@@ -67,13 +67,13 @@ func adminCluster(t *testing.T) *goredis.ClusterClient {
 
 func TestConformanceUnbatched(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
-		return newStore(t, Options{Addrs: []string{standalone.Addr}, Batch: 1, Clock: clock})
+		return newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}, Batch: 1, Clock: clock})
 	})
 }
 
 func TestConformanceURL(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
-		return newStore(t, Options{URL: "redis://" + standalone.Addr + "/3", Clock: clock})
+		return newStore(t, Options{Settings: Settings{URL: "redis://" + standalone.Addr + "/3"}, Clock: clock})
 	})
 }
 
@@ -83,7 +83,7 @@ func TestConformanceURL(t *testing.T) {
 func TestServerTimeAgreesWithMemory(t *testing.T) {
 	p := core.MustPolicy("time", core.PolicyOptions{}, algo.Limit{Count: 5, Window: time.Hour, Algorithm: algo.SlidingLog},
 		algo.Limit{Count: 7, Window: time.Hour, Algorithm: algo.FixedWindow})
-	rs := newStore(t, Options{Addrs: []string{standalone.Addr}})
+	rs := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
 	ms := memory.MustNew(memory.Options{})
 	for i := 0; i < 8; i++ {
 		var a, b core.Decision
@@ -169,7 +169,7 @@ func hammer(t *testing.T, prefix string, seen func(d *core.Decision, s *Store, i
 	for node := 0; node < 8; node++ {
 		// The test is about exactness, not latency: a generous timeout, so a
 		// loaded machine's slow round trips are not failures.
-		s, err := New(Options{Addrs: []string{standalone.Addr}, Prefix: prefix, PoolSize: 16, NoDenyCache: node%2 == 0, Timeout: 10 * time.Second})
+		s, err := New(Options{Settings: Settings{Addrs: []string{standalone.Addr}, Prefix: prefix, PoolSize: 16, Timeout: algo.Duration(10 * time.Second)}, NoDenyCache: node%2 == 0})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +195,7 @@ func hammer(t *testing.T, prefix string, seen func(d *core.Decision, s *Store, i
 }
 
 func TestKeysShareAClusterSlot(t *testing.T) {
-	s := newStore(t, Options{Addrs: cluster.Addrs(), Cluster: true})
+	s := newStore(t, Options{Settings: Settings{Addrs: cluster.Addrs()}, Cluster: true})
 	admin := adminCluster(t)
 	p := core.MustPolicy("api", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Second},
 		algo.Limit{Count: 2, Window: time.Minute}, algo.Limit{Count: 3, Window: time.Hour, Algorithm: algo.SlidingLog})
@@ -224,7 +224,7 @@ func TestKeysShareAClusterSlot(t *testing.T) {
 // so "evil}1", "evil}2", ... would all hash as "evil"), and every key of
 // one client's decision stays in one slot, whatever its bytes or length.
 func TestCraftedKeysCannotChooseClusterSlots(t *testing.T) {
-	s := newStore(t, Options{Addrs: cluster.Addrs(), Cluster: true})
+	s := newStore(t, Options{Settings: Settings{Addrs: cluster.Addrs()}, Cluster: true})
 	admin := adminCluster(t)
 	p := core.MustPolicy("api", core.PolicyOptions{}, algo.Limit{Count: 5, Window: time.Minute},
 		algo.Limit{Count: 9, Window: time.Hour, Algorithm: algo.SlidingLog})
@@ -261,14 +261,14 @@ func TestOptionErrorsNameFieldAndValue(t *testing.T) {
 		want string
 	}{
 		{Options{}, "addrs: need a URL or at least one address"},
-		{Options{Addrs: []string{"h:1"}, Prefix: "a{b}:"}, `prefix: "a{b}:": braces are not allowed`},
-		{Options{URL: "http://x:1"}, `url: "http://x:1"`},
-		{Options{URL: "redis://user:secret@x:1/zz"}, `url: "redis://user:xxxxx@x:1/zz"`},
-		{Options{Addrs: []string{"localhost"}}, `addrs: "localhost" is not host:port`},
-		{Options{Addrs: []string{"h:port"}}, `addrs: "h:port" has port "port", not a number`},
-		{Options{Addrs: []string{"h:1"}, Cluster: true, DB: 2}, "db: 2, but Redis Cluster has only database 0"},
-		{Options{Addrs: []string{"h:1"}, Cluster: true, MasterName: "m"}, "choose Redis Cluster or Sentinel"},
-		{Options{Addrs: []string{"h:1"}, Timeout: -time.Second}, "timeout: -1s must not be negative"},
+		{Options{Settings: Settings{Addrs: []string{"h:1"}, Prefix: "a{b}:"}}, `prefix: "a{b}:": braces are not allowed`},
+		{Options{Settings: Settings{URL: "http://x:1"}}, `url: "http://x:1"`},
+		{Options{Settings: Settings{URL: "redis://user:secret@x:1/zz"}}, `url: "redis://user:xxxxx@x:1/zz"`},
+		{Options{Settings: Settings{Addrs: []string{"localhost"}}}, `addrs: "localhost" is not host:port`},
+		{Options{Settings: Settings{Addrs: []string{"h:port"}}}, `addrs: "h:port" has port "port", not a number`},
+		{Options{Settings: Settings{Addrs: []string{"h:1"}, DB: 2}, Cluster: true}, "db: 2, but Redis Cluster has only database 0"},
+		{Options{Settings: Settings{Addrs: []string{"h:1"}, Master: "m"}, Cluster: true}, "choose Redis Cluster or Sentinel"},
+		{Options{Settings: Settings{Addrs: []string{"h:1"}, Timeout: algo.Duration(-time.Second)}}, "timeout: -1s must not be negative"},
 	} {
 		_, err := New(c.o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -283,7 +283,7 @@ func TestOptionErrorsNameFieldAndValue(t *testing.T) {
 // A dead address fails within the timeout, with an error, no panic.
 func TestDeadRedisFailsWithinTimeout(t *testing.T) {
 	port, _ := redistest.FreePort()
-	s := newStore(t, Options{Addrs: []string{fmt.Sprintf("127.0.0.1:%d", port)}, Timeout: 100 * time.Millisecond})
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{fmt.Sprintf("127.0.0.1:%d", port)}, Timeout: algo.Duration(100 * time.Millisecond)}})
 	p := core.MustPolicy("dead", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Second})
 	start := time.Now()
 	var d core.Decision
@@ -298,7 +298,7 @@ func TestDeadRedisFailsWithinTimeout(t *testing.T) {
 
 func TestDenyCacheAnswersLocallyUntilRetryAfter(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
-	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}, Clock: clock})
 	p := core.MustPolicy("deny", core.PolicyOptions{}, algo.Limit{Count: 2, Window: time.Second, Algorithm: algo.FixedWindow})
 	ctx := context.Background()
 	var d core.Decision
@@ -334,7 +334,7 @@ func TestDenyCacheAnswersLocallyUntilRetryAfter(t *testing.T) {
 // denial's Retry-After.
 func TestDenyCacheHoldsAtMostDenyCacheHold(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
-	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}, Clock: clock})
 	p := core.MustPolicy("deny-hold", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Minute, Algorithm: algo.FixedWindow})
 	ctx := context.Background()
 	var d core.Decision
@@ -366,7 +366,7 @@ func TestConformanceSentinel(t *testing.T) {
 	}
 	defer sentinel.Stop()
 	storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
-		return newStore(t, Options{MasterName: "tollgate-master", Addrs: []string{sentinel.Addr}, Clock: clock})
+		return newStore(t, Options{Settings: Settings{Master: "tollgate-master", Addrs: []string{sentinel.Addr}}, Clock: clock})
 	})
 }
 
@@ -380,11 +380,11 @@ func TestPasswordFromURL(t *testing.T) {
 	defer srv.Stop()
 	p := core.MustPolicy("auth", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Second})
 	var d core.Decision
-	good := newStore(t, Options{URL: "redis://:s3cret@" + srv.Addr + "/0"})
+	good := newStore(t, Options{Settings: Settings{URL: "redis://:s3cret@" + srv.Addr + "/0"}})
 	if err := good.Decide(context.Background(), p, "k", 1, &d); err != nil || !d.Allowed {
 		t.Fatalf("with the password: %v %+v", err, d)
 	}
-	bad := newStore(t, Options{URL: "redis://:wrong@" + srv.Addr + "/0"})
+	bad := newStore(t, Options{Settings: Settings{URL: "redis://:wrong@" + srv.Addr + "/0"}})
 	if err := bad.Decide(context.Background(), p, "k", 1, &d); err == nil {
 		t.Fatal("a wrong password decided")
 	}
@@ -394,7 +394,7 @@ func TestPasswordFromURL(t *testing.T) {
 // move one shared factor once per interval, and all read the same value.
 func TestAdaptiveFactorSharedByNodes(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
-	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}, Clock: clock})
 	o := adaptive.Options{Controller: adaptive.ControllerAIMD, MinFactor: 0.1, Decrease: 0.5, Increase: 0.25, Interval: 300 * time.Millisecond}
 	sync := s.FactorSync("api")
 	ctx := context.Background()
@@ -425,7 +425,7 @@ func TestAdaptiveFactorSharedByNodes(t *testing.T) {
 // 0.6 × 0.95, though the first node alone never saw a failure.
 func TestGradientFleetJudgesSums(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
-	s := newStore(t, Options{Addrs: []string{standalone.Addr}, Clock: clock})
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}, Clock: clock})
 	o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
 		Decrease: 0.95, Increase: 0.05, Interval: 500 * time.Millisecond, MinSamples: 10}
 	sync := s.FactorSync("fleet")
@@ -461,7 +461,7 @@ func TestGradientFleetJudgesSums(t *testing.T) {
 // nodes at jittered times) through core.AIMD and aimd.lua and requires the
 // very same factor after every verdict.
 func TestAIMDLuaTwin(t *testing.T) {
-	s := newStore(t, Options{Addrs: []string{standalone.Addr}})
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
 	ctx := context.Background()
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -491,7 +491,7 @@ func TestAIMDLuaTwin(t *testing.T) {
 // requires the very same factor after every step, and the same whole state
 // at the end of each trace.
 func TestGradientLuaTwin(t *testing.T) {
-	s := newStore(t, Options{Addrs: []string{standalone.Addr}})
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
 	ctx := context.Background()
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 11))
@@ -554,7 +554,7 @@ func TestStateHashExpiryMovesOnlyWhenLessThanIdleLeft(t *testing.T) {
 		{{Count: 100, Window: time.Minute, Algorithm: algo.InFlight}, {Count: 100, Window: time.Minute, Algorithm: algo.FixedWindow}},
 	} {
 		t.Run(limits[0].Algorithm.String()+"-"+strconv.Itoa(len(limits)), func(t *testing.T) {
-			s := newStore(t, Options{Addrs: []string{standalone.Addr}})
+			s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
 			admin := adminClient(t)
 			ctx := context.Background()
 			p := core.MustPolicy("expiry", core.PolicyOptions{}, limits...)

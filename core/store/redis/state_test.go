@@ -50,7 +50,7 @@ func TestStoredStateForms(t *testing.T) {
 	for _, batch := range []int{1, 0} {
 		t.Run("batch="+strconv.Itoa(batch), func(t *testing.T) {
 			clock := &core.ManualClock{Micros: storetest.T0}
-			s := newStore(t, Options{Addrs: []string{standalone.Addr}, Batch: batch, Clock: clock, NoDenyCache: true})
+			s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}, Batch: batch, Clock: clock, NoDenyCache: true})
 			hash := s.Keys(p, "upgraded")[0]
 			// 7 of 10 used this hour, as an earlier release stored it.
 			if err := admin.HSet(ctx, hash, field, strconv.FormatInt(start, 10)+" 7 0").Err(); err != nil {

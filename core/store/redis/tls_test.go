@@ -105,33 +105,33 @@ func TestTLS(t *testing.T) {
 	addr := "127.0.0.1:" + strconv.Itoa(tlsPort)
 	p := core.MustPolicy("tls", core.PolicyOptions{}, algo.Limit{Count: 2, Window: time.Minute})
 	decide := func(o Options) (core.Decision, error) {
-		o.Timeout = 2 * time.Second
+		o.Timeout = algo.Duration(2 * time.Second)
 		s := newStore(t, o)
 		var d core.Decision
 		err := s.Decide(context.Background(), p, "k", 1, &d)
 		return d, err
 	}
-	if d, err := decide(Options{Addrs: []string{addr}, TLSCA: ca.file}); err != nil || !d.Allowed {
+	if d, err := decide(Options{Settings: Settings{Addrs: []string{addr}, TLSCA: ca.file}}); err != nil || !d.Allowed {
 		t.Fatalf("TLS verified by tls_ca: %v %+v", err, d)
 	}
-	if d, err := decide(Options{URL: "rediss://" + addr, TLSCA: ca.file, TLSServerName: "redis.test"}); err != nil || !d.Allowed {
+	if d, err := decide(Options{Settings: Settings{URL: "rediss://" + addr, TLSCA: ca.file, TLSServerName: "redis.test"}}); err != nil || !d.Allowed {
 		t.Fatalf("rediss:// URL with the name the certificate carries: %v %+v", err, d)
 	}
 	for _, c := range []struct {
 		o    Options
 		want string
 	}{
-		{Options{Addrs: []string{addr}, TLSCA: other.file}, "certificate signed by unknown authority"},
-		{Options{Addrs: []string{addr}, TLSCA: ca.file, TLSServerName: "elsewhere.test"}, "not elsewhere.test"},
+		{Options{Settings: Settings{Addrs: []string{addr}, TLSCA: other.file}}, "certificate signed by unknown authority"},
+		{Options{Settings: Settings{Addrs: []string{addr}, TLSCA: ca.file, TLSServerName: "elsewhere.test"}}, "not elsewhere.test"},
 	} {
 		if _, err := decide(c.o); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("TLSCA %s, name %q: error %v, want one saying %q", filepath.Base(c.o.TLSCA), c.o.TLSServerName, err, c.want)
 		}
 	}
-	if _, err := New(Options{Addrs: []string{addr}, TLSCA: keyFile}); err == nil || !strings.Contains(err.Error(), "tls_ca: "+keyFile+" holds no PEM certificate") {
+	if _, err := New(Options{Settings: Settings{Addrs: []string{addr}, TLSCA: keyFile}}); err == nil || !strings.Contains(err.Error(), "tls_ca: "+keyFile+" holds no PEM certificate") {
 		t.Errorf("a CA file without a certificate: %v", err)
 	}
-	if _, err := New(Options{Addrs: []string{addr}, TLSCA: filepath.Join(dir, "missing.pem")}); err == nil || !strings.Contains(err.Error(), "tls_ca: open") {
+	if _, err := New(Options{Settings: Settings{Addrs: []string{addr}, TLSCA: filepath.Join(dir, "missing.pem")}}); err == nil || !strings.Contains(err.Error(), "tls_ca: open") {
 		t.Errorf("a missing CA file: %v", err)
 	}
 }
