@@ -137,8 +137,8 @@ func TestAdaptivePolicyScalesLimits(t *testing.T) {
 	for i := 0; i < 8; i++ {
 		p.Apply(states, now+int64(i)*1000, 1, &d)
 	}
-	if !d.Allowed || d.Remaining != 2 || d.Limit != 10 {
-		t.Fatalf("8th of 10: allowed %v remaining %d limit %d", d.Allowed, d.Remaining, d.Limit)
+	if !d.Allowed || d.Remaining != 2 || d.Quota != 10 {
+		t.Fatalf("8th of 10: allowed %v remaining %d limit %d", d.Allowed, d.Remaining, d.Quota)
 	}
 	for j := 0; j < 100; j++ {
 		a.Observe(503, time.Millisecond)
@@ -148,8 +148,8 @@ func TestAdaptivePolicyScalesLimits(t *testing.T) {
 		t.Fatalf("count %d after one decrease, want 7", got)
 	}
 	p.Apply(states, now+10_000, 1, &d)
-	if d.Allowed || d.Limit != 7 || d.Remaining != 0 {
-		t.Fatalf("8 live, count 7: allowed %v limit %d remaining %d", d.Allowed, d.Limit, d.Remaining)
+	if d.Allowed || d.Quota != 7 || d.Remaining != 0 {
+		t.Fatalf("8 live, count 7: allowed %v limit %d remaining %d", d.Allowed, d.Quota, d.Remaining)
 	}
 	// The 2nd oldest entry (at +1ms) must leave before one more fits.
 	if want := time.Second - 9*time.Millisecond; d.RetryAfter != want {

@@ -21,8 +21,8 @@ type Decision struct {
 	Policy *Policy
 	// Index is the position in Policy.Limits() of the deciding limit.
 	Index int
-	// Limit is the deciding limit's Count.
-	Limit int64
+	// Quota is the deciding limit's Count.
+	Quota int64
 	// Remaining is the deciding limit's Remaining units.
 	Remaining int64
 	// Reset is the time until the deciding limit's full quota returns.
@@ -84,7 +84,7 @@ func (d *Decision) Summarize(allowed bool) {
 		// One limit, no shadow: its result is the decision.
 		r := &d.Results[0]
 		d.Allowed, d.Shadowed, d.Index = allowed, false, 0
-		d.Limit, d.Remaining, d.Reset, d.RetryAfter, d.Delay = r.Limit, r.Remaining, r.Reset, r.RetryAfter, r.Delay
+		d.Quota, d.Remaining, d.Reset, d.RetryAfter, d.Delay = r.Quota, r.Remaining, r.Reset, r.RetryAfter, r.Delay
 		if !allowed {
 			d.Delay = 0
 		} else {
@@ -116,7 +116,7 @@ func (d *Decision) Summarize(allowed bool) {
 		best = 0
 	}
 	r := &d.Results[best]
-	d.Index, d.Limit, d.Remaining, d.Reset, d.RetryAfter = best, r.Limit, r.Remaining, r.Reset, r.RetryAfter
+	d.Index, d.Quota, d.Remaining, d.Reset, d.RetryAfter = best, r.Quota, r.Remaining, r.Reset, r.RetryAfter
 	if allowed {
 		d.RetryAfter = 0
 	}

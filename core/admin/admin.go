@@ -281,8 +281,8 @@ func usage(name string, p *core.Policy, key string, d *core.Decision) map[string
 	out := []map[string]any{}
 	for i := 0; i < d.N; i++ {
 		res := d.Results[i]
-		out = append(out, map[string]any{"limit": limits[i].Label(), "count": res.Limit,
-			"used": res.Limit - res.Remaining, "remaining": res.Remaining, "reset_seconds": core.Seconds(res.Reset)})
+		out = append(out, map[string]any{"limit": limits[i].Label(), "count": res.Quota,
+			"used": res.Quota - res.Remaining, "remaining": res.Remaining, "reset_seconds": core.Seconds(res.Reset)})
 	}
 	return map[string]any{"policy": name, "plan": p.Plan(), "key": key, "limits": out}
 }

@@ -32,8 +32,8 @@ type Ring struct {
 type Result struct {
 	// Allowed reports whether the limit admits the request.
 	Allowed bool
-	// Limit is the limit's Count.
-	Limit int64
+	// Quota is the limit's Count.
+	Quota int64
 	// Remaining is how many more units of cost the limit admits right now
 	// (after this request, if it was allowed).
 	Remaining int64
@@ -83,7 +83,7 @@ func StepInto(l *Limit, s State, now, cost int64, r *Result) State {
 	case InFlight:
 		return stepInFlight(l, s, now, cost, r)
 	}
-	*r = Result{Limit: l.Count}
+	*r = Result{Quota: l.Count}
 	return s
 }
 
@@ -125,7 +125,7 @@ func stepFixedWindow(l *Limit, s State, now, cost int64, r *Result) State {
 		s.A, s.B = start, 0
 	}
 	reset := FromMicros(end - now)
-	*r = Result{Limit: n, Reset: reset}
+	*r = Result{Quota: n, Reset: reset}
 	if s.B+cost <= n {
 		s.B += cost
 		r.Allowed = true
@@ -158,7 +158,7 @@ func stepSlidingLog(l *Limit, s State, now, cost int64, r *Result) State {
 		}
 		s.B--
 	}
-	*r = Result{Limit: n}
+	*r = Result{Quota: n}
 	if s.B+cost <= n {
 		if need := s.B + cost; s.Log == nil || int64(len(s.Log.Times)) < need {
 			size := int64(4)
@@ -307,7 +307,7 @@ func stepSlidingCounter(l *Limit, s State, now, cost int64, r *Result) State {
 	}
 	el := now - start
 	est := slidingEstimate(s.C, s.B, w, el)
-	*r = Result{Limit: n}
+	*r = Result{Quota: n}
 	if est+float64(cost) <= float64(n) {
 		s.B += cost
 		r.Allowed = true
@@ -369,7 +369,7 @@ func stepTokenBucket(l *Limit, s State, now, cost int64, r *Result) State {
 		}
 	}
 	s.B = max(s.B, now)
-	*r = Result{Limit: n}
+	*r = Result{Quota: n}
 	need := cost * w
 	if cost <= b && s.A+need <= capacity {
 		s.A += need
@@ -413,7 +413,7 @@ func stepGCRA(l *Limit, s State, now, cost int64, r *Result) State {
 	// Distances from now are kept in 1/n µs, so one request is w units.
 	tolerance := b * w
 	prev := aheadOf(s, now, n)
-	*r = Result{Limit: n}
+	*r = Result{Quota: n}
 	if cost <= b {
 		tatUS, tatFrac := gcraAdvance(s, now, w, n, cost)
 		ahead := (tatUS-now)*n + tatFrac
@@ -443,7 +443,7 @@ func stepLeakyBucket(l *Limit, s State, now, cost int64, r *Result) State {
 	// In 1/n µs: the longest wait, and how far ahead the queue may reach.
 	maxWait, queue := l.maxDelayUS*n, b*w
 	wait := aheadOf(s, now, n)
-	*r = Result{Limit: n}
+	*r = Result{Quota: n}
 	if cost <= b {
 		tatUS, tatFrac := gcraAdvance(s, now, w, n, cost)
 		next := (tatUS-now)*n + tatFrac

@@ -24,7 +24,7 @@ func FuzzHeaders(f *testing.F) {
 		if err != nil {
 			return
 		}
-		d := core.Decision{Policy: p, N: 1, Allowed: !denied, Limit: count, Remaining: remaining, Reset: algo.FromMicros(resetUS), RetryAfter: algo.FromMicros(retryUS)}
+		d := core.Decision{Policy: p, N: 1, Allowed: !denied, Quota: count, Remaining: remaining, Reset: algo.FromMicros(resetUS), RetryAfter: algo.FromMicros(retryUS)}
 		h := http.Header{}
 		Write(h, &d, Options{Style: Style(style % 4), Jitter: 0.5})
 		for k, vs := range h {

@@ -235,7 +235,7 @@ func (v *headerValues) render(d *core.Decision, o Options) {
 		v.end()
 	}
 	if o.Style == Both || o.Style == XRateLimit {
-		v.addInt(XLimit, d.Limit)
+		v.addInt(XLimit, d.Quota)
 		v.addInt(XRemaining, max(0, d.Remaining))
 		v.addInt(XReset, reset)
 	}
@@ -270,14 +270,14 @@ func (v *headerValues) renderPerLimit(d *core.Decision) {
 	names := fieldsOf(d.Policy).perLimit
 	for i := 0; i < d.N; i++ {
 		r := &d.Results[i]
-		v.addInt(names[2*i], r.Limit)
+		v.addInt(names[2*i], r.Quota)
 		v.addInt(names[2*i+1], max(0, r.Remaining))
 	}
 	reset := max(1, core.Seconds(d.Reset))
 	if !d.Allowed {
 		reset = max(reset, core.Seconds(d.RetryAfter))
 	}
-	v.addInt(PerLimitLimit, d.Limit)
+	v.addInt(PerLimitLimit, d.Quota)
 	v.addInt(PerLimitRemaining, max(0, d.Remaining))
 	v.addInt(PerLimitReset, reset)
 	if !d.Allowed {

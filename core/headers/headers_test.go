@@ -17,8 +17,8 @@ func TestHeadersExact(t *testing.T) {
 	p := core.MustPolicy("api", core.PolicyOptions{},
 		algo.Limit{Count: 600, Window: time.Minute, Algorithm: algo.FixedWindow},
 		algo.Limit{Count: 3600, Window: time.Hour, Algorithm: algo.SlidingCounter})
-	allowed := core.Decision{Policy: p, N: 2, Allowed: true, Index: 0, Limit: 600, Remaining: 599, Reset: 59500 * time.Millisecond}
-	denied := core.Decision{Policy: p, N: 2, Index: 1, Limit: 3600, Remaining: 0, Reset: 2 * time.Hour, RetryAfter: 1500 * time.Millisecond}
+	allowed := core.Decision{Policy: p, N: 2, Allowed: true, Index: 0, Quota: 600, Remaining: 599, Reset: 59500 * time.Millisecond}
+	denied := core.Decision{Policy: p, N: 2, Index: 1, Quota: 3600, Remaining: 0, Reset: 2 * time.Hour, RetryAfter: 1500 * time.Millisecond}
 	cases := []struct {
 		style Style
 		d     core.Decision
@@ -80,7 +80,7 @@ func TestSingleLimitUsesPolicyNameAndEscapes(t *testing.T) {
 func TestHeadersLongNames(t *testing.T) {
 	name := strings.Repeat("n", 300)
 	p := core.MustPolicy(name, core.PolicyOptions{}, algo.Limit{Count: 1234567, Window: time.Minute})
-	d := core.Decision{Policy: p, N: 1, Index: 0, Limit: 1234567, Remaining: 0, Reset: time.Minute, RetryAfter: 90 * time.Second}
+	d := core.Decision{Policy: p, N: 1, Index: 0, Quota: 1234567, Remaining: 0, Reset: time.Minute, RetryAfter: 90 * time.Second}
 	h := http.Header{}
 	Write(h, &d, Options{Style: Both})
 	want := http.Header{
@@ -98,7 +98,7 @@ func TestHeadersLongNames(t *testing.T) {
 // header map's slices once, whatever the number of headers.
 func TestWriteHeadersAllocatesTwice(t *testing.T) {
 	p := core.MustPolicy("api", core.PolicyOptions{}, algo.Limit{Count: 100000, Window: time.Minute})
-	d := core.Decision{Policy: p, N: 1, Allowed: true, Limit: 100000, Remaining: 99999, Reset: time.Minute}
+	d := core.Decision{Policy: p, N: 1, Allowed: true, Quota: 100000, Remaining: 99999, Reset: time.Minute}
 	h := http.Header{}
 	Write(h, &d, Options{}) // the map's buckets
 	if n := testing.AllocsPerRun(100, func() { Write(h, &d, Options{}) }); n != 2 {

@@ -445,7 +445,7 @@ func fill(p *core.Policy, cost int64, reply []int64, d *core.Decision) ([]algo.S
 		v := reply[1+5*i:]
 		d.Results[i] = algo.Result{
 			Allowed:    v[0] == 1,
-			Limit:      limits[i].Count,
+			Quota:      limits[i].Count,
 			Remaining:  v[1],
 			Reset:      time.Duration(v[2]) * time.Microsecond,
 			RetryAfter: time.Duration(v[3]) * time.Microsecond,

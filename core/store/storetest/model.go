@@ -93,7 +93,7 @@ func (m *Model) Decide(p *core.Policy, key string, now, cost int64) core.Decisio
 		}
 	}
 	r := d.Results[best]
-	d.Index, d.Limit, d.Remaining, d.Reset = best, r.Limit, r.Remaining, r.Reset
+	d.Index, d.Quota, d.Remaining, d.Reset = best, r.Quota, r.Remaining, r.Reset
 	if allowed {
 		for i := range limits {
 			d.Delay = max(d.Delay, d.Results[i].Delay)
@@ -202,7 +202,7 @@ func (m *fixedModel) window(t int64) (start, end int64) {
 func (m *fixedModel) decide(now, cost int64) (algo.Result, func()) {
 	start, end := m.window(now)
 	used := m.counts[start]
-	r := algo.Result{Limit: m.n, Reset: us(end - now)}
+	r := algo.Result{Quota: m.n, Reset: us(end - now)}
 	if used+cost <= m.n {
 		r.Allowed, r.Remaining = true, m.n-used-cost
 		return r, func() { m.counts[start] += cost }
@@ -255,7 +255,7 @@ func (m *logModel) live(now int64) []int64 {
 func (m *logModel) decide(now, cost int64) (algo.Result, func()) {
 	live := m.live(now)
 	k := int64(len(live))
-	r := algo.Result{Limit: m.n}
+	r := algo.Result{Quota: m.n}
 	if k+cost <= m.n {
 		r.Allowed, r.Remaining = true, m.n-k-cost
 		switch {
@@ -303,7 +303,7 @@ func (m *counterModel) decide(now, cost int64) (algo.Result, func()) {
 	start := alignedStart(now, m.w)
 	prev, curr, el := m.counts[start-m.w], m.counts[start], now-start
 	est := estimate(prev, curr, m.w, el)
-	r := algo.Result{Limit: m.n}
+	r := algo.Result{Quota: m.n}
 	commit := func() {}
 	if est+float64(cost) <= float64(m.n) {
 		r.Allowed = true
@@ -388,7 +388,7 @@ func (m *bucketModel) decide(now, cost int64) (algo.Result, func()) {
 	m.tokens, m.last = tokens, now
 	// Time to refill the missing tokens, in µs: missing × w / n.
 	refillTime := func(missing *big.Rat) int64 { return ceilRat(new(big.Rat).Mul(missing, big.NewRat(m.w, m.n))) }
-	r := algo.Result{Limit: m.n}
+	r := algo.Result{Quota: m.n}
 	if cost <= m.b && rat(cost).Cmp(tokens) <= 0 {
 		after := new(big.Rat).Sub(tokens, rat(cost))
 		r.Allowed, r.Remaining = true, floorRat(after)
@@ -452,7 +452,7 @@ func (m *meterModel) decide(now, cost int64) (algo.Result, func()) {
 		return min(floorRat(new(big.Rat).Quo(new(big.Rat).Sub(maxWait, a), interval))+1, slack)
 	}
 	fits := ahead.Cmp(tolerance) <= 0 && (!m.shaper || wait.Cmp(maxWait) <= 0)
-	r := algo.Result{Limit: m.n}
+	r := algo.Result{Quota: m.n}
 	if cost <= m.b && fits {
 		r.Allowed, r.Remaining, r.Reset = true, room(ahead), us(ceilRat(ahead))
 		if m.shaper {

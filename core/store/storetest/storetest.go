@@ -758,7 +758,7 @@ func sameDecision(a, b *core.Decision) bool {
 
 func summary(d *core.Decision) string {
 	s := fmt.Sprintf("allowed=%v shadowed=%v index=%d limit=%d remaining=%d reset=%v retry=%v delay=%v at=%d |",
-		d.Allowed, d.Shadowed, d.Index, d.Limit, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At-T0)
+		d.Allowed, d.Shadowed, d.Index, d.Quota, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At-T0)
 	for i := 0; i < d.N; i++ {
 		s += fmt.Sprintf(" %+v", d.Results[i])
 	}
