@@ -90,7 +90,7 @@ func TestCaddyRedisOutage(t *testing.T) {
 			if all.errors5xx != 0 || all.failed != 0 {
 				t.Errorf("%d 5xx answers and %d failed requests, want none", all.errors5xx, all.failed)
 			}
-			// Target: timeout + 5 ms, measured by make chaos (README,
+			// Target: timeout + 5 ms, measured by make chaos (docs/testing.md,
 			// Reliability). The test only proves nothing waits on the dead
 			// Redis: a hang would last the whole outage, while the bound
 			// leaves a loaded 2-core machine room to schedule.

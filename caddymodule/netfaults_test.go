@@ -196,7 +196,7 @@ func TestCaddyRedisNetworkFaults(t *testing.T) {
 				if r.errors5xx != 0 || r.failed != 0 {
 					t.Errorf("%s: %d 5xx and %d failed requests, want none", st.name, r.errors5xx, r.failed)
 				}
-				// Target: the timeout plus a few ms (README, Reliability).
+				// Target: the timeout plus a few ms (docs/testing.md, Reliability).
 				// A hang would last the whole fault; the bound leaves a
 				// loaded 2-core machine room to schedule.
 				if r.p99 > 4*timeout {
@@ -277,7 +277,7 @@ func TestCaddyPartitionOneNode(t *testing.T) {
 // TestCaddyPartitionEventual: two Caddies in eventual mode (sync 100 ms)
 // on one redis-server, one cut off from it. Each side then counts alone,
 // so the fleet admits at most twice the limit in a window while cut (the
-// bound README states); after healing the counts merge and the fleet is
+// bound docs/stores.md states); after healing the counts merge and the fleet is
 // back within the limit plus one sync's worth per node.
 //
 // It once saw 203 in a window: a decision whose clock reading was

@@ -77,7 +77,7 @@ func TestStoppedAndPausedRedisNeverHangsTheGateway(t *testing.T) {
 				fault, time.Duration(slowest.Load()), timeout, back, errs.Load(), f.FallbackDecisions(), changes.Load())
 			// A hang would last the whole outage (seconds); the margin only
 			// absorbs a loaded machine's scheduling. make chaos measures the
-			// p99 and the time back (README, Reliability).
+			// p99 and the time back (docs/testing.md, Reliability).
 			if time.Duration(slowest.Load()) > 4*timeout {
 				t.Errorf("a decision took %v: it waited on Redis past its timeout %v", time.Duration(slowest.Load()), timeout)
 			}

@@ -15,7 +15,7 @@ import (
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
-// TestACLUserRefusedOutsideItsPrefix: a user with acl.Rule (the README's
+// TestACLUserRefusedOutsideItsPrefix: a user with acl.Rule (docs/stores.md's
 // least-privilege user) serves every store path on the default prefix:
 // decisions, reads and resets (one limit and all), leases, eventual
 // counts, the adaptive factor and the breaker's PING. Redis refuses it
