@@ -277,7 +277,7 @@ func TestCaddyPartitionOneNode(t *testing.T) {
 // TestCaddyPartitionEventual: two Caddies in eventual mode (sync 100 ms)
 // on one redis-server, one cut off from it. Each side then counts alone,
 // so the fleet admits at most twice the limit in a window while cut (the
-// bound docs/stores.md states); after healing the counts merge and the fleet is
+// bound docs/testing.md states); after healing the counts merge and the fleet is
 // back within the limit plus one sync's worth per node.
 //
 // It once saw 203 in a window: a decision whose clock reading was
