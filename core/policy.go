@@ -327,6 +327,10 @@ func (p *Policy) Name() string { return p.name }
 // adaptive factor, if any). The caller must not modify them.
 func (p *Policy) Limits() []algo.Limit { return p.current().limits }
 
+// NumLimits returns how many limits the policy stacks: len(Limits()),
+// without loading the limits in force.
+func (p *Policy) NumLimits() int { return len(p.limits) }
+
 // Shadow reports whether the policy only reports and always allows.
 func (p *Policy) Shadow() bool { return p.shadow }
 

@@ -238,7 +238,7 @@ func (s *Store) DecideAt(p *core.Policy, key string, cost, now int64, d *core.De
 			continue
 		}
 		now = max(now, e.lastUsed)
-		if len(p.Limits()) == 1 {
+		if p.NumLimits() == 1 {
 			p.Apply(e.inline[:], now, cost, d) // e.states, without reading line 2
 		} else {
 			p.Apply(e.states, now, cost, d)
@@ -300,7 +300,7 @@ func (s *Store) withEntry(p *core.Policy, key string, f func(states []algo.State
 		return
 	}
 	states := e.states
-	if len(p.Limits()) == 1 {
+	if p.NumLimits() == 1 {
 		states = e.inline[:]
 	}
 	e.lastUsed = f(states, e.lastUsed)
