@@ -440,3 +440,98 @@ func TestCaddyAdaptiveFleetFindsCapacity(t *testing.T) {
 	}
 	t.Logf("limit back on both nodes %s after the load stopped", waitFactorBack(t, a, b).Round(100*time.Millisecond))
 }
+
+// TestCaddyAdaptiveJudgesTheUpstreamsLatency: the latency an adaptive
+// policy judges is the upstream's time to its response header, as
+// reverse_proxy measures it, not the time until the body has reached the
+// client. Two upstreams each take 1 s: one before its header (its latency),
+// one after it, streaming the body (the client's time). With a latency
+// target of 400 ms, the first is judged at 1 s or more and its limit is
+// cut; the second is judged well under the target and keeps its limit.
+func TestCaddyAdaptiveJudgesTheUpstreamsLatency(t *testing.T) {
+	oneAdaptiveTestAtATime(t)
+	const took = time.Second
+	slowHeader := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(took)
+		_, _ = io.WriteString(w, "late header")
+	}))
+	slowBody := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		time.Sleep(took)
+		_, _ = io.WriteString(w, "late body")
+	}))
+	policy := func(name string) string {
+		return fmt.Sprintf(`policy %s {
+			match {
+				path /%s
+			}
+			key all
+			limit 1000/1s gcra burst 100
+			adaptive {
+				controller aimd
+				latency 400ms
+				interval 500ms
+			}
+		}`, name, name)
+	}
+	c := caddyproc.Start(t, fmt.Sprintf(`
+	tollgate {
+		%s
+		%s
+	}
+	reverse_proxy /header %s {
+		flush_interval -1
+	}
+	reverse_proxy /body %s {
+		flush_interval -1
+	}`, policy("header"), policy("body"), slowHeader, slowBody))
+	// 40 requests a second to each for 2.5 s: 20 answers per interval, over
+	// min_samples.
+	offer(t, []string{c.URL + "/header", c.URL + "/body"}, 40, 2500*time.Millisecond)
+	header, body := gauge(t, c, "tollgate_adaptive_latency_seconds", "header"), gauge(t, c, "tollgate_adaptive_latency_seconds", "body")
+	hf, bf := gauge(t, c, "tollgate_adaptive_factor", "header"), gauge(t, c, "tollgate_adaptive_factor", "body")
+	t.Logf("judged latency: late header %.3fs (factor %.2f), late body %.3fs (factor %.2f)", header, hf, body, bf)
+	if header < took.Seconds() || hf >= 1 {
+		t.Errorf("late header: judged %.3fs, factor %.2f; want at least %s and a cut limit", header, hf, took)
+	}
+	if body >= 0.4 || bf != 1 {
+		t.Errorf("late body: judged %.3fs, factor %.2f; want under the 400ms target (the header came at once) and the limit kept", body, bf)
+	}
+}
+
+// serveHandler serves h on a loopback port until the test ends.
+func serveHandler(t *testing.T, h http.Handler) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return l.Addr().String()
+}
+
+// gauge reads the gauge name{policy="policy"} from Caddy's /metrics.
+func gauge(t *testing.T, c *caddyproc.Caddy, name, policy string) float64 {
+	t.Helper()
+	resp, err := http.Get(c.AdminURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(regexp.QuoteMeta(name+`{policy="`+policy+`"}`) + ` ([0-9.e+-]+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("metrics lack %s{policy=%q}", name, policy)
+	}
+	f, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}

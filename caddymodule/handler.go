@@ -299,22 +299,37 @@ func writeText(w http.ResponseWriter, status int, body string) error {
 	return err
 }
 
-// observeUpstream serves the request and reports its status and duration
+// observeUpstream serves the request and reports its status and latency
 // to the adaptive controllers. An error a later handler returns (such as
-// reverse_proxy's 502 or 504) counts with its status.
+// reverse_proxy's 502 or 504) counts with its status. The latency is
+// reverse_proxy's own measure of the upstream, the time to its response
+// header ({http.reverse_proxy.upstream.latency}), when the request went
+// through reverse_proxy: not Caddy's time before it, nor the client's
+// while the body streams. Otherwise it is the time to the first byte.
 func observeUpstream(outcome *gate.Outcome, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
-	outcome.ServeObserved(w, func(w http.ResponseWriter) int {
-		if err = next.ServeHTTP(w, r); err == nil {
-			return 0
+	outcome.ServeObserved(w, func(w http.ResponseWriter) (int, time.Duration) {
+		err = next.ServeHTTP(w, r)
+		var upstream time.Duration
+		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+			if v, ok := repl.Get(upstreamLatency); ok {
+				upstream, _ = v.(time.Duration)
+			}
+		}
+		if err == nil {
+			return 0, upstream
 		}
 		var he caddyhttp.HandlerError
 		if errors.As(err, &he) && he.StatusCode != 0 {
-			return he.StatusCode
+			return he.StatusCode, upstream
 		}
-		return http.StatusInternalServerError
+		return http.StatusInternalServerError, upstream
 	})
 	return err
 }
+
+// upstreamLatency is the placeholder reverse_proxy sets to how long the
+// upstream took to write its response header (a time.Duration).
+const upstreamLatency = "http.reverse_proxy.upstream.latency"
 
 // setPlaceholders offers d's fields to the replacer (q.placeholder looks
 // them up), computed when a placeholder is used: most requests use none.

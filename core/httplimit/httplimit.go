@@ -145,7 +145,7 @@ func serve(g *gate.Gate, cfg *Config, next http.Handler, w http.ResponseWriter, 
 		return
 	}
 	if outcome.Watching() { // adaptive rules hear how the upstream answered
-		outcome.ServeObserved(w, func(w http.ResponseWriter) int { next.ServeHTTP(w, r); return 0 })
+		outcome.ServeObserved(w, func(w http.ResponseWriter) (int, time.Duration) { next.ServeHTTP(w, r); return 0, 0 })
 		return
 	}
 	next.ServeHTTP(w, r)

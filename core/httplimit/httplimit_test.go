@@ -283,3 +283,43 @@ func TestAdaptiveHearsUpstream(t *testing.T) {
 		t.Fatalf("factor %v after 20 failing answers, want below 1", f)
 	}
 }
+
+// TestAdaptiveJudgesTimeToFirstByte: without a proxy's own measure, the
+// latency an adaptive rule judges is the time to the response's first
+// byte: a handler that answers its header at once and then takes 1 s over
+// its body is judged fast (the body's time is the client's).
+func TestAdaptiveJudgesTimeToFirstByte(t *testing.T) {
+	a, err := adaptive.NewJudged(adaptive.Options{Controller: adaptive.ControllerAIMD, MinSamples: 5, LatencyTarget: 400 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	p := core.MustPolicy("api", core.PolicyOptions{Adaptive: a}, algo.Limit{Count: 1000, Window: time.Minute, Algorithm: algo.GCRA})
+	mw, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, memory.MustNew(memory.Options{}))}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		time.Sleep(time.Second)
+		_, _ = io.WriteString(w, "late body")
+	})))
+	defer srv.Close()
+	var wg sync.WaitGroup
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, err := http.Get(srv.URL); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	a.Judge()
+	if q := a.LastQuantile(); q <= 0 || q >= 400*time.Millisecond || a.Factor() != 1 {
+		t.Fatalf("judged %s, factor %v; want the time to the header (well under the body's 1 s) and the limit kept", q, a.Factor())
+	}
+}

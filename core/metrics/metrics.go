@@ -170,6 +170,14 @@ func New(reg *prometheus.Registry, g *gate.Gate, h *store.Handle) (*Set, error) 
 		if _, err := register(reg, factor); err != nil {
 			return nil, err
 		}
+		latency := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "tollgate", Name: "adaptive_latency_seconds",
+			Help:        "The upstream's latency an adaptive policy judged in its last interval: the quantile of its successful answers (0 without answers).",
+			ConstLabels: prometheus.Labels{"policy": pol.Name()},
+		}, func() float64 { return a.LastQuantile().Seconds() })
+		if _, err := register(reg, latency); err != nil {
+			return nil, err
+		}
 		for _, v := range pol.Variants() {
 			for i, id := range limitLabels(v) {
 				effective := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
