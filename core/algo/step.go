@@ -61,7 +61,7 @@ func Step(l *Limit, s State, now, cost int64) (State, Result) {
 	return s, r
 }
 
-// step is Step writing the verdict to *r. Returned together, the state and
+// StepInto is Step writing the verdict to *r. Returned together, the state and
 // the verdict (ten words) would not fit in registers and were copied
 // through two stack frames per decision, a quarter of a one-key decision's
 // time in the memory store; so each algorithm's step function writes its
@@ -87,6 +87,7 @@ func StepInto(l *Limit, s State, now, cost int64, r *Result) State {
 	return s
 }
 
+// FromMicros converts a count of µs, the core's unit of time, to a Duration.
 func FromMicros(d int64) time.Duration { return time.Duration(d) * time.Microsecond }
 
 // ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
