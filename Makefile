@@ -12,7 +12,7 @@ CADDY_VERSION := v2.11.9
 # scripts are embedded in core).
 CADDY_SRC := $(shell find core caddymodule \( -name '*.go' ! -name '*_test.go' -o -name '*.lua' \)) tollgate.go go.mod go.sum
 
-.PHONY: test vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong adaptive adaptive-short chaos plots run clean deps monitoring docker-test bench-instructions
+.PHONY: test vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong adaptive adaptive-short adaptive-fleet chaos plots run clean deps monitoring docker-test bench-instructions
 
 # Caddy with tollgate on the memory store, serving Caddyfile.example on
 # http://localhost:8080 (admin API on localhost:2019).
@@ -145,6 +145,16 @@ adaptive:
 
 adaptive-short:
 	cd bench && $(GO) test -race -vet=off -count=1 ./adaptive
+
+# The adaptive fleets (two and three Caddies on one redis-server, race
+# builds as make test runs them) RUNS times, each run's figures, and per
+# fleet size the median and worst: enough runs to tell a change to the
+# controller from the tests' own spread. make test runs the two-node fleet
+# once; the three-node one (build tag adaptivefleet) only runs here.
+RUNS ?= 10
+adaptive-fleet: deps bin/caddy-race
+	bash -o pipefail -c "TOLLGATE_CADDY=$(CURDIR)/bin/caddy-race TOLLGATE_REQUIRE_CADDY=1 $(GO) test -race -tags adaptivefleet -count=$(RUNS) -v \
+	  -run 'TestCaddyAdaptiveFleet' ./caddymodule/ | $(GO) run ./internal/fleetspread"
 
 # Every fuzz target for FUZZTIME each (go test fuzzes one target per call):
 # the decoders of outside input (Kong configs and the keys command's

@@ -386,6 +386,14 @@ func factor(t *testing.T, c *caddyproc.Caddy) float64 {
 // targets, and both nodes use the same factor.
 func TestCaddyAdaptiveFleetFindsCapacity(t *testing.T) {
 	oneAdaptiveTestAtATime(t)
+	fleetFindsCapacity(t, 2)
+}
+
+// fleetFindsCapacity offers 3 × capacity a second, spread over n Caddies
+// sharing one adaptive state in one redis-server, to one model upstream,
+// and checks the fleet holds the targets with one factor. Its figures line
+// ("fleet of n: ...") is what make adaptive-fleet summarises over runs.
+func fleetFindsCapacity(t *testing.T, n int) {
 	const capacity = 100
 	rs := redistest.StartT(t)
 	up := &modelUpstream{capacity: capacity, service: 20 * time.Millisecond, refusal: 80 * time.Millisecond}
@@ -400,11 +408,16 @@ func TestCaddyAdaptiveFleetFindsCapacity(t *testing.T) {
 		}
 	}
 	reverse_proxy %s`, rs.Addr, addr)
-	a, b := caddyproc.Start(t, body), caddyproc.Start(t, body)
-	// While the load runs, the two nodes' factors are read side by side:
-	// nodes that judged alone would never show the very same value
-	// between min and 1; nodes sharing one state do whenever neither
-	// judged between the two reads.
+	nodes := make([]*caddyproc.Caddy, n)
+	urls := make([]string, n)
+	for i := range nodes {
+		nodes[i] = caddyproc.Start(t, body)
+		urls[i] = nodes[i].URL + "/"
+	}
+	// While the load runs, the nodes' factors are read side by side: nodes
+	// that judged alone would never show the very same value between min
+	// and 1; nodes sharing one state do whenever none judged between the
+	// reads.
 	done := make(chan struct{})
 	shared := make(chan float64, 1)
 	go func() {
@@ -417,28 +430,32 @@ func TestCaddyAdaptiveFleetFindsCapacity(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			fa, errA := readFactor(a)
-			fb, errB := readFactor(b)
-			if errA == nil && errB == nil && fa == fb && fa > 0.1 && fa < 1 {
-				shared <- fa
+			same := true
+			first, err := readFactor(nodes[0])
+			for _, c := range nodes[1:] {
+				f, errF := readFactor(c)
+				same = same && err == nil && errF == nil && f == first
+			}
+			if same && first > 0.1 && first < 1 {
+				shared <- first
 				return
 			}
 		}
 	}()
-	watch := watchFactor(a, b)
-	offer(t, []string{a.URL + "/", b.URL + "/"}, 3*capacity/2, loadFor)
+	watch := watchFactor(nodes...)
+	offer(t, urls, 3*capacity/n, loadFor)
 	end := time.Now()
 	close(done)
 	f := up.figures(end.Add(-judgedFor), end)
-	t.Logf("150/s offered to each of two nodes for %s: last %s %s", loadFor, judgedFor, f)
+	t.Logf("fleet of %d: %d/s offered to each node for %s: last %s %s", n, 3*capacity/n, loadFor, judgedFor, f)
 	checkTargets(t, f, 0)
 	watch.explain(t, up, end)
 	if v, ok := <-shared; !ok {
-		t.Errorf("the two nodes never showed the same factor between 0.1 and 1: they do not share one")
+		t.Errorf("the %d nodes never showed the same factor between 0.1 and 1: they do not share one", n)
 	} else {
-		t.Logf("both nodes showed the factor %v at once", v)
+		t.Logf("all %d nodes showed the factor %v at once", n, v)
 	}
-	t.Logf("limit back on both nodes %s after the load stopped", waitFactorBack(t, a, b).Round(100*time.Millisecond))
+	t.Logf("limit back on every node %s after the load stopped", waitFactorBack(t, nodes...).Round(100*time.Millisecond))
 }
 
 // TestCaddyAdaptiveJudgesTheUpstreamsLatency: the latency an adaptive
