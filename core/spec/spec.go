@@ -43,7 +43,7 @@ func (s *Limit) Limit() (algo.Limit, error) {
 }
 
 // Adaptive tunes adaptive limiting; zero fields take the defaults of
-// AdaptiveOptions.
+// adaptive.Options.
 type Adaptive struct {
 	// Controller is the rule: "gradient" (default) or "aimd".
 	Controller string `json:"controller,omitempty"`
