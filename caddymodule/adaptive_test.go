@@ -76,14 +76,7 @@ func serveModel(t *testing.T, u *modelUpstream) string {
 	if u.workers > 0 {
 		u.slots = make(chan struct{}, u.workers)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: u}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return l.Addr().String()
+	return serveHandler(t, u)
 }
 
 // upstreamFigures are what the upstream saw of the requests that arrived
@@ -346,28 +339,10 @@ func TestCaddyAdaptiveInFlightFindsConcurrency(t *testing.T) {
 	t.Logf("limit back to 40 in flight %s after the load stopped", waitFactorBack(t, c).Round(100*time.Millisecond))
 }
 
-// factorSeries is the test policy's factor in Caddy's /metrics.
-const factorSeries = `tollgate_adaptive_factor{policy="upstream"}`
-
-var factorSample = regexp.MustCompile(regexp.QuoteMeta(factorSeries) + ` ([0-9.e+-]+)`)
-
 // readFactor reads the test policy's factor from c's /metrics. It cannot
 // fail the test, so it may run outside the test's goroutine.
 func readFactor(c *caddyproc.Caddy) (float64, error) {
-	resp, err := http.Get(c.AdminURL + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	m := factorSample.FindSubmatch(b)
-	if m == nil {
-		return 0, fmt.Errorf("metrics lack %s", factorSeries)
-	}
-	return strconv.ParseFloat(string(m[1]), 64)
+	return readGauge(c, "tollgate_adaptive_factor", "upstream")
 }
 
 // factor is readFactor in the test's goroutine: a failed read fails t.
@@ -530,25 +505,32 @@ func serveHandler(t *testing.T, h http.Handler) string {
 	return l.Addr().String()
 }
 
-// gauge reads the gauge name{policy="policy"} from Caddy's /metrics.
+// gauge is readGauge for the test's goroutine: it fails t on error.
 func gauge(t *testing.T, c *caddyproc.Caddy, name, policy string) float64 {
 	t.Helper()
-	resp, err := http.Get(c.AdminURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(regexp.QuoteMeta(name+`{policy="`+policy+`"}`) + ` ([0-9.e+-]+)`).FindSubmatch(b)
-	if m == nil {
-		t.Fatalf("metrics lack %s{policy=%q}", name, policy)
-	}
-	f, err := strconv.ParseFloat(string(m[1]), 64)
+	f, err := readGauge(c, name, policy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// readGauge reads the gauge name{policy="policy"} from Caddy's /metrics.
+// It cannot fail a test, so it may run outside the test's goroutine.
+func readGauge(c *caddyproc.Caddy, name, policy string) (float64, error) {
+	resp, err := http.Get(c.AdminURL + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	series := name + `{policy="` + policy + `"}`
+	m := regexp.MustCompile(regexp.QuoteMeta(series) + ` ([0-9.e+-]+)`).FindSubmatch(b)
+	if m == nil {
+		return 0, fmt.Errorf("metrics lack %s", series)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
 }

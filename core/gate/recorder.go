@@ -17,14 +17,12 @@ import (
 // to its last: a body streamed to a slow client is the client's time, not
 // the upstream's.
 func (p *Outcome) ServeObserved(w http.ResponseWriter, serve func(w http.ResponseWriter) (failed int, upstream time.Duration)) {
-	rec := &statusRecorder{ResponseWriter: w}
-	began := core.MonotonicNow()
-	rec.began = began
+	rec := &statusRecorder{ResponseWriter: w, began: core.MonotonicNow()}
 	status, took := serve(rec)
 	if took <= 0 {
 		took = rec.firstByte
 		if took <= 0 { // nothing written: the whole time
-			took = core.MonotonicNow() - began
+			took = core.MonotonicNow() - rec.began
 		}
 	}
 	if status == 0 {

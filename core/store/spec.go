@@ -52,7 +52,6 @@ func (s *Spec) Config() (Config, error) {
 	r := &RedisConfig{Settings: s.Settings}
 	// A CA file turns TLS on; skipping verification needs TLS asked for.
 	r.TLS, r.TLSSkipVerify = s.TLS || s.TLSCA != "", s.TLS && s.TLSSkipVerify
-	r.Master = "" // only type sentinel uses it (below)
 	switch s.Type {
 	case "", "memory":
 		if s.URL != "" || len(s.Addrs) > 0 || s.Master != "" || s.Mode != "" || s.OnError != "" {
@@ -72,9 +71,11 @@ func (s *Spec) Config() (Config, error) {
 		if s.Master == "" || len(s.Addrs) == 0 {
 			return c, fmt.Errorf("store sentinel: needs the master name and the sentinels' addrs (master %q, addrs %q)", s.Master, s.Addrs)
 		}
-		r.Master = s.Master
 	default:
 		return c, fmt.Errorf("store type: unknown %q (want memory, redis, cluster or sentinel)", s.Type)
+	}
+	if s.Type != "sentinel" {
+		r.Master = "" // a master name is what selects Sentinel
 	}
 	if s.Timeout < 0 {
 		return c, fmt.Errorf("store timeout: %s must not be negative", time.Duration(s.Timeout))

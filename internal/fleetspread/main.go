@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // figures matches the fleet tests' figures line.
@@ -33,7 +34,7 @@ func main() {
 			runs[n] = append(runs[n], run{g, f})
 			fmt.Printf("fleet of %d, run %d: goodput %.2fC, %.1f%% failing, p99 %s\n", n, len(runs[n]), g, f, m[4])
 		}
-		if len(line) > 8 && line[:8] == "--- FAIL" {
+		if strings.HasPrefix(line, "--- FAIL") {
 			failed++
 		}
 	}

@@ -47,9 +47,9 @@ const DefaultPrefix = "tollgate:"
 // DefaultTimeout bounds one decision's round trip when Options.Timeout is 0.
 const DefaultTimeout = 500 * time.Millisecond
 
-// Settings say how to reach Redis, as a gateway's config writes them (the
-// JSON names are the Caddy module's; the Kong plugin maps Kong's redis
-// record onto them): the one declaration from which the store's Options,
+// Settings say how to reach Redis, as a gateway's config writes them (an
+// adapter whose config names them otherwise maps its names onto these):
+// the one declaration from which the store's Options,
 // the configs' store specs and a store's identity are derived. Set URL, or
 // Addrs (the server, a Cluster's seeds, or the Sentinels with Master).
 type Settings struct {
