@@ -81,15 +81,7 @@ func (d *Decision) DecidingLimit() *algo.Limit {
 // every limit allowed the request. Stores call it after filling Results.
 func (d *Decision) Summarize(allowed bool) {
 	if d.N == 1 && (allowed || d.Policy == nil || !d.Policy.shadow) {
-		// One limit, no shadow: its result is the decision.
-		r := &d.Results[0]
-		d.Allowed, d.Shadowed, d.Index = allowed, false, 0
-		d.Quota, d.Remaining, d.Reset, d.RetryAfter, d.Delay = r.Quota, r.Remaining, r.Reset, r.RetryAfter, r.Delay
-		if !allowed {
-			d.Delay = 0
-		} else {
-			d.RetryAfter = 0
-		}
+		d.summarizeOne(&d.Results[0])
 		return
 	}
 	d.Allowed, d.Shadowed, d.Delay = allowed, false, 0
@@ -125,6 +117,18 @@ func (d *Decision) Summarize(allowed bool) {
 		if d.Policy != nil && d.Policy.shadow {
 			d.Allowed, d.Shadowed = true, true
 		}
+	}
+}
+
+// summarizeOne is Summarize for one limit outside shadow mode: its result r
+// is the decision.
+func (d *Decision) summarizeOne(r *algo.Result) {
+	d.Allowed, d.Shadowed, d.Index = r.Allowed, false, 0
+	d.Quota, d.Remaining, d.Reset = r.Quota, r.Remaining, r.Reset
+	if r.Allowed {
+		d.RetryAfter, d.Delay = 0, r.Delay
+	} else {
+		d.RetryAfter, d.Delay = r.RetryAfter, 0
 	}
 }
 

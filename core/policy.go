@@ -419,14 +419,17 @@ func (p *Policy) ApplyLease(states []algo.State, now, token, cost int64, renew b
 // states only if every limit allowed the request. It is what a store runs
 // under its lock for one key.
 func (p *Policy) Apply(states []algo.State, now, cost int64, d *Decision) {
-	d.reset(p, cost)
-	d.At = now
-	limits := p.Limits()
-	if len(limits) == 1 {
+	limits := p.cur.Load().limits
+	if p.adapt != nil {
+		limits = p.current().limits
+	}
+	d.Policy, d.N, d.Cost, d.Fallback, d.At = p, len(limits), cost, false, now
+	if len(limits) == 1 && !p.shadow {
 		// One limit: a denied Step's state only forgets what expired, so it
-		// is always the one to keep.
-		states[0] = algo.StepInto(&limits[0], states[0], now, cost, &d.Results[0])
-		d.Summarize(d.Results[0].Allowed)
+		// is always the one to keep, and its result is the decision.
+		r := &d.Results[0]
+		states[0] = algo.StepInto(&limits[0], states[0], now, cost, r)
+		d.summarizeOne(r)
 		return
 	}
 	p.applyStacked(limits, states, now, cost, d)

@@ -23,15 +23,21 @@ type Clock interface {
 	NowMicros() int64
 }
 
-// monotonicClock reads the process's monotonic clock, anchored once to the
+// MonotonicClock reads the process's monotonic clock, anchored once to the
 // wall clock so windows align to the epoch, but never stepping with it
-// (see MonotonicNow).
-type monotonicClock struct{}
+// (see MonotonicNow). A store may test for it to read MonotonicMicros
+// without a call through the Clock interface.
+type MonotonicClock struct{}
 
 // NewMonotonicClock returns the Clock stores use by default.
-func NewMonotonicClock() Clock { return monotonicClock{} }
+func NewMonotonicClock() Clock { return MonotonicClock{} }
 
-func (monotonicClock) NowMicros() int64 {
+// NowMicros returns MonotonicMicros.
+func (MonotonicClock) NowMicros() int64 { return MonotonicMicros() }
+
+// MonotonicMicros returns the time in µs since the Unix epoch, from the
+// monotonic clock (see MonotonicClock).
+func MonotonicMicros() int64 {
 	return clockOriginMicros + (nanotime()-clockOriginNanos)/1000
 }
 

@@ -90,6 +90,15 @@ func StepInto(l *Limit, s State, now, cost int64, r *Result) State {
 // FromMicros converts a count of µs, the core's unit of time, to a Duration.
 func FromMicros(d int64) time.Duration { return time.Duration(d) * time.Microsecond }
 
+// mustBePositive panics unless a window (µs) and a count are positive, as
+// Limit.Normalize makes them: a step function that says so first lets the
+// compiler drop the checks from each of its divisions by them.
+func mustBePositive(w, n int64) {
+	if w < 1 || n < 1 {
+		panic("algo: a step on a limit Normalize did not accept")
+	}
+}
+
 // ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
@@ -116,6 +125,7 @@ func calendarBounds(now, months int64) (start, end int64) {
 
 func stepFixedWindow(l *Limit, s State, now, cost int64, r *Result) State {
 	w, n := l.windowUS, l.Count
+	mustBePositive(w, n)
 	// The window holding now: aligned to the Unix epoch, or a calendar one.
 	start := windowStart(now, w)
 	end := start + w
@@ -147,6 +157,7 @@ func stepFixedWindow(l *Limit, s State, now, cost int64, r *Result) State {
 // request it holds, not per request its limit allows.
 func stepSlidingLog(l *Limit, s State, now, cost int64, r *Result) State {
 	w, n := l.windowUS, l.Count
+	mustBePositive(w, n)
 	if s.B > n {
 		// The count shrank below the live entries (adaptive limits).
 		s = relayoutLog(s, n, n)
@@ -298,6 +309,7 @@ func slidingEstimate(prev, curr, w, el int64) float64 {
 
 func stepSlidingCounter(l *Limit, s State, now, cost int64, r *Result) State {
 	w, n := l.windowUS, l.Count
+	mustBePositive(w, n)
 	start := windowStart(now, w)
 	switch s.A {
 	case start:
@@ -361,6 +373,7 @@ func slidingCounterWait(s State, w, n, el, cost int64) int64 {
 // the bucket refills Count units per µs, so every quantity is exact.
 func stepTokenBucket(l *Limit, s State, now, cost int64, r *Result) State {
 	w, n, b := l.windowUS, l.Count, l.burst
+	mustBePositive(w, n)
 	capacity := b * w
 	if elapsed := now - s.B; s.A > 0 && elapsed > 0 {
 		if elapsed >= ceilDiv(s.A, n) {
@@ -411,6 +424,7 @@ func gcraAdvance(s State, now, w, n, cost int64) (tatUS, tatFrac int64) {
 
 func stepGCRA(l *Limit, s State, now, cost int64, r *Result) State {
 	w, n, b := l.windowUS, l.Count, l.burst
+	mustBePositive(w, n)
 	// Distances from now are kept in 1/n µs, so one request is w units.
 	tolerance := b * w
 	prev := aheadOf(s, now, n)
@@ -441,6 +455,7 @@ func stepGCRA(l *Limit, s State, now, cost int64, r *Result) State {
 // size b.
 func stepLeakyBucket(l *Limit, s State, now, cost int64, r *Result) State {
 	w, n, b := l.windowUS, l.Count, l.burst
+	mustBePositive(w, n)
 	// In 1/n µs: the longest wait, and how far ahead the queue may reach.
 	maxWait, queue := l.maxDelayUS*n, b*w
 	wait := aheadOf(s, now, n)

@@ -27,10 +27,12 @@ package memory
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
@@ -68,12 +70,14 @@ type Options struct {
 
 // Store is the in-memory store. Its zero value is not usable; call New.
 type Store struct {
-	shards   [shardCount]shard
-	clock    core.Clock
-	seed     maphash.Seed
-	seed2    maphash.Seed
-	perShard int
-	evicted  atomic.Int64
+	shards [shardCount]shard
+	clock  core.Clock
+	// monotonic is set when clock is the process's monotonic clock, read
+	// then without a call through the interface.
+	monotonic   bool
+	seed, seed2 uintptr
+	perShard    int
+	evicted     atomic.Int64
 }
 
 type shard struct {
@@ -195,7 +199,8 @@ func New(opts Options) (*Store, error) {
 	if opts.Clock == nil {
 		opts.Clock = core.NewMonotonicClock()
 	}
-	s := &Store{clock: opts.Clock, seed: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
+	_, monotonic := opts.Clock.(core.MonotonicClock)
+	s := &Store{clock: opts.Clock, monotonic: monotonic, seed: randomSeed(), seed2: randomSeed()}
 	s.perShard = max(1, (opts.MaxKeys+shardCount-1)/shardCount)
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -215,16 +220,64 @@ func MustNew(opts Options) *Store {
 
 // Decide applies p to key at the store's clock. It never fails.
 func (s *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
-	s.DecideAt(p, key, cost, s.clock.NowMicros(), d)
+	s.decide(p, key, cost, readClock, d)
 	return nil
 }
+
+// readClock asks decide to read the store's clock: no time a caller gives
+// DecideAt (µs since the Unix epoch) is this far before it.
+const readClock = math.MinInt64
+
+// now reads the store's clock.
+func (s *Store) now() int64 {
+	if s.monotonic {
+		return core.MonotonicMicros()
+	}
+	return s.clock.NowMicros()
+}
+
+// identity returns the 128-bit identity of key under p: two independent
+// hashes of the key (the runtime's string hash, AES-based where the CPU has
+// it, as Go's maps use against chosen keys), one with the policy's name and
+// the other with its limits folded in.
+func (s *Store) identity(p *core.Policy, key string) (id1, id2 uint64) {
+	return uint64(strhash(unsafe.Pointer(&key), s.seed)) ^ p.NameHash(),
+		uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ p.ScopeHash2()
+}
+
+// strhash is the runtime's hash of the string *p with seed h: what
+// hash/maphash.String computes, without its two wrapping calls. The runtime
+// keeps it for packages that link to it (go.dev/issue/67401).
+//
+//go:linkname strhash runtime.strhash
+//go:noescape
+func strhash(p unsafe.Pointer, h uintptr) uintptr
+
+// randomSeed returns a random hash seed: the runtime seeds math/rand/v2's
+// generator unpredictably, so keys cannot be chosen to collide.
+func randomSeed() uintptr { return uintptr(rand.Uint64()) }
 
 // DecideAt applies p to key as if at now (µs). A key's clock never runs
 // backwards: a request that read the clock just before a later one that took
 // the key's lock first is decided at the later time.
 func (s *Store) DecideAt(p *core.Policy, key string, cost, now int64, d *core.Decision) {
-	id1 := maphash.String(s.seed, key) ^ p.NameHash()
-	id2 := maphash.String(s.seed2, key) ^ p.ScopeHash2()
+	s.decide(p, key, cost, max(now, readClock+1), d)
+}
+
+// decide is Decide and DecideAt, at the store's clock when now is
+// readClock. Reading the clock here, not in Decide, leaves Decide small
+// enough for its callers to take in.
+func (s *Store) decide(p *core.Policy, key string, cost, now int64, d *core.Decision) {
+	if now == readClock {
+		if s.monotonic {
+			now = core.MonotonicMicros()
+		} else {
+			now = s.clock.NowMicros()
+		}
+	}
+	// s.identity, written out: this is the hot path, and a call costs here.
+	id1 := uint64(strhash(unsafe.Pointer(&key), s.seed)) ^ p.NameHash()
+	id2 := uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ p.ScopeHash2()
 	sh := &s.shards[(id1>>32)%shardCount]
 	for {
 		e := sh.table.Load().find(id1, id2)
@@ -254,7 +307,7 @@ func (s *Store) DecideAt(p *core.Policy, key string, cost, now int64, d *core.De
 // a key the store does not hold is a fresh one.
 func (s *Store) Inspect(_ context.Context, p *core.Policy, key string, d *core.Decision) error {
 	states := make([]algo.State, len(p.Limits()))
-	now := s.clock.NowMicros()
+	now := s.now()
 	s.withEntry(p, key, func(held []algo.State, last int64) int64 {
 		copy(states, held) // Step with cost 0 writes no ring slot it returns
 		now = max(now, last)
@@ -281,8 +334,7 @@ func (s *Store) Reset(_ context.Context, p *core.Policy, key string, limit int) 
 // withEntry runs f on key's states under p and its last use, under the
 // key's lock, if the store holds the key; f returns the key's new last use.
 func (s *Store) withEntry(p *core.Policy, key string, f func(states []algo.State, lastUsed int64) int64) {
-	id1 := maphash.String(s.seed, key) ^ p.NameHash()
-	id2 := maphash.String(s.seed2, key) ^ p.ScopeHash2()
+	id1, id2 := s.identity(p, key)
 	sh := &s.shards[(id1>>32)%shardCount]
 	t := sh.table.Load()
 	e := t.find(id1, id2)
@@ -292,7 +344,7 @@ func (s *Store) withEntry(p *core.Policy, key string, f func(states []algo.State
 		}
 		// The key's state is under another policy of the name: take it over
 		// as a decision would, so the limits p shares with it are read.
-		e = s.insert(sh, id1, id2, p.LimitIDs(), p.IdleMicros(), s.clock.NowMicros())
+		e = s.insert(sh, id1, id2, p.LimitIDs(), p.IdleMicros(), s.now())
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -309,7 +361,7 @@ func (s *Store) withEntry(p *core.Policy, key string, f func(states []algo.State
 // CancelShaped gives back the places a shaped request took, under the
 // key's lock (core.ShapeStore). It never fails.
 func (s *Store) CancelShaped(_ context.Context, sh *core.Shaped) error {
-	now := s.clock.NowMicros()
+	now := s.now()
 	s.withEntry(sh.Policy, sh.Key, func(held []algo.State, last int64) int64 {
 		sh.Policy.ApplyCancel(held, max(now, last), sh)
 		return last
@@ -320,7 +372,7 @@ func (s *Store) CancelShaped(_ context.Context, sh *core.Shaped) error {
 // EndLease ends or renews a lease this store's decision took (see
 // core.LeaseStore). It never fails.
 func (s *Store) EndLease(_ context.Context, l *core.Lease, renew bool) (found, now int64, err error) {
-	found, now = s.EndLeaseAt(l, renew, s.clock.NowMicros())
+	found, now = s.EndLeaseAt(l, renew, s.now())
 	return found, now, nil
 }
 
