@@ -27,6 +27,7 @@ const runs = 20_000
 const loop = `
 local policy = {limits = read_limits(0, 1), ttl = 2000}
 local packed = pack(1700000000000000, 12345, 0, 1700000000000)
+local ns, nr = {}, {}
 local t = redis.call('TIME')
 local t0 = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = t0
@@ -49,7 +50,7 @@ var parts = []struct{ name, lua string }{
 	{"packing a state", "local x = pack(1700000000000000, 12345, 0, 1700000000000)"},
 	{"reading a text state (earlier releases' form)", "local s = parse('1700000000000000 12345 0', {})"},
 	{"formatting a text state (%d)", "local x = string.format('%d %d %d', 1700000000000000, 12345, 0)"},
-	{"the GCRA step", "local s, r = gcra(policy.limits[1], {1700000000000000, 12345, 0}, now, 1)"},
+	{"the GCRA step", "local s, r = gcra(policy.limits[1], {1700000000000000, 12345, 0}, now, 1, ns, nr)"},
 }
 
 func main() {

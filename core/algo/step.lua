@@ -97,62 +97,70 @@ local function window_bounds(l, t)
   return days_from_civil(y, m) * DAY, days_from_civil(y2, m2) * DAY
 end
 
-local function fixed(l, s, t, c)
+-- Each step function writes the state after the request into ns and its
+-- verdict into r, and returns them: tables a call reuses, since Redis's Lua
+-- collects garbage in proportion to what a script allocates.
+local function fixed(l, s, t, c, ns, r)
   local w, n = l.w, l.n
   local start, stop = window_bounds(l, t)
-  if s[1] ~= start then s = {start, 0, 0} end
+  local used, third = s[2], s[3]
+  if s[1] ~= start then used, third = 0, 0 end
   local reset = stop - t
-  if s[2] + c <= n then
-    return {start, s[2] + c, 0}, {1, n - s[2] - c, reset, 0, 0}
+  if used + c <= n then
+    ns[1], ns[2], ns[3] = start, used + c, 0
+    r[1], r[2], r[3], r[4], r[5] = 1, n - used - c, reset, 0, 0
+    return ns, r
   end
   local retry = reset
   if c > n then retry = w end
-  return s, {0, math.max(0, n - s[2]), reset, retry, 0}
+  ns[1], ns[2], ns[3] = start, used, third
+  r[1], r[2], r[3], r[4], r[5] = 0, math.max(0, n - used), reset, retry, 0
+  return ns, r
 end
 
 local function estimate(prev, curr, w, el) return prev * (w - el) / w + curr end
 
-local function counter_wait(s, w, n, el, c)
+local function counter_wait(curr, prev, w, n, el, c)
   if c > n then return w end
-  local function fits(prev, curr, at) return estimate(prev, curr, w, at) + c <= n end
-  if s[2] + c <= n and s[3] > 0 then
-    local at = math.ceil(w - ((n - s[2] - c) * w) / s[3])
+  if curr + c <= n and prev > 0 then
+    local at = math.ceil(w - ((n - curr - c) * w) / prev)
     if at < el then at = el end
-    while at < w and not fits(s[3], s[2], at) do at = at + 1 end
+    while at < w and estimate(prev, curr, w, at) + c > n do at = at + 1 end
     if at < w then return at - el end
   end
   local at = 0
-  if s[2] > 0 then
-    at = math.ceil(w - ((n - c) * w) / s[2])
+  if curr > 0 then
+    at = math.ceil(w - ((n - c) * w) / curr)
     if at < 0 then at = 0 end
-    while at < w and not fits(s[2], 0, at) do at = at + 1 end
+    while at < w and estimate(curr, 0, w, at) + c > n do at = at + 1 end
   end
   return w + at - el
 end
 
-local function counter(l, s, t, c)
+local function counter(l, s, t, c, ns, r)
   local w, n = l.w, l.n
   local start = window_start(t, w)
+  local curr, prev = s[2], s[3]
   if s[1] == start then
-  elseif s[1] == start - w then s = {start, 0, s[2]}
-  else s = {start, 0, 0} end
+  elseif s[1] == start - w then curr, prev = 0, s[2]
+  else curr, prev = 0, 0 end
   local el = t - start
-  local est = estimate(s[3], s[2], w, el)
-  local r
+  local est = estimate(prev, curr, w, el)
   if est + c <= n then
-    s = {s[1], s[2] + c, s[3]}
-    r = {1, math.floor(n - (est + c)), 0, 0, 0}
+    curr = curr + c
+    r[1], r[2], r[3], r[4], r[5] = 1, math.floor(n - (est + c)), 0, 0, 0
   else
     local rem = math.floor(n - est)
     if rem < 0 then rem = 0 end
-    r = {0, rem, 0, counter_wait(s, w, n, el, c), 0}
+    r[1], r[2], r[3], r[4], r[5] = 0, rem, 0, counter_wait(curr, prev, w, n, el, c), 0
   end
-  if s[2] > 0 then r[3] = start + 2 * w - t
-  elseif s[3] > 0 then r[3] = start + w - t end
-  return s, r
+  if curr > 0 then r[3] = start + 2 * w - t
+  elseif prev > 0 then r[3] = start + w - t end
+  ns[1], ns[2], ns[3] = start, curr, prev
+  return ns, r
 end
 
-local function bucket(l, s, t, c)
+local function bucket(l, s, t, c, ns, r)
   local w, n, b = l.w, l.n, l.b
   local capacity = b * w
   local deficit, last = s[1], s[2]
@@ -164,11 +172,15 @@ local function bucket(l, s, t, c)
   local need = c * w
   if c <= b and deficit + need <= capacity then
     deficit = deficit + need
-    return {deficit, last, 0}, {1, idiv(capacity - deficit, w), ceildiv(deficit, n), 0, 0}
+    ns[1], ns[2], ns[3] = deficit, last, 0
+    r[1], r[2], r[3], r[4], r[5] = 1, idiv(capacity - deficit, w), ceildiv(deficit, n), 0, 0
+    return ns, r
   end
   local retry = w
   if c <= b then retry = ceildiv(deficit + need - capacity, n) end
-  return {deficit, last, 0}, {0, idiv(capacity - deficit, w), ceildiv(deficit, n), retry, 0}
+  ns[1], ns[2], ns[3] = deficit, last, 0
+  r[1], r[2], r[3], r[4], r[5] = 0, idiv(capacity - deficit, w), ceildiv(deficit, n), retry, 0
+  return ns, r
 end
 
 local function ahead_of(s, t, n)
@@ -183,7 +195,7 @@ local function advance(s, t, w, n, c)
   return tat + idiv(total, n), total % n
 end
 
-local function gcra(l, s, t, c)
+local function gcra(l, s, t, c, ns, r)
   local w, n, b = l.w, l.n, l.b
   local tolerance = b * w
   local prev = ahead_of(s, t, n)
@@ -192,11 +204,15 @@ local function gcra(l, s, t, c)
     local tat, frac = advance(s, t, w, n, c)
     local ahead = (tat - t) * n + frac
     if ahead <= tolerance then
-      return {tat, frac, 0}, {1, idiv(tolerance - ahead, w), ceildiv(ahead, n), 0, 0}
+      ns[1], ns[2], ns[3] = tat, frac, 0
+      r[1], r[2], r[3], r[4], r[5] = 1, idiv(tolerance - ahead, w), ceildiv(ahead, n), 0, 0
+      return ns, r
     end
     retry = ceildiv(ahead - tolerance, n)
   end
-  return s, {0, idiv(tolerance - prev, w), ceildiv(prev, n), retry, 0}
+  ns[1], ns[2], ns[3] = s[1], s[2], s[3]
+  r[1], r[2], r[3], r[4], r[5] = 0, idiv(tolerance - prev, w), ceildiv(prev, n), retry, 0
+  return ns, r
 end
 
 local function shaper_room(ahead, max_wait, queue, w)
@@ -204,7 +220,7 @@ local function shaper_room(ahead, max_wait, queue, w)
   return math.min(idiv(max_wait - ahead, w) + 1, idiv(queue - ahead, w))
 end
 
-local function shaper(l, s, t, c)
+local function shaper(l, s, t, c, ns, r)
   local w, n, b = l.w, l.n, l.b
   local max_wait, queue = l.d * n, b * w
   local wait = ahead_of(s, t, n)
@@ -213,15 +229,20 @@ local function shaper(l, s, t, c)
     local tat, frac = advance(s, t, w, n, c)
     local nxt = (tat - t) * n + frac
     if wait <= max_wait and nxt <= queue then
-      return {tat, frac, 0}, {1, shaper_room(nxt, max_wait, queue, w), ceildiv(nxt, n), 0, ceildiv(wait, n)}
+      ns[1], ns[2], ns[3] = tat, frac, 0
+      r[1], r[2], r[3], r[4], r[5] = 1, shaper_room(nxt, max_wait, queue, w), ceildiv(nxt, n), 0, ceildiv(wait, n)
+      return ns, r
     end
     retry = ceildiv(math.max(wait - max_wait, nxt - queue), n)
   end
-  return s, {0, shaper_room(wait, max_wait, queue, w), ceildiv(wait, n), retry, 0}
+  ns[1], ns[2], ns[3] = s[1], s[2], s[3]
+  r[1], r[2], r[3], r[4], r[5] = 0, shaper_room(wait, max_wait, queue, w), ceildiv(wait, n), retry, 0
+  return ns, r
 end
 
 -- The sliding log reads its sorted set; nothing is written until commit.
-local function log_step(l, key, t, c)
+-- It returns the live count and r, its verdict.
+local function log_step(l, key, t, c, r)
   local w, n = l.w, l.n
   local live = redis.call('ZCOUNT', key, '(' .. fmt(t - w), '+inf')
   local newest = nil
@@ -231,7 +252,8 @@ local function log_step(l, key, t, c)
   if live + c <= n then
     local reset = 0
     if c > 0 then reset = w elseif live > 0 then reset = newest + w - t end
-    return live, {1, n - live - c, reset, 0, 0}
+    r[1], r[2], r[3], r[4], r[5] = 1, n - live - c, reset, 0, 0
+    return live, r
   end
   local reset = 0
   if live > 0 then reset = newest + w - t end
@@ -240,20 +262,21 @@ local function log_step(l, key, t, c)
     local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(t - w), '+inf', 'WITHSCORES', 'LIMIT', live + c - n - 1, 1)
     retry = tonumber(oldest[2]) + w - t
   end
-  return live, {0, n - live, reset, retry, 0}
+  r[1], r[2], r[3], r[4], r[5] = 0, n - live, reset, retry, 0
+  return live, r
 end
 
 -- In flight: the sliding log's count of live leases; a denial's retry is
 -- capped (stepInFlight).
-local function inflight_step(l, key, t, c)
-  local live, r = log_step(l, key, t, c)
+local function inflight_step(l, key, t, c, r)
+  local live = log_step(l, key, t, c, r)
   if r[1] == 0 then r[4] = math.min(r[4], MAX_INFLIGHT_RETRY) end
   return live, r
 end
 local function logged(l) return l.alg == LOG or l.alg == INFLIGHT end
-local function logged_step(l, key, t, c)
-  if l.alg == INFLIGHT then return inflight_step(l, key, t, c) end
-  return log_step(l, key, t, c)
+local function logged_step(l, key, t, c, r)
+  if l.alg == INFLIGHT then return inflight_step(l, key, t, c, r) end
+  return log_step(l, key, t, c, r)
 end
 
 -- time_of is a request's now: its own, or for -1 the server's TIME, read
@@ -329,7 +352,8 @@ end
 -- allocating these per request cost 7-10% of Redis's CPU per decision
 -- (batches of one-limit requests). decide sets entries 1..#limits before it
 -- reads them, and keeps nothing in them past its return. parsed[i] is limit
--- i's stored state as parse reads it.
+-- i's stored state as parse reads it; nexts[i] and results[i] the tables
+-- its step function writes into.
 local states, nexts, results, parsed, hset = {}, {}, {}, {}, {}
 
 -- One request of cost (-1: a probe) at now under limits, its keys from
@@ -346,12 +370,12 @@ local function decide(limits, kb, now, cost, ttl, out, o)
   local all = true
   for i = 1, nlimits do
     local l = limits[i]
+    if not parsed[i] then parsed[i], nexts[i], results[i] = {}, {}, {} end
     if logged(l) then
-      states[i], results[i] = logged_step(l, KEYS[kb + l.key], now, cost)
+      states[i] = logged_step(l, KEYS[kb + l.key], now, cost, results[i])
     else
-      if not parsed[i] then parsed[i] = {} end
       states[i] = parse(stored[i], parsed[i])
-      nexts[i], results[i] = steps[l.alg](l, states[i], now, cost)
+      steps[l.alg](l, states[i], now, cost, nexts[i], results[i])
     end
     if results[i][1] == 0 then all = false end
   end
@@ -414,11 +438,9 @@ local function decide(limits, kb, now, cost, ttl, out, o)
       if results[i][1] == 1 then
         local l = limits[i]
         if logged(l) then
-          local _, r = logged_step(l, KEYS[kb + l.key], now, 0)
-          results[i] = r
+          logged_step(l, KEYS[kb + l.key], now, 0, results[i])
         else
-          local _, r = steps[l.alg](l, states[i], now, 0)
-          results[i] = r
+          steps[l.alg](l, states[i], now, 0, nexts[i], results[i])
         end
       end
     end
