@@ -80,6 +80,7 @@ var columns = []struct {
 	{"p99/unloaded", func(f figures) float64 { return f.p99 }, "%.2f", false},
 	{"settle s", func(f figures) float64 { return f.settle.Seconds() }, "%.2f", false},
 	{"recovery s", func(f figures) float64 { return f.recovery.Seconds() }, "%.1f", false},
+	{"lowest factor", func(f figures) float64 { return f.lowest }, "%.2f", true},
 }
 
 func main() {
@@ -136,15 +137,19 @@ func main() {
 func applies(s scenario, column string) bool {
 	switch column {
 	case "p99/unloaded":
-		return s.upstream == queueing
+		// A paused gateway delays its clients' answers itself.
+		return s.upstream == queueing && len(s.pauses) == 0
 	case "recovery s":
 		return s.recovery
+	case "lowest factor":
+		return len(s.pauses) > 0
 	}
 	return true
 }
 
 func columnSlug(name string) string {
-	return map[string]string{"goodput/C": "goodput", "failing": "failing", "p99/unloaded": "p99", "settle s": "settle", "recovery s": "recovery"}[name]
+	return map[string]string{"goodput/C": "goodput", "failing": "failing", "p99/unloaded": "p99", "settle s": "settle", "recovery s": "recovery",
+		"lowest factor": "lowest-factor"}[name]
 }
 
 // ratio is gradient's figure against AIMD's, > 1 when gradient is better.

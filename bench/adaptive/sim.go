@@ -64,7 +64,15 @@ type scenario struct {
 	// recovery: the load stops at the last change; measure the time until
 	// the configured limit is back.
 	recovery bool
+	// pauses are when the gateway itself stalls for pauseLength: its
+	// process stopped, the upstream not. Requests arriving meanwhile reach
+	// it at the end, answers are heard then, and the controller is told of
+	// the stall as the process's stall watch tells it.
+	pauses []time.Duration
 }
+
+// pauseLength is how long a gateway pause lasts.
+const pauseLength = 300 * time.Millisecond
 
 func constant(v float64) func(time.Duration) float64 { return func(time.Duration) float64 { return v } }
 
@@ -103,6 +111,12 @@ func scenarios() []scenario {
 			scenario{name: "recovery", limit: k, upstream: u, length: 40 * time.Second, changes: []time.Duration{0, 10 * time.Second}, recovery: true,
 				capacityAt: constant(capacity), offeredAt: stopAt10})
 	}
+	// The gateway pauses three times in front of an upstream with capacity
+	// to spare (a quarter of C offered, the limit at 4C): nothing is
+	// congested, so the factor must stay at 1, or near it.
+	out = append(out, scenario{name: "gateway-pause", limit: rateLimit, upstream: queueing, length: 20 * time.Second,
+		changes: []time.Duration{0}, capacityAt: constant(capacity), offeredAt: constant(capacity / 4),
+		pauses: []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}})
 	return out
 }
 
@@ -156,6 +170,10 @@ const (
 	arrive = iota
 	answer
 	judge
+	// observe is an answer the gateway hears late (it was paused); resume
+	// is the end of a pause.
+	observe
+	resume
 )
 
 type event struct {
@@ -163,6 +181,10 @@ type event struct {
 	kind int
 	req  *request
 	seq  int64
+	// due is when a judge event was scheduled (a pause may defer it);
+	// held marks an arrival the gateway took in late, after a pause.
+	due  int64
+	held bool
 }
 
 type request struct {
@@ -206,9 +228,23 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 		trace: make([]sample, int(scn.length/bucket)), latencies: make([][]time.Duration, len(scn.changes))}
 	var q events
 	var seq int64
-	push := func(at int64, kind int, req *request) {
+	push := func(at int64, kind int, req *request) *event {
 		seq++
-		heap.Push(&q, &event{at: at, kind: kind, req: req, seq: seq})
+		e := &event{at: at, kind: kind, req: req, seq: seq, due: at}
+		heap.Push(&q, e)
+		return e
+	}
+	// pausedUntil returns the end of the pause holding t (µs), or -1.
+	pausedUntil := func(t int64) int64 {
+		for _, from := range scn.pauses {
+			if t >= from.Microseconds() && t < (from+pauseLength).Microseconds() {
+				return (from + pauseLength).Microseconds()
+			}
+		}
+		return -1
+	}
+	for _, from := range scn.pauses {
+		push((from + pauseLength).Microseconds(), resume, nil) // first of its µs
 	}
 	end := scn.length.Microseconds()
 	const t0 = int64(1_000_000_000) // the policy's clock: any positive start
@@ -246,6 +282,30 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 		}
 		return i
 	}
+	heard := func(req *request, now int64, b *sample) {
+		took := time.Duration(now-req.sent) * time.Microsecond
+		status := req.status
+		if took > timeout {
+			status = 504
+		}
+		a.Observe(status, took)
+		if k == inFlightLimit {
+			p.ApplyLease(states, t0+now, req.d.At, 1, false)
+		}
+		if status == 200 {
+			b.served++
+			b.slowest = max(b.slowest, took)
+			if took > 2*service {
+				b.slow++
+			}
+			ph := phaseOf(now)
+			if at(now) >= scn.changes[ph]+3*time.Second {
+				r.latencies[ph] = append(r.latencies[ph], took)
+			}
+		} else {
+			b.failed++
+		}
+	}
 	for q.Len() > 0 {
 		e := heap.Pop(&q).(*event)
 		now := e.at
@@ -253,9 +313,16 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 			break
 		}
 		b := &r.trace[now/bucket.Microseconds()]
+		until := pausedUntil(now)
 		switch e.kind {
 		case arrive:
-			push(nextArrival(now), arrive, nil)
+			if !e.held {
+				push(nextArrival(now), arrive, nil)
+			}
+			if until >= 0 {
+				push(until, arrive, nil).held = true
+				continue
+			}
 			b.offered++
 			req := &request{sent: now}
 			p.Apply(states, t0+now, 1, &req.d)
@@ -302,6 +369,8 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 				}
 			}
 		case answer:
+			// The upstream answers whether or not the gateway is paused; a
+			// paused gateway hears the answer when it resumes.
 			req := e.req
 			if scn.upstream == queueing {
 				busy--
@@ -311,32 +380,23 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 					startService(next, now)
 				}
 			}
-			took := time.Duration(now-req.sent) * time.Microsecond
-			status := req.status
-			if took > timeout {
-				status = 504
+			if until >= 0 {
+				push(until, observe, req)
+				continue
 			}
-			a.Observe(status, took)
-			if k == inFlightLimit {
-				p.ApplyLease(states, t0+now, req.d.At, 1, false)
-			}
-			if status == 200 {
-				b.served++
-				b.slowest = max(b.slowest, took)
-				if took > 2*service {
-					b.slow++
-				}
-				ph := phaseOf(now)
-				if at(now) >= scn.changes[ph]+3*time.Second {
-					r.latencies[ph] = append(r.latencies[ph], took)
-				}
-			} else {
-				b.failed++
-			}
+			heard(req, now, b)
+		case observe:
+			heard(e.req, now, b)
+		case resume:
+			a.NoteStall(pauseLength)
 		case judge:
+			if until >= 0 {
+				push(until, judge, nil).due = e.due
+				continue
+			}
 			a.Judge()
 			b.factor = a.Factor()
-			push(now+o.Interval.Microseconds(), judge, nil)
+			push(e.due+o.Interval.Microseconds(), judge, nil)
 			if scn.recovery && r.factorBack < 0 && at(now) >= scn.changes[len(scn.changes)-1] && a.Factor() == 1 {
 				r.factorBack = at(now) - scn.changes[len(scn.changes)-1]
 			}
@@ -357,7 +417,8 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 // figures are one run's results against the targets.
 type figures struct {
 	// goodput is the successful answers a second over each phase's judged
-	// part, as a share of the capacity then.
+	// part, as a share of the capacity then (or of the load offered, if
+	// less).
 	goodput float64
 	// failing is the share of the upstream's answers that failed in the
 	// same parts.
@@ -375,6 +436,8 @@ type figures struct {
 	// recovery is the time from the load stopping until the configured
 	// limit was back (recovery only; -1 never).
 	recovery time.Duration
+	// lowest is the lowest factor from the first gateway pause on.
+	lowest float64
 }
 
 func (r run) figures() figures {
@@ -394,7 +457,7 @@ func (r run) figures() figures {
 			s := r.trace[i]
 			served += float64(s.served)
 			failed += float64(s.failed)
-			owed += s.capacity / float64(per)
+			owed += min(s.capacity, r.scenario.offeredAt(time.Duration(i)*bucket)) / float64(per)
 		}
 		lat = append(lat, r.latencies[ph]...)
 		// settle: the first moment from which the next 2 s (or the rest of
@@ -407,7 +470,7 @@ func (r run) figures() figures {
 			for _, s := range r.trace[i:min(i+w, int(to/bucket))] {
 				sv += float64(s.served)
 				fl += float64(s.failed)
-				cap += s.capacity / float64(per)
+				cap += min(s.capacity, r.scenario.offeredAt(time.Duration(i)*bucket)) / float64(per)
 				slow += float64(s.slow)
 			}
 			if sv >= 0.9*cap && fl <= 0.05*(sv+fl) && slow <= 0.01*sv {
@@ -426,5 +489,11 @@ func (r run) figures() figures {
 		f.p99 = float64(lat[int(math.Ceil(0.99*float64(len(lat))))-1]) / float64(service)
 	}
 	f.recovery = r.factorBack
+	f.lowest = 1
+	if len(r.scenario.pauses) > 0 {
+		for _, s := range r.trace[int(r.scenario.pauses[0]/bucket):] {
+			f.lowest = min(f.lowest, s.factor)
+		}
+	}
 	return f
 }

@@ -172,6 +172,14 @@ type Controller struct {
 	stopped  sync.Once
 	// lastQuantile is the latency quantile of the last judged interval.
 	lastQuantile atomic.Int64
+	// stalled sums the gateway's stalls noted in the current interval, in
+	// ns (NoteStall); afterStall marks the interval after a stalled one,
+	// skipped counts the intervals in a row left unjudged, and unjudged
+	// all of them.
+	stalled    atomic.Int64
+	afterStall bool
+	skipped    int
+	unjudged   atomic.Int64
 }
 
 // New validates opts and starts the controller at factor 1; Close
@@ -238,6 +246,28 @@ func (a *Controller) Observe(status int, latency time.Duration) {
 	a.latency[lo].Add(1)
 }
 
+// NoteStall records that the gateway itself stalled for d in the current
+// interval: its process stopped or starved, so the answers it had in
+// flight took d longer to be heard, whatever the upstream did. A
+// controller from New watches its process and notes stalls itself; a
+// caller that judges on its own clock (NewJudged) notes them.
+//
+// An interval with at least MinStall of stalls, or a tenth of Interval if
+// more, is not judged, nor the one after it (the requests the stall held
+// back reach the upstream at once, and answers it delayed past the
+// interval's end are heard there): the factor holds, and in a fleet
+// follows the others' judgement. A third interval in a row is judged
+// whatever it noted, so a gateway that stalls all the time still adapts.
+func (a *Controller) NoteStall(d time.Duration) {
+	if d > 0 {
+		a.stalled.Add(int64(d))
+	}
+}
+
+// Unjudged returns how many intervals were left unjudged because the
+// gateway stalled (see NoteStall).
+func (a *Controller) Unjudged() int64 { return a.unjudged.Load() }
+
 // Factor returns the current fraction of the configured counts, in
 // [MinFactor, 1].
 func (a *Controller) Factor() float64 { return math.Float64frombits(a.factorBits.Load()) }
@@ -255,7 +285,15 @@ func (a *Controller) LastQuantile() time.Duration {
 // judges once an interval has passed since the last judgement, at 7/8 of
 // it): every node uses the new factor within moments, and no node's
 // signals wait a whole interval. Nodes' clocks may differ by Interval/8.
+//
+// Before judging, it notes the stalls the process's stall watch saw since
+// the last judgement, or how late its own timer fired if that is more (a
+// stall that ends at the interval's end may wake the timer before the
+// watch).
 func (a *Controller) loop() {
+	release := watchStalls()
+	defer release()
+	_, seen := stalledSince(0)
 	half := a.opts.Interval / 2
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -269,6 +307,12 @@ func (a *Controller) loop() {
 		case <-t.C:
 		}
 		if next.UnixNano()/int64(half)%2 == 0 {
+			var stalled time.Duration
+			stalled, seen = stalledSince(seen)
+			if late := time.Since(next); late > stallNoise {
+				stalled = max(stalled, late)
+			}
+			a.NoteStall(stalled)
 			a.Judge()
 		} else {
 			a.readShared()
@@ -307,8 +351,9 @@ func (a *Controller) syncShared(sig Signals, congested bool) (float64, bool) {
 }
 
 // Judge ends the current interval: it reads and resets the signals and
-// moves the factor by the controller's rule. The controller calls it every
-// Interval; tests call it directly.
+// moves the factor by the controller's rule, unless the gateway stalled
+// (see NoteStall). The controller calls it every Interval; tests call it
+// directly.
 func (a *Controller) Judge() {
 	total, errs := a.total.Swap(0), a.errs.Swap(0)
 	counts := make([]int64, len(a.latency))
@@ -325,9 +370,19 @@ func (a *Controller) Judge() {
 	congested := total >= a.opts.MinSamples &&
 		(float64(errs) > a.opts.ErrorRate*float64(total) ||
 			(a.opts.LatencyTarget > 0 && q > a.opts.LatencyTarget.Microseconds()))
+	stalled := time.Duration(a.stalled.Swap(0))
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.judged++
+	if a.skipStalled(stalled) {
+		a.unjudged.Add(1)
+		if a.sync != nil && a.opts.Controller != ControllerAIMD {
+			if shared, ok := a.syncShared(Signals{}, false); ok {
+				a.factorBits.Store(math.Float64bits(shared))
+			}
+		}
+		return
+	}
 	now := a.judged * a.opts.Interval.Microseconds()
 	var factor float64
 	if a.opts.Controller == ControllerAIMD {
@@ -343,6 +398,26 @@ func (a *Controller) Judge() {
 		}
 	}
 	a.factorBits.Store(math.Float64bits(factor))
+}
+
+// skipStalled reports whether the interval that just ended goes unjudged
+// for the gateway's stalls in it (see NoteStall). The caller holds a.mu.
+func (a *Controller) skipStalled(stalled time.Duration) bool {
+	skip := false
+	if stalled >= max(MinStall, a.opts.Interval/10) {
+		skip, a.afterStall = true, true
+	} else if a.afterStall {
+		skip, a.afterStall = true, false
+	}
+	if skip && a.skipped >= 2 {
+		skip = false
+	}
+	if skip {
+		a.skipped++
+	} else {
+		a.skipped = 0
+	}
+	return skip
 }
 
 // quantile returns the upper bound (µs) of the bucket holding quantile q.

@@ -178,6 +178,14 @@ func New(reg *prometheus.Registry, g *gate.Gate, h *store.Handle) (*Set, error) 
 		if _, err := register(reg, latency); err != nil {
 			return nil, err
 		}
+		unjudged := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "tollgate", Name: "adaptive_stalled_intervals_total",
+			Help:        "Intervals an adaptive policy left unjudged because the gateway itself stalled (its process stopped or starved), which would have read as the upstream's latency.",
+			ConstLabels: prometheus.Labels{"policy": pol.Name()},
+		}, func() float64 { return float64(a.Unjudged()) })
+		if _, err := register(reg, unjudged); err != nil {
+			return nil, err
+		}
 		for _, v := range pol.Variants() {
 			for i, id := range limitLabels(v) {
 				effective := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -1,0 +1,92 @@
+package caddymodule_test
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/caddyproc"
+	"github.com/tollgate/tollgate/internal/waitfor"
+)
+
+// TestCaddyAdaptiveStallIsNotTheUpstream: a real Caddy with the default
+// (gradient) controller, in front of an upstream that answers in 100 ms,
+// is offered 200 requests/s (20 in flight, far under its 1000/s limit),
+// and once its factor is 1 it is stopped with SIGSTOP for 300 ms. The
+// answers it had in flight reach reverse_proxy 300 ms late, and it
+// measures them so: a fifth of an interval's answers, enough to lift the
+// 90th percentile to four times the unloaded latency. Caddy's stall watch
+// leaves those intervals unjudged: the factor stays at 0.8 or more (the
+// same run with the watch disabled cut it to 0.47), and
+// tollgate_adaptive_stalled_intervals_total counts them.
+func TestCaddyAdaptiveStallIsNotTheUpstream(t *testing.T) {
+	oneAdaptiveTestAtATime(t)
+	up := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(100 * time.Millisecond)
+	}))
+	c := caddyproc.Start(t, fmt.Sprintf(`
+	tollgate {
+		policy upstream {
+			key all
+			limit 1000/1s gcra burst 200
+			adaptive
+		}
+	}
+	reverse_proxy %s`, up))
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		offer(t, []string{c.URL + "/"}, 200, 8*time.Second)
+	}()
+	// The factor is 1 once the unloaded latency is known (a measurement
+	// may hold it low for a few intervals first).
+	start := time.Now()
+	waitfor.True(t, 6*time.Second, "the factor at 1 with the load running for 2 s", func() bool {
+		f, err := readFactor(c)
+		return err == nil && f == 1 && time.Since(start) > 2*time.Second
+	})
+
+	// From the stall on, the lowest factor seen every 50 ms.
+	var mu sync.Mutex
+	lowest := 1.0
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if f, err := readFactor(c); err == nil {
+				mu.Lock()
+				lowest = min(lowest, f)
+				mu.Unlock()
+			}
+		}
+	}()
+	if err := syscall.Kill(c.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the stall itself, not a wait for anything
+	if err := syscall.Kill(c.Pid(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	<-loaded
+	close(stop)
+	<-stopped
+	stalled := gauge(t, c, "tollgate_adaptive_stalled_intervals_total", "upstream")
+	t.Logf("after a 300 ms SIGSTOP: lowest factor %.2f, %v intervals unjudged, judged latency now %.3fs", lowest, stalled,
+		gauge(t, c, "tollgate_adaptive_latency_seconds", "upstream"))
+	if lowest < 0.8 {
+		t.Errorf("the factor fell to %.2f after the gateway's own 300 ms stall, want at least 0.8", lowest)
+	}
+	if stalled < 1 {
+		t.Errorf("%v intervals unjudged for the stall, want at least 1", stalled)
+	}
+}
