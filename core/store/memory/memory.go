@@ -106,20 +106,33 @@ type slot struct {
 // tombstone marks a slot whose entry was dropped.
 var tombstone = &entry{}
 
-// entry is one (policy, key)'s state. A decision on a one-limit policy
-// touches only its first cache line: the lock, the identity, the time and the
-// state. Entries are 128 bytes, a size class whose objects start on a line.
+// entry is one (policy, key)'s state: one cache line, 64 bytes, a size
+// class whose objects start on a line, so a decision on a one-limit policy
+// touches one line of it, and 100k keys' entries lie on 100k lines. The
+// identity's first half is its slot's hash; what inserts and sweeps read
+// is apart, in aux.
 type entry struct {
-	// Line 1.
 	mu       sync.Mutex
-	id1, id2 uint64 // the 128-bit identity; never change once published
+	id2      uint64 // the identity's second half; never changes once published
 	lastUsed int64  // µs; dropped once it is dead; guarded by mu
 	inline   [1]algo.State
-	// Line 2: read on insert and sweep only.
+	aux      *entryAux
+}
+
+// entryAux is what an entry's inserts and sweeps read, not its decisions.
+type entryAux struct {
 	idle   int64        // µs after lastUsed when the states equal fresh ones
-	states []algo.State // e.inline[:] for one limit
 	layout []string     // the policy's LimitIDs: which limit each state is
-	parked *[]parked    // states of limits the key had under a same-named policy, not under this one
+	states []algo.State // nil for one limit: the entry's inline state
+	parked []parked     // states of limits the key had under a same-named policy, not under this one
+}
+
+// held returns e's states.
+func (e *entry) held() []algo.State {
+	if e.aux.states != nil {
+		return e.aux.states
+	}
+	return e.inline[:]
 }
 
 // parked is the state of a limit (by LimitID) that a key's entry carries
@@ -135,12 +148,10 @@ type parked struct {
 // finds it looks the key up again.
 const dead = -1
 
-func newEntry(id1, id2 uint64, layout []string, idle, now int64) *entry {
-	e := &entry{id1: id1, id2: id2, lastUsed: now, idle: idle, layout: layout}
-	if len(layout) == 1 {
-		e.states = e.inline[:]
-	} else {
-		e.states = make([]algo.State, len(layout))
+func newEntry(id2 uint64, layout []string, idle, now int64) *entry {
+	e := &entry{id2: id2, lastUsed: now, aux: &entryAux{idle: idle, layout: layout}}
+	if len(layout) > 1 {
+		e.aux.states = make([]algo.State, len(layout))
 	}
 	return e
 }
@@ -149,14 +160,15 @@ func newTable(size int) *table {
 	return &table{mask: uint64(size - 1), slots: make([]slot, size)}
 }
 
-// put stores e in the first free slot of its probe chain. sh.mu is held.
-func (t *table) put(e *entry) {
-	i := e.id1 & t.mask
+// put stores e, whose identity starts with id1, in the first free slot of
+// its probe chain. sh.mu is held.
+func (t *table) put(e *entry, id1 uint64) {
+	i := id1 & t.mask
 	for t.slots[i].entry.Load() != nil {
 		i = (i + 1) & t.mask
 	}
 	t.slots[i].entry.Store(e)
-	t.slots[i].hash.Store(e.id1)
+	t.slots[i].hash.Store(id1)
 	t.used++
 }
 
@@ -169,7 +181,7 @@ func (t *table) sibling(id1, id2 uint64) *entry {
 		if e == nil {
 			return nil
 		}
-		if e != tombstone && t.slots[i].hash.Load() == id1 && e.id1 == id1 && e.id2 != id2 {
+		if e != tombstone && t.slots[i].hash.Load() == id1 && e.id2 != id2 {
 			return e
 		}
 	}
@@ -292,9 +304,9 @@ func (s *Store) decide(p *core.Policy, key string, cost, now int64, d *core.Deci
 		}
 		now = max(now, e.lastUsed)
 		if p.NumLimits() == 1 {
-			p.Apply(e.inline[:], now, cost, d) // e.states, without reading line 2
+			p.Apply(e.inline[:], now, cost, d) // e.held(), without reading aux
 		} else {
-			p.Apply(e.states, now, cost, d)
+			p.Apply(e.aux.states, now, cost, d)
 		}
 		e.lastUsed = now
 		e.mu.Unlock()
@@ -351,11 +363,7 @@ func (s *Store) withEntry(p *core.Policy, key string, f func(states []algo.State
 	if e.lastUsed == dead {
 		return
 	}
-	states := e.states
-	if p.NumLimits() == 1 {
-		states = e.inline[:]
-	}
-	e.lastUsed = f(states, e.lastUsed)
+	e.lastUsed = f(e.held(), e.lastUsed)
 }
 
 // CancelShaped gives back the places a shaped request took, under the
@@ -399,15 +407,15 @@ func (s *Store) insert(sh *shard, id1, id2 uint64, layout []string, idle, now in
 	if e := t.find(id1, id2); e != nil {
 		return e
 	}
-	e := newEntry(id1, id2, layout, idle, now)
+	e := newEntry(id2, layout, idle, now)
 	if old := t.sibling(id1, id2); old != nil {
-		s.takeOver(sh, t, e, old)
+		s.takeOver(sh, t, e, old, id1)
 	}
 	s.sweep(sh, t, now)
 	if 4*(t.used+1) > 3*len(t.slots) {
 		t = s.rebuild(sh, t)
 	}
-	t.put(e)
+	t.put(e, id1)
 	sh.n++
 	return e
 }
@@ -416,8 +424,8 @@ func (s *Store) insert(sh *shard, id1, id2 uint64, layout []string, idle, now in
 // (by LimitID) and drops old, under old's lock, so no decision on old is
 // lost: one that still comes for old's policy (a request of the config a
 // reload replaces) looks its key up again and takes the state back. sh.mu
-// is held.
-func (s *Store) takeOver(sh *shard, t *table, e, old *entry) {
+// is held; id1 is the identity's first half both share.
+func (s *Store) takeOver(sh *shard, t *table, e, old *entry, id1 uint64) {
 	old.mu.Lock()
 	defer old.mu.Unlock()
 	if old.lastUsed == dead {
@@ -428,26 +436,23 @@ func (s *Store) takeOver(sh *shard, t *table, e, old *entry) {
 	// old is dropped below.
 	var carried []parked
 	place := func(id string, st algo.State) {
-		if i := slices.Index(e.layout, id); i >= 0 {
-			e.states[i] = st
+		if i := slices.Index(e.aux.layout, id); i >= 0 {
+			e.held()[i] = st
 		} else if len(carried) < maxParked {
 			carried = append(carried, parked{id, st})
 		}
 	}
-	for j, id := range old.layout {
-		place(id, old.states[j])
+	oldStates := old.held()
+	for j, id := range old.aux.layout {
+		place(id, oldStates[j])
 	}
-	if old.parked != nil {
-		for _, p := range *old.parked {
-			place(p.id, p.state)
-		}
+	for _, p := range old.aux.parked {
+		place(p.id, p.state)
 	}
-	if len(carried) > 0 {
-		e.parked = &carried
-	}
-	e.idle = max(e.idle, old.idle)             // a carried state lives as long as it did
+	e.aux.parked = carried
+	e.aux.idle = max(e.aux.idle, old.aux.idle) // a carried state lives as long as it did
 	e.lastUsed = max(e.lastUsed, old.lastUsed) // a key's clock never runs back
-	for i := old.id1 & t.mask; ; i = (i + 1) & t.mask {
+	for i := id1 & t.mask; ; i = (i + 1) & t.mask {
 		if t.slots[i].entry.Load() == old {
 			s.drop(sh, t, i, old)
 			s.evicted.Add(-1) // moved, not evicted
@@ -467,7 +472,7 @@ func (s *Store) rebuild(sh *shard, t *table) *table {
 	nt := newTable(size)
 	for i := range t.slots {
 		if e := t.slots[i].entry.Load(); e != nil && e != tombstone {
-			nt.put(e)
+			nt.put(e, t.slots[i].hash.Load())
 		}
 	}
 	sh.table.Store(nt)
@@ -491,7 +496,7 @@ func (s *Store) sweep(sh *shard, t *table, now int64) {
 			continue
 		}
 		seen++
-		if e.lastUsed+e.idle <= now {
+		if e.lastUsed+e.aux.idle <= now {
 			s.drop(sh, t, i, e)
 		} else if oldest == nil || e.lastUsed < oldestUsed {
 			oldest, oldestSlot, oldestUsed = e, i, e.lastUsed

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
@@ -56,6 +57,14 @@ func TestExpiredKeysAreDroppedWithoutPressure(t *testing.T) {
 	}
 	if n := s.Len(); n > 6000 {
 		t.Fatalf("%d keys tracked: expired keys were not dropped", n)
+	}
+}
+
+// TestEntryIsOneCacheLine: an entry is 64 bytes, so 100k keys' entries
+// lie on 100k cache lines and a one-limit decision reads one of them.
+func TestEntryIsOneCacheLine(t *testing.T) {
+	if size := unsafe.Sizeof(entry{}); size != 64 {
+		t.Fatalf("an entry is %d bytes, want 64", size)
 	}
 }
 
