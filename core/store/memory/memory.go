@@ -119,12 +119,13 @@ type entry struct {
 	aux      *entryAux
 }
 
-// entryAux is what an entry's inserts and sweeps read, not its decisions.
+// entryAux is what an entry's inserts and sweeps read, not its decisions:
+// 64 bytes, as the entry.
 type entryAux struct {
 	idle   int64        // µs after lastUsed when the states equal fresh ones
 	layout []string     // the policy's LimitIDs: which limit each state is
 	states []algo.State // nil for one limit: the entry's inline state
-	parked []parked     // states of limits the key had under a same-named policy, not under this one
+	parked *[]parked    // states of limits the key had under a same-named policy, not under this one
 }
 
 // held returns e's states.
@@ -446,10 +447,14 @@ func (s *Store) takeOver(sh *shard, t *table, e, old *entry, id1 uint64) {
 	for j, id := range old.aux.layout {
 		place(id, oldStates[j])
 	}
-	for _, p := range old.aux.parked {
-		place(p.id, p.state)
+	if old.aux.parked != nil {
+		for _, p := range *old.aux.parked {
+			place(p.id, p.state)
+		}
 	}
-	e.aux.parked = carried
+	if len(carried) > 0 {
+		e.aux.parked = &carried
+	}
 	e.aux.idle = max(e.aux.idle, old.aux.idle) // a carried state lives as long as it did
 	e.lastUsed = max(e.lastUsed, old.lastUsed) // a key's clock never runs back
 	for i := id1 & t.mask; ; i = (i + 1) & t.mask {

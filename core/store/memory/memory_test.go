@@ -61,10 +61,14 @@ func TestExpiredKeysAreDroppedWithoutPressure(t *testing.T) {
 }
 
 // TestEntryIsOneCacheLine: an entry is 64 bytes, so 100k keys' entries
-// lie on 100k cache lines and a one-limit decision reads one of them.
+// lie on 100k cache lines and a one-limit decision reads one of them; its
+// aux is 64 bytes too, so a key costs what it did as one 128-byte entry.
 func TestEntryIsOneCacheLine(t *testing.T) {
 	if size := unsafe.Sizeof(entry{}); size != 64 {
 		t.Fatalf("an entry is %d bytes, want 64", size)
+	}
+	if size := unsafe.Sizeof(entryAux{}); size != 64 {
+		t.Fatalf("an entry's aux is %d bytes, want 64", size)
 	}
 }
 
