@@ -255,9 +255,13 @@ func (a *Controller) Observe(status int, latency time.Duration) {
 // An interval with at least MinStall of stalls, or a tenth of Interval if
 // more, is not judged, nor the one after it (the requests the stall held
 // back reach the upstream at once, and answers it delayed past the
-// interval's end are heard there): the factor holds, and in a fleet
-// follows the others' judgement. A third interval in a row is judged
-// whatever it noted, so a gateway that stalls all the time still adapts.
+// interval's end are heard there): the factor holds. A third interval in
+// a row is judged whatever it noted, so a gateway that stalls all the time
+// still adapts. A controller that shares its factor (SetSync) judges every
+// interval as measured: a fleet's node that sent no signals for an
+// interval would leave the fleet's sums empty when every node stalled at
+// once (one busy machine), and an empty interval grows the factor and
+// ends a measurement of the unloaded latency unmeasured.
 func (a *Controller) NoteStall(d time.Duration) {
 	if d > 0 {
 		a.stalled.Add(int64(d))
@@ -374,13 +378,8 @@ func (a *Controller) Judge() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.judged++
-	if a.skipStalled(stalled) {
+	if a.sync == nil && a.skipStalled(stalled) {
 		a.unjudged.Add(1)
-		if a.sync != nil && a.opts.Controller != ControllerAIMD {
-			if shared, ok := a.syncShared(Signals{}, false); ok {
-				a.factorBits.Store(math.Float64bits(shared))
-			}
-		}
 		return
 	}
 	now := a.judged * a.opts.Interval.Microseconds()

@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"runtime"
@@ -105,6 +106,36 @@ func TestStallsAllTheTimeStillAdapt(t *testing.T) {
 	interval(b, 100, 320*time.Millisecond)
 	if f := b.Factor(); f == 1 || b.Unjudged() != 0 {
 		t.Fatalf("a 49 ms stall: factor %v and %d intervals unjudged, want the interval judged (a cut)", f, b.Unjudged())
+	}
+}
+
+// recordingSync is a FactorSync that keeps the signals it is sent and
+// answers the factor it is given.
+type recordingSync struct {
+	sent   []Signals
+	factor float64
+}
+
+func (r *recordingSync) SyncFactor(_ context.Context, sig Signals, _ bool, _ Options) (float64, error) {
+	r.sent = append(r.sent, sig)
+	return r.factor, nil
+}
+
+// TestStallInAFleetIsJudgedAsMeasured: a controller that shares its
+// factor sends every interval's signals as measured, a stalled one too: a
+// fleet whose nodes all left a stalled interval out would judge an empty
+// one (see NoteStall).
+func TestStallInAFleetIsJudgedAsMeasured(t *testing.T) {
+	a := judgedController(t)
+	sync := &recordingSync{factor: 1}
+	a.SetSync(sync)
+	a.NoteStall(time.Second)
+	interval(a, 100, 320*time.Millisecond)
+	if len(sync.sent) != 1 || sync.sent[0].Answered != 100 || sync.sent[0].Latency == 0 {
+		t.Fatalf("a stalled interval in a fleet sent %+v, want its 100 answers and their latency", sync.sent)
+	}
+	if a.Unjudged() != 0 {
+		t.Fatalf("%d intervals unjudged in a fleet, want 0", a.Unjudged())
 	}
 }
 
