@@ -46,13 +46,14 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        match { <request matchers> }
 //	        key <string with placeholders>
 //	        empty_key skip|shared
-//	        limit <count>/<window> [<algorithm>] [burst <n>] [max_delay <duration>] [name <label>]
+//	        limit <count>/<window> [<algorithm>] [burst <n>] [max_delay <duration>] [name <label>] [after_response]
 //	        cost <n>
 //	        shadow
 //	        adaptive { controller gradient|aimd, min|error_rate|quantile|decrease|increase <fraction>, tolerance <multiple>, latency|interval <duration>, min_samples <n> }
 //	        plan <string with placeholders>
 //	        plans { <plan> <count>/<window> [...] | <plan> unlimited }
 //	        default_plan <plan>
+//	        charge { status <code|class|range...>, header <name> [<value>...], cost_header <name> [<entry>], cost <n> }
 //	    }
 //	    headers ietf|xratelimit|both|none|kong
 //	    status <code>
@@ -156,6 +157,20 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 				return nil, d.Errf("policy %q %v", p.Name, err)
 			}
 			p.Adaptive = a
+		case "charge":
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			c := new(spec.Charge)
+			for nesting := d.Nesting(); d.NextBlock(nesting); {
+				if err := setCharge(c, d.Val(), d.RemainingArgs()); err != nil {
+					return nil, d.Errf("policy %q charge %v", p.Name, err)
+				}
+			}
+			if _, err := c.Compile(); err != nil {
+				return nil, d.Errf("policy %q %v", p.Name, err)
+			}
+			p.Charge = c
 		case "plans":
 			if d.NextArg() {
 				return nil, d.ArgErr()

@@ -120,6 +120,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return err
 		}
+		rule.Charge = p.cfg.ResponseCost()
 		gc.Rules = append(gc.Rules, rule)
 	}
 	if h.gate, err = gate.New(gc); err != nil {
@@ -284,10 +285,36 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		outcome.CancelShaped() // the client left while its request was held: its place goes to the next
 		return r.Context().Err()
 	}
-	if outcome.Watching() {
-		return observeUpstream(&outcome, w, r, next)
+	serve := func(w http.ResponseWriter) error {
+		if outcome.Watching() {
+			return observeUpstream(&outcome, w, r, next)
+		}
+		return next.ServeHTTP(w, r)
 	}
-	return next.ServeHTTP(w, r)
+	if outcome.Charges() {
+		return h.serveCharged(&outcome, w, r, serve)
+	}
+	return serve(w)
+}
+
+// serveCharged serves the request and charges its response to the
+// policies charged after the response, setting the rate-limit headers
+// from what the charge left before the status goes out. An error a later
+// handler returns (such as reverse_proxy's 502) is charged with its
+// status. A store that fails to charge is not logged here: its state
+// changes are (Provision's OnStateChange).
+func (h *Handler) serveCharged(outcome *gate.Outcome, w http.ResponseWriter, r *http.Request, serve func(http.ResponseWriter) error) (err error) {
+	_ = h.gate.ServeCharged(r.Context(), outcome, w, func(w http.ResponseWriter) int {
+		if err = serve(w); err == nil {
+			return 0
+		}
+		var he caddyhttp.HandlerError
+		if errors.As(err, &he) && he.StatusCode != 0 {
+			return he.StatusCode
+		}
+		return http.StatusInternalServerError
+	})
+	return err
 }
 
 // writeText answers with status and a plain-text body, as Caddy's

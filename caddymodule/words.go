@@ -60,9 +60,11 @@ func parseLimitWords(args []string) (spec.Limit, error) {
 			default:
 				s.Name = v
 			}
+		case "after_response":
+			s.AfterResponse = true
 		default:
 			if _, err := algo.ParseAlgorithm(opt); err != nil {
-				return s, fmt.Errorf("%s: %q is neither an algorithm nor burst, max_delay or name: %w", rate, opt, err)
+				return s, fmt.Errorf("%s: %q is neither an algorithm nor burst, max_delay, name or after_response: %w", rate, opt, err)
 			}
 			s.Algorithm = opt
 		}
@@ -142,6 +144,45 @@ func setPlan(s *spec.Policy, name string, args []string) error {
 	return nil
 }
 
+// setCharge reads one line of a policy's charge block: status <code or
+// class or range...>, header <name> [<value>...], cost_header <name>
+// [<entry>], cost <n>.
+func setCharge(c *spec.Charge, opt string, args []string) error {
+	switch opt {
+	case "status":
+		if len(args) == 0 {
+			return fmt.Errorf("status: want codes (401), classes (4xx) or ranges (500-599)")
+		}
+		c.Status = append(c.Status, args...)
+	case "header":
+		if len(args) == 0 {
+			return fmt.Errorf("header: want a header name, then any values it must have")
+		}
+		c.Header, c.Values = args[0], args[1:]
+	case "cost_header":
+		if len(args) == 0 || len(args) > 2 {
+			return fmt.Errorf("cost_header: want a header name, then optionally the entry to take from name=value lists")
+		}
+		c.CostHeader = args[0]
+		if len(args) == 2 {
+			c.CostEntry = args[1]
+		}
+	case "cost":
+		v, err := oneArg(opt, args)
+		if err != nil {
+			return err
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || spec.CheckCost(n) != nil {
+			return fmt.Errorf("cost: %q is not a whole number of at least 0", v)
+		}
+		c.Cost = &n
+	default:
+		return fmt.Errorf("unknown option %q (want status, header, cost_header or cost)", opt)
+	}
+	return nil
+}
+
 // setPolicy reads one option line of a policy: key <template>, empty_key
 // skip|shared, limit <words of parseLimitWords>, cost <n>, shadow. The
 // adaptive block is read with setAdaptive. Errors name the policy, the
@@ -191,7 +232,7 @@ func setPolicy(s *spec.Policy, opt string, args []string) error {
 	case "default_plan":
 		s.DefaultPlan, err = one()
 	default:
-		return fmt.Errorf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow, adaptive, plan, plans, default_plan or clear_keys)", s.Name, opt)
+		return fmt.Errorf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow, adaptive, plan, plans, default_plan, clear_keys or charge)", s.Name, opt)
 	}
 	return err
 }

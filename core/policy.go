@@ -50,6 +50,14 @@ type Policy struct {
 	plans     *planTable
 	leases    bool // an InFlight limit holds leases
 	clearKeys bool
+	// phased: some limit is charged after the response (AfterResponse);
+	// charging is then the twin that charges it (see Charging), and
+	// charges marks that twin. oneStep: one plain Step decides (no
+	// shadow, no phases), Apply's fast path when there is one limit.
+	phased   bool
+	charging *Policy
+	charges  bool
+	oneStep  bool
 }
 
 // planTable is a policy's plans: the variant for each plan name (nil for an
@@ -112,6 +120,7 @@ func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, 
 		p.limits[i] = l
 		p.idleUS = max(p.idleUS, l.IdleMicros())
 		p.leases = p.leases || l.Algorithm == algo.InFlight
+		p.phased = p.phased || l.AfterResponse
 		id := limitIdentity(limits[:i], l)
 		sig.WriteString("|" + id)
 		h := fnv.New64a()
@@ -122,9 +131,73 @@ func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, 
 	p.scopeHash = maphash.String(scopeSeed, p.scope)
 	p.scopeHash2 = maphash.String(scopeSeed2, p.scope)
 	p.nameHash = maphash.String(scopeSeed, name)
+	p.oneStep = !p.shadow && !p.phased
 	p.use(p.limits, 1)
+	if p.phased {
+		p.charging = p.twin()
+	}
 	return p, nil
 }
+
+// twin returns the policy that charges p's after-response limits: the
+// same state in every store (name, scope, limits, plan), another Apply.
+func (p *Policy) twin() *Policy {
+	t := &Policy{name: p.name, limits: p.limits, adapt: p.adapt, shadow: p.shadow, scope: p.scope, idleUS: p.idleUS,
+		scopeHash: p.scopeHash, scopeHash2: p.scopeHash2, nameHash: p.nameHash, limitIDs: p.limitIDs, plan: p.plan,
+		clearKeys: p.clearKeys, phased: true, charges: true}
+	t.use(t.limits, 1)
+	return t
+}
+
+// Charging returns the policy under which a store charges the response's
+// cost to p's limits charged after the response (algo.Limit.AfterResponse),
+// or nil when p has none. A Store.Decide under it, with the response's cost
+// (see algo.Charge), takes that cost from those limits whatever they have
+// left, changes no other limit, and reports each limit as a request of cost
+// 0 sees it after the charge: Allowed false where the charge overdrew a
+// limit, with its RetryAfter. Under p itself, those limits only check that
+// a unit is left (algo.Check) and charge nothing. Both name the same
+// state, so a store needs nothing more to charge after the response.
+func (p *Policy) Charging() *Policy { return p.charging }
+
+// AfterResponse reports whether some limit of p is charged after the
+// response (see Charging); p may be that charging twin.
+func (p *Policy) AfterResponse() bool { return p.phased }
+
+// ChargesAfterResponse reports whether p is a Charging policy: its
+// decisions charge what a response cost and decide nothing (a store must
+// never answer one from a copy of the state).
+func (p *Policy) ChargesAfterResponse() bool { return p.charges }
+
+// LimitMode tells a store that runs the step functions itself (the Redis
+// store's Lua) how p treats limit i: LimitStep (a request's cost is
+// stepped, all or nothing), LimitCheck (algo.Check), LimitCharge
+// (algo.Charge, always kept) or LimitReport (stepped at cost 0, kept as it
+// was).
+func (p *Policy) LimitMode(i int) LimitMode {
+	after := p.limits[i].AfterResponse
+	switch {
+	case p.charges && after:
+		return LimitCharge
+	case p.charges:
+		return LimitReport
+	case after:
+		return LimitCheck
+	}
+	return LimitStep
+}
+
+// LimitMode is how a policy's decision treats one of its limits (see
+// Policy.LimitMode).
+type LimitMode int
+
+// The limit modes.
+const (
+	LimitStep LimitMode = iota
+	LimitCheck
+	LimitCharge
+	LimitReport
+)
 
 // limitIdentity names a validated limit's counters: its algorithm and
 // window, never its count (nor burst or delay), so raising a limit keeps
@@ -188,6 +261,9 @@ func NewPlans(names []string, variants []*Policy, defaultPlan string) (*Policy, 
 			base = v
 		}
 		v.plans, v.planIndex = t, limited
+		if v.charging != nil {
+			v.charging.planIndex = limited
+		}
 		limited++
 	}
 	if _, ok := t.byName[defaultPlan]; !ok {
@@ -424,7 +500,7 @@ func (p *Policy) Apply(states []algo.State, now, cost int64, d *Decision) {
 		limits = p.current().limits
 	}
 	d.Policy, d.N, d.Cost, d.Fallback, d.At = p, len(limits), cost, false, now
-	if len(limits) == 1 && !p.shadow {
+	if len(limits) == 1 && p.oneStep {
 		// One limit: a denied Step's state only forgets what expired, so it
 		// is always the one to keep, and its result is the decision.
 		r := &d.Results[0]
@@ -432,7 +508,49 @@ func (p *Policy) Apply(states []algo.State, now, cost int64, d *Decision) {
 		d.summarizeOne(r)
 		return
 	}
+	if p.phased {
+		p.applyPhased(limits, states, now, cost, d)
+		return
+	}
 	p.applyStacked(limits, states, now, cost, d)
+}
+
+// applyPhased is Apply for a policy with limits charged after the
+// response (see Charging): under p, they check (algo.Check) while the
+// others decide as in applyStacked; under p.Charging(), they are charged
+// (algo.Charge) and the others only report.
+//
+//go:noinline
+func (p *Policy) applyPhased(limits []algo.Limit, states []algo.State, now, cost int64, d *Decision) {
+	var next [MaxLimits]algo.State
+	allowed := true
+	for i := range limits {
+		l, r := &limits[i], &d.Results[i]
+		switch p.LimitMode(i) {
+		case LimitCharge:
+			next[i] = algo.StepInto(l, algo.Charge(l, states[i], now, cost), now, 0, r)
+		case LimitReport:
+			next[i] = algo.StepInto(l, states[i], now, 0, r)
+		case LimitCheck:
+			next[i] = algo.Check(l, states[i], now, cost, r)
+		default:
+			next[i] = algo.StepInto(l, states[i], now, cost, r)
+		}
+		allowed = allowed && r.Allowed
+	}
+	if !allowed && !p.charges {
+		// As in applyStacked: the limits that would have taken the cost
+		// take nothing. (A check took nothing already.)
+		for i := range limits {
+			if d.Results[i].Allowed && p.LimitMode(i) == LimitStep {
+				l := &limits[i]
+				next[i] = algo.StepInto(l, Dropped(l, states[i], next[i], cost), now, 0, &d.Results[i])
+				d.Results[i].Allowed = true
+			}
+		}
+	}
+	copy(states, next[:len(limits)])
+	d.Summarize(allowed)
 }
 
 // applyStacked is Apply for more than one limit: apart, so the next

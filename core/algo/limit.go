@@ -53,6 +53,12 @@ type Limit struct {
 	// (required, > 0); for InFlight, the longest a refused request may wait
 	// for a slot (0: refuse at once). Other algorithms ignore it.
 	MaxDelay time.Duration
+	// AfterResponse charges the limit when the response is known instead
+	// of when the request arrives: a request passes it while it has a unit
+	// left, charging nothing (Check), and the cost the response reports is
+	// charged after (Charge), which may overdraw it. Not for LeakyBucket,
+	// which delays requests as they arrive, nor InFlight, which holds them.
+	AfterResponse bool
 
 	// Compiled by validate: window, max delay and emission bound in µs, and
 	// the months of a calendar FixedWindow (1 or 12; 0 when epoch-aligned).
@@ -173,7 +179,24 @@ func (l *Limit) Normalize() error {
 	if l.windowUS > maxExact/8 {
 		return fmt.Errorf("window: %s is too long", l.Window)
 	}
+	if l.AfterResponse && (l.Algorithm == LeakyBucket || l.Algorithm == InFlight) {
+		return fmt.Errorf("after_response: %s decides as a request arrives (it delays or holds it), so it cannot be charged after the response", l.Algorithm)
+	}
 	return nil
+}
+
+// MaxCharge is the most one Charge takes from l, in units of cost: a
+// response that reports more is charged this much, so an overdrawn limit
+// recovers within about a window and every step stays exact. It is Count
+// for the windowed algorithms, and for TokenBucket and GCRA the larger of
+// Count and the burst, at most what keeps cost × window in µs under 2^51.
+// l must have been validated.
+func (l *Limit) MaxCharge() int64 {
+	switch l.Algorithm {
+	case TokenBucket, GCRA:
+		return min(max(l.Count, l.burst), maxExact/4/l.windowUS)
+	}
+	return l.Count
 }
 
 // IdleMicros is how long after its last request a key's state under l is

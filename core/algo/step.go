@@ -87,6 +87,85 @@ func StepInto(l *Limit, s State, now, cost int64, r *Result) State {
 	return s
 }
 
+// Charge takes cost units (at most MaxCharge) from the state s of limit l
+// at now (µs) whether or not the limit has them, as a response's cost is
+// charged once the request was let through (Limit.AfterResponse): the
+// limit may be overdrawn, and then refuses until it has recovered as if
+// the units had been admitted. A SlidingLog keeps only its newest Count
+// times, which tell when a request next fits. l must have been validated
+// and must not be a LeakyBucket or InFlight limit (Normalize refuses
+// AfterResponse for them).
+func Charge(l *Limit, s State, now, cost int64) State {
+	cost = min(max(cost, 0), l.MaxCharge())
+	w, n := l.windowUS, l.Count
+	switch l.Algorithm {
+	case FixedWindow:
+		start := windowStart(now, w)
+		if l.months != 0 {
+			start, _ = calendarBounds(now, l.months)
+		}
+		if s.A != start {
+			s.A, s.B = start, 0
+		}
+		s.B += cost
+	case SlidingCounter:
+		start := windowStart(now, w)
+		switch s.A {
+		case start:
+		case start - w:
+			s.A, s.B, s.C = start, 0, s.B
+		default:
+			s.A, s.B, s.C = start, 0, 0
+		}
+		s.B += cost
+	case SlidingLog:
+		for s.B > 0 && s.Log.Times[s.A] <= now-w {
+			s.A++
+			if s.A == int64(len(s.Log.Times)) {
+				s.A = 0
+			}
+			s.B--
+		}
+		// The newest n times: older ones leave before any of them, so they
+		// never decide when a request fits.
+		keep := min(s.B+cost, n)
+		added := min(cost, keep)
+		s = relayoutLog(s, max(keep, min(n, 4)), keep-added)
+		for i := keep - added; i < keep; i++ {
+			s.Log.Times[i] = now
+		}
+		s.B = keep
+	case TokenBucket:
+		var r Result
+		s = stepTokenBucket(l, s, now, 0, &r) // refilled to now
+		s.A += cost * w
+	case GCRA:
+		tatUS, tatFrac := gcraAdvance(s, now, w, n, cost)
+		s = State{A: tatUS, B: tatFrac}
+	}
+	return s
+}
+
+// Check is how a limit charged after the response (Limit.AfterResponse)
+// sees a request arriving: it passes while the limit has a unit left (a
+// request of cost min(cost, 1) would be allowed) and is charged nothing.
+// It returns the state to keep (expired history forgotten) and writes the
+// verdict to *r, with what the limit still has (as a request of cost 0
+// sees it) when it passes.
+func Check(l *Limit, s State, now, cost int64, r *Result) State {
+	probe := min(cost, 1)
+	after := StepInto(l, s, now, probe, r)
+	if !r.Allowed {
+		return after
+	}
+	if l.Algorithm == SlidingLog {
+		// after's ring forgot what expired; the probe's times are its newest.
+		after.B -= probe
+		s = after
+	}
+	return StepInto(l, s, now, 0, r)
+}
+
 // FromMicros converts a count of µs, the core's unit of time, to a Duration.
 func FromMicros(d int64) time.Duration { return time.Duration(d) * time.Microsecond }
 
@@ -392,7 +471,7 @@ func stepTokenBucket(l *Limit, s State, now, cost int64, r *Result) State {
 		r.Reset = FromMicros(ceilDiv(s.A, n))
 		return s
 	}
-	r.Remaining = (capacity - s.A) / w
+	r.Remaining = max(0, (capacity-s.A)/w) // a Charge may overdraw
 	r.Reset = FromMicros(ceilDiv(s.A, n))
 	if cost <= b {
 		r.RetryAfter = FromMicros(ceilDiv(s.A+need-capacity, n))
@@ -440,7 +519,7 @@ func stepGCRA(l *Limit, s State, now, cost int64, r *Result) State {
 		}
 		r.RetryAfter = FromMicros(ceilDiv(ahead-tolerance, n))
 	}
-	r.Remaining = (tolerance - prev) / w
+	r.Remaining = max(0, (tolerance-prev)/w) // a Charge may overdraw
 	r.Reset = FromMicros(ceilDiv(prev, n))
 	if cost > b {
 		r.RetryAfter = FromMicros(w)

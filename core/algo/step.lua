@@ -20,8 +20,12 @@
 -- ARGV[3]  number of limits
 -- ARGV[4]  ttl ms of every key (the policy's idle time): a key lives at
 --          least ttl after its last write (a hash at most 2 ttl)
--- then per limit, 7 values: algorithm, count, window µs, burst, max delay µs,
---          calendar months (1 or 12 for a calendar fixed window, else 0), limit id
+-- then per limit, 7 values: algorithm + 16 × mode, count, window µs, burst,
+--          max delay µs, calendar months (1 or 12 for a calendar fixed
+--          window, else 0), limit id; the mode is core.LimitMode: 0 the
+--          request's cost is stepped (all or nothing), 1 checked (check),
+--          2 charged whatever is left (charge, always written), 3 stepped
+--          at cost 0 and not written
 -- Returns: now, then per limit: allowed (0/1), remaining, reset µs, retry µs, delay µs;
 -- when denied, then per limit its state as stored, so a deny cache can run
 -- the step on it: its three integers, or for a sliding log (or in_flight) its live count
@@ -41,6 +45,7 @@
 -- request, because Redis turns each Lua table of a reply into RESP at a
 -- cost of its own.
 local FIXED, LOG, COUNTER, BUCKET, GCRA, SHAPER, INFLIGHT = 1, 2, 3, 4, 5, 6, 7
+local STEP, CHECK, CHARGE, REPORT = 0, 1, 2, 3 -- core.LimitMode
 local MAX_INFLIGHT_RETRY = 1000000 -- core.MaxInFlightRetry, µs
 
 -- Integer division truncating toward zero, exact for |a| < 2^53.
@@ -179,7 +184,7 @@ local function bucket(l, s, t, c, ns, r)
   local retry = w
   if c <= b then retry = ceildiv(deficit + need - capacity, n) end
   ns[1], ns[2], ns[3] = deficit, last, 0
-  r[1], r[2], r[3], r[4], r[5] = 0, idiv(capacity - deficit, w), ceildiv(deficit, n), retry, 0
+  r[1], r[2], r[3], r[4], r[5] = 0, math.max(0, idiv(capacity - deficit, w)), ceildiv(deficit, n), retry, 0
   return ns, r
 end
 
@@ -211,7 +216,7 @@ local function gcra(l, s, t, c, ns, r)
     retry = ceildiv(ahead - tolerance, n)
   end
   ns[1], ns[2], ns[3] = s[1], s[2], s[3]
-  r[1], r[2], r[3], r[4], r[5] = 0, idiv(tolerance - prev, w), ceildiv(prev, n), retry, 0
+  r[1], r[2], r[3], r[4], r[5] = 0, math.max(0, idiv(tolerance - prev, w)), ceildiv(prev, n), retry, 0
   return ns, r
 end
 
@@ -239,6 +244,42 @@ local function shaper(l, s, t, c, ns, r)
   r[1], r[2], r[3], r[4], r[5] = 0, shaper_room(wait, max_wait, queue, w), ceildiv(wait, n), retry, 0
   return ns, r
 end
+
+-- The twins of algo.Charge: each writes into ns the state after c units
+-- (at most max_charge) are taken whatever the limit has left.
+local MAX_EXACT_QUARTER = 2 ^ 51
+local function max_charge(l)
+  if l.alg == BUCKET or l.alg == GCRA then
+    return math.min(math.max(l.n, l.b), idiv(MAX_EXACT_QUARTER, l.w))
+  end
+  return l.n
+end
+local refill_r = {}
+local charges = {
+  [FIXED] = function(l, s, t, c, ns)
+    local start = window_bounds(l, t)
+    local used = s[2]
+    if s[1] ~= start then used = 0 end
+    ns[1], ns[2], ns[3] = start, used + c, 0
+  end,
+  [COUNTER] = function(l, s, t, c, ns)
+    local w = l.w
+    local start = window_start(t, w)
+    local curr, prev = s[2], s[3]
+    if s[1] == start then
+    elseif s[1] == start - w then curr, prev = 0, s[2]
+    else curr, prev = 0, 0 end
+    ns[1], ns[2], ns[3] = start, curr + c, prev
+  end,
+  [BUCKET] = function(l, s, t, c, ns)
+    bucket(l, s, t, 0, ns, refill_r) -- refilled to t
+    ns[1] = ns[1] + c * l.w
+  end,
+  [GCRA] = function(l, s, t, c, ns)
+    local tat, frac = advance(s, t, l.w, l.n, c)
+    ns[1], ns[2], ns[3] = tat, frac, 0
+  end,
+}
 
 -- The sliding log reads its sorted set; nothing is written until commit.
 -- It returns the live count and r, its verdict.
@@ -332,10 +373,12 @@ local function read_limits(base, n)
   local limits = {fields = {}, keys = 1}
   for i = 1, n do
     local at = base + (i - 1) * 7
-    limits[i] = {alg = tonumber(ARGV[at + 1]), n = tonumber(ARGV[at + 2]), w = tonumber(ARGV[at + 3]),
+    local coded = tonumber(ARGV[at + 1])
+    limits[i] = {alg = coded % 16, mode = math.floor(coded / 16), n = tonumber(ARGV[at + 2]), w = tonumber(ARGV[at + 3]),
                  b = tonumber(ARGV[at + 4]), d = tonumber(ARGV[at + 5]), months = tonumber(ARGV[at + 6]),
                  id = ARGV[at + 7]}
     limits.fields[i] = limits[i].id
+    if limits[i].mode == CHARGE then limits.charging = true end
     if logged(limits[i]) then
       limits.keys = limits.keys + 1
       limits[i].key = limits.keys
@@ -354,7 +397,7 @@ end
 -- reads them, and keeps nothing in them past its return. parsed[i] is limit
 -- i's stored state as parse reads it; nexts[i] and results[i] the tables
 -- its step function writes into.
-local states, nexts, results, parsed, hset = {}, {}, {}, {}, {}
+local states, nexts, results, parsed, hset, charged = {}, {}, {}, {}, {}, {}
 
 -- One request of cost (-1: a probe) at now under limits, its keys from
 -- KEYS[kb + 1]: writes the reply described at the top into out after
@@ -367,20 +410,61 @@ local function decide(limits, kb, now, cost, ttl, out, o)
   local nlimits = #limits
   local hash = KEYS[kb + 1]
   local stored = redis.call('HMGET', hash, unpack(limits.fields))
-  local all = true
+  local all, seq_written = true, false
   for i = 1, nlimits do
     local l = limits[i]
     if not parsed[i] then parsed[i], nexts[i], results[i] = {}, {}, {} end
+    local mode, r = l.mode, results[i]
     if logged(l) then
-      states[i] = logged_step(l, KEYS[kb + l.key], now, cost, results[i])
+      local key = KEYS[kb + l.key]
+      if mode == STEP then
+        states[i] = logged_step(l, key, now, cost, r)
+      elseif mode == CHECK then
+        states[i] = logged_step(l, key, now, math.min(cost, 1), r)
+        if r[1] == 1 then states[i] = logged_step(l, key, now, 0, r) end
+      elseif mode == REPORT or probe then
+        states[i] = logged_step(l, key, now, 0, r)
+      else
+        -- Charged: written at once, whatever the other limits say (a
+        -- sorted set is written in place), then reported as a request of
+        -- cost 0 sees it. Its times are numbered by the lease counter, so
+        -- they never collide with a request's "<now>:<position>".
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - l.w))
+        local c = math.min(cost, max_charge(l))
+        if c > 0 then
+          local top = redis.call('HINCRBY', hash, 'seq:' .. l.id, c)
+          for k = 1, c do
+            redis.call('ZADD', key, now, fmt(now) .. ':c' .. fmt(top - c + k))
+          end
+          -- The newest n times alone tell when a request fits (algo.Charge).
+          redis.call('ZREMRANGEBYRANK', key, 0, -(l.n + 1))
+          redis.call('PEXPIRE', key, ttl)
+          seq_written = true
+        end
+        states[i] = logged_step(l, key, now, 0, r)
+      end
     else
-      states[i] = parse(stored[i], parsed[i])
-      steps[l.alg](l, states[i], now, cost, nexts[i], results[i])
+      local s = parse(stored[i], parsed[i])
+      states[i] = s
+      if mode == STEP then
+        steps[l.alg](l, s, now, cost, nexts[i], r)
+      elseif mode == CHECK then
+        steps[l.alg](l, s, now, math.min(cost, 1), nexts[i], r)
+        if r[1] == 1 then steps[l.alg](l, s, now, 0, nexts[i], r) end
+      elseif mode == REPORT then
+        steps[l.alg](l, s, now, 0, nexts[i], r)
+      else
+        charges[l.alg](l, s, now, math.min(cost, max_charge(l)), charged)
+        steps[l.alg](l, charged, now, 0, nexts[i], r)
+      end
     end
-    if results[i][1] == 0 then all = false end
+    if r[1] == 0 then all = false end
   end
 
-  if all and not probe then
+  -- A charge is written whatever its report says; a request's cost only
+  -- when every limit allows it.
+  local write = not probe and (all or limits.charging)
+  if write then
     local stored_expiry
     if limits.stateful then
       for i = 1, nlimits do
@@ -390,10 +474,21 @@ local function decide(limits, kb, now, cost, ttl, out, o)
       stored_expiry = tonumber(stored[nlimits + 1])
     end
     local expires, recorded = renewed_expiry(stored_expiry, ttl, hash)
-    local fields, hash_written = 0, false
+    local fields, hash_written = 0, seq_written
     for i = 1, nlimits do
       local l = limits[i]
-      if l.alg == LOG then
+      if l.mode == CHECK or l.mode == REPORT then
+        -- Nothing taken: what a request of cost 0 leaves is what is stored.
+      elseif l.mode == CHARGE then
+        if not logged(l) then
+          local s = nexts[i]
+          hset[fields + 1] = l.id
+          hset[fields + 2] = pack(s[1], s[2], s[3], recorded)
+          fields = fields + 2
+          -- What the deny cache is sent: the state as now stored.
+          states[i][1], states[i][2], states[i][3] = s[1], s[2], s[3]
+        end
+      elseif l.alg == LOG then
         local key = KEYS[kb + l.key]
         redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - l.w))
         -- Members are unique: the live count only grows between two requests
@@ -431,12 +526,13 @@ local function decide(limits, kb, now, cost, ttl, out, o)
       if fields > 0 then redis.call('HSET', hash, unpack(hset, 1, fields)) end
       if expires then redis.call('PEXPIRE', hash, 2 * ttl) end
     end
-  else
-    -- Nothing is consumed: limits that would have allowed report what they
-    -- still have, as a request of cost 0 sees it.
+  end
+  if not write then
+    -- Nothing is consumed: limits that would have taken the request's cost
+    -- report what they still have, as a request of cost 0 sees it.
     for i = 1, nlimits do
-      if results[i][1] == 1 then
-        local l = limits[i]
+      local l = limits[i]
+      if results[i][1] == 1 and l.mode == STEP then
         if logged(l) then
           logged_step(l, KEYS[kb + l.key], now, 0, results[i])
         else

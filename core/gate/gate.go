@@ -35,6 +35,9 @@ type Rule struct {
 	Limiter *core.Limiter
 	// EmptyKey says what a request without a key does under this rule.
 	EmptyKey spec.EmptyKey
+	// Charge, for a policy with limits charged after the response, is
+	// what each response costs them (see Outcome.Charge).
+	Charge *spec.ResponseCost
 }
 
 // Config configures a Gate.
@@ -196,6 +199,18 @@ type Outcome struct {
 	// shaped are the places in shapers' queues it holds until its
 	// release (see CancelShaped).
 	shaped []heldShape
+	// charges are the rules whose limits its response is charged to (see
+	// Charge).
+	charges []heldCharge
+}
+
+// heldCharge is a rule that charges the response: the policy (or plan
+// variant) that let the request through and the key.
+type heldCharge struct {
+	limiter *core.Limiter
+	policy  *core.Policy
+	key     string
+	cost    *spec.ResponseCost
 }
 
 // heldShape is a shaped request's places and the limiter whose store
@@ -219,7 +234,7 @@ type heldLease struct {
 func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error {
 	outcome.Decision, outcome.Key = core.Decision{}, ""
 	outcome.Delay = 0
-	outcome.watched, outcome.extra, outcome.leases, outcome.shaped = 0, nil, nil, nil
+	outcome.watched, outcome.extra, outcome.leases, outcome.shaped, outcome.charges = 0, nil, nil, nil, nil
 	// A store's Decide takes d through an interface, so a local would
 	// escape: one 0.5 KB allocation per request. Pooled instead.
 	d := decisions.Get().(*core.Decision)
@@ -277,6 +292,9 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 			break
 		}
 		outcome.keep(r.Limiter, in.Key, d)
+		if r.Charge != nil && pol.Charging() != nil {
+			outcome.charges = append(outcome.charges, heldCharge{r.Limiter, pol, key, r.Charge})
+		}
 		if a := r.Limiter.Policy().Adaptive(); a != nil {
 			if outcome.watched < len(outcome.watching) {
 				outcome.watching[outcome.watched] = a
@@ -295,7 +313,7 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 			outcome.endLeases(context.WithoutCancel(ctx))
 		}
 		outcome.CancelShaped()
-		outcome.watched, outcome.extra = 0, nil
+		outcome.watched, outcome.extra, outcome.charges = 0, nil, nil
 		return nil
 	}
 	// The adaptive rules count the work sent upstream (see Adaptive.Start).

@@ -27,11 +27,15 @@ type Limit struct {
 	MaxDelay algo.Duration `json:"max_delay,omitempty"`
 	// Name labels the limit in headers; default "<count>/<window>".
 	Name string `json:"name,omitempty"`
+	// AfterResponse charges the limit what the response costs (the
+	// policy's Charge) instead of charging the request as it arrives.
+	AfterResponse bool `json:"after_response,omitempty"`
 }
 
 // Limit validates s into a Limit; errors name the field and value.
 func (s *Limit) Limit() (algo.Limit, error) {
-	l := algo.Limit{Name: s.Name, Count: s.Count, Window: time.Duration(s.Window), Burst: s.Burst, MaxDelay: time.Duration(s.MaxDelay)}
+	l := algo.Limit{Name: s.Name, Count: s.Count, Window: time.Duration(s.Window), Burst: s.Burst, MaxDelay: time.Duration(s.MaxDelay),
+		AfterResponse: s.AfterResponse}
 	if s.Algorithm != "" {
 		a, err := algo.ParseAlgorithm(s.Algorithm)
 		if err != nil {
@@ -117,6 +121,11 @@ type Policy struct {
 	// ClearKeys shows the policy's keys in clear to operators (the heaviest
 	// denied keys); by default they are hashed (core.KeyHash).
 	ClearKeys bool `json:"clear_keys,omitempty"`
+	// Charge, if set, charges the policy's limits what each response costs,
+	// after it, instead of charging each request as it arrives (all its
+	// limits, or only those marked AfterResponse): a request passes while
+	// they have a unit left.
+	Charge *Charge `json:"charge,omitempty"`
 }
 
 // Plan is one plan of a policy: its stacked limits, or unlimited.
@@ -160,6 +169,9 @@ func (s *Policy) Check() ([]algo.Limit, error) {
 		}
 		limits[i] = l
 	}
+	if err := s.chargeAfterResponse(limits); err != nil {
+		return nil, err
+	}
 	if err := checkDuplicateLimits(s.Name, limits); err != nil {
 		return nil, err
 	}
@@ -174,6 +186,44 @@ func (s *Policy) Check() ([]algo.Limit, error) {
 		}
 	}
 	return limits, nil
+}
+
+// chargeAfterResponse marks every limit AfterResponse when the policy has
+// a Charge and marks none itself, and checks that marked limits have a
+// Charge to take.
+func (s *Policy) chargeAfterResponse(limits []algo.Limit) error {
+	marked := false
+	for i := range limits {
+		marked = marked || limits[i].AfterResponse
+	}
+	if s.Charge == nil {
+		if marked {
+			return fmt.Errorf("policy %q after_response: needs the policy's charge (which responses cost what)", s.Name)
+		}
+		return nil
+	}
+	if _, err := s.Charge.Compile(); err != nil {
+		return fmt.Errorf("policy %q %w", s.Name, err)
+	}
+	for i := range limits {
+		if !marked {
+			limits[i].AfterResponse = true
+		}
+		if err := limits[i].Normalize(); err != nil {
+			return fmt.Errorf("policy %q limit %d (%s): %w", s.Name, i+1, limits[i].Rate(), err)
+		}
+	}
+	return nil
+}
+
+// ResponseCost returns what responses cost the policy (see Charge), or nil
+// when its limits are charged as requests arrive. s must have been checked.
+func (s *Policy) ResponseCost() *ResponseCost {
+	if s.Charge == nil {
+		return nil
+	}
+	rc, _ := s.Charge.Compile()
+	return rc
 }
 
 // checkAdaptable refuses to adapt a limit that admits a window's count at
@@ -295,6 +345,7 @@ func (s *Policy) buildPlans(owner string) (*core.Policy, func(), error) {
 		for j := range plan.Limits {
 			limits[j], _ = plan.Limits[j].Limit() // checked by Check
 		}
+		_ = s.chargeAfterResponse(limits)
 		v, release, err := s.build(owner, limits, plan.Name)
 		if err != nil {
 			releaseAll()

@@ -192,6 +192,28 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 	}
 	now = max(now, ent.lastUsed)
 	ent.lastUsed = now
+	if p.AfterResponse() {
+		// A check takes nothing and a charge takes its cost even when the
+		// limit has none left: count what each step function counted.
+		limits := p.Limits()
+		var before [core.MaxLimits]algo.WindowCount
+		for i := range limits {
+			w, _ := algo.CountedWindows(&limits[i], ent.states[i])
+			before[i] = w[0]
+		}
+		p.Apply(ent.states, now, cost, d)
+		for i := range limits {
+			w, _ := algo.CountedWindows(&limits[i], ent.states[i])
+			added := w[0].Count
+			if before[i].Start == w[0].Start {
+				added -= before[i].Count
+			}
+			if added > 0 {
+				ent.add(i, w[0].Start, added)
+			}
+		}
+		return nil
+	}
 	p.Apply(ent.states, now, cost, d)
 	if d.Allowed && !d.Shadowed && cost > 0 {
 		// Committed: count it in the window each limit counted it in.

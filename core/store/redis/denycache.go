@@ -54,6 +54,9 @@ func newDenyCache() *denyCache { return &denyCache{entries: map[denyKey]*held{}}
 // translated to Redis's clock. It fills d and returns true if the limits
 // deny the request there; otherwise it drops the entry and returns false.
 func (c *denyCache) lookup(p *core.Policy, key string, cost, now int64, d *core.Decision) bool {
+	if p.ChargesAfterResponse() {
+		return false // a charge is taken whatever is left: Redis must see it
+	}
 	k := denyKey{p.Name(), key}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -112,6 +115,11 @@ func (c *denyCache) forget(p *core.Policy, key string) {
 	c.epoch++
 	delete(c.entries, denyKey{p.Name(), key})
 }
+
+// charged drops what the cache holds for key under p's name after Redis
+// charged a response's cost to it, since the states held counted less, and
+// moves the epoch on as forget does, for a denial decided before the charge.
+func (c *denyCache) charged(p *core.Policy, key string) { c.forget(p, key) }
 
 // currentEpoch is what a decision reads before it asks Redis.
 func (c *denyCache) currentEpoch() int64 {

@@ -404,6 +404,9 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 	if err != nil {
 		return err
 	}
+	if s.denies != nil && p.ChargesAfterResponse() {
+		s.denies.charged(p, key) // and the charge's own reply is not held: see charged
+	}
 	if s.denies != nil && states != nil {
 		s.denies.remember(p, key, localNow, epoch, d, states)
 	}
@@ -487,11 +490,13 @@ func stepArgs(p *core.Policy, now, cost int64) []any {
 // ttlMillis is how long, in ms, the script keeps an idle key of p's.
 func ttlMillis(p *core.Policy) int64 { return (p.IdleMicros()+999)/1000 + 1 }
 
-// appendLimits appends p's limits as core.StepLua reads them, 7 values each.
+// appendLimits appends p's limits as core.StepLua reads them, 7 values
+// each, the first the algorithm and how p treats the limit (its
+// core.LimitMode, times 16).
 func appendLimits(args []any, p *core.Policy) []any {
 	for i := range p.Limits() {
 		l := &p.Limits()[i]
-		args = append(args, int(l.Algorithm), l.Count, int64(l.Window/time.Microsecond),
+		args = append(args, int(l.Algorithm)+16*int(p.LimitMode(i)), l.Count, int64(l.Window/time.Microsecond),
 			l.EffectiveBurst(), int64(l.MaxDelay/time.Microsecond), l.CalendarMonths(), p.LimitID(i))
 	}
 	return args

@@ -51,6 +51,9 @@ func (m *Model) hist(p *core.Policy, key string, create bool) []modelLimit {
 // commits it.
 type modelLimit interface {
 	decide(now, cost int64) (algo.Result, func())
+	// charge takes cost units whatever the limit has left (a response's
+	// cost, charged after it: algo.Limit.AfterResponse).
+	charge(now, cost int64)
 }
 
 // Decide is the model's answer to a request of cost units for key under p at
@@ -65,18 +68,37 @@ func (m *Model) Decide(p *core.Policy, key string, now, cost int64) core.Decisio
 	commits := make([]func(), len(limits))
 	allowed := true
 	for i := range limits {
-		d.Results[i], commits[i] = hist[i].decide(now, cost)
+		switch p.LimitMode(i) {
+		case core.LimitCharge:
+			// Taken after the response, whatever is left: at most a full
+			// limit's worth (MaxCharge), then reported as cost 0 sees it.
+			hist[i].charge(now, min(cost, limits[i].MaxCharge()))
+			d.Results[i], _ = hist[i].decide(now, 0)
+		case core.LimitReport:
+			d.Results[i], _ = hist[i].decide(now, 0)
+		case core.LimitCheck:
+			// Passes while a unit is left (a request of cost 1, or 0 for a
+			// free one), and takes nothing.
+			d.Results[i], _ = hist[i].decide(now, min(cost, 1))
+			if d.Results[i].Allowed {
+				d.Results[i], _ = hist[i].decide(now, 0)
+			}
+		default:
+			d.Results[i], commits[i] = hist[i].decide(now, cost)
+		}
 		allowed = allowed && d.Results[i].Allowed
 	}
 	if allowed {
 		for _, c := range commits {
-			c()
+			if c != nil {
+				c()
+			}
 		}
 	} else {
 		// Nothing consumed: a limit that would have allowed reports what a
 		// request of cost 0 sees.
 		for i := range limits {
-			if d.Results[i].Allowed {
+			if d.Results[i].Allowed && p.LimitMode(i) == core.LimitStep {
 				d.Results[i], _ = hist[i].decide(now, 0)
 			}
 		}
@@ -215,6 +237,11 @@ func (m *fixedModel) decide(now, cost int64) (algo.Result, func()) {
 	return r, nil
 }
 
+func (m *fixedModel) charge(now, cost int64) {
+	start, _ := m.window(now)
+	m.counts[start] += cost
+}
+
 // logModel: at most n units in any window (t-w, t]; one time per unit.
 // In flight, each time is a lease's, live for w unless ended or renewed,
 // and a denial's retry is capped at core.MaxInFlightRetry.
@@ -241,6 +268,19 @@ func (m *logModel) end(now, token, cost int64, renew bool) int64 {
 	}
 	m.times = kept
 	return found
+}
+
+// charge adds cost times, keeping the newest n: a request fits only once
+// all but n-cost of the times have left, which the newest n tell.
+func (m *logModel) charge(now, cost int64) {
+	times := m.live(now)
+	for i := int64(0); i < cost; i++ {
+		times = append(times, now)
+	}
+	if int64(len(times)) > m.n {
+		times = times[int64(len(times))-m.n:]
+	}
+	m.times = times
 }
 
 func (m *logModel) live(now int64) []int64 {
@@ -325,6 +365,8 @@ func (m *counterModel) decide(now, cost int64) (algo.Result, func()) {
 	return r, commit
 }
 
+func (m *counterModel) charge(now, cost int64) { m.counts[alignedStart(now, m.w)] += cost }
+
 // wait is the first µs after el (into the current window) at which cost
 // fits, nothing else arriving: the estimate only falls within a window, so
 // a binary search finds it, in this window or the next.
@@ -375,6 +417,12 @@ type bucketModel struct {
 	last    int64
 }
 
+// charge takes cost tokens, which may leave the bucket owing some.
+func (m *bucketModel) charge(now, cost int64) {
+	m.decide(now, 0) // refilled to now
+	m.tokens = new(big.Rat).Sub(m.tokens, rat(cost))
+}
+
 func (m *bucketModel) decide(now, cost int64) (algo.Result, func()) {
 	if m.tokens == nil {
 		m.tokens, m.last = rat(m.b), now
@@ -395,7 +443,7 @@ func (m *bucketModel) decide(now, cost int64) (algo.Result, func()) {
 		r.Reset = us(refillTime(new(big.Rat).Sub(rat(m.b), after)))
 		return r, func() { m.tokens = after }
 	}
-	r.Remaining = floorRat(tokens)
+	r.Remaining = max(0, floorRat(tokens)) // a charge may leave it owing
 	r.Reset = us(refillTime(new(big.Rat).Sub(rat(m.b), tokens)))
 	r.RetryAfter = us(m.w)
 	if cost <= m.b {
@@ -426,6 +474,15 @@ func (m *meterModel) cancel(now, release, cost int64) {
 	if m.tat.Cmp(rat(now)) < 0 {
 		m.tat = rat(now)
 	}
+}
+
+// charge schedules cost more units after the last, however far ahead.
+func (m *meterModel) charge(now, cost int64) {
+	tat := rat(now)
+	if m.tat != nil && m.tat.Cmp(tat) > 0 {
+		tat = m.tat
+	}
+	m.tat = new(big.Rat).Add(tat, new(big.Rat).Mul(rat(cost), big.NewRat(m.w, m.n)))
 }
 
 func (m *meterModel) decide(now, cost int64) (algo.Result, func()) {
@@ -460,7 +517,7 @@ func (m *meterModel) decide(now, cost int64) (algo.Result, func()) {
 		}
 		return r, func() { m.tat = newTat }
 	}
-	r.Remaining, r.Reset = room(wait), us(ceilRat(wait))
+	r.Remaining, r.Reset = max(0, room(wait)), us(ceilRat(wait)) // a charge may run it far ahead
 	r.RetryAfter = us(m.w)
 	if cost <= m.b {
 		over := new(big.Rat).Sub(ahead, tolerance)

@@ -49,6 +49,9 @@ type TraceStep struct {
 	// step Cancel (counted from 1) holds in shapers' queues: its client
 	// left before its release.
 	Cancel int
+	// Charge, instead of a request, charges Cost (Free: 0) after a
+	// response: the step decides under the policy's Charging twin.
+	Charge bool
 	// Policy, if set, decides this step instead of the trace's: the same
 	// name with other limits, as a reload that adds, removes or changes
 	// one makes it.
@@ -317,11 +320,50 @@ func Traces() []Trace {
 			{At: time.Minute, Policy: reloadMinuteHour, Want: Want{Allowed: true, Remaining: 2, Reset: time.Minute,
 				Results: []WantResult{{true, 2}, {true, 97}}}},
 		}},
+		// Charged after the response: a request passes while a unit is
+		// left and takes nothing; the response's cost is taken after,
+		// overdrawing the limit (at most MaxCharge at once), which then
+		// refuses until it has recovered.
+		{"charge_after_fixed_window", core.MustPolicy("charged-fw", opts, afterResponse(lim(10, time.Second, algo.FixedWindow))), []TraceStep{
+			{At: 0, Want: Want{Allowed: true, Remaining: 10, Reset: ms(1000)}},
+			{At: 0, Charge: true, Cost: 4, Want: Want{Allowed: true, Remaining: 6, Reset: ms(1000)}},
+			{At: ms(10), Want: Want{Allowed: true, Remaining: 6, Reset: ms(990)}},
+			{At: ms(10), Charge: true, Cost: 9, Want: Want{Remaining: 0, Reset: ms(990), RetryAfter: ms(990)}},
+			{At: ms(20), Want: Want{Remaining: 0, Reset: ms(980), RetryAfter: ms(980)}},
+			{At: ms(20), Charge: true, Cost: 50, Want: Want{Remaining: 0, Reset: ms(980), RetryAfter: ms(980)}},
+			{At: ms(1000), Want: Want{Allowed: true, Remaining: 10, Reset: ms(1000)}},
+			{At: ms(1000), Charge: true, Cost: Free, Want: Want{Allowed: true, Remaining: 10, Reset: ms(1000)}},
+		}},
+		{"charge_after_token_bucket", core.MustPolicy("charged-tb", opts, afterResponse(tb)), []TraceStep{
+			{At: 0, Want: Want{Allowed: true, Remaining: 5}},
+			{At: 0, Charge: true, Cost: 3, Want: Want{Allowed: true, Remaining: 2, Reset: ms(300)}},
+			{At: 0, Charge: true, Cost: 8, Want: Want{Remaining: 0, Reset: ms(1100), RetryAfter: ms(600)}},
+			{At: ms(100), Want: Want{Remaining: 0, Reset: ms(1000), RetryAfter: ms(600)}},
+			{At: ms(700), Want: Want{Allowed: true, Remaining: 1, Reset: ms(400)}},
+		}},
+		// A limit charged with the request stacked with one charged after
+		// the response: the check refuses for both, and takes nothing from
+		// the other; the charge changes only its own limit.
+		{"charge_after_stacked", core.MustPolicy("charged-stack", opts, lim(3, time.Second, algo.FixedWindow),
+			afterResponse(lim(2, time.Second, algo.SlidingLog))), []TraceStep{
+			{At: 0, Want: Want{Allowed: true, Remaining: 2, Reset: ms(1000), Results: []WantResult{{true, 2}, {true, 2}}}},
+			{At: ms(100), Charge: true, Cost: 5, Want: Want{Allowed: true, Index: 1, Remaining: 0, Reset: ms(1000),
+				Results: []WantResult{{true, 2}, {true, 0}}}},
+			{At: ms(200), Want: Want{Index: 1, Remaining: 0, Reset: ms(900), RetryAfter: ms(900), Results: []WantResult{{true, 2}, {false, 0}}}},
+			{At: ms(1100), Want: Want{Allowed: true, Remaining: 2, Reset: ms(900), Results: []WantResult{{true, 2}, {true, 2}}}},
+			{At: ms(1100), Inspect: true, Want: Want{Allowed: true, Remaining: 2, Reset: ms(900), Results: []WantResult{{true, 2}, {true, 2}}}},
+		}},
 		{"shadow", core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(1, time.Second, algo.FixedWindow)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
 			{At: ms(10), Want: Want{Allowed: true, Shadowed: true, Remaining: 0, Reset: ms(990), RetryAfter: ms(990)}},
 		}},
 	}
+}
+
+// afterResponse returns l charged after the response.
+func afterResponse(l algo.Limit) algo.Limit {
+	l.AfterResponse = true
+	return l
 }
 
 // The policies of the limits_change_keeps_usage trace: one name, with a
@@ -354,8 +396,9 @@ type Options struct {
 	// mode counts: fixed_window and sliding_counter); traces with others are
 	// skipped.
 	Algorithms []algo.Algorithm
-	// Seeds is how many random traces to replay; 0 means 7 (the last,
-	// ReloadSeed, switches between the limits of one policy name).
+	// Seeds is how many random traces to replay; 0 means 8 (ReloadSeed
+	// switches between the limits of one policy name, ChargeSeed charges
+	// responses after their requests).
 	Seeds int
 	// Batch, above 1 and for a store that is a Batcher, makes the random
 	// traces send their requests in runs of up to Batch through DecideBatch
@@ -470,6 +513,9 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 					cost = 0
 				}
 				p, _ := policy.ForPlan(st.Plan)
+				if st.Charge {
+					p = p.Charging()
+				}
 				var d core.Decision
 				if err := store.Decide(context.Background(), p, key, cost, &d); err != nil {
 					t.Fatalf("step %d: %v", i, err)
@@ -485,7 +531,7 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 	t.Run("random_against_reference_model", func(t *testing.T) {
 		seeds := o.Seeds
 		if seeds == 0 {
-			seeds = ReloadSeed
+			seeds = ChargeSeed
 		}
 		var total, denied int
 		for seed := uint64(1); seed <= uint64(seeds); seed++ {
@@ -547,6 +593,30 @@ func RandomPolicies() []*core.Policy {
 		// Leases ended or renewed now and then (see RandomTrace).
 		core.MustPolicy("r-inflight", o, lim(8, ms(300), algo.InFlight)),
 		core.MustPolicy("r-inflight-stack", o, lim(2, ms(500), algo.InFlight), lim(6, time.Second, algo.SlidingCounter)),
+	}
+}
+
+// ChargeSeed is the random trace whose policies have limits charged after
+// the response (ChargePolicies): after an allowed request, its response's
+// cost, often more than the limit has left, is charged a few steps later.
+const ChargeSeed = 8
+
+// ChargePolicies have limits charged after the response, alone and
+// stacked with limits charged with the request.
+func ChargePolicies() []*core.Policy {
+	o := core.PolicyOptions{}
+	tb := lim(20, time.Second, algo.TokenBucket)
+	tb.Burst = 7
+	g := lim(7, 700*time.Millisecond, algo.GCRA)
+	g.Burst = 3
+	return []*core.Policy{
+		core.MustPolicy("c-fw", o, afterResponse(lim(5, ms(300), algo.FixedWindow))),
+		core.MustPolicy("c-sl", o, afterResponse(lim(4, ms(400), algo.SlidingLog))),
+		core.MustPolicy("c-mixed", o, tb, afterResponse(g), afterResponse(lim(9, time.Second, algo.SlidingCounter))),
+		core.MustPolicy("c-counters", o, lim(3, ms(100), algo.FixedWindow), afterResponse(lim(8, ms(900), algo.SlidingCounter))),
+		core.MustPolicy("c-log-stack", o, lim(7, ms(400), algo.FixedWindow), afterResponse(lim(4, ms(300), algo.SlidingLog))),
+		core.MustPolicy("c-shadow", core.PolicyOptions{Shadow: true}, afterResponse(lim(3, ms(250), algo.SlidingCounter))),
+		core.MustPolicy("c-bucket", o, afterResponse(tb)),
 	}
 }
 
@@ -667,14 +737,20 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 			}
 		}
 	}
-	if seed == ReloadSeed {
+	if seed == ReloadSeed || seed == ChargeSeed {
 		chosen = nil
-		for _, p := range ReloadPolicies() {
+		all := ReloadPolicies()
+		if seed == ChargeSeed {
+			all = ChargePolicies()
+		}
+		for _, p := range all {
 			if o.supports(p) {
 				chosen = append(chosen, p)
 			}
 		}
 	}
+	// Responses whose cost is still to be charged (ChargeSeed).
+	var owed []Request
 	policies = chosen
 	// Odd seeds keep time on a grid every window length is a multiple of (10
 	// ms for seeds 1, 5, ..., 1 ms for 3, 7, ...), so requests land exactly
@@ -703,8 +779,17 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 			fatalf(r.Policy, r.Key, "seed %d step %d (policy %s key %s cost %d at +%dµs):\n got  %s\n want %s",
 				seed, i, r.Policy.Name(), r.Key, r.Cost, r.At-T0, summary(got), summary(&want))
 		}
-		if id := r.Policy.Name() + "|" + r.Key; got.Allowed && r.Cost > 0 {
+		if id := r.Policy.Name() + "|" + r.Key; got.Allowed && r.Cost > 0 || r.Policy.ChargesAfterResponse() {
 			touched[id] = touch{time.Now(), r.At}
+		}
+		if c := r.Policy.Charging(); c != nil && got.Allowed && len(owed) < 8 {
+			// Its response costs 0 to 5 units, or now and then 3 times a
+			// limit's count or so (charged at most MaxCharge).
+			cost := rng.Int64N(6)
+			if rng.IntN(8) == 0 {
+				cost = 25
+			}
+			owed = append(owed, Request{Policy: c, Key: r.Key, Cost: cost})
 		}
 		sent++
 		if !want.Allowed || want.Shadowed {
@@ -807,6 +892,18 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 			clock.Micros += rng.Int64N(60_000/grid) * grid
 		default: // dense arrivals
 			clock.Micros += rng.Int64N(max(2, 3_000/grid)) * grid
+		}
+		if len(owed) > 0 && rng.IntN(2) == 0 {
+			// A response is answered: its cost is charged.
+			j := rng.IntN(len(owed))
+			c := owed[j]
+			owed = append(owed[:j], owed[j+1:]...)
+			c.At = clock.Micros
+			pending = append(pending, c)
+			steps = append(steps, i)
+			if len(pending) >= batch {
+				flush()
+			}
 		}
 		p := policies[rng.IntN(len(policies))]
 		key := "key" + strconv.Itoa(rng.IntN(2))

@@ -1,0 +1,107 @@
+package gate
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/tollgate/tollgate/core"
+)
+
+// Charges reports whether the request's response is to be charged to a
+// rule's limits (see Charge).
+func (p *Outcome) Charges() bool { return len(p.charges) > 0 }
+
+// Charge charges each rule whose limits are charged after the response
+// what the response, of status and with the headers header reads, costs
+// (its Rule.Charge), in one store round trip per rule, even when the
+// client has left. Decision then shows the most restrictive of what it
+// showed and the charged limits as they are after the charge (allowed,
+// since this response is already on its way: an overdrawn limit shows 0
+// remaining, and refuses the next request with its Retry-After). It
+// returns the first store error; a rule whose store failed is not charged.
+func (p *Outcome) Charge(ctx context.Context, status int, header func(name string) string) error {
+	ctx = context.WithoutCancel(ctx)
+	d := decisions.Get().(*core.Decision)
+	defer decisions.Put(d)
+	var first error
+	for _, c := range p.charges {
+		cost, ok := c.cost.Cost(status, header)
+		if !ok {
+			continue
+		}
+		if err := c.limiter.DecideFor(ctx, c.policy.Charging(), c.key, cost, d); err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		d.Allowed, d.Shadowed, d.RetryAfter = true, false, 0
+		if p.Decision.Policy == c.policy || core.MoreRestrictive(d, &p.Decision) {
+			p.Decision, p.Key = *d, c.key
+		}
+	}
+	p.charges = nil
+	return first
+}
+
+// ServeCharged runs serve with a writer that charges the response (see
+// Charge) when its status is written, and sets the rate-limit headers
+// again from what the charge left, before the status goes out. serve
+// returns the status of a response it did not write (an error a later
+// handler returned), or 0; a response it never wrote is charged as 200.
+// It returns Charge's error.
+func (g *Gate) ServeCharged(ctx context.Context, p *Outcome, w http.ResponseWriter, serve func(w http.ResponseWriter) (failed int)) error {
+	cw := &chargeWriter{ResponseWriter: w, ctx: ctx, gate: g, outcome: p}
+	failed := serve(cw)
+	if !cw.charged {
+		status := http.StatusOK
+		if failed != 0 {
+			status = failed
+		}
+		cw.charge(status)
+	}
+	return cw.err
+}
+
+// chargeWriter charges the response when its final status is written.
+type chargeWriter struct {
+	http.ResponseWriter
+	ctx     context.Context
+	gate    *Gate
+	outcome *Outcome
+	charged bool
+	err     error
+}
+
+func (c *chargeWriter) charge(status int) {
+	c.charged = true
+	c.err = c.outcome.Charge(c.ctx, status, c.ResponseWriter.Header().Get)
+	c.gate.WriteHeaders(c.ResponseWriter.Header(), c.outcome)
+}
+
+// WriteHeader charges the response at its first final (non-1xx) status.
+func (c *chargeWriter) WriteHeader(code int) {
+	if !c.charged && code >= 200 {
+		c.charge(code)
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+// Write charges a response whose status was not written as 200.
+func (c *chargeWriter) Write(b []byte) (int, error) {
+	if !c.charged {
+		c.charge(http.StatusOK)
+	}
+	return c.ResponseWriter.Write(b)
+}
+
+// Flush sends what was written so far (a 200 when nothing was).
+func (c *chargeWriter) Flush() {
+	if !c.charged {
+		c.charge(http.StatusOK)
+	}
+	_ = http.NewResponseController(c.ResponseWriter).Flush()
+}
+
+// Unwrap returns the writer underneath, for http.ResponseController.
+func (c *chargeWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
