@@ -1,0 +1,120 @@
+package caddymodule_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate/internal/caddyproc"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// TestCaddyChargesFailedLogins: a real Caddy in front of a login upstream
+// that answers 401 to a wrong password counts only the 401s: successful
+// logins never count, the fifth wrong password leaves the client's
+// headers at 0 remaining, and the sixth attempt, right or wrong, is
+// refused with a Retry-After until the first failure leaves the window.
+func TestCaddyChargesFailedLogins(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Password") != "right" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprint(w, "welcome")
+	}))
+	defer upstream.Close()
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy login {
+			key {client_ip}
+			limit 5/10m sliding_log
+			charge {
+				status 401 403
+			}
+		}
+		headers ietf
+	}
+	reverse_proxy `+strings.TrimPrefix(upstream.URL, "http://"))
+	remaining := func(resp *http.Response) string {
+		v := resp.Header.Get("RateLimit")
+		_, r, _ := strings.Cut(v, ";r=")
+		r, _, _ = strings.Cut(r, ";")
+		return r
+	}
+	for i := 0; i < 20; i++ {
+		resp, body := c.Get("/login", "X-Password", "right")
+		if resp.StatusCode != 200 || body != "welcome" || remaining(resp) != "5" {
+			t.Fatalf("successful login %d: %d %q, RateLimit %q; want 200, remaining 5 (successes are not counted)", i+1, resp.StatusCode, body, resp.Header.Get("RateLimit"))
+		}
+	}
+	for i := 1; i <= 5; i++ {
+		resp, _ := c.Get("/login", "X-Password", "wrong")
+		if resp.StatusCode != 401 || remaining(resp) != strconv.Itoa(5-i) {
+			t.Fatalf("wrong password %d: %d, RateLimit %q; want 401 with remaining %d", i, resp.StatusCode, resp.Header.Get("RateLimit"), 5-i)
+		}
+	}
+	for _, pw := range []string{"wrong", "right"} {
+		resp, _ := c.Get("/login", "X-Password", pw)
+		retry, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if resp.StatusCode != 429 || retry < 500 || retry > 600 {
+			t.Fatalf("after 5 failures, password %s: %d, Retry-After %q; want 429 until the first failure leaves the 10 min window", pw, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+}
+
+// TestCaddyChargesReportedTokens: two Caddies on one Redis in front of an
+// upstream that reports each call's cost in a header (as an LLM upstream
+// reports tokens): a client's budget of 1,000 tokens a minute is spent by
+// the reported costs, whichever node served the call, and overdrawn by at
+// most one call's cost: the call that found 100 tokens left and used 150.
+func TestCaddyChargesReportedTokens(t *testing.T) {
+	srv := redistest.StartT(t)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Usage", "prompt=40, total="+r.URL.Query().Get("tokens"))
+		fmt.Fprint(w, "completion")
+	}))
+	defer upstream.Close()
+	body := fmt.Sprintf(`
+	tollgate {
+		store redis redis://%s
+		policy tokens {
+			key {http.request.header.X-Client}
+			limit 1000/1m sliding_log
+			charge {
+				status 2xx
+				cost_header X-Usage total
+			}
+		}
+		headers ietf
+	}
+	reverse_proxy %s`, srv.Addr, strings.TrimPrefix(upstream.URL, "http://"))
+	nodes := []*caddyproc.Caddy{caddyproc.Start(t, body), caddyproc.Start(t, body)}
+	served, spent := 0, 0
+	for i := 0; i < 20; i++ {
+		resp, _ := nodes[i%2].Get("/v1/chat?tokens=150", "X-Client", "alice")
+		if resp.StatusCode == 429 {
+			break
+		}
+		if resp.StatusCode != 200 {
+			t.Fatalf("call %d: status %d", i+1, resp.StatusCode)
+		}
+		served++
+		spent += 150
+	}
+	if served != 7 || spent-1000 > 150 {
+		t.Fatalf("served %d calls of 150 tokens (%d tokens) before the first 429; want 7: six leave 100 of 1,000, the seventh overdraws by 50", served, spent)
+	}
+	// The budget is the client's, on every node, and reported truthfully.
+	for _, node := range nodes {
+		resp, _ := node.Get("/v1/chat?tokens=1", "X-Client", "alice")
+		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("after the budget: %d, Retry-After %q; want 429 with Retry-After on both nodes", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		if resp, _ := node.Get("/v1/chat?tokens=1", "X-Client", "bob"); resp.StatusCode != 200 {
+			t.Fatalf("another client: %d, want 200", resp.StatusCode)
+		}
+	}
+}
