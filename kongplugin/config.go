@@ -91,6 +91,9 @@ type Config struct {
 	// Adaptive scales the limits with the upstream's health, reported from
 	// Kong's log phase.
 	Adaptive *AdaptiveConfig `json:"adaptive"`
+	// Charge charges the limits what each response costs, in Kong's log
+	// phase, instead of each request (see spec.Charge).
+	Charge *ChargeConfig `json:"charge"`
 
 	// Kong adds route_id and service_id (not schema fields) to the config
 	// it sends: counters are scoped by them, as Kong's.
@@ -168,6 +171,22 @@ func (a *AdaptiveConfig) spec() *spec.Adaptive {
 		Latency:  algo.Duration(or(a.Latency, 0) * float64(time.Millisecond)),
 		Interval: algo.Duration(or(a.Interval, 0) * float64(time.Second)),
 	}
+}
+
+// ChargeConfig is spec.Charge as Kong sends it (null for unset fields).
+type ChargeConfig struct {
+	Status     []string `json:"status"`
+	Header     *string  `json:"header"`
+	Values     []string `json:"values"`
+	CostHeader *string  `json:"cost_header"`
+	CostEntry  *string  `json:"cost_entry"`
+	Cost       *int64   `json:"cost"`
+}
+
+// spec reads c; core validates it.
+func (c *ChargeConfig) spec() *spec.Charge {
+	return &spec.Charge{Status: c.Status, Header: or(c.Header, ""), Values: c.Values, CostHeader: or(c.CostHeader, ""),
+		CostEntry: or(c.CostEntry, ""), Cost: c.Cost}
 }
 
 // LimitConfig is an extra limit: Count per Window.
@@ -273,6 +292,13 @@ func compile(c *Config) (*instance, error) {
 	inst.scope = inst.name + "|"
 	if c.Adaptive != nil && c.Adaptive.Enabled {
 		policy.Adaptive = c.Adaptive.spec()
+	}
+	if c.Charge != nil {
+		policy.Charge = c.Charge.spec()
+		if _, err := policy.Charge.Compile(); err != nil {
+			return nil, err // names charge's field
+		}
+		inst.charge = policy.ResponseCost()
 	}
 	// An adaptive controller is shared per scope and settings, so the factor
 	// survives Kong restarting the instance. Kong has no instance-close

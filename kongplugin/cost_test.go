@@ -52,6 +52,10 @@ func TestKongEventsAndCallsPerRequest(t *testing.T) {
 		{"`adaptive`, `limit_by: ip`", kongproc.ResponsePackage, map[string]any{"minute": 100, "limit_by": "ip", "algorithm": "gcra", "adaptive": map[string]any{"enabled": true}},
 			kongproc.Request{ForwardedIP: "192.0.2.1", Status: 200, Source: "service", UpstreamTime: "0.012"}, false},
 		{"`limit_by: ip` on tollgate-response", kongproc.ResponsePackage, map[string]any{"minute": 100, "limit_by": "ip"}, kongproc.Request{ForwardedIP: "192.0.2.1"}, false},
+		{"`charge` by `status`, `limit_by: ip`", kongproc.ResponsePackage, map[string]any{"minute": 100, "limit_by": "ip", "charge": map[string]any{"status": []any{"401"}}},
+			kongproc.Request{ForwardedIP: "192.0.2.1", Status: 401, Source: "service"}, false},
+		{"`charge` by `cost_header`, `limit_by: ip`", kongproc.ResponsePackage, map[string]any{"minute": 100, "limit_by": "ip", "charge": map[string]any{"cost_header": "X-Usage"}},
+			kongproc.Request{ForwardedIP: "192.0.2.1", Status: 200, Source: "service", ServiceHeaders: http.Header{"X-Usage": {"3"}}}, false},
 	}
 	var table strings.Builder
 	table.WriteString("| config | plugin | events | PDK calls |\n| --- | --- | --- | --- |\n")

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/gate"
 )
 
@@ -39,4 +40,54 @@ func endParkedLeases(id string) {
 	if end, ok := parked.LoadAndDelete(id); ok {
 		end.(func())()
 	}
+}
+
+// parkedCharges are the charges of requests between Kong's access and log
+// phases (see parkCharges): id → *parkedCharge.
+var (
+	parkedCharges sync.Map
+	chargesParked atomic.Uint64
+)
+
+// parkedCharge is one request's outcome, kept for its log phase, and when
+// it was parked (core.MonotonicNow).
+type parkedCharge struct {
+	outcome gate.Outcome
+	at      time.Duration
+}
+
+// sweepEvery is how many parked requests pass between sweeps of those
+// whose log phase never came.
+const sweepEvery = 4096
+
+// parkCharges holds the outcome's charges for the log phase and returns
+// an id to carry there in kong.ctx.shared, or "" when the request has none.
+// If the id never comes back (a request Kong ends without a log phase),
+// the charges are dropped by a sweep once maxHold has passed: no timer per
+// request.
+func parkCharges(o *gate.Outcome) string {
+	if !o.Charges() {
+		return ""
+	}
+	id := strconv.FormatUint(parkedID.Add(1), 36)
+	now := core.MonotonicNow()
+	parkedCharges.Store(id, &parkedCharge{outcome: *o, at: now})
+	if chargesParked.Add(1)%sweepEvery == 0 {
+		parkedCharges.Range(func(k, v any) bool {
+			if now-v.(*parkedCharge).at > maxHold {
+				parkedCharges.Delete(k)
+			}
+			return true
+		})
+	}
+	return id
+}
+
+// takeParkedCharges returns what parkCharges parked under id, once (nil for
+// an unknown id).
+func takeParkedCharges(id string) *gate.Outcome {
+	if v, ok := parkedCharges.LoadAndDelete(id); ok {
+		return &v.(*parkedCharge).outcome
+	}
+	return nil
 }

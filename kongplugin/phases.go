@@ -24,12 +24,13 @@ const (
 	// AccessOnly (command tollgate) decides in Kong's access phase and
 	// nothing else: one socket event per request, as Kong's own
 	// rate-limiting (its handler has access only). Its schema has no
-	// adaptive record and no in_flight algorithm, so Kong's Admin API
-	// refuses configs that need the response.
+	// adaptive or charge record and no in_flight algorithm, so Kong's
+	// Admin API refuses configs that need the response.
 	AccessOnly Variant = iota
 	// WithResponse (command tollgate-response) adds Kong's log phase:
-	// in-flight limits give their slots back there, and adaptive limits
-	// read the upstream's status and time.
+	// in-flight limits give their slots back there, adaptive limits read
+	// the upstream's status and time, and limits charged after the
+	// response are charged what it cost.
 	WithResponse
 )
 
@@ -53,9 +54,10 @@ var schemas = [...]*kongschema.Schema{
 }
 
 // needsResponse are what AccessOnly leaves out of the declaration: the
-// adaptive record, and in_flight among the algorithms.
+// adaptive and charge records, and in_flight among the algorithms.
 const (
 	adaptiveField = "adaptive"
+	chargeField   = "charge"
 	inFlight      = "in_flight"
 )
 
@@ -78,7 +80,8 @@ func accessOnly(full []byte) []byte {
 					v[k] = slices.DeleteFunc(fields, func(f any) bool {
 						m, _ := f.(map[string]any)
 						_, adaptive := m[adaptiveField]
-						return adaptive
+						_, charge := m[chargeField]
+						return adaptive || charge
 					})
 				}
 				if k == "algorithm" {

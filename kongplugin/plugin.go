@@ -53,6 +53,7 @@ type instance struct {
 	name        string          // the scope, to operators: ns=<namespace> or route=<id>,service=<id>
 	headers     headers.Options // style none when hide_client_headers
 	sampler     *gate.DenialSampler
+	charge      *spec.ResponseCost // what a response costs, or nil
 
 	once    sync.Once
 	gate    *gate.Gate
@@ -68,6 +69,7 @@ func (inst *instance) gateOrErr() (*gate.Gate, error) {
 		if err == nil {
 			h.LogStateChanges(log.Printf) // Kong logs the plugin server's output
 			rule, err = h.Rule(inst.policy, spec.EmptyKeySkip, inst.scope)
+			rule.Charge = inst.charge
 		}
 		if err == nil {
 			inst.gate, err = gate.New(gate.Config{Rules: []gate.Rule{rule}, Status: inst.ErrorCode, Headers: inst.headers})
@@ -114,14 +116,19 @@ func (c *Config) Access(kong *pdk.PDK) {
 	if id := parkLeases(&outcome, maxHold); id != "" {
 		_ = kong.Ctx.SetShared(leaseKey, id) // the log phase ends them
 	}
+	if id := parkCharges(&outcome); id != "" {
+		_ = kong.Ctx.SetShared(chargeKey, id) // the log phase charges the response
+	}
 	gate.Hold(context.Background(), outcome.Delay) // Kong proxies when access returns: holding shapes
 }
 
-// leaseKey names the request's parked in-flight leases in kong.ctx.shared;
-// maxHold bounds a lease whose log phase never comes.
+// leaseKey names the request's parked in-flight leases in kong.ctx.shared,
+// chargeKey its parked charges; maxHold bounds a lease whose log phase
+// never comes.
 const (
-	leaseKey = "tollgate.leases"
-	maxHold  = time.Hour
+	leaseKey  = "tollgate.leases"
+	chargeKey = "tollgate.charge"
+	maxHold   = time.Hour
 )
 
 // Log, in Kong's log phase (the response finished; WithResponse only),
@@ -134,6 +141,9 @@ func (c *Config) Log(kong *pdk.PDK) {
 		if id, err := kong.Ctx.GetSharedString(leaseKey); err == nil {
 			endParkedLeases(id) // the response is finished: its slots go back
 		}
+	}
+	if inst != nil && inst.charge != nil {
+		chargeResponse(kong)
 	}
 	if inst == nil || inst.policy.Adaptive() == nil {
 		return
@@ -148,6 +158,30 @@ func (c *Config) Log(kong *pdk.PDK) {
 	}
 	took, _ := kong.Nginx.GetVar("upstream_response_time")
 	inst.policy.Adaptive().Observe(kongdeny.UpstreamStatus(source, status), kongdeny.NginxSeconds(took))
+}
+
+// chargeResponse charges the response its cost (Kong's status, and the
+// upstream's headers the charge reads) to the limits the request's access
+// phase parked. The client already has the response, whose rate-limit
+// headers were set in the access phase: the charge shows from the next
+// request on.
+func chargeResponse(kong *pdk.PDK) {
+	id, err := kong.Ctx.GetSharedString(chargeKey)
+	if err != nil || id == "" {
+		return
+	}
+	o := takeParkedCharges(id)
+	if o == nil {
+		return
+	}
+	status, err := kong.Response.GetStatus()
+	if err != nil {
+		return
+	}
+	_ = o.Charge(context.Background(), status, func(name string) string {
+		v, _ := kong.ServiceResponse.GetHeader(name)
+		return v
+	}) // a store that fails is logged when it starts failing
 }
 
 // identifier computes the key as Kong's rate-limiting does, falling back to

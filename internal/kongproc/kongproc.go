@@ -301,6 +301,9 @@ type Request struct {
 	Status       int
 	Source       string
 	UpstreamTime string
+	// ServiceHeaders are the upstream's response headers
+	// (kong.service.response.get_header).
+	ServiceHeaders http.Header
 	// RequestID is nginx's $kong_request_id.
 	RequestID string
 	// Shared is kong.ctx.shared: give the access and the log phase of one
@@ -401,6 +404,12 @@ func answer(method string, args []byte, req Request, res *Result) (proto.Message
 		return &pb.Int{V: int32(req.Status)}, nil
 	case "kong.response.get_source":
 		return bridge.WrapString(req.Source), nil
+	case "kong.service.response.get_header":
+		var name pb.String
+		if err := proto.Unmarshal(args, &name); err != nil {
+			return nil, err
+		}
+		return bridge.WrapString(req.ServiceHeaders.Get(name.V)), nil
 	case "kong.nginx.get_var":
 		var name pb.String
 		if err := proto.Unmarshal(args, &name); err != nil {
