@@ -14,7 +14,7 @@ import "strings"
 //   - eventual mode's per-window counts: INCRBY, PEXPIRE, DEL;
 //   - in a Cluster, the slot map the client reads.
 const Commands = "-@all +evalsha +eval +script|load +ping +del +hdel +multi +exec +incrby +pexpire +pttl " +
-	"+time +hmget +hset +hincrby +zadd +zcount +zrange +zrangebyscore +zrem +zremrangebyscore " +
+	"+time +hmget +hset +hincrby +zadd +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zremrangebyrank " +
 	"+cluster|slots +cluster|shards"
 
 // Rule is the ACL rule (as `ACL SETUSER <user> <rule>` or a users file's
