@@ -86,9 +86,16 @@ func (d *Decision) Summarize(allowed bool) {
 	}
 	d.Allowed, d.Shadowed, d.Delay = allowed, false, 0
 	best := -1
+	penalty := -1
+	if d.Policy != nil {
+		penalty = d.Policy.penalty
+	}
 	for i := 0; i < d.N; i++ {
 		r := &d.Results[i]
 		d.Delay = max(d.Delay, r.Delay)
+		if allowed && i == penalty {
+			continue // a penalty box decides only the requests it refuses
+		}
 		if best < 0 {
 			if allowed || !r.Allowed {
 				best = i

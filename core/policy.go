@@ -58,6 +58,8 @@ type Policy struct {
 	charging *Policy
 	charges  bool
 	oneStep  bool
+	// penalty is the index of the Penalty limit, -1 without one.
+	penalty int
 }
 
 // planTable is a policy's plans: the variant for each plan name (nil for an
@@ -110,7 +112,7 @@ func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, 
 		return nil, fmt.Errorf("policy %q: %d limits, at most %d may be stacked", name, len(limits), MaxLimits)
 	}
 	p := &Policy{name: name, shadow: opts.Shadow, adapt: opts.Adaptive, limits: make([]algo.Limit, len(limits)), plan: opts.Plan,
-		clearKeys: opts.ClearKeys}
+		clearKeys: opts.ClearKeys, penalty: -1}
 	var sig strings.Builder
 	sig.WriteString(name)
 	for i, l := range limits {
@@ -121,11 +123,20 @@ func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, 
 		p.idleUS = max(p.idleUS, l.IdleMicros())
 		p.leases = p.leases || l.Algorithm == algo.InFlight
 		p.phased = p.phased || l.AfterResponse
+		if l.Algorithm == algo.Penalty {
+			if p.penalty >= 0 {
+				return nil, fmt.Errorf("policy %q limit %d (%s): a second penalty; a policy has at most one", name, i+1, l.Rate())
+			}
+			p.penalty = i
+		}
 		id := limitIdentity(limits[:i], l)
 		sig.WriteString("|" + id)
 		h := fnv.New64a()
 		h.Write([]byte(id))
 		p.limitIDs = append(p.limitIDs, strconv.FormatUint(h.Sum64(), 36))
+	}
+	if p.penalty >= 0 && len(limits) == 1 {
+		return nil, fmt.Errorf("policy %q: a penalty counts the denials of the policy's other limits, and it has none", name)
 	}
 	p.scope = sig.String()
 	p.scopeHash = maphash.String(scopeSeed, p.scope)
@@ -144,7 +155,7 @@ func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, 
 func (p *Policy) twin() *Policy {
 	t := &Policy{name: p.name, limits: p.limits, adapt: p.adapt, shadow: p.shadow, scope: p.scope, idleUS: p.idleUS,
 		scopeHash: p.scopeHash, scopeHash2: p.scopeHash2, nameHash: p.nameHash, limitIDs: p.limitIDs, plan: p.plan,
-		clearKeys: p.clearKeys, phased: true, charges: true}
+		clearKeys: p.clearKeys, phased: true, charges: true, penalty: p.penalty}
 	t.use(t.limits, 1)
 	return t
 }
@@ -159,6 +170,10 @@ func (p *Policy) twin() *Policy {
 // a unit is left (algo.Check) and charge nothing. Both name the same
 // state, so a store needs nothing more to charge after the response.
 func (p *Policy) Charging() *Policy { return p.charging }
+
+// Penalty returns the index in Limits() of p's penalty box (an
+// algo.Penalty limit), or -1 without one.
+func (p *Policy) Penalty() int { return p.penalty }
 
 // AfterResponse reports whether some limit of p is charged after the
 // response (see Charging); p may be that charging twin.
@@ -548,6 +563,7 @@ func (p *Policy) applyPhased(limits []algo.Limit, states []algo.State, now, cost
 				d.Results[i].Allowed = true
 			}
 		}
+		p.penalize(limits, next[:], now, cost, d)
 	}
 	copy(states, next[:len(limits)])
 	d.Summarize(allowed)
@@ -577,6 +593,7 @@ func (p *Policy) applyStacked(limits []algo.Limit, states []algo.State, now, cos
 				d.Results[i].Allowed = true
 			}
 		}
+		p.penalize(limits, next[:], now, cost, d)
 	}
 	copy(states, next[:len(limits)])
 	d.Summarize(allowed)
@@ -589,4 +606,17 @@ func (p *Policy) applyStacked(limits []algo.Limit, states []algo.State, now, cos
 func KeyHash(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:6])
+}
+
+// penalize counts a denied request of cost units in p's penalty box, if
+// it has one and the key is not in it already (the box's own denials do
+// not count, nor requests of cost 0, which an operator's read makes), and
+// reports the box as it is after it.
+func (p *Policy) penalize(limits []algo.Limit, next []algo.State, now, cost int64, d *Decision) {
+	i := p.penalty
+	if i < 0 || cost == 0 || !d.Results[i].Allowed {
+		return
+	}
+	l := &limits[i]
+	next[i] = algo.StepInto(l, algo.Penalize(l, next[i], now), now, 0, &d.Results[i])
 }

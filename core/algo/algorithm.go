@@ -36,6 +36,12 @@ const (
 	// (EndLease, Limiter.EndLease) and renews while the request runs; a
 	// lease its gateway never ends (the node died) frees itself after Window.
 	InFlight
+	// Penalty is a penalty box, stacked under a policy's other limits: once
+	// they have denied Count requests of a key within one Window (aligned
+	// to the Unix epoch, as FixedWindow's), every request of the key is
+	// refused for MaxDelay. It is not in Algorithms: it counts the others'
+	// denials, not requests (see PenaltyLimit, Penalize).
+	Penalty
 )
 
 // DefaultAlgorithm is used when a Limit leaves Algorithm unset.
@@ -49,6 +55,7 @@ var algorithmNames = []string{
 	GCRA:           "gcra",
 	LeakyBucket:    "leaky_bucket",
 	InFlight:       "in_flight",
+	Penalty:        "penalty",
 }
 
 // Algorithms lists every algorithm, in declaration order.

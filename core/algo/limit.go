@@ -113,7 +113,7 @@ func (l *Limit) Normalize() error {
 	if l.Algorithm == 0 {
 		l.Algorithm = DefaultAlgorithm
 	}
-	if l.Algorithm > InFlight {
+	if l.Algorithm > Penalty {
 		return fmt.Errorf("algorithm: unknown value %d", l.Algorithm)
 	}
 	if l.Count < 1 {
@@ -145,6 +145,17 @@ func (l *Limit) Normalize() error {
 		l.burst = 0
 		if l.Count > maxExact/4 {
 			return fmt.Errorf("count: %d is above %d", l.Count, int64(maxExact/4))
+		}
+	case Penalty:
+		l.burst = 0
+		if l.MaxDelay <= 0 {
+			return fmt.Errorf("penalty: a box of %s must be above 0 (how long a key is refused)", l.MaxDelay)
+		}
+		if l.maxDelayUS > maxExact/8 {
+			return fmt.Errorf("penalty: a box of %s is too long", l.MaxDelay)
+		}
+		if l.AfterResponse {
+			return fmt.Errorf("after_response: a penalty counts denials, not what responses cost")
 		}
 	case SlidingLog, InFlight:
 		l.burst = 0
@@ -185,6 +196,12 @@ func (l *Limit) Normalize() error {
 	return nil
 }
 
+// PenaltyLimit returns the penalty box that refuses a key for box once its
+// policy's other limits have denied it denials times within one window.
+func PenaltyLimit(denials int64, window, box time.Duration) Limit {
+	return Limit{Name: "penalty", Count: denials, Window: window, Algorithm: Penalty, MaxDelay: box}
+}
+
 // MaxCharge is the most one Charge takes from l, in units of cost: a
 // response that reports more is charged this much, so an overdrawn limit
 // recovers within about a window and every step stays exact. It is Count
@@ -209,6 +226,8 @@ func (l *Limit) IdleMicros() int64 {
 		return (2*l.burst*l.windowUS)/l.Count + 1
 	case LeakyBucket:
 		return l.maxDelayUS + (2*l.burst*l.windowUS)/l.Count + 1
+	case Penalty:
+		return max(l.windowUS, l.maxDelayUS)
 	case FixedWindow:
 		// A calendar window lasts up to 31 or 366 days.
 		switch l.months {

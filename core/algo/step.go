@@ -14,6 +14,7 @@ import (
 //	TokenBucket     A deficit (tokens missing × Window in µs), B last update (µs)
 //	GCRA            A theoretical arrival time (µs), B its fraction in 1/Count µs
 //	LeakyBucket     as GCRA: when the next request would be released
+//	Penalty         A window start (µs), B denials counted in it, C when the box ends (µs)
 type State struct {
 	A, B, C int64
 	// Log is SlidingLog's ring of Count request times, shared by the states
@@ -82,6 +83,8 @@ func StepInto(l *Limit, s State, now, cost int64, r *Result) State {
 		return stepLeakyBucket(l, s, now, cost, r)
 	case InFlight:
 		return stepInFlight(l, s, now, cost, r)
+	case Penalty:
+		return stepPenalty(l, s, now, r)
 	}
 	*r = Result{Quota: l.Count}
 	return s
@@ -164,6 +167,48 @@ func Check(l *Limit, s State, now, cost int64, r *Result) State {
 		s = after
 	}
 	return StepInto(l, s, now, 0, r)
+}
+
+// stepPenalty refuses every request while the key is in the box, with
+// RetryAfter the box's end, and otherwise lets it through, reporting as
+// Remaining how many more denials the window takes before the box (and
+// as Reset when its count starts again). Cost does not matter: the box
+// counts denials (Penalize), not units.
+func stepPenalty(l *Limit, s State, now int64, r *Result) State {
+	w, n := l.windowUS, l.Count
+	mustBePositive(w, n)
+	start := windowStart(now, w)
+	if s.A != start {
+		s.A, s.B = start, 0
+	}
+	*r = Result{Quota: n}
+	if now < s.C {
+		r.Reset = FromMicros(s.C - now)
+		r.RetryAfter = r.Reset
+		return s
+	}
+	r.Allowed = true
+	r.Remaining = max(0, n-s.B)
+	if s.B > 0 {
+		r.Reset = FromMicros(start + w - now)
+	}
+	return s
+}
+
+// Penalize counts, in the state s of a Penalty limit l, a request the
+// policy's other limits denied at now (µs) while the key was not in the
+// box. The Count-th denial of a window puts the key in the box for
+// MaxDelay, and the count starts again.
+func Penalize(l *Limit, s State, now int64) State {
+	start := windowStart(now, l.windowUS)
+	if s.A != start {
+		s.A, s.B = start, 0
+	}
+	s.B++
+	if s.B >= l.Count {
+		s.B, s.C = 0, now+l.maxDelayUS
+	}
+	return s
 }
 
 // FromMicros converts a count of µs, the core's unit of time, to a Duration.

@@ -44,7 +44,7 @@
 -- request's error does not stop the others). One flat array, not one per
 -- request, because Redis turns each Lua table of a reply into RESP at a
 -- cost of its own.
-local FIXED, LOG, COUNTER, BUCKET, GCRA, SHAPER, INFLIGHT = 1, 2, 3, 4, 5, 6, 7
+local FIXED, LOG, COUNTER, BUCKET, GCRA, SHAPER, INFLIGHT, PENALTY = 1, 2, 3, 4, 5, 6, 7, 8
 local STEP, CHECK, CHARGE, REPORT = 0, 1, 2, 3 -- core.LimitMode
 local MAX_INFLIGHT_RETRY = 1000000 -- core.MaxInFlightRetry, µs
 
@@ -245,6 +245,33 @@ local function shaper(l, s, t, c, ns, r)
   return ns, r
 end
 
+-- The penalty box (stepPenalty): refuses while the key is in the box
+-- (until s[3]), else reports the denials the window still takes.
+local function penalty(l, s, t, c, ns, r)
+  local w, n = l.w, l.n
+  local start = window_start(t, w)
+  local count = s[2]
+  if s[1] ~= start then count = 0 end
+  ns[1], ns[2], ns[3] = start, count, s[3]
+  if t < s[3] then
+    r[1], r[2], r[3], r[4], r[5] = 0, 0, s[3] - t, s[3] - t, 0
+    return ns, r
+  end
+  local reset = 0
+  if count > 0 then reset = start + w - t end
+  r[1], r[2], r[3], r[4], r[5] = 1, math.max(0, n - count), reset, 0, 0
+  return ns, r
+end
+
+-- algo.Penalize: counts a denial in s, in place; the n-th of a window
+-- puts the key in the box for l.d µs.
+local function penalize(l, s, t)
+  local start = window_start(t, l.w)
+  if s[1] ~= start then s[1], s[2] = start, 0 end
+  s[2] = s[2] + 1
+  if s[2] >= l.n then s[2], s[3] = 0, t + l.d end
+end
+
 -- The twins of algo.Charge: each writes into ns the state after c units
 -- (at most max_charge) are taken whatever the limit has left.
 local MAX_EXACT_QUARTER = 2 ^ 51
@@ -362,7 +389,7 @@ local function renewed_expiry(stored, ttl, hash)
   return at + 2 * ttl, at + 2 * ttl
 end
 
-local steps = {[FIXED] = fixed, [COUNTER] = counter, [BUCKET] = bucket, [GCRA] = gcra, [SHAPER] = shaper}
+local steps = {[FIXED] = fixed, [COUNTER] = counter, [BUCKET] = bucket, [GCRA] = gcra, [SHAPER] = shaper, [PENALTY] = penalty}
 
 -- The n limits whose 7 values each start after ARGV[base]; the hash fields
 -- holding their states, and EXPIRES when none has one; the first limit
@@ -379,6 +406,7 @@ local function read_limits(base, n)
                  id = ARGV[at + 7]}
     limits.fields[i] = limits[i].id
     if limits[i].mode == CHARGE then limits.charging = true end
+    if limits[i].alg == PENALTY then limits.penalty = i end
     if logged(limits[i]) then
       limits.keys = limits.keys + 1
       limits[i].key = limits.keys
@@ -461,9 +489,21 @@ local function decide(limits, kb, now, cost, ttl, out, o)
     if r[1] == 0 then all = false end
   end
 
-  -- A charge is written whatever its report says; a request's cost only
-  -- when every limit allows it.
-  local write = not probe and (all or limits.charging)
+  -- A request the other limits denied counts in the penalty box
+  -- (Policy.penalize), unless the key is in it already or the request
+  -- costs nothing; the box reports as it is after it.
+  local pi = limits.penalty
+  local penalized = pi and not all and cost > 0 and not limits.charging and results[pi][1] == 1
+  if penalized then
+    local s = nexts[pi]
+    penalize(limits[pi], s, now)
+    penalty(limits[pi], s, now, 0, charged, results[pi])
+    s[1], s[2], s[3] = charged[1], charged[2], charged[3]
+  end
+
+  -- A charge is written whatever its report says, a counted denial in
+  -- the penalty box alone, a request's cost only when every limit allows it.
+  local write = not probe and (all or limits.charging or penalized)
   if write then
     local stored_expiry
     if limits.stateful then
@@ -477,7 +517,7 @@ local function decide(limits, kb, now, cost, ttl, out, o)
     local fields, hash_written = 0, seq_written
     for i = 1, nlimits do
       local l = limits[i]
-      if l.mode == CHECK or l.mode == REPORT then
+      if l.mode == CHECK or l.mode == REPORT or not all and i ~= pi and l.mode == STEP then
         -- Nothing taken: what a request of cost 0 leaves is what is stored.
       elseif l.mode == CHARGE then
         if not logged(l) then
@@ -527,12 +567,13 @@ local function decide(limits, kb, now, cost, ttl, out, o)
       if expires then redis.call('PEXPIRE', hash, 2 * ttl) end
     end
   end
-  if not write then
+  if probe or not all then
     -- Nothing is consumed: limits that would have taken the request's cost
-    -- report what they still have, as a request of cost 0 sees it.
+    -- report what they still have, as a request of cost 0 sees it (a
+    -- penalty box's report does not depend on the cost).
     for i = 1, nlimits do
       local l = limits[i]
-      if results[i][1] == 1 and l.mode == STEP then
+      if results[i][1] == 1 and l.mode == STEP and i ~= pi then
         if logged(l) then
           logged_step(l, KEYS[kb + l.key], now, 0, results[i])
         else

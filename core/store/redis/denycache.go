@@ -54,8 +54,10 @@ func newDenyCache() *denyCache { return &denyCache{entries: map[denyKey]*held{}}
 // translated to Redis's clock. It fills d and returns true if the limits
 // deny the request there; otherwise it drops the entry and returns false.
 func (c *denyCache) lookup(p *core.Policy, key string, cost, now int64, d *core.Decision) bool {
-	if p.ChargesAfterResponse() {
-		return false // a charge is taken whatever is left: Redis must see it
+	if p.ChargesAfterResponse() || p.Penalty() >= 0 {
+		// A charge is taken whatever is left, and a denial counts in a
+		// penalty box: Redis must see both.
+		return false
 	}
 	k := denyKey{p.Name(), key}
 	c.mu.Lock()

@@ -102,11 +102,20 @@ func (m *Model) Decide(p *core.Policy, key string, now, cost int64) core.Decisio
 				d.Results[i], _ = hist[i].decide(now, 0)
 			}
 		}
+		// A penalty box counts the denial, unless the key is in it or the
+		// request costs nothing (an operator's read), or it is a charge.
+		if i := p.Penalty(); i >= 0 && cost > 0 && d.Results[i].Allowed && !p.ChargesAfterResponse() {
+			box := hist[i].(*penaltyModel)
+			box.deny(now)
+			d.Results[i], _ = box.decide(now, 0)
+		}
 	}
 	best := -1
 	for i := range limits {
 		r, w := d.Results[i], limits[i].Window
 		switch {
+		case allowed && i == p.Penalty():
+			// A penalty box decides only the requests it refuses.
 		case allowed && (best < 0 || r.Remaining < d.Results[best].Remaining ||
 			r.Remaining == d.Results[best].Remaining && w > limits[best].Window):
 			best = i
@@ -189,6 +198,8 @@ func newModelLimit(l *algo.Limit) modelLimit {
 		return &meterModel{w: w, n: n, b: l.EffectiveBurst()}
 	case algo.LeakyBucket:
 		return &meterModel{w: w, n: n, b: l.EffectiveBurst(), shaper: true, maxDelay: l.MaxDelay.Microseconds()}
+	case algo.Penalty:
+		return &penaltyModel{w: w, n: n, box: l.MaxDelay.Microseconds(), denials: map[int64]int64{}}
 	}
 	panic("model: unknown algorithm " + l.Algorithm.String())
 }
@@ -530,3 +541,36 @@ func (m *meterModel) decide(now, cost int64) (algo.Result, func()) {
 	}
 	return r, nil
 }
+
+// penaltyModel: the times the policy's other limits denied the key, per
+// window aligned to the epoch; the n-th in one window refuses the key for
+// box µs, and the count starts again.
+type penaltyModel struct {
+	w, n, box int64
+	denials   map[int64]int64
+	until     int64 // the box's end, µs
+}
+
+func (m *penaltyModel) deny(now int64) {
+	start := alignedStart(now, m.w)
+	m.denials[start]++
+	if m.denials[start] >= m.n {
+		m.denials[start], m.until = 0, now+m.box
+	}
+}
+
+func (m *penaltyModel) decide(now, _ int64) (algo.Result, func()) {
+	r := algo.Result{Quota: m.n}
+	if now < m.until {
+		r.Reset, r.RetryAfter = us(m.until-now), us(m.until-now)
+		return r, nil
+	}
+	start := alignedStart(now, m.w)
+	r.Allowed, r.Remaining = true, max(0, m.n-m.denials[start])
+	if m.denials[start] > 0 {
+		r.Reset = us(start + m.w - now)
+	}
+	return r, func() {}
+}
+
+func (m *penaltyModel) charge(int64, int64) {}

@@ -353,6 +353,24 @@ func Traces() []Trace {
 			{At: ms(1100), Want: Want{Allowed: true, Remaining: 2, Reset: ms(900), Results: []WantResult{{true, 2}, {true, 2}}}},
 			{At: ms(1100), Inspect: true, Want: Want{Allowed: true, Remaining: 2, Reset: ms(900), Results: []WantResult{{true, 2}, {true, 2}}}},
 		}},
+		// A penalty box: the third denial within its 10 s window refuses the
+		// key for 5 s, whatever the other limits say; its own refusals do
+		// not count, an operator's read does not either, and a reset of
+		// the box lets the key in again.
+		{"penalty_box", core.MustPolicy("boxed", opts, lim(2, time.Second, algo.FixedWindow), algo.PenaltyLimit(3, 10*time.Second, 5*time.Second)), []TraceStep{
+			{At: 0, Want: Want{Allowed: true, Remaining: 1, Reset: ms(1000), Results: []WantResult{{true, 1}, {true, 3}}}},
+			{At: ms(10), Want: Want{Allowed: true, Remaining: 0, Reset: ms(990)}},
+			{At: ms(20), Want: Want{Remaining: 0, Reset: ms(980), RetryAfter: ms(980), Results: []WantResult{{false, 0}, {true, 2}}}},
+			{At: ms(30), Want: Want{Remaining: 0, Reset: ms(970), RetryAfter: ms(970), Results: []WantResult{{false, 0}, {true, 1}}}},
+			{At: ms(40), Want: Want{Index: 1, Remaining: 0, Reset: 5 * time.Second, RetryAfter: 5 * time.Second, Results: []WantResult{{false, 0}, {false, 0}}}},
+			{At: ms(1000), Want: Want{Index: 1, Remaining: 0, Reset: ms(4040), RetryAfter: ms(4040), Results: []WantResult{{true, 2}, {false, 0}}}},
+			{At: ms(1000), Inspect: true, Want: Want{Index: 1, Remaining: 0, Reset: ms(4040), RetryAfter: ms(4040), Results: []WantResult{{true, 2}, {false, 0}}}},
+			{At: ms(5040), Want: Want{Allowed: true, Remaining: 1, Reset: ms(960), Results: []WantResult{{true, 1}, {true, 3}}}},
+			{At: ms(5050), Want: Want{Allowed: true, Remaining: 0, Reset: ms(950)}},
+			{At: ms(5060), Want: Want{Remaining: 0, Reset: ms(940), RetryAfter: ms(940), Results: []WantResult{{false, 0}, {true, 2}}}},
+			{At: ms(5070), Reset: true, Only: 2},
+			{At: ms(5070), Want: Want{Remaining: 0, Reset: ms(930), RetryAfter: ms(930), Results: []WantResult{{false, 0}, {true, 2}}}},
+		}},
 		{"shadow", core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(1, time.Second, algo.FixedWindow)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
 			{At: ms(10), Want: Want{Allowed: true, Shadowed: true, Remaining: 0, Reset: ms(990), RetryAfter: ms(990)}},
@@ -396,9 +414,9 @@ type Options struct {
 	// mode counts: fixed_window and sliding_counter); traces with others are
 	// skipped.
 	Algorithms []algo.Algorithm
-	// Seeds is how many random traces to replay; 0 means 8 (ReloadSeed
+	// Seeds is how many random traces to replay; 0 means 9 (ReloadSeed
 	// switches between the limits of one policy name, ChargeSeed charges
-	// responses after their requests).
+	// responses after their requests, PenaltySeed has penalty boxes).
 	Seeds int
 	// Batch, above 1 and for a store that is a Batcher, makes the random
 	// traces send their requests in runs of up to Batch through DecideBatch
@@ -531,7 +549,7 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 	t.Run("random_against_reference_model", func(t *testing.T) {
 		seeds := o.Seeds
 		if seeds == 0 {
-			seeds = ChargeSeed
+			seeds = PenaltySeed
 		}
 		var total, denied int
 		for seed := uint64(1); seed <= uint64(seeds); seed++ {
@@ -593,6 +611,25 @@ func RandomPolicies() []*core.Policy {
 		// Leases ended or renewed now and then (see RandomTrace).
 		core.MustPolicy("r-inflight", o, lim(8, ms(300), algo.InFlight)),
 		core.MustPolicy("r-inflight-stack", o, lim(2, ms(500), algo.InFlight), lim(6, time.Second, algo.SlidingCounter)),
+	}
+}
+
+// PenaltySeed is the random trace whose policies have a penalty box
+// (PenaltyPolicies).
+const PenaltySeed = 9
+
+// PenaltyPolicies have a penalty box under limits of each kind, charged
+// with the request or after the response, and in shadow mode.
+func PenaltyPolicies() []*core.Policy {
+	o := core.PolicyOptions{}
+	tb := lim(20, time.Second, algo.TokenBucket)
+	tb.Burst = 7
+	return []*core.Policy{
+		core.MustPolicy("p-fw", o, lim(3, ms(100), algo.FixedWindow), algo.PenaltyLimit(4, time.Second, ms(300))),
+		core.MustPolicy("p-sl", o, lim(2, ms(200), algo.SlidingLog), algo.PenaltyLimit(2, ms(500), ms(150))),
+		core.MustPolicy("p-stack", o, tb, lim(9, time.Second, algo.SlidingCounter), algo.PenaltyLimit(3, ms(700), ms(400))),
+		core.MustPolicy("p-charged", o, afterResponse(lim(5, ms(300), algo.FixedWindow)), algo.PenaltyLimit(3, time.Second, ms(200))),
+		core.MustPolicy("p-shadow", core.PolicyOptions{Shadow: true}, lim(3, ms(250), algo.SlidingCounter), algo.PenaltyLimit(2, time.Second, ms(300))),
 	}
 }
 
@@ -737,11 +774,14 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 			}
 		}
 	}
-	if seed == ReloadSeed || seed == ChargeSeed {
+	if seed == ReloadSeed || seed == ChargeSeed || seed == PenaltySeed {
 		chosen = nil
 		all := ReloadPolicies()
-		if seed == ChargeSeed {
+		switch seed {
+		case ChargeSeed:
 			all = ChargePolicies()
+		case PenaltySeed:
+			all = PenaltyPolicies()
 		}
 		for _, p := range all {
 			if o.supports(p) {
@@ -752,6 +792,9 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 	// Responses whose cost is still to be charged (ChargeSeed).
 	var owed []Request
 	policies = chosen
+	if len(policies) == 0 {
+		return 0, 0, "" // the store decides none of this seed's policies (eventual mode, penalty boxes)
+	}
 	// Odd seeds keep time on a grid every window length is a multiple of (10
 	// ms for seeds 1, 5, ..., 1 ms for 3, 7, ...), so requests land exactly
 	// on window boundaries and on the instant an old request leaves a
