@@ -54,6 +54,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        plans { <plan> <count>/<window> [...] | <plan> unlimited }
 //	        default_plan <plan>
 //	        charge { status <code|class|range...>, header <name> [<value>...], cost_header <name> [<entry>], cost <n> }
+//	        penalty <denials>/<window> <duration>
 //	    }
 //	    headers ietf|xratelimit|both|none|kong
 //	    status <code>

@@ -118,3 +118,60 @@ func TestCaddyChargesReportedTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestCaddyPenaltyBoxAfterFailedLogins: 5 wrong passwords per 10 min per
+// client, counted after the response (successful logins never count),
+// then the client's next attempt is its first denial, which puts it in
+// the penalty box for an hour: every attempt, right or wrong, is refused
+// with Retry-After the box's end, not the 10 min window's. Operators see
+// the box as the key's "penalty" limit and reset the key to let it in.
+func TestCaddyPenaltyBoxAfterFailedLogins(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Password") != "right" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprint(w, "welcome")
+	}))
+	defer upstream.Close()
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy login {
+			key {client_ip}
+			limit 5/10m sliding_log
+			charge {
+				status 401
+			}
+			penalty 1/10m 1h
+			clear_keys
+		}
+	}
+	reverse_proxy `+strings.TrimPrefix(upstream.URL, "http://"))
+	for i := 0; i < 10; i++ {
+		if resp, _ := c.Get("/login", "X-Password", "right"); resp.StatusCode != 200 {
+			t.Fatalf("successful login %d: %d", i+1, resp.StatusCode)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		if resp, _ := c.Get("/login", "X-Password", "wrong"); resp.StatusCode != 401 {
+			t.Fatalf("wrong password %d: %d, want 401", i+1, resp.StatusCode)
+		}
+	}
+	for _, pw := range []string{"right", "wrong", "right"} {
+		resp, _ := c.Get("/login", "X-Password", pw)
+		retry, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if resp.StatusCode != 429 || retry < 3500 || retry > 3600 {
+			t.Fatalf("in the box, password %s: %d, Retry-After %q; want 429 until the hour's box ends", pw, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	code, body := adminCall(t, c, "GET", "/tollgate/keys?policy=login&key=127.0.0.1")
+	if code != 200 || !strings.Contains(fmt.Sprint(body), "penalty") {
+		t.Fatalf("operators' view of the key: %d %v, want its penalty limit", code, body)
+	}
+	if code, r := adminCall(t, c, "DELETE", "/tollgate/keys?policy=login&key=127.0.0.1"); code != 200 || r["reset"] != true {
+		t.Fatalf("reset: %d %v", code, r)
+	}
+	if resp, _ := c.Get("/login", "X-Password", "right"); resp.StatusCode != 200 {
+		t.Fatalf("after an operator's reset: %d, want 200", resp.StatusCode)
+	}
+}

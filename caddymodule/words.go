@@ -227,12 +227,25 @@ func setPolicy(s *spec.Policy, opt string, args []string) error {
 			return fmt.Errorf("clear_keys: unexpected %q", args[0])
 		}
 		s.ClearKeys = true
+	case "penalty":
+		if len(args) != 2 {
+			return fmt.Errorf("policy %q penalty: want <denials>/<window> <duration>, such as 5/10m 1h", s.Name)
+		}
+		n, within, perr := algo.ParseRate(args[0])
+		if perr != nil {
+			return fmt.Errorf("policy %q penalty: %w", s.Name, perr)
+		}
+		box, perr := algo.ParseDuration(args[1])
+		if perr != nil || box <= 0 {
+			return fmt.Errorf("policy %q penalty: %q is not a positive duration", s.Name, args[1])
+		}
+		s.Penalty = &spec.Penalty{Denials: n, Within: algo.Duration(within), For: algo.Duration(box)}
 	case "plan":
 		s.Plan, err = one()
 	case "default_plan":
 		s.DefaultPlan, err = one()
 	default:
-		return fmt.Errorf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow, adaptive, plan, plans, default_plan, clear_keys or charge)", s.Name, opt)
+		return fmt.Errorf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow, adaptive, plan, plans, default_plan, clear_keys, charge or penalty)", s.Name, opt)
 	}
 	return err
 }

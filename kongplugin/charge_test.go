@@ -2,6 +2,7 @@ package kongplugin_test
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 
 	"github.com/tollgate/tollgate/internal/kongproc"
@@ -87,5 +88,34 @@ func TestKongChargesReportedCost(t *testing.T) {
 	}
 	if served != 7 {
 		t.Fatalf("served %d calls of 150 before the first 429, want 7 (six leave 100 of 1,000; the seventh overdraws by 50)", served)
+	}
+}
+
+// TestKongPenaltyBox drives the real tollgate plugin server (access phase
+// only: the box counts denials as it decides): two requests a minute, and
+// the second denial within a minute refuses the client for an hour, with
+// Kong's denial and a Retry-After of the box's end.
+func TestKongPenaltyBox(t *testing.T) {
+	srv := kongproc.Start(t)
+	c := srv.Dial()
+	defer c.Close()
+	id := start(t, c, map[string]any{"minute": 2, "limit_by": "ip", "penalty": map[string]any{"denials": 2, "within": 60, "duration": 3600}})
+	req := kongproc.Request{ForwardedIP: "192.0.2.7"}
+	for i := 0; i < 2; i++ {
+		if res := access(t, c, id, req); res.Exited {
+			t.Fatalf("request %d: %d", i+1, res.Status)
+		}
+	}
+	if res := access(t, c, id, req); !res.Exited || res.Status != 429 || res.Headers.Get("Retry-After") == "3600" {
+		t.Fatalf("first denial: exited %v %d, Retry-After %q; want 429 with the minute's Retry-After", res.Exited, res.Status, res.Headers.Get("Retry-After"))
+	}
+	for i := 0; i < 3; i++ {
+		res := access(t, c, id, req)
+		if retry, _ := strconv.Atoi(res.Headers.Get("Retry-After")); !res.Exited || res.Status != 429 || retry < 3590 || retry > 3600 {
+			t.Fatalf("in the box: exited %v %d, Retry-After %q; want 429 until the hour's box ends", res.Exited, res.Status, res.Headers.Get("Retry-After"))
+		}
+	}
+	if res := access(t, c, id, kongproc.Request{ForwardedIP: "192.0.2.8"}); res.Exited {
+		t.Fatalf("another client: %d, want it through", res.Status)
 	}
 }

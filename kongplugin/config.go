@@ -94,6 +94,9 @@ type Config struct {
 	// Charge charges the limits what each response costs, in Kong's log
 	// phase, instead of each request (see spec.Charge).
 	Charge *ChargeConfig `json:"charge"`
+	// Penalty refuses a key for Duration seconds once its limits have
+	// denied it Denials times within Within seconds (see spec.Penalty).
+	Penalty *PenaltyConfig `json:"penalty"`
 
 	// Kong adds route_id and service_id (not schema fields) to the config
 	// it sends: counters are scoped by them, as Kong's.
@@ -171,6 +174,13 @@ func (a *AdaptiveConfig) spec() *spec.Adaptive {
 		Latency:  algo.Duration(or(a.Latency, 0) * float64(time.Millisecond)),
 		Interval: algo.Duration(or(a.Interval, 0) * float64(time.Second)),
 	}
+}
+
+// PenaltyConfig is spec.Penalty in Kong's units (seconds).
+type PenaltyConfig struct {
+	Denials  int64   `json:"denials"`
+	Within   float64 `json:"within"`
+	Duration float64 `json:"duration"`
 }
 
 // ChargeConfig is spec.Charge as Kong sends it (null for unset fields).
@@ -292,6 +302,10 @@ func compile(c *Config) (*instance, error) {
 	inst.scope = inst.name + "|"
 	if c.Adaptive != nil && c.Adaptive.Enabled {
 		policy.Adaptive = c.Adaptive.spec()
+	}
+	if c.Penalty != nil {
+		policy.Penalty = &spec.Penalty{Denials: c.Penalty.Denials, Within: algo.Duration(c.Penalty.Within * float64(time.Second)),
+			For: algo.Duration(c.Penalty.Duration * float64(time.Second))}
 	}
 	if c.Charge != nil {
 		policy.Charge = c.Charge.spec()

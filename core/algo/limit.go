@@ -327,6 +327,10 @@ func FormatWindow(w time.Duration) string {
 func ScaleLimits(base []Limit, f float64) []Limit {
 	out := make([]Limit, len(base))
 	for i, l := range base {
+		if l.Algorithm == Penalty {
+			out[i] = l // it counts denials, not the upstream's work
+			continue
+		}
 		l.Count = max(1, int64(math.Round(float64(l.Count)*f)))
 		if l.Burst > 0 {
 			l.Burst = max(1, int64(math.Round(float64(l.Burst)*f)))

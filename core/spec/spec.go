@@ -41,6 +41,9 @@ func (s *Limit) Limit() (algo.Limit, error) {
 		if err != nil {
 			return l, fmt.Errorf("algorithm: %w", err)
 		}
+		if a == algo.Penalty {
+			return l, fmt.Errorf("algorithm: penalty is not a limit's algorithm; give the policy a penalty instead")
+		}
 		l.Algorithm = a
 	}
 	return l, l.Validate()
@@ -126,6 +129,31 @@ type Policy struct {
 	// limits, or only those marked AfterResponse): a request passes while
 	// they have a unit left.
 	Charge *Charge `json:"charge,omitempty"`
+	// Penalty, if set, refuses a key for a while once the policy's limits
+	// have denied it often (see Penalty).
+	Penalty *Penalty `json:"penalty,omitempty"`
+}
+
+// Penalty is a penalty box: once a policy's limits have denied a key
+// Denials times within one Within window (aligned to the Unix epoch),
+// every request of the key is refused For, with Retry-After its end.
+type Penalty struct {
+	Denials int64         `json:"denials"`
+	Within  algo.Duration `json:"within"`
+	For     algo.Duration `json:"for"`
+}
+
+// Limit returns the penalty box as the last limit of a policy, checked;
+// errors name the field and value.
+func (s *Penalty) Limit() (algo.Limit, error) {
+	l := algo.PenaltyLimit(s.Denials, time.Duration(s.Within), time.Duration(s.For))
+	if s.Denials < 1 {
+		return l, fmt.Errorf("penalty denials: %d must be at least 1", s.Denials)
+	}
+	if err := l.Normalize(); err != nil {
+		return l, fmt.Errorf("penalty %w", err)
+	}
+	return l, nil
 }
 
 // Plan is one plan of a policy: its stacked limits, or unlimited.
@@ -185,7 +213,22 @@ func (s *Policy) Check() ([]algo.Limit, error) {
 			}
 		}
 	}
-	return limits, nil
+	return s.withPenalty(limits)
+}
+
+// withPenalty returns limits with the policy's penalty box, if any, last.
+func (s *Policy) withPenalty(limits []algo.Limit) ([]algo.Limit, error) {
+	if s.Penalty == nil {
+		return limits, nil
+	}
+	if len(limits) >= core.MaxLimits {
+		return nil, fmt.Errorf("policy %q: %d limits and a penalty, at most %d may be stacked (the penalty is one)", s.Name, len(limits), core.MaxLimits)
+	}
+	l, err := s.Penalty.Limit()
+	if err != nil {
+		return nil, fmt.Errorf("policy %q %w", s.Name, err)
+	}
+	return append(limits, l), nil
 }
 
 // chargeAfterResponse marks every limit AfterResponse when the policy has
@@ -346,6 +389,7 @@ func (s *Policy) buildPlans(owner string) (*core.Policy, func(), error) {
 			limits[j], _ = plan.Limits[j].Limit() // checked by Check
 		}
 		_ = s.chargeAfterResponse(limits)
+		limits, _ = s.withPenalty(limits) // checked by Check
 		v, release, err := s.build(owner, limits, plan.Name)
 		if err != nil {
 			releaseAll()
