@@ -19,6 +19,7 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/store/storetest/refmodel"
 )
 
 // Factory returns a fresh, empty store that reads time from clock.
@@ -756,7 +757,7 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 			policies = append(policies, p)
 		}
 	}
-	model := NewModel()
+	model := refmodel.NewModel()
 	rng := rand.New(rand.NewPCG(seed, 42))
 	// Four policies per trace, so each key sees dense traffic over many
 	// windows: requests leave sliding windows while others arrive. Seeds

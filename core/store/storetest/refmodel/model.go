@@ -1,4 +1,6 @@
-package storetest
+// Package refmodel is the conformance suite's oracle (see Model): each
+// algorithm of core/algo written plainly from its definition.
+package refmodel
 
 import (
 	"math"
