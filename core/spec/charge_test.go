@@ -29,7 +29,7 @@ func TestResponseCost(t *testing.T) {
 		{Charge{Header: "X-Cache", Values: []string{"MISS"}}, 200, map[string]string{"X-Cache": "HIT"}, 0, false},
 		{Charge{Header: "X-Cache"}, 200, nil, 0, false},
 		{Charge{CostHeader: "X-Tokens"}, 200, map[string]string{"X-Tokens": " 150 "}, 150, true},
-		{Charge{CostHeader: "X-Tokens"}, 200, nil, 0, true},          // reports nothing: costs nothing
+		{Charge{CostHeader: "X-Tokens"}, 200, nil, 0, true}, // reports nothing: costs nothing
 		{Charge{CostHeader: "X-Tokens", Cost: cost(2)}, 200, nil, 2, true},
 		{Charge{CostHeader: "X-Tokens"}, 200, map[string]string{"X-Tokens": "-5"}, 0, true},
 		{Charge{CostHeader: "X-Tokens"}, 200, map[string]string{"X-Tokens": "1.5"}, 0, true},
