@@ -6,6 +6,7 @@
 package httplimit
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -55,6 +56,10 @@ type Rule struct {
 	EmptyKey spec.EmptyKey
 	// Cost returns the request's cost in units; nil means 1.
 	Cost func(*http.Request) int64
+	// Charge, for a policy with limits charged after the response
+	// (algo.Limit.AfterResponse), is what each response costs them, from
+	// spec.Charge.Compile.
+	Charge *spec.ResponseCost
 }
 
 // Config configures the middleware.
@@ -78,7 +83,10 @@ type Config struct {
 func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	gc := gate.Config{Status: cfg.Status, Body: cfg.Body, Headers: cfg.Headers, SkipFailed: !cfg.DenyOnError}
 	for _, r := range cfg.Rules {
-		gc.Rules = append(gc.Rules, gate.Rule{Limiter: r.Limiter, EmptyKey: r.EmptyKey})
+		if r.Limiter.Policy().AfterResponse() && r.Charge == nil {
+			return nil, fmt.Errorf("policy %q: its limits are charged after the response, and its rule has no Charge", r.Limiter.Policy().Name())
+		}
+		gc.Rules = append(gc.Rules, gate.Rule{Limiter: r.Limiter, EmptyKey: r.EmptyKey, Charge: r.Charge})
 	}
 	g, err := gate.New(gc)
 	if err != nil {
@@ -144,9 +152,16 @@ func serve(g *gate.Gate, cfg *Config, next http.Handler, w http.ResponseWriter, 
 		outcome.CancelShaped() // the client went away while it was shaped: its place goes to the next
 		return
 	}
-	if outcome.Watching() { // adaptive rules hear how the upstream answered
-		outcome.ServeObserved(w, func(w http.ResponseWriter) (int, time.Duration) { next.ServeHTTP(w, r); return 0, 0 })
+	serveNext := func(w http.ResponseWriter) {
+		if outcome.Watching() { // adaptive rules hear how the upstream answered
+			outcome.ServeObserved(w, func(w http.ResponseWriter) (int, time.Duration) { next.ServeHTTP(w, r); return 0, 0 })
+			return
+		}
+		next.ServeHTTP(w, r)
+	}
+	if outcome.Charges() { // the response is charged to the rules that charge after it
+		_ = g.ServeCharged(r.Context(), &outcome, w, func(w http.ResponseWriter) int { serveNext(w); return 0 })
 		return
 	}
-	next.ServeHTTP(w, r)
+	serveNext(w)
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/core/adaptive"
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/headers"
+	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store/memory"
 	"github.com/tollgate/tollgate/internal/waitfor"
 )
@@ -321,5 +323,45 @@ func TestAdaptiveJudgesTimeToFirstByte(t *testing.T) {
 	a.Judge()
 	if q := a.LastQuantile(); q <= 0 || q >= 400*time.Millisecond || a.Factor() != 1 {
 		t.Fatalf("judged %s, factor %v; want the time to the header (well under the body's 1 s) and the limit kept", q, a.Factor())
+	}
+}
+
+// TestChargeAfterResponse: a rule charged after the response counts only
+// the responses its charge prices (here 401s), and the charged response's
+// headers already show what it left.
+func TestChargeAfterResponse(t *testing.T) {
+	l := algo.Limit{Count: 2, Window: time.Hour, Algorithm: algo.SlidingLog, AfterResponse: true}
+	p := core.MustPolicy("login", core.PolicyOptions{}, l)
+	rc, err := (&spec.Charge{Status: []string{"401"}}).Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, memory.MustNew(memory.Options{})), Charge: rc}},
+		Headers: headers.Options{Style: headers.XRateLimit}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("password") != "right" {
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	})))
+	defer srv.Close()
+	for i := 0; i < 5; i++ {
+		if resp, _ := get(t, srv.URL+"/?password=right", nil); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != "2" {
+			t.Fatalf("success %d: %d, remaining %q; want 200 and 2 (not counted)", i+1, resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"))
+		}
+	}
+	for i := 1; i <= 2; i++ {
+		if resp, _ := get(t, srv.URL+"/?password=wrong", nil); resp.StatusCode != 401 || resp.Header.Get("X-RateLimit-Remaining") != strconv.Itoa(2-i) {
+			t.Fatalf("failure %d: %d, remaining %q; want 401 and %d", i, resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"), 2-i)
+		}
+	}
+	if resp, _ := get(t, srv.URL+"/?password=right", nil); resp.StatusCode != 429 {
+		t.Fatalf("after two failures: %d, want 429", resp.StatusCode)
+	}
+	// A policy charged after the response needs its charge.
+	if _, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, memory.MustNew(memory.Options{}))}}}); err == nil {
+		t.Fatal("a rule charged after the response without a Charge was accepted")
 	}
 }
