@@ -55,6 +55,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        default_plan <plan>
 //	        charge { status <code|class|range...>, header <name> [<value>...], cost_header <name> [<entry>], cost <n> }
 //	        penalty <denials>/<window> <duration>
+//	        priority <string with placeholders>
+//	        reserve <share> for <priority>
 //	    }
 //	    headers ietf|xratelimit|both|none|kong
 //	    status <code>
@@ -185,7 +187,7 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 			if err := setPolicy(&p.Policy, opt, d.RemainingArgs()); err != nil {
 				return nil, d.Err(err.Error())
 			}
-			if template := map[string]string{"key": p.Key, "plan": p.Plan}[opt]; template != "" {
+			if template := map[string]string{"key": p.Key, "plan": p.Plan, "priority": p.Priority}[opt]; template != "" {
 				if _, err := parseKeyTemplate(template); err != nil {
 					return nil, d.Errf("policy %q %s: %v", p.Name, opt, err)
 				}

@@ -175,3 +175,38 @@ func TestCaddyPenaltyBoxAfterFailedLogins(t *testing.T) {
 		t.Fatalf("after an operator's reset: %d, want 200", resp.StatusCode)
 	}
 }
+
+// TestCaddyReserveForCriticalTraffic: a real Caddy holds 20% of a limit of
+// 10 back for priority 1 (a request header here; any placeholder works):
+// requests without it are refused after 8, critical ones still get the 2
+// held back, and a priority the client garbles counts as 0.
+func TestCaddyReserveForCriticalTraffic(t *testing.T) {
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy api {
+			key all
+			limit 10/10m sliding_log
+			priority {http.request.header.X-Priority}
+			reserve 20% for 1
+		}
+	}
+	respond "ok"`)
+	for i := 0; i < 8; i++ {
+		if resp, _ := c.Get("/"); resp.StatusCode != 200 {
+			t.Fatalf("batch request %d: %d, want 200 (8 of 10 are unreserved)", i+1, resp.StatusCode)
+		}
+	}
+	for _, p := range []string{"", "0", "high", "-3"} {
+		if resp, _ := c.Get("/", "X-Priority", p); resp.StatusCode != 429 {
+			t.Fatalf("priority %q past the unreserved 8: %d, want 429", p, resp.StatusCode)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if resp, _ := c.Get("/", "X-Priority", "1"); resp.StatusCode != 200 {
+			t.Fatalf("critical request %d: %d, want 200 from the reserve", i+1, resp.StatusCode)
+		}
+	}
+	if resp, _ := c.Get("/", "X-Priority", "2"); resp.StatusCode != 429 {
+		t.Fatalf("critical request past the whole limit: %d, want 429", resp.StatusCode)
+	}
+}

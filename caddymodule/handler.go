@@ -66,6 +66,7 @@ type policy struct {
 	matchers caddyhttp.MatcherSets
 	key      *keyTemplate
 	plan     *keyTemplate // the template naming the request's plan; nil: none
+	priority *keyTemplate // the template giving the request's priority; nil: none
 	emptyKey spec.EmptyKey
 	cost     int64
 }
@@ -159,6 +160,11 @@ func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy,
 			return nil, fmt.Errorf("policy %q plan: %w", pc.Name, err)
 		}
 	}
+	if pc.Priority != "" {
+		if p.priority, err = parseKeyTemplate(pc.Priority); err != nil {
+			return nil, fmt.Errorf("policy %q priority: %w", pc.Name, err)
+		}
+	}
 	if pc.MatcherSetsRaw != nil {
 		mods, err := ctx.LoadModule(pc, "MatcherSetsRaw")
 		if err != nil {
@@ -229,6 +235,9 @@ func (q *request) Input(i int) (gate.Input, error) {
 	in := gate.Input{Covered: true, Key: key, Empty: key == p.key.literal && !p.key.constant, Cost: p.cost}
 	if p.plan != nil {
 		in.Plan = p.plan.eval(q.r, q.repl)
+	}
+	if p.priority != nil {
+		in.Priority = spec.ParsePriority(p.priority.eval(q.r, q.repl))
 	}
 	return in, nil
 }

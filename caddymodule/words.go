@@ -240,12 +240,31 @@ func setPolicy(s *spec.Policy, opt string, args []string) error {
 			return fmt.Errorf("policy %q penalty: %q is not a positive duration", s.Name, args[1])
 		}
 		s.Penalty = &spec.Penalty{Denials: n, Within: algo.Duration(within), For: algo.Duration(box)}
+	case "priority":
+		s.Priority, err = one()
+	case "reserve":
+		// reserve <share> for <level>: "reserve 20% for 1"
+		if len(args) != 3 || args[1] != "for" {
+			return fmt.Errorf("policy %q reserve: want <share> for <priority>, such as 20%% for 1", s.Name)
+		}
+		share, perr := strconv.ParseFloat(strings.TrimSuffix(args[0], "%"), 64)
+		if strings.HasSuffix(args[0], "%") {
+			share /= 100
+		}
+		level, lerr := strconv.Atoi(args[2])
+		if perr != nil || !(share > 0 && share < 1) {
+			return fmt.Errorf("policy %q reserve: %q is not a share between 0 and 1 (or 0%% and 100%%)", s.Name, args[0])
+		}
+		if lerr != nil {
+			return fmt.Errorf("policy %q reserve: %q is not a whole priority", s.Name, args[2])
+		}
+		s.Reserve = &spec.Reserve{Share: share, For: level}
 	case "plan":
 		s.Plan, err = one()
 	case "default_plan":
 		s.DefaultPlan, err = one()
 	default:
-		return fmt.Errorf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow, adaptive, plan, plans, default_plan, clear_keys, charge or penalty)", s.Name, opt)
+		return fmt.Errorf("policy %q: unknown option %q (want match, key, empty_key, limit, cost, shadow, adaptive, plan, plans, default_plan, clear_keys, charge, penalty, priority or reserve)", s.Name, opt)
 	}
 	return err
 }

@@ -60,6 +60,10 @@ type Policy struct {
 	oneStep  bool
 	// penalty is the index of the Penalty limit, -1 without one.
 	penalty int
+	// unreserved is the variant requests below reserveLevel take (see
+	// ForPriority), nil without a reserve.
+	unreserved   *Policy
+	reserveLevel int
 }
 
 // planTable is a policy's plans: the variant for each plan name (nil for an
@@ -97,6 +101,12 @@ type PolicyOptions struct {
 	// (the heaviest denied keys, logs); by default they are shown as
 	// KeyHash, since keys can be API keys.
 	ClearKeys bool
+	// Reserve, between 0 and 1, holds that share of every limit's quota
+	// back for requests of priority ReserveLevel or above: a request below
+	// it is refused once usage passes the rest (see ForPriority and
+	// algo.Limit.Unreserved).
+	Reserve      float64
+	ReserveLevel int
 }
 
 // NewPolicy validates limits and returns a policy named name. Errors name the
@@ -147,8 +157,42 @@ func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, 
 	if p.phased {
 		p.charging = p.twin()
 	}
+	if opts.Reserve != 0 {
+		if !(opts.Reserve > 0 && opts.Reserve < 1) {
+			return nil, fmt.Errorf("policy %q reserve: %g must be between 0 and 1 (a share of each limit)", name, opts.Reserve)
+		}
+		u := make([]algo.Limit, len(p.limits))
+		for i := range p.limits {
+			u[i] = p.limits[i].Unreserved(opts.Reserve)
+		}
+		plain := opts
+		plain.Reserve = 0
+		v, err := NewPolicy(name, plain, u...)
+		if err != nil {
+			return nil, err
+		}
+		// The same state as p's, kept as long, and charged after the
+		// response as p is (a charge takes no reserve into account).
+		v.idleUS, v.charging, v.reserveLevel = p.idleUS, p.charging, opts.ReserveLevel
+		p.unreserved, p.reserveLevel = v, opts.ReserveLevel
+	}
 	return p, nil
 }
+
+// ForPriority returns the variant of p a request of priority level takes:
+// p itself at or above its reserve's level (or without a reserve), else the
+// variant whose limits leave the reserved share alone (they count in the
+// same state).
+func (p *Policy) ForPriority(level int) *Policy {
+	if p.unreserved == nil || level >= p.reserveLevel {
+		return p
+	}
+	return p.unreserved
+}
+
+// Reserved returns the variant of p that holds a reserve back, and the
+// level at or above which requests may use it; nil without a reserve.
+func (p *Policy) Reserved() (unreserved *Policy, level int) { return p.unreserved, p.reserveLevel }
 
 // twin returns the policy that charges p's after-response limits: the
 // same state in every store (name, scope, limits, plan), another Apply.
@@ -278,6 +322,9 @@ func NewPlans(names []string, variants []*Policy, defaultPlan string) (*Policy, 
 		v.plans, v.planIndex = t, limited
 		if v.charging != nil {
 			v.charging.planIndex = limited
+		}
+		if v.unreserved != nil {
+			v.unreserved.planIndex = limited
 		}
 		limited++
 	}

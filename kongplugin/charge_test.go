@@ -119,3 +119,34 @@ func TestKongPenaltyBox(t *testing.T) {
 		t.Fatalf("another client: %d, want it through", res.Status)
 	}
 }
+
+// TestKongReserveForCriticalTraffic drives the real tollgate plugin server:
+// 20% of 10 a minute is held back for requests whose X-Priority is 1 or
+// more (one request.get_header call more per request, only with a
+// reserve): the rest are refused after 8, critical ones get the last 2.
+func TestKongReserveForCriticalTraffic(t *testing.T) {
+	srv := kongproc.Start(t)
+	c := srv.Dial()
+	defer c.Close()
+	id := start(t, c, map[string]any{"minute": 10, "limit_by": "ip", "algorithm": "sliding_log",
+		"reserve": map[string]any{"share": 0.2, "level": 1, "priority_header": "X-Priority"}})
+	req := func(priority string) kongproc.Request {
+		return kongproc.Request{ForwardedIP: "192.0.2.5", Headers: http.Header{"X-Priority": {priority}}}
+	}
+	for i := 0; i < 8; i++ {
+		if res := access(t, c, id, req("")); res.Exited {
+			t.Fatalf("request %d: %d, want it through (8 of 10 are unreserved)", i+1, res.Status)
+		}
+	}
+	if res := access(t, c, id, req("0")); !res.Exited || res.Status != 429 {
+		t.Fatalf("priority 0 past the unreserved 8: exited %v %d, want 429", res.Exited, res.Status)
+	}
+	for i := 0; i < 2; i++ {
+		if res := access(t, c, id, req("1")); res.Exited {
+			t.Fatalf("critical request %d: %d, want it through", i+1, res.Status)
+		}
+	}
+	if res := access(t, c, id, req("5")); !res.Exited || res.Status != 429 {
+		t.Fatalf("critical request past the whole limit: exited %v %d, want 429", res.Exited, res.Status)
+	}
+}

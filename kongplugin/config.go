@@ -97,6 +97,9 @@ type Config struct {
 	// Penalty refuses a key for Duration seconds once its limits have
 	// denied it Denials times within Within seconds (see spec.Penalty).
 	Penalty *PenaltyConfig `json:"penalty"`
+	// Reserve holds Share of every limit back for requests whose
+	// PriorityHeader is Level or above (see spec.Reserve).
+	Reserve *ReserveConfig `json:"reserve"`
 
 	// Kong adds route_id and service_id (not schema fields) to the config
 	// it sends: counters are scoped by them, as Kong's.
@@ -174,6 +177,14 @@ func (a *AdaptiveConfig) spec() *spec.Adaptive {
 		Latency:  algo.Duration(or(a.Latency, 0) * float64(time.Millisecond)),
 		Interval: algo.Duration(or(a.Interval, 0) * float64(time.Second)),
 	}
+}
+
+// ReserveConfig is spec.Reserve, with the request header that carries a
+// request's priority (a whole number; anything else is 0).
+type ReserveConfig struct {
+	Share          float64 `json:"share"`
+	Level          int     `json:"level"`
+	PriorityHeader string  `json:"priority_header"`
 }
 
 // PenaltyConfig is spec.Penalty in Kong's units (seconds).
@@ -302,6 +313,12 @@ func compile(c *Config) (*instance, error) {
 	inst.scope = inst.name + "|"
 	if c.Adaptive != nil && c.Adaptive.Enabled {
 		policy.Adaptive = c.Adaptive.spec()
+	}
+	if c.Reserve != nil {
+		if !(c.Reserve.Share > 0 && c.Reserve.Share < 1) {
+			return nil, fmt.Errorf("reserve.share: %g must be between 0 and 1, both excluded", c.Reserve.Share)
+		}
+		policy.Reserve = &spec.Reserve{Share: c.Reserve.Share, For: c.Reserve.Level}
 	}
 	if c.Penalty != nil {
 		policy.Penalty = &spec.Penalty{Denials: c.Penalty.Denials, Within: algo.Duration(c.Penalty.Within * float64(time.Second)),

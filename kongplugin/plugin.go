@@ -94,6 +94,10 @@ func (c *Config) Access(kong *pdk.PDK) {
 		// One rule, keyed as Kong's rate-limiting keys, in the instance's scope.
 		id, consumer := identifier(kong, inst)
 		req := gate.SameInput{Covered: true, Key: inst.scope + id, Cost: inst.Cost, Plan: planOf(kong, inst, consumer)}
+		if inst.Reserve != nil { // no PDK call without a reserve
+			v, _ := kong.Request.GetHeader(inst.Reserve.PriorityHeader)
+			req.Priority = spec.ParsePriority(v)
+		}
 		err = g.Decide(context.Background(), &req, &outcome)
 	}
 	if err != nil {

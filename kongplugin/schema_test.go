@@ -181,6 +181,10 @@ var kongRefuses = []struct {
 	// The penalty record, as Kong 3.9.3's schema code refuses it on the dump.
 	{`{"minute": 5, "penalty": {"denials": 3, "within": 600}}`, "config.penalty.duration: required field missing"},
 	{`{"minute": 5, "penalty": {"denials": 0, "within": 600, "duration": 60}}`, "config.penalty.denials: value must be greater than 0"},
+	// The reserve record, likewise.
+	{`{"minute": 5, "reserve": {"share": 0.2}}`, "config.reserve.priority_header: required field missing"},
+	{`{"minute": 5, "reserve": {"share": 0, "priority_header": "X-Priority"}}`, "config.reserve.share: value must be greater than 0"},
+	{`{"minute": 5, "reserve": {"share": 0.2, "priority_header": "a b"}}`, "config.reserve.priority_header: bad header name"},
 }
 
 // kongAccepts are configs Kong's rate-limiting accepts; tollgate's schema
@@ -205,6 +209,7 @@ var kongAccepts = []string{
 	`{"minute": 5, "charge": {"status": ["401", "4xx", "500-599"]}}`,
 	`{"minute": 5, "charge": {"cost_header": "X-Usage", "cost_entry": "total", "cost": 0}}`,
 	`{"minute": 5, "penalty": {"denials": 3, "within": 600, "duration": 3600}}`,
+	`{"minute": 5, "reserve": {"share": 0.2, "priority_header": "X-Priority"}}`,
 }
 
 // kongRefusesTollgateTakes are configs Kong's rate-limiting refuses with
@@ -609,8 +614,8 @@ func TestKongYmlExampleValidates(t *testing.T) {
 // defaults there, so tollgate-response's "adaptive" must say it, or Kong
 // stores it switched on; tollgate has no adaptive record.
 var kongStoresForMinute5 = [...]string{
-	AccessOnly:   `{"algorithm":"fixed_window","clear_keys":false,"cost":1,"day":null,"default_plan":null,"error_code":429,"error_message":"API rate limit exceeded","fault_tolerant":true,"header_name":null,"headers":"kong","hide_client_headers":false,"hour":null,"limit_by":"consumer","limits":null,"log_denials":0,"minute":5,"month":null,"namespace":null,"on_error":null,"path":null,"penalty":null,"plan_by":"consumer_tag","plan_header":null,"plans":null,"policy":"local","redis":{"cluster_addresses":null,"database":0,"host":null,"password":null,"port":6379,"sentinel_addresses":null,"sentinel_master":null,"sentinel_password":null,"sentinel_role":null,"sentinel_username":null,"server_name":null,"ssl":false,"ssl_verify":false,"timeout":2000,"username":null},"redis_database":null,"redis_host":null,"redis_password":null,"redis_port":null,"redis_server_name":null,"redis_ssl":null,"redis_ssl_verify":null,"redis_timeout":null,"redis_username":null,"second":null,"shadow":false,"sync_rate":-1,"year":null}`,
-	WithResponse: `{"adaptive":null,"algorithm":"fixed_window","charge":null,"clear_keys":false,"cost":1,"day":null,"default_plan":null,"error_code":429,"error_message":"API rate limit exceeded","fault_tolerant":true,"header_name":null,"headers":"kong","hide_client_headers":false,"hour":null,"limit_by":"consumer","limits":null,"log_denials":0,"minute":5,"month":null,"namespace":null,"on_error":null,"path":null,"penalty":null,"plan_by":"consumer_tag","plan_header":null,"plans":null,"policy":"local","redis":{"cluster_addresses":null,"database":0,"host":null,"password":null,"port":6379,"sentinel_addresses":null,"sentinel_master":null,"sentinel_password":null,"sentinel_role":null,"sentinel_username":null,"server_name":null,"ssl":false,"ssl_verify":false,"timeout":2000,"username":null},"redis_database":null,"redis_host":null,"redis_password":null,"redis_port":null,"redis_server_name":null,"redis_ssl":null,"redis_ssl_verify":null,"redis_timeout":null,"redis_username":null,"second":null,"shadow":false,"sync_rate":-1,"year":null}`,
+	AccessOnly:   `{"algorithm":"fixed_window","clear_keys":false,"cost":1,"day":null,"default_plan":null,"error_code":429,"error_message":"API rate limit exceeded","fault_tolerant":true,"header_name":null,"headers":"kong","hide_client_headers":false,"hour":null,"limit_by":"consumer","limits":null,"log_denials":0,"minute":5,"month":null,"namespace":null,"on_error":null,"path":null,"penalty":null,"plan_by":"consumer_tag","plan_header":null,"plans":null,"policy":"local","redis":{"cluster_addresses":null,"database":0,"host":null,"password":null,"port":6379,"sentinel_addresses":null,"sentinel_master":null,"sentinel_password":null,"sentinel_role":null,"sentinel_username":null,"server_name":null,"ssl":false,"ssl_verify":false,"timeout":2000,"username":null},"redis_database":null,"redis_host":null,"redis_password":null,"redis_port":null,"redis_server_name":null,"redis_ssl":null,"redis_ssl_verify":null,"redis_timeout":null,"redis_username":null,"reserve":null,"second":null,"shadow":false,"sync_rate":-1,"year":null}`,
+	WithResponse: `{"adaptive":null,"algorithm":"fixed_window","charge":null,"clear_keys":false,"cost":1,"day":null,"default_plan":null,"error_code":429,"error_message":"API rate limit exceeded","fault_tolerant":true,"header_name":null,"headers":"kong","hide_client_headers":false,"hour":null,"limit_by":"consumer","limits":null,"log_denials":0,"minute":5,"month":null,"namespace":null,"on_error":null,"path":null,"penalty":null,"plan_by":"consumer_tag","plan_header":null,"plans":null,"policy":"local","redis":{"cluster_addresses":null,"database":0,"host":null,"password":null,"port":6379,"sentinel_addresses":null,"sentinel_master":null,"sentinel_password":null,"sentinel_role":null,"sentinel_username":null,"server_name":null,"ssl":false,"ssl_verify":false,"timeout":2000,"username":null},"redis_database":null,"redis_host":null,"redis_password":null,"redis_port":null,"redis_server_name":null,"redis_ssl":null,"redis_ssl_verify":null,"redis_timeout":null,"redis_username":null,"reserve":null,"second":null,"shadow":false,"sync_rate":-1,"year":null}`,
 }
 
 // TestKongStoresAsKong: the plugin's own schema processing stores what

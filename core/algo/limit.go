@@ -66,6 +66,33 @@ type Limit struct {
 	burst      int64
 	maxDelayUS int64
 	months     int64
+	// reserved is, in a limit Unreserved made from a window or in-flight
+	// limit, the units of the full limit's Count held back: the state the
+	// two share holds up to Count+reserved units.
+	reserved int64
+}
+
+// Unreserved returns l as requests below a reserve's priority see it, with
+// share (between 0 and 1) of its quota held back for higher priorities:
+// the window algorithms and InFlight admit a Count smaller by that share,
+// TokenBucket, GCRA and LeakyBucket a burst smaller by it (their rate is
+// the same). At least one unit stays unreserved. The two limits count in
+// one state: the step functions keep the full limit's history. l must
+// have been validated.
+func (l Limit) Unreserved(share float64) Limit {
+	held := func(n int64) int64 { return min(n-1, int64(math.Floor(float64(n)*share))) }
+	switch l.Algorithm {
+	case TokenBucket, GCRA, LeakyBucket:
+		l.Burst = l.burst - held(l.burst)
+	case Penalty:
+	default:
+		r := held(l.Count)
+		l.Count, l.reserved = l.Count-r, l.reserved+r
+	}
+	if err := l.Normalize(); err != nil {
+		panic("algo: a smaller limit than a valid one is invalid: " + err.Error())
+	}
+	return l
 }
 
 // WindowMicros returns l's window in µs (after Normalize).

@@ -282,9 +282,11 @@ func stepFixedWindow(l *Limit, s State, now, cost int64, r *Result) State {
 func stepSlidingLog(l *Limit, s State, now, cost int64, r *Result) State {
 	w, n := l.windowUS, l.Count
 	mustBePositive(w, n)
-	if s.B > n {
+	// The most times the log holds: its count, and what a reserve holds
+	// back from this view of it (Unreserved).
+	if full := n + l.reserved; s.B > full {
 		// The count shrank below the live entries (adaptive limits).
-		s = relayoutLog(s, n, n)
+		s = relayoutLog(s, full, full)
 	}
 	// Forget requests at or before now-w: they left the window (now-w, now].
 	for s.B > 0 && s.Log.Times[s.A] <= now-w {
@@ -315,7 +317,7 @@ func stepSlidingLog(l *Limit, s State, now, cost int64, r *Result) State {
 		}
 		return s
 	}
-	r.Remaining = n - s.B
+	r.Remaining = max(0, n-s.B) // a reserve's view may hold more than n
 	if s.B == 0 {
 		// Nothing live, so only a cost above n is refused.
 		r.RetryAfter = FromMicros(w)

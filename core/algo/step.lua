@@ -330,7 +330,7 @@ local function log_step(l, key, t, c, r)
     local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(t - w), '+inf', 'WITHSCORES', 'LIMIT', live + c - n - 1, 1)
     retry = tonumber(oldest[2]) + w - t
   end
-  r[1], r[2], r[3], r[4], r[5] = 0, n - live, reset, retry, 0
+  r[1], r[2], r[3], r[4], r[5] = 0, math.max(0, n - live), reset, retry, 0
   return live, r
 end
 

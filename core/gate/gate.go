@@ -150,6 +150,9 @@ type Input struct {
 	// Plan names the plan whose limits the request takes, for a policy
 	// with plans (see Policy.ForPlan); empty or unknown takes the default.
 	Plan string
+	// Priority is the request's priority, for a policy with a reserve
+	// (see Policy.ForPriority); 0 by default.
+	Priority int
 }
 
 // SameInput is a Request that gives every rule the same Input and hears
@@ -256,6 +259,7 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 				continue // an unlimited plan: nothing to count
 			}
 		}
+		pol = pol.ForPriority(in.Priority)
 		dctx := ctx
 		if pol.HoldsLeases() {
 			// A slot taken must be seen to be given back: a client leaving

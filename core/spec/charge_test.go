@@ -34,9 +34,9 @@ func TestResponseCost(t *testing.T) {
 		{Charge{CostHeader: "X-Tokens"}, 200, map[string]string{"X-Tokens": "-5"}, 0, true},
 		{Charge{CostHeader: "X-Tokens"}, 200, map[string]string{"X-Tokens": "1.5"}, 0, true},
 		{Charge{CostHeader: "X-Tokens"}, 200, map[string]string{"X-Tokens": "99999999999999999999999"}, algo.MaxCount, true},
-		{Charge{CostHeader: "X-Kong-Limit", CostEntry: "videos"}, 200, map[string]string{"X-Kong-Limit": "videos=2, images=4"}, 2, true},
-		{Charge{CostHeader: "X-Kong-Limit", CostEntry: "images"}, 200, map[string]string{"X-Kong-Limit": "videos=2, images=4"}, 4, true},
-		{Charge{CostHeader: "X-Kong-Limit", CostEntry: "audio"}, 200, map[string]string{"X-Kong-Limit": "videos=2, images=4"}, 0, true},
+		{Charge{CostHeader: "X-Limit", CostEntry: "videos"}, 200, map[string]string{"X-Limit": "videos=2, images=4"}, 2, true},
+		{Charge{CostHeader: "X-Limit", CostEntry: "images"}, 200, map[string]string{"X-Limit": "videos=2, images=4"}, 4, true},
+		{Charge{CostHeader: "X-Limit", CostEntry: "audio"}, 200, map[string]string{"X-Limit": "videos=2, images=4"}, 0, true},
 	} {
 		rc, err := tc.charge.Compile()
 		if err != nil {

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -132,6 +133,29 @@ type Policy struct {
 	// Penalty, if set, refuses a key for a while once the policy's limits
 	// have denied it often (see Penalty).
 	Penalty *Penalty `json:"penalty,omitempty"`
+	// Reserve, if set, holds a share of every limit back for requests of a
+	// priority at or above its level; Priority is the request's priority,
+	// a template the adapter fills (a whole number; anything else is 0).
+	Reserve  *Reserve `json:"reserve,omitempty"`
+	Priority string   `json:"priority,omitempty"`
+}
+
+// Reserve holds Share (between 0 and 1) of each of a policy's limits back
+// for requests of priority For or above: lower priorities are refused once
+// usage passes the rest (core.PolicyOptions.Reserve).
+type Reserve struct {
+	Share float64 `json:"share"`
+	For   int     `json:"for"`
+}
+
+// ParsePriority reads a request's priority: a whole number, or 0 for
+// anything else (a request cannot claim a reserve with a value it garbles).
+func ParsePriority(v string) int {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // Penalty is a penalty box: once a policy's limits have denied a key
@@ -185,6 +209,12 @@ func (s *Policy) Check() ([]algo.Limit, error) {
 	}
 	if err := CheckCost(s.Cost); err != nil {
 		return nil, fmt.Errorf("policy %q cost: %w", s.Name, err)
+	}
+	if r := s.Reserve; r != nil && !(r.Share > 0 && r.Share < 1) {
+		return nil, fmt.Errorf("policy %q reserve: a share of %g must be between 0 and 1", s.Name, r.Share)
+	}
+	if s.Priority != "" && s.Reserve == nil {
+		return nil, fmt.Errorf("policy %q priority: %q chooses nothing without a reserve", s.Name, s.Priority)
 	}
 	if _, err := ParseEmptyKey(s.EmptyKey); err != nil {
 		return nil, fmt.Errorf("policy %q empty_key: %w", s.Name, err)
@@ -409,6 +439,9 @@ func (s *Policy) buildPlans(owner string) (*core.Policy, func(), error) {
 func (s *Policy) build(owner string, limits []algo.Limit, plan string) (*core.Policy, func(), error) {
 	release := func() {}
 	opts := core.PolicyOptions{Shadow: s.Shadow, Plan: plan, ClearKeys: s.ClearKeys}
+	if s.Reserve != nil {
+		opts.Reserve, opts.ReserveLevel = s.Reserve.Share, s.Reserve.For
+	}
 	if s.Adaptive != nil {
 		scope, err := core.PolicyScope(s.Name, limits...)
 		if err != nil {

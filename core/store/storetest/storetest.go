@@ -35,6 +35,8 @@ type TraceStep struct {
 	Key  string        // "" means "k"
 	Cost int64         // 0 means 1; use Free for a request of cost 0
 	Plan string        // the plan whose limits the request takes, if the policy has plans
+	// Priority is the request's priority, for a policy with a reserve.
+	Priority int
 	// End, instead of a request, ends (Renew: renews) the lease the
 	// request of step End (counted from 1) took; Found is how many of its
 	// slots the store must still hold.
@@ -372,6 +374,42 @@ func Traces() []Trace {
 			{At: ms(5070), Reset: true, Only: 2},
 			{At: ms(5070), Want: Want{Remaining: 0, Reset: ms(930), RetryAfter: ms(930), Results: []WantResult{{false, 0}, {true, 2}}}},
 		}},
+		// A reserve: 20% of 10 a second (2) is held back for priority 1 and
+		// above. Priority 0 sees a limit of 8 over the same count; priority
+		// 1 the whole 10.
+		{"reserve_fixed_window", core.MustPolicy("reserved-fw", core.PolicyOptions{Reserve: 0.2, ReserveLevel: 1}, lim(10, time.Second, algo.FixedWindow)), []TraceStep{
+			{At: 0, Cost: 4, Want: Want{Allowed: true, Remaining: 4, Reset: ms(1000)}},
+			{At: ms(1), Cost: 4, Want: Want{Allowed: true, Remaining: 0, Reset: ms(999)}},
+			{At: ms(2), Want: Want{Remaining: 0, Reset: ms(998), RetryAfter: ms(998)}},
+			{At: ms(3), Priority: 1, Want: Want{Allowed: true, Remaining: 1, Reset: ms(997)}},
+			{At: ms(4), Priority: 2, Want: Want{Allowed: true, Remaining: 0, Reset: ms(996)}},
+			{At: ms(5), Priority: 1, Want: Want{Remaining: 0, Reset: ms(995), RetryAfter: ms(995)}},
+			{At: ms(1000), Cost: 8, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
+		}},
+		// A sliding log's reserve: priority 0 sees 2 of 4 over the same log,
+		// so it waits for the full limit's requests to leave it.
+		{"reserve_sliding_log", core.MustPolicy("reserved-sl", core.PolicyOptions{Reserve: 0.5, ReserveLevel: 1}, lim(4, time.Second, algo.SlidingLog)), []TraceStep{
+			{At: 0, Want: Want{Allowed: true, Remaining: 1, Reset: ms(1000)}},
+			{At: ms(10), Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
+			{At: ms(20), Want: Want{Remaining: 0, Reset: ms(990), RetryAfter: ms(980)}},
+			{At: ms(30), Priority: 1, Want: Want{Allowed: true, Remaining: 1, Reset: ms(1000)}},
+			{At: ms(40), Priority: 1, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
+			{At: ms(500), Want: Want{Remaining: 0, Reset: ms(540), RetryAfter: ms(530)}},
+			{At: ms(1000), Want: Want{Remaining: 0, Reset: ms(40), RetryAfter: ms(30)}},
+			{At: ms(1000), Priority: 1, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
+		}},
+		// A token bucket's reserve is a share of its burst: 2 of 5 tokens
+		// (10 a second) for priority 1, so priority 0 sees a bucket of 3
+		// that refills at the same rate.
+		{"reserve_token_bucket", core.MustPolicy("reserved-tb", core.PolicyOptions{Reserve: 0.4, ReserveLevel: 1}, tb), []TraceStep{
+			{At: 0, Cost: 3, Want: Want{Allowed: true, Remaining: 0, Reset: ms(300)}},
+			{At: 0, Want: Want{Remaining: 0, Reset: ms(300), RetryAfter: ms(100)}},
+			{At: 0, Priority: 1, Want: Want{Allowed: true, Remaining: 1, Reset: ms(400)}},
+			{At: 0, Priority: 1, Want: Want{Allowed: true, Remaining: 0, Reset: ms(500)}},
+			{At: 0, Priority: 1, Want: Want{Remaining: 0, Reset: ms(500), RetryAfter: ms(100)}},
+			{At: ms(100), Want: Want{Remaining: 0, Reset: ms(400), RetryAfter: ms(200)}},
+			{At: ms(300), Want: Want{Allowed: true, Remaining: 0, Reset: ms(300)}},
+		}},
 		{"shadow", core.MustPolicy("shadow", core.PolicyOptions{Shadow: true}, lim(1, time.Second, algo.FixedWindow)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
 			{At: ms(10), Want: Want{Allowed: true, Shadowed: true, Remaining: 0, Reset: ms(990), RetryAfter: ms(990)}},
@@ -415,9 +453,10 @@ type Options struct {
 	// mode counts: fixed_window and sliding_counter); traces with others are
 	// skipped.
 	Algorithms []algo.Algorithm
-	// Seeds is how many random traces to replay; 0 means 9 (ReloadSeed
+	// Seeds is how many random traces to replay; 0 means 10 (ReloadSeed
 	// switches between the limits of one policy name, ChargeSeed charges
-	// responses after their requests, PenaltySeed has penalty boxes).
+	// responses after their requests, PenaltySeed has penalty boxes,
+	// ReserveSeed reserves).
 	Seeds int
 	// Batch, above 1 and for a store that is a Batcher, makes the random
 	// traces send their requests in runs of up to Batch through DecideBatch
@@ -532,6 +571,7 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 					cost = 0
 				}
 				p, _ := policy.ForPlan(st.Plan)
+				p = p.ForPriority(st.Priority)
 				if st.Charge {
 					p = p.Charging()
 				}
@@ -550,7 +590,7 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 	t.Run("random_against_reference_model", func(t *testing.T) {
 		seeds := o.Seeds
 		if seeds == 0 {
-			seeds = PenaltySeed
+			seeds = ReserveSeed
 		}
 		var total, denied int
 		for seed := uint64(1); seed <= uint64(seeds); seed++ {
@@ -612,6 +652,30 @@ func RandomPolicies() []*core.Policy {
 		// Leases ended or renewed now and then (see RandomTrace).
 		core.MustPolicy("r-inflight", o, lim(8, ms(300), algo.InFlight)),
 		core.MustPolicy("r-inflight-stack", o, lim(2, ms(500), algo.InFlight), lim(6, time.Second, algo.SlidingCounter)),
+	}
+}
+
+// ReserveSeed is the random trace whose policies hold a reserve back for
+// priority 1: its requests come at priority 0, 1 or 2 (ReservePolicies).
+const ReserveSeed = 10
+
+// ReservePolicies hold a share of each limit back for priority 1 and
+// above, over limits of every algorithm and stacked.
+func ReservePolicies() []*core.Policy {
+	o := core.PolicyOptions{Reserve: 0.3, ReserveLevel: 1}
+	tb := lim(20, time.Second, algo.TokenBucket)
+	tb.Burst = 7
+	g := lim(7, 700*time.Millisecond, algo.GCRA)
+	g.Burst = 4
+	lb := lim(9, time.Second, algo.LeakyBucket)
+	lb.MaxDelay = ms(400)
+	return []*core.Policy{
+		core.MustPolicy("v-fw", o, lim(6, ms(300), algo.FixedWindow)),
+		core.MustPolicy("v-sl", o, lim(6, ms(500), algo.SlidingLog)),
+		core.MustPolicy("v-stack", o, tb, lim(13, ms(700), algo.SlidingCounter), g),
+		core.MustPolicy("v-lb", o, lb),
+		core.MustPolicy("v-inflight", o, lim(8, ms(300), algo.InFlight)),
+		core.MustPolicy("v-charged", o, afterResponse(lim(5, ms(300), algo.FixedWindow)), algo.PenaltyLimit(3, time.Second, ms(200))),
 	}
 }
 
@@ -775,7 +839,7 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 			}
 		}
 	}
-	if seed == ReloadSeed || seed == ChargeSeed || seed == PenaltySeed {
+	if seed == ReloadSeed || seed == ChargeSeed || seed == PenaltySeed || seed == ReserveSeed {
 		chosen = nil
 		all := ReloadPolicies()
 		switch seed {
@@ -783,6 +847,8 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 			all = ChargePolicies()
 		case PenaltySeed:
 			all = PenaltyPolicies()
+		case ReserveSeed:
+			all = ReservePolicies()
 		}
 		for _, p := range all {
 			if o.supports(p) {
@@ -950,6 +1016,9 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 			}
 		}
 		p := policies[rng.IntN(len(policies))]
+		if seed == ReserveSeed {
+			p = p.ForPriority(rng.IntN(3))
+		}
 		key := "key" + strconv.Itoa(rng.IntN(2))
 		cost := rng.Int64N(4)
 		pending = append(pending, Request{Policy: p, Key: key, Cost: cost, At: clock.Micros})

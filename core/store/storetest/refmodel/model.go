@@ -56,6 +56,10 @@ type modelLimit interface {
 	// charge takes cost units whatever the limit has left (a response's
 	// cost, charged after it: algo.Limit.AfterResponse).
 	charge(now, cost int64)
+	// use makes the next decisions those of l: the limit, or the view of it
+	// a request below a reserve's priority has (algo.Limit.Unreserved), whose
+	// count or burst is smaller over the same history.
+	use(l *algo.Limit)
 }
 
 // Decide is the model's answer to a request of cost units for key under p at
@@ -70,6 +74,7 @@ func (m *Model) Decide(p *core.Policy, key string, now, cost int64) core.Decisio
 	commits := make([]func(), len(limits))
 	allowed := true
 	for i := range limits {
+		hist[i].use(&limits[i])
 		switch p.LimitMode(i) {
 		case core.LimitCharge:
 			// Taken after the response, whatever is left: at most a full
@@ -250,6 +255,8 @@ func (m *fixedModel) decide(now, cost int64) (algo.Result, func()) {
 	return r, nil
 }
 
+func (m *fixedModel) use(l *algo.Limit) { m.n = l.Count }
+
 func (m *fixedModel) charge(now, cost int64) {
 	start, _ := m.window(now)
 	m.counts[start] += cost
@@ -282,6 +289,8 @@ func (m *logModel) end(now, token, cost int64, renew bool) int64 {
 	m.times = kept
 	return found
 }
+
+func (m *logModel) use(l *algo.Limit) { m.n = l.Count }
 
 // charge adds cost times, keeping the newest n: a request fits only once
 // all but n-cost of the times have left, which the newest n tell.
@@ -323,7 +332,7 @@ func (m *logModel) decide(now, cost int64) (algo.Result, func()) {
 			}
 		}
 	}
-	r.Remaining = m.n - k
+	r.Remaining = max(0, m.n-k) // a reserve's view may see more than its n
 	r.RetryAfter = us(m.w)
 	if k > 0 {
 		r.Reset = us(live[k-1] + m.w - now)
@@ -378,6 +387,8 @@ func (m *counterModel) decide(now, cost int64) (algo.Result, func()) {
 	return r, commit
 }
 
+func (m *counterModel) use(l *algo.Limit) { m.n = l.Count }
+
 func (m *counterModel) charge(now, cost int64) { m.counts[alignedStart(now, m.w)] += cost }
 
 // wait is the first µs after el (into the current window) at which cost
@@ -423,41 +434,44 @@ func floorRat(r *big.Rat) int64 {
 func ceilRat(r *big.Rat) int64 { return -floorRat(new(big.Rat).Neg(r)) }
 
 // bucketModel: a bucket of b tokens refilled at n per w µs; a request takes
-// cost tokens.
+// cost tokens. It keeps the tokens missing from a full bucket, which views
+// of the limit with a smaller b (a reserve's) share.
 type bucketModel struct {
 	w, n, b int64
-	tokens  *big.Rat
+	missing *big.Rat
 	last    int64
 }
+
+func (m *bucketModel) use(l *algo.Limit) { m.b = l.EffectiveBurst() }
 
 // charge takes cost tokens, which may leave the bucket owing some.
 func (m *bucketModel) charge(now, cost int64) {
 	m.decide(now, 0) // refilled to now
-	m.tokens = new(big.Rat).Sub(m.tokens, rat(cost))
+	m.missing = new(big.Rat).Add(m.missing, rat(cost))
 }
 
 func (m *bucketModel) decide(now, cost int64) (algo.Result, func()) {
-	if m.tokens == nil {
-		m.tokens, m.last = rat(m.b), now
+	if m.missing == nil {
+		m.missing, m.last = rat(0), now
 	}
-	// Refill since the last request, up to b.
-	refill := new(big.Rat).Mul(rat(now-m.last), big.NewRat(m.n, m.w))
-	tokens := new(big.Rat).Add(m.tokens, refill)
-	if tokens.Cmp(rat(m.b)) > 0 {
-		tokens = rat(m.b)
+	// Refill since the last request, until nothing is missing.
+	missing := new(big.Rat).Sub(m.missing, new(big.Rat).Mul(rat(now-m.last), big.NewRat(m.n, m.w)))
+	if missing.Sign() < 0 {
+		missing = rat(0)
 	}
-	m.tokens, m.last = tokens, now
+	m.missing, m.last = missing, now
+	tokens := new(big.Rat).Sub(rat(m.b), missing)
 	// Time to refill the missing tokens, in µs: missing × w / n.
 	refillTime := func(missing *big.Rat) int64 { return ceilRat(new(big.Rat).Mul(missing, big.NewRat(m.w, m.n))) }
 	r := algo.Result{Quota: m.n}
 	if cost <= m.b && rat(cost).Cmp(tokens) <= 0 {
-		after := new(big.Rat).Sub(tokens, rat(cost))
-		r.Allowed, r.Remaining = true, floorRat(after)
-		r.Reset = us(refillTime(new(big.Rat).Sub(rat(m.b), after)))
-		return r, func() { m.tokens = after }
+		after := new(big.Rat).Add(missing, rat(cost))
+		r.Allowed, r.Remaining = true, floorRat(new(big.Rat).Sub(tokens, rat(cost)))
+		r.Reset = us(refillTime(after))
+		return r, func() { m.missing = after }
 	}
 	r.Remaining = max(0, floorRat(tokens)) // a charge may leave it owing
-	r.Reset = us(refillTime(new(big.Rat).Sub(rat(m.b), tokens)))
+	r.Reset = us(refillTime(missing))
 	r.RetryAfter = us(m.w)
 	if cost <= m.b {
 		r.RetryAfter = us(refillTime(new(big.Rat).Sub(rat(cost), tokens)))
@@ -488,6 +502,8 @@ func (m *meterModel) cancel(now, release, cost int64) {
 		m.tat = rat(now)
 	}
 }
+
+func (m *meterModel) use(l *algo.Limit) { m.b = l.EffectiveBurst() }
 
 // charge schedules cost more units after the last, however far ahead.
 func (m *meterModel) charge(now, cost int64) {
@@ -576,3 +592,5 @@ func (m *penaltyModel) decide(now, _ int64) (algo.Result, func()) {
 }
 
 func (m *penaltyModel) charge(int64, int64) {}
+
+func (m *penaltyModel) use(*algo.Limit) {}
