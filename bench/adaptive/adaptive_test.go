@@ -17,7 +17,9 @@ import (
 // and it must fail less than AIMD wherever AIMD fails. Where the gateway
 // itself pauses (gateway-pause), neither controller may read its pauses
 // as the upstream's latency: the factor stays ≥ 0.8 (p99 is not judged
-// there: a paused gateway delays its clients' answers itself).
+// there: a paused gateway delays its clients' answers itself). With a
+// reserve of a fifth of the limit for the critical fifth of the load
+// (priority-reserve), at least 95% of the critical requests are served.
 func TestTargets(t *testing.T) {
 	out := measure(3)
 	for i := 0; i+1 < len(out); i += 2 {
@@ -55,6 +57,13 @@ func TestTargets(t *testing.T) {
 		}
 		if settle > 3*time.Second {
 			t.Errorf("%s: settled in %s, want ≤ 3s", name, settle)
+		}
+		if grad.scenario.reserve > 0 {
+			// The critical fifth of 3C keeps at least 95% of what it asks
+			// while the rest is shed (the upstream still refuses some).
+			if critical := mean(grad, func(f figures) float64 { return f.critical }); critical < 0.95 {
+				t.Errorf("%s: %.2f of the critical requests served, want ≥ 0.95", name, critical)
+			}
 		}
 		if grad.scenario.recovery {
 			for _, f := range grad.figures {

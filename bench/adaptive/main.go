@@ -81,6 +81,7 @@ var columns = []struct {
 	{"settle s", func(f figures) float64 { return f.settle.Seconds() }, "%.2f", false},
 	{"recovery s", func(f figures) float64 { return f.recovery.Seconds() }, "%.1f", false},
 	{"lowest factor", func(f figures) float64 { return f.lowest }, "%.2f", true},
+	{"critical served", func(f figures) float64 { return f.critical }, "%.2f", true},
 }
 
 func main() {
@@ -126,6 +127,23 @@ func main() {
 			fmt.Printf("vs aimd %s/%s-%s %.2f\n", grad.scenario.name, grad.limit, columnSlug(c.name), ratio(g, a, c.better, c.name))
 		}
 	}
+	// The reserve against none, each with the default controller.
+	var with, without *outcome
+	for i := range out {
+		if out[i].options.Controller == adaptive.ControllerGradient {
+			switch out[i].scenario.name {
+			case "priority-reserve":
+				with = &out[i]
+			case "priority-none":
+				without = &out[i]
+			}
+		}
+	}
+	if with != nil && without != nil {
+		w, _, _ := spread(with.figures, func(f figures) float64 { return f.critical })
+		n, _, _ := spread(without.figures, func(f figures) float64 { return f.critical })
+		fmt.Printf("vs no-reserve priority/rate-critical-served %.2f\n", w/n)
+	}
 	if *svg != "" {
 		if err := os.WriteFile(*svg, []byte(render(out)), 0o644); err != nil {
 			log.Fatal(err)
@@ -143,13 +161,15 @@ func applies(s scenario, column string) bool {
 		return s.recovery
 	case "lowest factor":
 		return len(s.pauses) > 0
+	case "critical served":
+		return s.critical > 0
 	}
 	return true
 }
 
 func columnSlug(name string) string {
 	return map[string]string{"goodput/C": "goodput", "failing": "failing", "p99/unloaded": "p99", "settle s": "settle", "recovery s": "recovery",
-		"lowest factor": "lowest-factor"}[name]
+		"lowest factor": "lowest-factor", "critical served": "critical-served"}[name]
 }
 
 // ratio is gradient's figure against AIMD's, > 1 when gradient is better.

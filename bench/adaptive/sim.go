@@ -69,6 +69,9 @@ type scenario struct {
 	// it at the end, answers are heard then, and the controller is told of
 	// the stall as the process's stall watch tells it.
 	pauses []time.Duration
+	// critical is the share of arrivals of priority 1; reserve is the share
+	// of the limit the policy holds back for them (0: none).
+	critical, reserve float64
 }
 
 // pauseLength is how long a gateway pause lasts.
@@ -117,6 +120,14 @@ func scenarios() []scenario {
 	out = append(out, scenario{name: "gateway-pause", limit: rateLimit, upstream: queueing, length: 20 * time.Second,
 		changes: []time.Duration{0}, capacityAt: constant(capacity), offeredAt: constant(capacity / 4),
 		pauses: []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}})
+	// A fifth of the 3C offered is critical (priority 1): with a reserve of
+	// a fifth of the limit for it, and without one. The rest is shed.
+	for _, reserve := range []float64{0.2, 0} {
+		name := map[bool]string{true: "priority-reserve", false: "priority-none"}[reserve > 0]
+		out = append(out, scenario{name: name, limit: rateLimit, upstream: rateCapacity, length: 20 * time.Second,
+			changes: []time.Duration{0}, capacityAt: constant(capacity), offeredAt: constant(offeredTimes * capacity),
+			critical: 0.2, reserve: reserve})
+	}
 	return out
 }
 
@@ -130,7 +141,7 @@ const (
 
 // policy returns the adaptive policy of kind k, configured at 4× what the
 // upstream can take (4C a second, or 4 × workers in flight).
-func policy(k limitKind, a *adaptive.Controller) *core.Policy {
+func policy(k limitKind, a *adaptive.Controller, reserve float64) *core.Policy {
 	l := algo.Limit{Count: int64(4 * capacity), Window: time.Second, Algorithm: rateAlgorithm}
 	if rateAlgorithm == algo.GCRA || rateAlgorithm == algo.TokenBucket {
 		l.Burst = int64(capacity / 5)
@@ -138,7 +149,7 @@ func policy(k limitKind, a *adaptive.Controller) *core.Policy {
 	if k == inFlightLimit {
 		l = algo.Limit{Count: 4 * int64(workers()), Window: time.Minute, Algorithm: algo.InFlight}
 	}
-	return core.MustPolicy("upstream", core.PolicyOptions{Adaptive: a}, l)
+	return core.MustPolicy("upstream", core.PolicyOptions{Adaptive: a, Reserve: reserve, ReserveLevel: 1}, l)
 }
 
 // sample is one trace bucket.
@@ -149,6 +160,9 @@ type sample struct {
 	// successful answers slower than twice the unloaded latency.
 	slowest time.Duration
 	slow    int
+	// critOffered and critServed count the critical requests (priority 1)
+	// offered and served.
+	critOffered, critServed int
 }
 
 // run is one scenario through one controller and limit.
@@ -191,6 +205,7 @@ type request struct {
 	start, sent int64 // µs: when it reached the upstream, and the gateway
 	status      int
 	d           core.Decision
+	critical    bool
 }
 
 type events []*event
@@ -221,7 +236,7 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 		panic(err)
 	}
 	o = a.Options()
-	p := policy(k, a)
+	p := policy(k, a, scn.reserve)
 	states := make([]algo.State, 1)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	r := run{scenario: scn, limit: k, options: o, factorBack: -1,
@@ -294,6 +309,9 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 		}
 		if status == 200 {
 			b.served++
+			if req.critical {
+				b.critServed++
+			}
 			b.slowest = max(b.slowest, took)
 			if took > 2*service {
 				b.slow++
@@ -324,8 +342,13 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 				continue
 			}
 			b.offered++
-			req := &request{sent: now}
-			p.Apply(states, t0+now, 1, &req.d)
+			req := &request{sent: now, critical: scn.critical > 0 && rng.Float64() < scn.critical}
+			priority := 0
+			if req.critical {
+				b.critOffered++
+				priority = 1
+			}
+			p.ForPriority(priority).Apply(states, t0+now, 1, &req.d)
 			if !req.d.Allowed {
 				a.Deny() // as the gate does
 				continue
@@ -438,12 +461,15 @@ type figures struct {
 	recovery time.Duration
 	// lowest is the lowest factor from the first gateway pause on.
 	lowest float64
+	// critical is the share of critical requests served over the judged
+	// parts (priority scenarios).
+	critical float64
 }
 
 func (r run) figures() figures {
 	var f figures
 	per := int(time.Second / bucket)
-	var served, failed, owed float64
+	var served, failed, owed, critOffered, critServed float64
 	var lat []time.Duration
 	for ph, from := range r.scenario.changes {
 		to := r.scenario.length
@@ -457,6 +483,8 @@ func (r run) figures() figures {
 			s := r.trace[i]
 			served += float64(s.served)
 			failed += float64(s.failed)
+			critOffered += float64(s.critOffered)
+			critServed += float64(s.critServed)
 			owed += min(s.capacity, r.scenario.offeredAt(time.Duration(i)*bucket)) / float64(per)
 		}
 		lat = append(lat, r.latencies[ph]...)
@@ -481,6 +509,9 @@ func (r run) figures() figures {
 		f.settle = max(f.settle, settled)
 	}
 	f.goodput = served / owed
+	if critOffered > 0 {
+		f.critical = critServed / critOffered
+	}
 	if served+failed > 0 {
 		f.failing = failed / (served + failed)
 	}
