@@ -179,7 +179,8 @@ func TestCaddyPenaltyBoxAfterFailedLogins(t *testing.T) {
 // TestCaddyReserveForCriticalTraffic: a real Caddy holds 20% of a limit of
 // 10 back for priority 1 (a request header here; any placeholder works):
 // requests without it are refused after 8, critical ones still get the 2
-// held back, and a priority the client garbles counts as 0.
+// held back, and a priority the client garbles counts as 0. The metrics
+// count decisions by priority (two values).
 func TestCaddyReserveForCriticalTraffic(t *testing.T) {
 	c := caddyproc.Start(t, `
 	tollgate {
@@ -208,5 +209,16 @@ func TestCaddyReserveForCriticalTraffic(t *testing.T) {
 	}
 	if resp, _ := c.Get("/", "X-Priority", "2"); resp.StatusCode != 429 {
 		t.Fatalf("critical request past the whole limit: %d, want 429", resp.StatusCode)
+	}
+	m := c.Metrics()
+	for _, want := range []string{
+		`tollgate_priority_decisions_total{plan="",policy="api",priority="unreserved",result="allowed"} 8`,
+		`tollgate_priority_decisions_total{plan="",policy="api",priority="unreserved",result="denied"} 4`,
+		`tollgate_priority_decisions_total{plan="",policy="api",priority="reserved",result="allowed"} 2`,
+		`tollgate_priority_decisions_total{plan="",policy="api",priority="reserved",result="denied"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }

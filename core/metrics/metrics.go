@@ -86,7 +86,12 @@ type metrics struct {
 	decisions     *prometheus.CounterVec   // policy, limit, result
 	storeErrors   *prometheus.CounterVec   // policy
 	storeDuration *prometheus.HistogramVec // policy
+	priorities    *prometheus.CounterVec   // policy, plan, priority, result (policies with a reserve)
 }
+
+// The priorities a decision of a policy with a reserve is counted under:
+// at or above the reserve's level (it may use the reserve), or below it.
+var priorityNames = [2]string{"reserved", "unreserved"}
 
 // The results a decision is counted under, indexes into resultNames.
 const (
@@ -138,9 +143,16 @@ func New(reg *prometheus.Registry, g *gate.Gate, h *store.Handle) (*Set, error) 
 			Help:    "Time the store took to decide one request, in seconds.",
 			Buckets: []float64{.00001, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}, []string{"policy"}),
+		priorities: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tollgate", Name: "priority_decisions_total",
+			Help: "Decisions of policies with a reserve by policy, plan, priority (reserved: at or above the reserve's level; unreserved: below it) and result.",
+		}, []string{"policy", "plan", "priority", "result"}),
 	}
 	var err error
 	if m.decisions, err = register(reg, m.decisions); err != nil {
+		return nil, err
+	}
+	if m.priorities, err = register(reg, m.priorities); err != nil {
 		return nil, err
 	}
 	if m.storeErrors, err = register(reg, m.storeErrors); err != nil {
@@ -261,6 +273,10 @@ type Policy struct {
 	decisions   [][resultCount]prometheus.Counter // [limit][result]
 	storeErrors prometheus.Counter
 	duration    prometheus.Observer
+	// byPriority, for a policy with a reserve, counts its decisions by
+	// priority ([0] reserved, [1] unreserved: decided by unreserved).
+	byPriority *[2][resultCount]prometheus.Counter
+	unreserved *core.Policy
 }
 
 func (m *metrics) forPolicy(p *core.Policy) *Policy {
@@ -274,6 +290,14 @@ func (m *metrics) forPolicy(p *core.Policy) *Policy {
 			byResult[r] = m.decisions.WithLabelValues(p.Name(), p.Plan(), id, name)
 		}
 		pm.decisions = append(pm.decisions, byResult)
+	}
+	if u, _ := p.Reserved(); u != nil {
+		pm.unreserved, pm.byPriority = u, new([2][resultCount]prometheus.Counter)
+		for i, priority := range priorityNames {
+			for r, name := range resultNames {
+				pm.byPriority[i][r] = m.priorities.WithLabelValues(p.Name(), p.Plan(), priority, name)
+			}
+		}
 	}
 	return pm
 }
@@ -297,4 +321,11 @@ func (pm *Policy) observe(d *core.Decision, err error, took time.Duration) {
 		result = resultDelayed
 	}
 	pm.decisions[d.Index][result].Inc()
+	if pm.byPriority != nil {
+		tier := 0
+		if d.Policy == pm.unreserved {
+			tier = 1
+		}
+		pm.byPriority[tier][result].Inc()
+	}
 }
