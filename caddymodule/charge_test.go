@@ -12,12 +12,9 @@ import (
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
-// TestCaddyChargesFailedLogins: a real Caddy in front of a login upstream
-// that answers 401 to a wrong password counts only the 401s: successful
-// logins never count, the fifth wrong password leaves the client's
-// headers at 0 remaining, and the sixth attempt, right or wrong, is
-// refused with a Retry-After until the first failure leaves the window.
-func TestCaddyChargesFailedLogins(t *testing.T) {
+// loginUpstream is a login endpoint: 401 to a wrong password (X-Password
+// other than "right"), else 200 "welcome".
+func loginUpstream(t *testing.T) *httptest.Server {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Password") != "right" {
 			w.WriteHeader(http.StatusUnauthorized)
@@ -25,7 +22,17 @@ func TestCaddyChargesFailedLogins(t *testing.T) {
 		}
 		fmt.Fprint(w, "welcome")
 	}))
-	defer upstream.Close()
+	t.Cleanup(upstream.Close)
+	return upstream
+}
+
+// TestCaddyChargesFailedLogins: a real Caddy in front of a login upstream
+// that answers 401 to a wrong password counts only the 401s: successful
+// logins never count, the fifth wrong password leaves the client's
+// headers at 0 remaining, and the sixth attempt, right or wrong, is
+// refused with a Retry-After until the first failure leaves the window.
+func TestCaddyChargesFailedLogins(t *testing.T) {
+	upstream := loginUpstream(t)
 	c := caddyproc.Start(t, `
 	tollgate {
 		policy login {
@@ -126,14 +133,7 @@ func TestCaddyChargesReportedTokens(t *testing.T) {
 // with Retry-After the box's end, not the 10 min window's. Operators see
 // the box as the key's "penalty" limit and reset the key to let it in.
 func TestCaddyPenaltyBoxAfterFailedLogins(t *testing.T) {
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-Password") != "right" {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		fmt.Fprint(w, "welcome")
-	}))
-	defer upstream.Close()
+	upstream := loginUpstream(t)
 	c := caddyproc.Start(t, `
 	tollgate {
 		policy login {

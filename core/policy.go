@@ -601,16 +601,7 @@ func (p *Policy) applyPhased(limits []algo.Limit, states []algo.State, now, cost
 		allowed = allowed && r.Allowed
 	}
 	if !allowed && !p.charges {
-		// As in applyStacked: the limits that would have taken the cost
-		// take nothing. (A check took nothing already.)
-		for i := range limits {
-			if d.Results[i].Allowed && p.LimitMode(i) == LimitStep {
-				l := &limits[i]
-				next[i] = algo.StepInto(l, Dropped(l, states[i], next[i], cost), now, 0, &d.Results[i])
-				d.Results[i].Allowed = true
-			}
-		}
-		p.penalize(limits, next[:], now, cost, d)
+		p.dropDenied(limits, states, next[:], now, cost, d)
 	}
 	copy(states, next[:len(limits)])
 	d.Summarize(allowed)
@@ -628,19 +619,7 @@ func (p *Policy) applyStacked(limits []algo.Limit, states []algo.State, now, cos
 		allowed = allowed && d.Results[i].Allowed
 	}
 	if !allowed {
-		// Nothing is consumed: each limit that would have allowed takes the
-		// state a request of cost 0 leaves (expired history forgotten) and
-		// reports what it still has. A sliding log's ring may hold the
-		// dropped request's times past its live part; keeping the older state
-		// instead would count them.
-		for i := range limits {
-			if d.Results[i].Allowed {
-				l := &limits[i]
-				next[i] = algo.StepInto(l, Dropped(l, states[i], next[i], cost), now, 0, &d.Results[i])
-				d.Results[i].Allowed = true
-			}
-		}
-		p.penalize(limits, next[:], now, cost, d)
+		p.dropDenied(limits, states, next[:], now, cost, d)
 	}
 	copy(states, next[:len(limits)])
 	d.Summarize(allowed)
@@ -653,6 +632,24 @@ func (p *Policy) applyStacked(limits []algo.Limit, states []algo.State, now, cos
 func KeyHash(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:6])
+}
+
+// dropDenied undoes a denied request of cost units in next, the states
+// after it (states before): nothing is consumed. Each limit that would
+// have taken the cost (a check took nothing already) takes the state a
+// request of cost 0 leaves (expired history forgotten) and reports what it
+// still has; a sliding log's ring may hold the dropped request's times past
+// its live part, and keeping the older state instead would count them. A
+// penalty box counts the denial.
+func (p *Policy) dropDenied(limits []algo.Limit, states, next []algo.State, now, cost int64, d *Decision) {
+	for i := range limits {
+		if d.Results[i].Allowed && p.LimitMode(i) == LimitStep {
+			l := &limits[i]
+			next[i] = algo.StepInto(l, Dropped(l, states[i], next[i], cost), now, 0, &d.Results[i])
+			d.Results[i].Allowed = true
+		}
+	}
+	p.penalize(limits, next, now, cost, d)
 }
 
 // penalize counts a denied request of cost units in p's penalty box, if

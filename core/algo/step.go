@@ -112,14 +112,7 @@ func Charge(l *Limit, s State, now, cost int64) State {
 		}
 		s.B += cost
 	case SlidingCounter:
-		start := windowStart(now, w)
-		switch s.A {
-		case start:
-		case start - w:
-			s.A, s.B, s.C = start, 0, s.B
-		default:
-			s.A, s.B, s.C = start, 0, 0
-		}
+		s = counterWindows(s, windowStart(now, w), w)
 		s.B += cost
 	case SlidingLog:
 		for s.B > 0 && s.Log.Times[s.A] <= now-w {
@@ -433,10 +426,10 @@ func slidingEstimate(prev, curr, w, el int64) float64 {
 	return float64(float64(prev)*float64(w-el))/float64(w) + float64(curr)
 }
 
-func stepSlidingCounter(l *Limit, s State, now, cost int64, r *Result) State {
-	w, n := l.windowUS, l.Count
-	mustBePositive(w, n)
-	start := windowStart(now, w)
+// counterWindows moves a SlidingCounter state to the window starting at
+// start: the current count becomes the previous one a window on, and both
+// are forgotten further on.
+func counterWindows(s State, start, w int64) State {
 	switch s.A {
 	case start:
 	case start - w:
@@ -444,6 +437,14 @@ func stepSlidingCounter(l *Limit, s State, now, cost int64, r *Result) State {
 	default:
 		s.A, s.B, s.C = start, 0, 0
 	}
+	return s
+}
+
+func stepSlidingCounter(l *Limit, s State, now, cost int64, r *Result) State {
+	w, n := l.windowUS, l.Count
+	mustBePositive(w, n)
+	start := windowStart(now, w)
+	s = counterWindows(s, start, w)
 	el := now - start
 	est := slidingEstimate(s.C, s.B, w, el)
 	*r = Result{Quota: n}

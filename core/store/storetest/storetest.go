@@ -623,16 +623,23 @@ func mismatch(d *core.Decision, w Want) string {
 	return ""
 }
 
+// randomBuckets are the random traces' token bucket (20/s, burst 7), GCRA
+// (7 per 700 ms, burst gcraBurst) and leaky bucket (9/s, held up to 400 ms).
+func randomBuckets(gcraBurst int64) (tb, g, lb algo.Limit) {
+	tb = lim(20, time.Second, algo.TokenBucket)
+	tb.Burst = 7
+	g = lim(7, 700*time.Millisecond, algo.GCRA)
+	g.Burst = gcraBurst
+	lb = lim(9, time.Second, algo.LeakyBucket)
+	lb.MaxDelay = ms(400)
+	return tb, g, lb
+}
+
 // RandomPolicies returns tight policies covering every algorithm alone,
 // stacked and in shadow mode.
 func RandomPolicies() []*core.Policy {
 	o := core.PolicyOptions{}
-	tb := lim(20, time.Second, algo.TokenBucket)
-	tb.Burst = 7
-	g := lim(7, 700*time.Millisecond, algo.GCRA)
-	g.Burst = 3
-	lb := lim(9, time.Second, algo.LeakyBucket)
-	lb.MaxDelay = ms(400)
+	tb, g, lb := randomBuckets(3)
 	return []*core.Policy{
 		core.MustPolicy("r-fw", o, lim(5, ms(300), algo.FixedWindow)),
 		core.MustPolicy("r-sl", o, lim(6, ms(500), algo.SlidingLog)),
@@ -663,12 +670,7 @@ const ReserveSeed = 10
 // above, over limits of every algorithm and stacked.
 func ReservePolicies() []*core.Policy {
 	o := core.PolicyOptions{Reserve: 0.3, ReserveLevel: 1}
-	tb := lim(20, time.Second, algo.TokenBucket)
-	tb.Burst = 7
-	g := lim(7, 700*time.Millisecond, algo.GCRA)
-	g.Burst = 4
-	lb := lim(9, time.Second, algo.LeakyBucket)
-	lb.MaxDelay = ms(400)
+	tb, g, lb := randomBuckets(4)
 	return []*core.Policy{
 		core.MustPolicy("v-fw", o, lim(6, ms(300), algo.FixedWindow)),
 		core.MustPolicy("v-sl", o, lim(6, ms(500), algo.SlidingLog)),
@@ -687,8 +689,7 @@ const PenaltySeed = 9
 // with the request or after the response, and in shadow mode.
 func PenaltyPolicies() []*core.Policy {
 	o := core.PolicyOptions{}
-	tb := lim(20, time.Second, algo.TokenBucket)
-	tb.Burst = 7
+	tb, _, _ := randomBuckets(3)
 	return []*core.Policy{
 		core.MustPolicy("p-fw", o, lim(3, ms(100), algo.FixedWindow), algo.PenaltyLimit(4, time.Second, ms(300))),
 		core.MustPolicy("p-sl", o, lim(2, ms(200), algo.SlidingLog), algo.PenaltyLimit(2, ms(500), ms(150))),
@@ -707,10 +708,7 @@ const ChargeSeed = 8
 // stacked with limits charged with the request.
 func ChargePolicies() []*core.Policy {
 	o := core.PolicyOptions{}
-	tb := lim(20, time.Second, algo.TokenBucket)
-	tb.Burst = 7
-	g := lim(7, 700*time.Millisecond, algo.GCRA)
-	g.Burst = 3
+	tb, g, _ := randomBuckets(3)
 	return []*core.Policy{
 		core.MustPolicy("c-fw", o, afterResponse(lim(5, ms(300), algo.FixedWindow))),
 		core.MustPolicy("c-sl", o, afterResponse(lim(4, ms(400), algo.SlidingLog))),
