@@ -222,3 +222,43 @@ func TestCaddyReserveForCriticalTraffic(t *testing.T) {
 		}
 	}
 }
+
+// TestCaddyPenaltyBoxIsFleetWide: two Caddies on one Redis share one box
+// per key. Failed logins through one node put the client in the box, and
+// the other node refuses it too, with the box's Retry-After: the count,
+// the box and the decision are one script in one round trip.
+func TestCaddyPenaltyBoxIsFleetWide(t *testing.T) {
+	srv := redistest.StartT(t)
+	upstream := loginUpstream(t)
+	body := fmt.Sprintf(`
+	tollgate {
+		store redis redis://%s
+		policy login {
+			key {client_ip}
+			limit 3/10m sliding_log
+			charge {
+				status 401
+			}
+			penalty 2/10m 1h
+		}
+	}
+	reverse_proxy %s`, srv.Addr, strings.TrimPrefix(upstream.URL, "http://"))
+	a, b := caddyproc.Start(t, body), caddyproc.Start(t, body)
+	for i := 0; i < 3; i++ {
+		if resp, _ := a.Get("/login", "X-Password", "wrong"); resp.StatusCode != 401 {
+			t.Fatalf("wrong password %d on node a: %d, want 401", i+1, resp.StatusCode)
+		}
+	}
+	// Two denials, one on each node, close the box.
+	for _, node := range []*caddyproc.Caddy{b, a} {
+		if resp, _ := node.Get("/login", "X-Password", "right"); resp.StatusCode != 429 {
+			t.Fatalf("after 3 failures: %d, want 429", resp.StatusCode)
+		}
+	}
+	for _, node := range []*caddyproc.Caddy{a, b} {
+		resp, _ := node.Get("/login", "X-Password", "right")
+		if retry, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != 429 || retry < 3500 || retry > 3600 {
+			t.Fatalf("in the box: %d, Retry-After %q; want 429 until the hour's box ends, on both nodes", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+}
