@@ -146,6 +146,70 @@ func TestCaddyfileErrors(t *testing.T) {
 			limit 10/1m
 		}
 		log_denials lots`, `log_denials: "lots" is not a number of lines per second`},
+		{`policy a {
+			limit 10/1m
+			charge {
+				status 99
+			}
+		}`, `policy "a" charge status: "99": want a status code (401), a class (4xx) or a range (500-599), at Caddyfile:7`},
+		{`policy a {
+			limit 10/1m
+			charge {
+				cost_entry total
+			}
+		}`, `policy "a" charge unknown option "cost_entry"`},
+		{`policy a {
+			limit 10/1m
+			charge {
+				cost -1
+			}
+		}`, `policy "a" charge cost: "-1" is not a whole number of at least 0`},
+		{`policy a {
+			limit 10/1m
+			charge {
+				values MISS
+			}
+		}`, `policy "a" charge unknown option "values"`},
+		{`policy a {
+			limit 10/1m after_response
+		}`, `policy "a" after_response: needs the policy's charge`},
+		{`policy a {
+			limit 10/1m leaky_bucket max_delay 1s
+			charge {
+				status 200
+			}
+		}`, `after_response: leaky_bucket decides as a request arrives`},
+		{`policy a {
+			limit 10/1m
+			penalty 0/10m 1h
+		}`, `policy "a" penalty: rate "0/10m": count "0" must be a whole number of at least 1`},
+		{`policy a {
+			limit 10/1m
+			penalty 5/10m never
+		}`, `policy "a" penalty: "never" is not a positive duration`},
+		{`policy a {
+			limit 10/1m
+			penalty 5/10m
+		}`, `policy "a" penalty: want <denials>/<window> <duration>`},
+		{`policy a {
+			limit 10/1m penalty
+		}`, `algorithm: penalty is not a limit's algorithm`},
+		{`policy a {
+			limit 10/1m
+			reserve 150% for 1
+		}`, `policy "a" reserve: "150%" is not a share between 0 and 1`},
+		{`policy a {
+			limit 10/1m
+			reserve 20% to 1
+		}`, `policy "a" reserve: want <share> for <priority>`},
+		{`policy a {
+			limit 10/1m
+			reserve 20% for critical
+		}`, `policy "a" reserve: "critical" is not a whole priority`},
+		{`policy a {
+			limit 10/1m
+			priority {http.request.header.X-Priority}
+		}`, `policy "a" priority: "{http.request.header.X-Priority}" chooses nothing without a reserve`},
 		{`store disk`, `store: unknown type "disk"`},
 		{`store redis`, `store redis: want one URL`},
 		{`store redis redis://x:6379 {

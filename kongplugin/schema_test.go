@@ -185,6 +185,7 @@ var kongRefuses = []struct {
 	{`{"minute": 5, "reserve": {"share": 0.2}}`, "config.reserve.priority_header: required field missing"},
 	{`{"minute": 5, "reserve": {"share": 0, "priority_header": "X-Priority"}}`, "config.reserve.share: value must be greater than 0"},
 	{`{"minute": 5, "reserve": {"share": 0.2, "priority_header": "a b"}}`, "config.reserve.priority_header: bad header name"},
+	{`{"minute": 5, "reserve": {"share": 1, "priority_header": "X-Priority"}}`, "config.reserve.share: value must not be 1"},
 }
 
 // kongAccepts are configs Kong's rate-limiting accepts; tollgate's schema
