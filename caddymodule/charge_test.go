@@ -239,7 +239,7 @@ func TestCaddyPenaltyBoxIsFleetWide(t *testing.T) {
 			charge {
 				status 401
 			}
-			penalty 2/10m 1h
+			penalty 2/1d 1h # a day's window: no boundary between the test's denials
 		}
 	}
 	reverse_proxy %s`, srv.Addr, strings.TrimPrefix(upstream.URL, "http://"))

@@ -93,13 +93,16 @@ func TestKongChargesReportedCost(t *testing.T) {
 
 // TestKongPenaltyBox drives the real tollgate plugin server (access phase
 // only: the box counts denials as it decides): two requests a minute, and
-// the second denial within a minute refuses the client for an hour, with
+// the second denial within an hour refuses the client for an hour, with
 // Kong's denial and a Retry-After of the box's end.
 func TestKongPenaltyBox(t *testing.T) {
 	srv := kongproc.Start(t)
 	c := srv.Dial()
 	defer c.Close()
-	id := start(t, c, map[string]any{"minute": 2, "limit_by": "ip", "penalty": map[string]any{"denials": 2, "within": 60, "duration": 3600}})
+	// A sliding log, and the box's count over an hour's window: no window
+	// boundary between the test's requests can reset a count.
+	id := start(t, c, map[string]any{"minute": 2, "limit_by": "ip", "algorithm": "sliding_log",
+		"penalty": map[string]any{"denials": 2, "within": 3600, "duration": 3600}})
 	req := kongproc.Request{ForwardedIP: "192.0.2.7"}
 	for i := 0; i < 2; i++ {
 		if res := access(t, c, id, req); res.Exited {
