@@ -325,11 +325,7 @@ func compile(c *Config) (*instance, error) {
 			For: algo.Duration(c.Penalty.Duration * float64(time.Second))}
 	}
 	if c.Charge != nil {
-		policy.Charge = c.Charge.spec()
-		if _, err := policy.Charge.Compile(); err != nil {
-			return nil, err // names charge's field
-		}
-		inst.charge = policy.ResponseCost()
+		policy.Charge = c.Charge.spec() // Build checks it, naming charge's field
 	}
 	// An adaptive controller is shared per scope and settings, so the factor
 	// survives Kong restarting the instance. Kong has no instance-close
@@ -337,6 +333,7 @@ func compile(c *Config) (*instance, error) {
 	if inst.policy, _, _, err = policy.Build("kong|" + inst.scope); err != nil {
 		return nil, err
 	}
+	inst.charge = policy.ResponseCost()
 	if inst.storeConfig, err = storeConfig(c); err != nil {
 		return nil, err
 	}

@@ -115,22 +115,15 @@ func Charge(l *Limit, s State, now, cost int64) State {
 		s = counterWindows(s, windowStart(now, w), w)
 		s.B += cost
 	case SlidingLog:
-		for s.B > 0 && s.Log.Times[s.A] <= now-w {
-			s.A++
-			if s.A == int64(len(s.Log.Times)) {
-				s.A = 0
-			}
-			s.B--
-		}
+		s = expireLog(s, now, w)
 		// The newest n times: older ones leave before any of them, so they
-		// never decide when a request fits.
-		keep := min(s.B+cost, n)
-		added := min(cost, keep)
-		s = relayoutLog(s, max(keep, min(n, 4)), keep-added)
-		for i := keep - added; i < keep; i++ {
-			s.Log.Times[i] = now
+		// never decide when a request fits. As in the step, the ring grows
+		// by doubling and the times are written outside its live part.
+		if drop := s.B + cost - n; drop > 0 {
+			s.A = (s.A + drop) % int64(len(s.Log.Times))
+			s.B -= drop
 		}
-		s.B = keep
+		s = appendLog(s, n, now, cost)
 	case TokenBucket:
 		var r Result
 		s = stepTokenBucket(l, s, now, 0, &r) // refilled to now
@@ -281,28 +274,11 @@ func stepSlidingLog(l *Limit, s State, now, cost int64, r *Result) State {
 		// The count shrank below the live entries (adaptive limits).
 		s = relayoutLog(s, full, full)
 	}
-	// Forget requests at or before now-w: they left the window (now-w, now].
-	for s.B > 0 && s.Log.Times[s.A] <= now-w {
-		s.A++
-		if s.A == int64(len(s.Log.Times)) {
-			s.A = 0
-		}
-		s.B--
-	}
+	s = expireLog(s, now, w)
 	*r = Result{Quota: n}
 	if s.B+cost <= n {
-		if need := s.B + cost; s.Log == nil || int64(len(s.Log.Times)) < need {
-			size := int64(4)
-			if s.Log != nil {
-				size = 2 * int64(len(s.Log.Times))
-			}
-			s = relayoutLog(s, min(n, max(size, need)), s.B)
-		}
+		s = appendLog(s, n, now, cost)
 		c := int64(len(s.Log.Times))
-		for i := int64(0); i < cost; i++ {
-			s.Log.Times[(s.A+s.B)%c] = now
-			s.B++
-		}
 		r.Allowed = true
 		r.Remaining = n - s.B
 		if s.B > 0 {
@@ -324,6 +300,38 @@ func stepSlidingLog(l *Limit, s State, now, cost int64, r *Result) State {
 		r.RetryAfter = FromMicros(oldest + w - now)
 	} else {
 		r.RetryAfter = FromMicros(w)
+	}
+	return s
+}
+
+// expireLog forgets a sliding log's times at or before now-w: they left
+// the window (now-w, now].
+func expireLog(s State, now, w int64) State {
+	for s.B > 0 && s.Log.Times[s.A] <= now-w {
+		s.A++
+		if s.A == int64(len(s.Log.Times)) {
+			s.A = 0
+		}
+		s.B--
+	}
+	return s
+}
+
+// appendLog adds cost times now after the live entries of a sliding log
+// whose live entries and cost fit in n, growing its ring (doubling, up to
+// n) when it must; it writes only outside the live part.
+func appendLog(s State, n, now, cost int64) State {
+	if need := s.B + cost; s.Log == nil || int64(len(s.Log.Times)) < need {
+		size := int64(4)
+		if s.Log != nil {
+			size = 2 * int64(len(s.Log.Times))
+		}
+		s = relayoutLog(s, min(n, max(size, need)), s.B)
+	}
+	c := int64(len(s.Log.Times))
+	for i := int64(0); i < cost; i++ {
+		s.Log.Times[(s.A+s.B)%c] = now
+		s.B++
 	}
 	return s
 }
@@ -636,6 +644,24 @@ func CountedWindows(l *Limit, s State) (windows [2]WindowCount, n int) {
 		return [2]WindowCount{{s.A, s.B}, {s.A - l.windowUS, s.C}}, 2
 	}
 	return windows, 0
+}
+
+// CountedSince returns the start of the window a FixedWindow or
+// SlidingCounter state counts now (after) and the units counted in it
+// since before: a request's cost when it was committed, a charge's whole
+// cost, nothing for a denial or a check. ok is false for the other
+// algorithms. Eventual mode shares these units with the fleet.
+func CountedSince(l *Limit, before, after State) (start, units int64, ok bool) {
+	now, n := CountedWindows(l, after)
+	if n == 0 {
+		return 0, 0, false
+	}
+	was, _ := CountedWindows(l, before)
+	units = now[0].Count
+	if was[0].Start == now[0].Start {
+		units -= was[0].Count
+	}
+	return now[0].Start, units, true
 }
 
 // WithCounts returns s with the counts of the windows CountedWindows

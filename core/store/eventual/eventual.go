@@ -192,35 +192,15 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 	}
 	now = max(now, ent.lastUsed)
 	ent.lastUsed = now
-	if p.AfterResponse() {
-		// A check takes nothing and a charge takes its cost even when the
-		// limit has none left: count what each step function counted.
-		limits := p.Limits()
-		var before [core.MaxLimits]algo.WindowCount
-		for i := range limits {
-			w, _ := algo.CountedWindows(&limits[i], ent.states[i])
-			before[i] = w[0]
-		}
-		p.Apply(ent.states, now, cost, d)
-		for i := range limits {
-			w, _ := algo.CountedWindows(&limits[i], ent.states[i])
-			added := w[0].Count
-			if before[i].Start == w[0].Start {
-				added -= before[i].Count
-			}
-			if added > 0 {
-				ent.add(i, w[0].Start, added)
-			}
-		}
-		return nil
-	}
+	// Count what each step function counted: a committed request's cost,
+	// a charge's cost even past the limit, nothing for a check or a denial.
+	var before [core.MaxLimits]algo.State
+	copy(before[:], ent.states)
 	p.Apply(ent.states, now, cost, d)
-	if d.Allowed && !d.Shadowed && cost > 0 {
-		// Committed: count it in the window each limit counted it in.
-		limits := p.Limits()
-		for i := range limits {
-			w, _ := algo.CountedWindows(&limits[i], ent.states[i])
-			ent.add(i, w[0].Start, cost)
+	limits := p.Limits()
+	for i := range limits {
+		if start, units, ok := algo.CountedSince(&limits[i], before[i], ent.states[i]); ok && units > 0 {
+			ent.add(i, start, units)
 		}
 	}
 	return nil

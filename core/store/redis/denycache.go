@@ -118,11 +118,6 @@ func (c *denyCache) forget(p *core.Policy, key string) {
 	delete(c.entries, denyKey{p.Name(), key})
 }
 
-// charged drops what the cache holds for key under p's name after Redis
-// charged a response's cost to it, since the states held counted less, and
-// moves the epoch on as forget does, for a denial decided before the charge.
-func (c *denyCache) charged(p *core.Policy, key string) { c.forget(p, key) }
-
 // currentEpoch is what a decision reads before it asks Redis.
 func (c *denyCache) currentEpoch() int64 {
 	c.mu.Lock()

@@ -405,7 +405,9 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 		return err
 	}
 	if s.denies != nil && p.ChargesAfterResponse() {
-		s.denies.charged(p, key) // and the charge's own reply is not held: see charged
+		// The states held counted less than Redis now does; as after a
+		// reset, a denial decided before the charge is not held either.
+		s.denies.forget(p, key)
 	}
 	if s.denies != nil && states != nil {
 		s.denies.remember(p, key, localNow, epoch, d, states)
