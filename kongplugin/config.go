@@ -55,19 +55,9 @@ type Config struct {
 	// SyncRate is -1 to decide every request in Redis, or seconds between
 	// syncs of locally counted requests.
 	SyncRate float64 `json:"sync_rate"`
-	// Redis is Kong 3.x's nested Redis record.
-	Redis RedisConfig `json:"redis"`
-	// The flat redis_* names of older Kong versions go into the record,
-	// as Kong 3.x's shorthands for them do (see redisRecord).
-	RedisHost       *string `json:"redis_host"`
-	RedisPort       *int    `json:"redis_port"`
-	RedisUsername   *string `json:"redis_username"`
-	RedisPassword   *string `json:"redis_password"`
-	RedisDatabase   *int    `json:"redis_database"`
-	RedisTimeout    *int    `json:"redis_timeout"`
-	RedisSSL        *bool   `json:"redis_ssl"`
-	RedisSSLVerify  *bool   `json:"redis_ssl_verify"`
-	RedisServerName *string `json:"redis_server_name"`
+	// RedisSettings are Kong 3.x's redis record and the flat redis_*
+	// names of older versions.
+	RedisSettings
 
 	// Algorithm counts every limit.
 	Algorithm string `json:"algorithm"`
@@ -177,6 +167,26 @@ func (a *AdaptiveConfig) spec() *spec.Adaptive {
 		Latency:  algo.Duration(or(a.Latency, 0) * float64(time.Millisecond)),
 		Interval: algo.Duration(or(a.Interval, 0) * float64(time.Second)),
 	}
+}
+
+// RedisSettings are the Redis fields of Kong's rate-limiting plugins:
+// Kong 3.x's nested record, and the flat redis_* names of older versions,
+// which go into the record as Kong 3.x's shorthands for them do (see
+// redisRecord).
+type RedisSettings struct {
+	// Redis is Kong 3.x's nested Redis record.
+	Redis RedisConfig `json:"redis"`
+	// The flat redis_* names of older Kong versions go into the record,
+	// as Kong 3.x's shorthands for them do (see redisRecord).
+	RedisHost       *string `json:"redis_host"`
+	RedisPort       *int    `json:"redis_port"`
+	RedisUsername   *string `json:"redis_username"`
+	RedisPassword   *string `json:"redis_password"`
+	RedisDatabase   *int    `json:"redis_database"`
+	RedisTimeout    *int    `json:"redis_timeout"`
+	RedisSSL        *bool   `json:"redis_ssl"`
+	RedisSSLVerify  *bool   `json:"redis_ssl_verify"`
+	RedisServerName *string `json:"redis_server_name"`
 }
 
 // ReserveConfig is spec.Reserve, with the request header that carries a
@@ -430,24 +440,31 @@ func warnPeriodOrder(ps *Periods, field string) {
 // storeConfig reads policy, redis, sync_rate, fault_tolerant and on_error
 // into a store spec, which core validates.
 func storeConfig(c *Config) (store.Config, error) {
-	if c.Policy != "redis" {
+	return storeOf(c.Policy, c.FaultTolerant, c.OnError, c.SyncRate, &c.RedisSettings)
+}
+
+// storeOf reads a config's store fields (policy, fault_tolerant, on_error,
+// sync_rate and the Redis settings) into a store spec, which core
+// validates.
+func storeOf(policy string, faultTolerant bool, onError string, syncRate float64, rs *RedisSettings) (store.Config, error) {
+	if policy != "redis" {
 		return store.Config{}, nil
 	}
 	// As Kong: fault tolerant proxies with no rate-limit headers while
 	// Redis fails; on_error local keeps tollgate's local limiting instead.
 	spec := store.Spec{Type: "redis", OnError: "allow"}
-	if !c.FaultTolerant {
+	if !faultTolerant {
 		spec.OnError = "fail"
 	}
-	spec.OnError = cmp.Or(c.OnError, spec.OnError)
-	if c.SyncRate != -1 {
+	spec.OnError = cmp.Or(onError, spec.OnError)
+	if syncRate != -1 {
 		const longest = 24 * time.Hour // far beyond any period a sync can serve; a larger value is a typo
-		if c.SyncRate > longest.Seconds() {
-			return store.Config{}, fmt.Errorf("sync_rate: %s seconds is above a day (%g)", strconv.FormatFloat(c.SyncRate, 'g', -1, 64), longest.Seconds())
+		if syncRate > longest.Seconds() {
+			return store.Config{}, fmt.Errorf("sync_rate: %s seconds is above a day (%g)", strconv.FormatFloat(syncRate, 'g', -1, 64), longest.Seconds())
 		}
-		spec.Mode, spec.Sync = "eventual", algo.Duration(c.SyncRate*float64(time.Second))
+		spec.Mode, spec.Sync = "eventual", algo.Duration(syncRate*float64(time.Second))
 	}
-	r, err := c.redisRecord()
+	r, err := rs.redisRecord()
 	if err != nil {
 		return store.Config{}, err
 	}
@@ -483,7 +500,7 @@ func storeConfig(c *Config) (store.Config, error) {
 // is taken as unset, since the plugin cannot tell a written default from
 // a filled one (Kong would refuse {"redis_port": 6380, "redis": {"port":
 // 6379}}; the plugin dials 6380).
-func (c *Config) redisRecord() (RedisConfig, error) {
+func (c *RedisSettings) redisRecord() (RedisConfig, error) {
 	r := c.Redis
 	errs := []error{
 		shorthand("host", c.RedisHost, &r.Host, ""),

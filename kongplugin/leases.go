@@ -54,6 +54,9 @@ var (
 type parkedCharge struct {
 	outcome gate.Outcome
 	at      time.Duration
+	// seen is what the access phase saw that the response needs, for a
+	// plugin that keeps something (see responseLimits).
+	seen any
 }
 
 // sweepEvery is how many parked requests pass between sweeps of those
@@ -65,13 +68,13 @@ const sweepEvery = 4096
 // If the id never comes back (a request Kong ends without a log phase),
 // the charges are dropped by a sweep once maxHold has passed: no timer per
 // request.
-func parkCharges(o *gate.Outcome) string {
+func parkCharges(o *gate.Outcome, seen any) string {
 	if !o.Charges() {
 		return ""
 	}
 	id := strconv.FormatUint(parkedID.Add(1), 36)
 	now := core.MonotonicNow()
-	parkedCharges.Store(id, &parkedCharge{outcome: *o, at: now})
+	parkedCharges.Store(id, &parkedCharge{outcome: *o, at: now, seen: seen})
 	if chargesParked.Add(1)%sweepEvery == 0 {
 		parkedCharges.Range(func(k, v any) bool {
 			if now-v.(*parkedCharge).at > maxHold {
@@ -85,9 +88,9 @@ func parkCharges(o *gate.Outcome) string {
 
 // takeParkedCharges returns what parkCharges parked under id, once (nil for
 // an unknown id).
-func takeParkedCharges(id string) *gate.Outcome {
+func takeParkedCharges(id string) *parkedCharge {
 	if v, ok := parkedCharges.LoadAndDelete(id); ok {
-		return &v.(*parkedCharge).outcome
+		return v.(*parkedCharge)
 	}
 	return nil
 }

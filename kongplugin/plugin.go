@@ -92,7 +92,7 @@ func (c *Config) Access(kong *pdk.PDK) {
 	var outcome gate.Outcome
 	if err == nil {
 		// One rule, keyed as Kong's rate-limiting keys, in the instance's scope.
-		id, consumer := identifier(kong, inst)
+		id, consumer := identifier(kong, inst.LimitBy, inst.HeaderName, inst.Path)
 		req := gate.SameInput{Covered: true, Key: inst.scope + id, Cost: inst.Cost, Plan: planOf(kong, inst, consumer)}
 		if inst.Reserve != nil { // no PDK call without a reserve
 			v, _ := kong.Request.GetHeader(inst.Reserve.PriorityHeader)
@@ -120,7 +120,7 @@ func (c *Config) Access(kong *pdk.PDK) {
 	if id := parkLeases(&outcome, maxHold); id != "" {
 		_ = kong.Ctx.SetShared(leaseKey, id) // the log phase ends them
 	}
-	if id := parkCharges(&outcome); id != "" {
+	if id := parkCharges(&outcome, nil); id != "" {
 		_ = kong.Ctx.SetShared(chargeKey, id) // the log phase charges the response
 	}
 	gate.Hold(context.Background(), outcome.Delay) // Kong proxies when access returns: holding shapes
@@ -174,10 +174,11 @@ func chargeResponse(kong *pdk.PDK) {
 	if err != nil || id == "" {
 		return
 	}
-	o := takeParkedCharges(id)
-	if o == nil {
+	parked := takeParkedCharges(id)
+	if parked == nil {
 		return
 	}
+	o := &parked.outcome
 	status, err := kong.Response.GetStatus()
 	if err != nil {
 		return
@@ -188,11 +189,12 @@ func chargeResponse(kong *pdk.PDK) {
 	}) // a store that fails is logged when it starts failing
 }
 
-// identifier computes the key as Kong's rate-limiting does, falling back to
-// the client IP (Kong's trusted_ips logic) when the identifier is missing.
-// It returns the consumer when it asked Kong for it.
-func identifier(kong *pdk.PDK, inst *instance) (id string, consumer *entities.Consumer) {
-	switch inst.LimitBy {
+// identifier computes the key as Kong's rate-limiting does (limit_by, with
+// header_name and path for those), falling back to the client IP (Kong's
+// trusted_ips logic) when the identifier is missing. It returns the
+// consumer when it asked Kong for it.
+func identifier(kong *pdk.PDK, limitBy, headerName, path string) (id string, consumer *entities.Consumer) {
+	switch limitBy {
 	case "consumer":
 		if c, err := kong.Client.GetConsumer(); err == nil && c.Id != "" {
 			id, consumer = c.Id, &c
@@ -208,9 +210,9 @@ func identifier(kong *pdk.PDK, inst *instance) (id string, consumer *entities.Co
 			id = s.Id
 		}
 	case "header":
-		id, _ = kong.Request.GetHeader(inst.HeaderName)
+		id, _ = kong.Request.GetHeader(headerName)
 	case "path":
-		if p, err := kong.Request.GetPath(); err == nil && p == inst.Path {
+		if p, err := kong.Request.GetPath(); err == nil && p == path {
 			id = p
 		}
 	}

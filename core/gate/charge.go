@@ -20,6 +20,14 @@ func (p *Outcome) Charges() bool { return len(p.charges) > 0 }
 // remaining, and refuses the next request with its Retry-After). It
 // returns the first store error; a rule whose store failed is not charged.
 func (p *Outcome) Charge(ctx context.Context, status int, header func(name string) string) error {
+	return p.ChargeEach(ctx, status, header, nil)
+}
+
+// ChargeEach is Charge, and tells charged (when not nil) each rule's
+// policy and its limits as they are after the charge; d is valid only
+// during the call. A rule the response costs nothing is not charged, and
+// not told.
+func (p *Outcome) ChargeEach(ctx context.Context, status int, header func(name string) string, charged func(policy *core.Policy, d *core.Decision)) error {
 	ctx = context.WithoutCancel(ctx)
 	d := decisions.Get().(*core.Decision)
 	defer decisions.Put(d)
@@ -36,6 +44,9 @@ func (p *Outcome) Charge(ctx context.Context, status int, header func(name strin
 			continue
 		}
 		d.Allowed, d.Shadowed, d.RetryAfter = true, false, 0
+		if charged != nil {
+			charged(c.policy, d)
+		}
 		if p.Decision.Policy == c.policy || core.MoreRestrictive(d, &p.Decision) {
 			p.Decision, p.Key = *d, c.key
 		}

@@ -34,10 +34,13 @@ var (
 
 // PluginPackage is the plugin server Kong runs: tollgate's, in the access
 // phase only; ResponsePackage is tollgate-response's, which Kong also runs
-// in the log phase (in-flight and adaptive limits need it).
+// in the log phase (in-flight and adaptive limits need it);
+// ResponseLimitsPackage is tollgate-response-ratelimiting's, the drop-in
+// for Kong's response-ratelimiting (access and response phases).
 const (
-	PluginPackage   = "github.com/tollgate/tollgate/kongplugin/cmd/tollgate"
-	ResponsePackage = "github.com/tollgate/tollgate/kongplugin/cmd/tollgate-response"
+	PluginPackage         = "github.com/tollgate/tollgate/kongplugin/cmd/tollgate"
+	ResponsePackage       = "github.com/tollgate/tollgate/kongplugin/cmd/tollgate-response"
+	ResponseLimitsPackage = "github.com/tollgate/tollgate/kongplugin/cmd/tollgate-response-ratelimiting"
 )
 
 // Binary builds the plugin server once per test process and returns it,
@@ -302,7 +305,7 @@ type Request struct {
 	Source       string
 	UpstreamTime string
 	// ServiceHeaders are the upstream's response headers
-	// (kong.service.response.get_header).
+	// (kong.service.response.get_header and get_headers).
 	ServiceHeaders http.Header
 	// RequestID is nginx's $kong_request_id.
 	RequestID string
@@ -323,11 +326,20 @@ type Result struct {
 	Logs []string
 	// Calls are the PDK methods it called, in order.
 	Calls []string
+	// Cleared are the response headers it cleared
+	// (kong.response.clear_header).
+	Cleared []string
 }
 
 // Access runs the access phase of instance id for req.
 func (c *Client) Access(id int32, req Request) (*Result, error) {
 	return c.event(id, "access", req)
+}
+
+// Response runs the response phase of instance id for req: Kong has the
+// upstream's whole response (its status and ServiceHeaders) buffered.
+func (c *Client) Response(id int32, req Request) (*Result, error) {
+	return c.event(id, "response", req)
 }
 
 // Log runs the log phase of instance id for req (after the response).
@@ -410,6 +422,15 @@ func answer(method string, args []byte, req Request, res *Result) (proto.Message
 			return nil, err
 		}
 		return bridge.WrapString(req.ServiceHeaders.Get(name.V)), nil
+	case "kong.service.response.get_headers":
+		return bridge.WrapHeaders(req.ServiceHeaders)
+	case "kong.response.clear_header":
+		var name pb.String
+		if err := proto.Unmarshal(args, &name); err != nil {
+			return nil, err
+		}
+		res.Cleared = append(res.Cleared, name.V)
+		return nil, nil
 	case "kong.nginx.get_var":
 		var name pb.String
 		if err := proto.Unmarshal(args, &name); err != nil {

@@ -7,7 +7,7 @@
 // cannot disagree.
 //
 // It takes the declarative part of the language: types string, number,
-// integer, boolean, array and record; the attributes below; and the
+// integer, boolean, array, map and record; the attributes below; and the
 // at_least_one_of, conditional and conditional_at_least_one_of entity
 // checks. Parse refuses anything else, so a declaration never says more
 // than this package checks. Kong's custom validators are Lua functions and
@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -44,13 +45,16 @@ type Schema struct {
 // Field declares one field. Attributes left zero are absent.
 type Field struct {
 	Type          string              `json:"type"`
-	Required      *bool               `json:"required"` // nil: not said (a record field is then required, as Kong makes it)
+	Description   string              `json:"description"` // for people: Kong shows it, checks nothing
+	Required      *bool               `json:"required"`    // nil: not said (a record field is then required, as Kong makes it)
 	Default       any                 `json:"default"`
 	Referenceable bool                `json:"referenceable"` // may be a vault reference
 	Encrypted     bool                `json:"encrypted"`     // stored encrypted by Kong
 	Fields        []map[string]*Field `json:"fields"`        // record
 	EntityChecks  []Check             `json:"entity_checks"` // record
 	Elements      *Field              `json:"elements"`      // array
+	Keys          *Field              `json:"keys"`          // map
+	Values        *Field              `json:"values"`        // map
 
 	Eq         any       `json:"eq"`
 	Ne         any       `json:"ne"`
@@ -222,6 +226,17 @@ func (s *Schema) prepareField(f *Field, path string) error {
 			return err
 		}
 	}
+	if f.Type == "map" {
+		if f.Keys == nil || f.Values == nil {
+			return fmt.Errorf("%s: a map declares its keys and its values", path)
+		}
+		if err := s.prepareField(f.Keys, path+" keys"); err != nil {
+			return err
+		}
+		if err := s.prepareField(f.Values, path+" values"); err != nil {
+			return err
+		}
+	}
 	if f.Default != nil {
 		var errs []string
 		if msg := s.value(f, f.Type, cloneJSON(f.Default), path, &errs); msg != "" || len(errs) > 0 {
@@ -340,6 +355,41 @@ func (s *Schema) value(f *Field, typ string, v any, path string, errs *[]string)
 			return "expected a record"
 		}
 		s.record(f.Fields, f.EntityChecks, m, path, errs)
+	case "map":
+		m, ok := v.(map[string]any)
+		if !ok {
+			return "expected a map"
+		}
+		length = len(m)
+		// Kong validates a map's keys and values (kong/db/schema/init.lua,
+		// validate_field's map case) and reports the first failure at the
+		// map's own path: err.config.limits.seco, not ...limits.video.seco.
+		// Entries are checked in key order, so the report is stable.
+		names := make([]string, 0, len(m))
+		for k := range m {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		for _, k := range names {
+			if msg := s.value(f.Keys, f.Keys.Type, k, path, errs); msg != "" {
+				return msg + got(k)
+			}
+			e := m[k]
+			if e == nil {
+				if f.Values.isRequired() {
+					return "required field missing"
+				}
+				continue
+			}
+			var nested []string
+			if msg := s.value(f.Values, f.Values.Type, e, path, &nested); msg != "" {
+				return msg + got(e)
+			}
+			if len(nested) > 0 {
+				*errs = append(*errs, nested...)
+				return ""
+			}
+		}
 	default:
 		return fmt.Sprintf("invalid type: %s", typ)
 	}

@@ -1,0 +1,342 @@
+package kongplugin
+
+import (
+	"context"
+	_ "embed" // response_ratelimiting.json
+	"fmt"
+	"log"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Kong/go-pdk"
+	"github.com/Kong/go-pdk/server"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/admin"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/gate"
+	"github.com/tollgate/tollgate/core/headers"
+	"github.com/tollgate/tollgate/core/spec"
+	"github.com/tollgate/tollgate/core/store"
+	"github.com/tollgate/tollgate/kongplugin/internal/keys"
+	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
+)
+
+// ResponseLimitsPriority runs tollgate-response-ratelimiting where Kong runs
+// response-ratelimiting (kong/plugins/response-ratelimiting/handler.lua:
+// 900).
+const ResponseLimitsPriority = 900
+
+// responseLimitsJSON declares ResponseLimitsConfig in Kong's schema
+// language: Kong 3.9.3's kong/plugins/response-ratelimiting/schema.lua,
+// field for field, with tollgate's redis record (Cluster and Sentinel
+// beside Kong's fields) and without the cluster policy (Kong's database,
+// which a plugin server cannot reach).
+//
+//go:embed response_ratelimiting.json
+var responseLimitsJSON []byte
+
+var responseLimitsSchema = kongschema.MustParse(responseLimitsJSON)
+
+// ServeResponseLimits runs the plugin server of
+// tollgate-response-ratelimiting, the drop-in for Kong's bundled
+// response-ratelimiting: its access phase reads each resource's usage
+// (and refuses with block_on_first_violation), its response phase reads
+// the upstream's usage header, refuses a response that takes from a
+// spent resource, and charges the rest. With -dump it prints the plugin's
+// info and schema; with `keys` it is the operators' command.
+func ServeResponseLimits() error {
+	newConfig := func() any { return &ResponseLimitsConfig{} } // go-pdk's constructor
+	return responseLimitsSchema.Main(kongschema.Info{Version: Version, Priority: ResponseLimitsPriority, Phases: []string{"access", "response"}},
+		func() error { return server.StartServer(newConfig, Version, ResponseLimitsPriority) }, ResponseLimitsKeysTarget)
+}
+
+// ResponseLimitsConfig is tollgate-response-ratelimiting's config as Kong
+// sends it: Kong's response-ratelimiting's, so renaming the plugin keeps
+// a config's meaning. Each resource of Limits is limited per period by
+// what the upstream reports it cost, in the HeaderName response header
+// ("video=2, image=4").
+type ResponseLimitsConfig struct {
+	HeaderName string `json:"header_name"`
+	// LimitBy picks the identifier: consumer, credential or ip.
+	LimitBy string `json:"limit_by"`
+	// Policy is local (this node's memory) or redis.
+	Policy string `json:"policy"`
+	// FaultTolerant proxies while Redis fails, unlimited and without
+	// headers; false answers 500.
+	FaultTolerant bool `json:"fault_tolerant"`
+	// BlockOnFirstViolation refuses a request, in the access phase, once
+	// any period of any resource is spent.
+	BlockOnFirstViolation bool `json:"block_on_first_violation"`
+	HideClientHeaders     bool `json:"hide_client_headers"`
+	// Limits are the periods of each resource, by its name in HeaderName.
+	Limits map[string]Periods `json:"limits"`
+	RedisSettings
+
+	attached struct {
+		RouteID   string `json:"route_id"`
+		ServiceID string `json:"service_id"`
+	}
+	compiled *responseLimits
+}
+
+// responseLimits is a validated ResponseLimitsConfig, ready for requests.
+type responseLimits struct {
+	*ResponseLimitsConfig
+	// resources are the names of Limits in order; policies[i] counts
+	// resources[i] (fixed windows, charged after the response) and
+	// charges[i] reads its entry of the usage header.
+	resources   []string
+	policies    []*core.Policy
+	charges     []*spec.ResponseCost
+	storeConfig store.Config
+	scope, name string
+
+	once    sync.Once
+	gate    *gate.Gate
+	openErr error
+}
+
+// UnmarshalJSON checks a config against the schema as Kong's Admin API
+// does and fills Kong's defaults, then builds it (go-pdk's only call when
+// Kong starts an instance); errors name the field and value.
+func (c *ResponseLimitsConfig) UnmarshalJSON(b []byte) error {
+	type plain ResponseLimitsConfig // without UnmarshalJSON
+	*c = ResponseLimitsConfig{}
+	err := responseLimitsSchema.Decode(b, (*plain)(c), &c.attached)
+	if err == nil {
+		c.compiled, err = c.compile()
+	}
+	if err != nil {
+		return fmt.Errorf("tollgate-response-ratelimiting config: %w", err)
+	}
+	return nil
+}
+
+// compile builds one policy per resource: its periods as fixed windows
+// (Kong's counters: second to day aligned to the epoch, month and year
+// calendar periods in UTC), all charged after the response what the
+// usage header's entry of the resource says, 0 when it says nothing.
+func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
+	rl := &responseLimits{ResponseLimitsConfig: c}
+	for name := range c.Limits {
+		rl.resources = append(rl.resources, name)
+	}
+	slices.Sort(rl.resources)
+	// Counters are per route and service, as Kong's (policies/init.lua,
+	// get_local_key): a plugin on a service shares them across its routes.
+	rl.name = "route=" + c.attached.RouteID + ",service=" + c.attached.ServiceID
+	rl.scope = rl.name + "|"
+	zero := int64(0)
+	for _, name := range rl.resources {
+		periods := c.Limits[name]
+		field := "limits." + name + "."
+		warnPeriodOrder(&periods, "limits."+name+": ")
+		limits, err := periods.limits(nil, algo.FixedWindow.String(), field)
+		if err != nil {
+			return nil, err
+		}
+		p := spec.Policy{Name: name, Limits: limits, Shadow: !c.BlockOnFirstViolation,
+			Charge: &spec.Charge{CostHeader: c.HeaderName, CostEntry: name, Cost: &zero}}
+		policy, _, _, err := p.Build("kong-response|" + rl.scope)
+		if err != nil {
+			return nil, fmt.Errorf("limits.%s: %w", name, err)
+		}
+		rl.policies, rl.charges = append(rl.policies, policy), append(rl.charges, p.ResponseCost())
+	}
+	var err error
+	if rl.storeConfig, err = storeOf(c.Policy, c.FaultTolerant, "", -1, &c.RedisSettings); err != nil {
+		return nil, err
+	}
+	return rl, nil
+}
+
+// gateOrErr opens (or joins) the shared store on first use and builds the
+// gate over it: one rule per resource, each keyed as the request is.
+func (rl *responseLimits) gateOrErr() (*gate.Gate, error) {
+	rl.once.Do(func() {
+		h, err := store.Acquire(rl.storeConfig)
+		var rules []gate.Rule
+		if err == nil {
+			h.LogStateChanges(log.Printf)
+			for i, p := range rl.policies {
+				var rule gate.Rule
+				if rule, err = h.Rule(p, spec.EmptyKeySkip, rl.scope); err != nil {
+					break
+				}
+				rule.Charge = rl.charges[i]
+				rules = append(rules, rule)
+			}
+		}
+		if err == nil {
+			// The headers are the plugin's own (see setUsage): none from the gate.
+			rl.gate, err = gate.New(gate.Config{Rules: rules, Headers: headers.Options{Style: headers.None}})
+		}
+		if err == nil {
+			admin.RegisterRule(rl.name, rl.scope, rl.gate, h)
+		}
+		if rl.openErr = err; err != nil {
+			log.Printf("tollgate-response-ratelimiting: %v", err)
+		}
+	})
+	return rl.gate, rl.openErr
+}
+
+// usage is what a request's access phase saw of each resource (in
+// resources' order), kept for its response phase.
+type usage struct {
+	decisions []core.Decision
+}
+
+// usageSeen hears each resource's decision of a request.
+type usageSeen struct {
+	in   gate.Input
+	seen *usage
+}
+
+func (u *usageSeen) Input(int) (gate.Input, error) { return u.in, nil }
+
+func (u *usageSeen) Decided(rule int, d *core.Decision, err error, _ time.Duration) {
+	if err == nil {
+		u.seen.decisions[rule] = *d
+	}
+}
+
+// spent reports whether the resource of decision d had no unit left in
+// some period when the request arrived (Kong: a remaining of 0 or less).
+func spent(d *core.Decision) bool { return d.Policy != nil && (!d.Allowed || d.Shadowed) }
+
+// Access reads each resource's usage as Kong's response-ratelimiting's
+// access.lua does: X-RateLimit-Remaining-<resource> (the least any
+// period has left) on the response, and with block_on_first_violation a
+// 429 in Kong's words ("API rate limit exceeded for '<resource>'") once a
+// resource is spent. Nothing is charged here.
+func (c *ResponseLimitsConfig) Access(kong *pdk.PDK) {
+	rl := c.compiled
+	g, err := rl.gateOrErr()
+	seen := &usage{decisions: make([]core.Decision, len(rl.resources))}
+	var outcome gate.Outcome
+	if err == nil {
+		id, _ := identifier(kong, rl.LimitBy, "", "")
+		req := &usageSeen{in: gate.Input{Covered: true, Key: rl.scope + id, Cost: 1}, seen: seen} // passes while a unit is left
+		err = g.Decide(context.Background(), req, &outcome)
+	}
+	if err != nil {
+		fail(kong) // the store would not open, or failed with fault_tolerant false
+		return
+	}
+	if !outcome.Passes() {
+		deny(kong, 429, "API rate limit exceeded for '"+outcome.Decision.Policy.Name()+"'", map[string][]string{})
+		return
+	}
+	if !rl.HideClientHeaders {
+		h := map[string][]string{}
+		for i, name := range rl.resources {
+			if d := &seen.decisions[i]; d.Policy != nil && !d.Fallback {
+				h["X-RateLimit-Remaining-"+name] = []string{strconv.FormatInt(max(0, d.Remaining), 10)}
+			}
+		}
+		if len(h) > 0 {
+			_ = kong.Response.SetHeaders(h)
+		}
+	}
+	if id := parkCharges(&outcome, seen); id != "" {
+		_ = kong.Ctx.SetShared(chargeKey, id) // the response phase charges
+	}
+}
+
+// Response does what Kong's response-ratelimiting's header_filter.lua
+// and log.lua do once the upstream has answered (Kong's response phase,
+// which buffers the response): it reads the usage header's entries
+// ("video=2, image=1", over every copy of the header) and removes the
+// header; a response that takes from a resource spent when the request
+// arrived is replaced by a bodiless 429 and charged nothing; any other is
+// charged its entries, and X-RateLimit-Limit-<resource>-<period> and
+// X-RateLimit-Remaining-<resource>-<period> show each period as the
+// charge left it.
+func (c *ResponseLimitsConfig) Response(kong *pdk.PDK) {
+	rl := c.compiled
+	id, err := kong.Ctx.GetSharedString(chargeKey)
+	if err != nil || id == "" {
+		return // the access phase read no usage (its store failed, fault tolerant)
+	}
+	parked := takeParkedCharges(id)
+	if parked == nil {
+		return
+	}
+	seen, _ := parked.seen.(*usage)
+	all, _ := kong.ServiceResponse.GetHeaders(-1)
+	values := headerValues(all, rl.HeaderName)
+	header := func(string) string { return values }
+	_ = kong.Response.ClearHeader(rl.HeaderName)
+
+	shown := slices.Clone(seen.decisions)
+	stop := false
+	for i := range rl.resources {
+		if cost, _ := rl.charges[i].Cost(0, header); cost > 0 && spent(&seen.decisions[i]) {
+			stop = true
+		}
+	}
+	if !stop {
+		_ = parked.outcome.ChargeEach(context.Background(), 0, header, func(p *core.Policy, d *core.Decision) {
+			if i := slices.Index(rl.policies, p); i >= 0 {
+				shown[i] = *d
+			}
+		}) // a store that fails is logged when it starts failing
+	}
+	h := map[string][]string{}
+	if !rl.HideClientHeaders {
+		for i, name := range rl.resources {
+			rl.setUsage(h, name, &shown[i])
+		}
+	}
+	if stop {
+		kong.Response.Exit(429, nil, h) // Kong: kong.response.exit(429), no body
+		return
+	}
+	if len(h) > 0 {
+		_ = kong.Response.SetHeaders(h)
+	}
+}
+
+// setUsage sets resource's X-RateLimit-Limit-<resource>-<period> and
+// X-RateLimit-Remaining-<resource>-<period> from d's limits.
+func (rl *responseLimits) setUsage(h map[string][]string, resource string, d *core.Decision) {
+	if d.Policy == nil || d.Fallback {
+		return
+	}
+	limits := d.Policy.Limits()
+	for i := 0; i < d.N; i++ {
+		suffix := "-" + resource + "-" + limits[i].Name
+		h["X-RateLimit-Limit"+suffix] = []string{strconv.FormatInt(d.Results[i].Quota, 10)}
+		h["X-RateLimit-Remaining"+suffix] = []string{strconv.FormatInt(max(0, d.Results[i].Remaining), 10)}
+	}
+}
+
+// headerValues joins every value of the header name (any case) with
+// commas, so usage entries split over several copies of the header all
+// count, as header_filter.lua's parse_header reads them.
+func headerValues(all map[string][]string, name string) string {
+	var out []string
+	for k, v := range all {
+		if strings.EqualFold(k, name) {
+			out = append(out, v...)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// ResponseLimitsKeysTarget compiles a tollgate-response-ratelimiting
+// config as Kong sends it for the keys command: the first resource's
+// counters (one resource at a time: `keys` reads one policy).
+func ResponseLimitsKeysTarget(b []byte) (keys.Target, error) {
+	var c ResponseLimitsConfig
+	if err := c.UnmarshalJSON(b); err != nil {
+		return keys.Target{}, err
+	}
+	rl := c.compiled
+	return keys.Target{Name: rl.name, Policy: rl.policies[0], Store: rl.storeConfig, Prefix: rl.scope}, nil
+}
