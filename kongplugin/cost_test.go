@@ -19,7 +19,7 @@ import (
 // The table it measures is the one in docs/kong.md, word for word.
 func TestKongEventsAndCallsPerRequest(t *testing.T) {
 	phases := map[string][]string{}
-	for _, pkg := range []string{kongproc.PluginPackage, kongproc.ResponsePackage} {
+	for _, pkg := range []string{kongproc.PluginPackage, kongproc.ResponsePackage, kongproc.ResponseLimitsPackage} {
 		var info struct {
 			Plugins []struct {
 				Name   string
@@ -31,7 +31,10 @@ func TestKongEventsAndCallsPerRequest(t *testing.T) {
 		}
 		phases[pkg] = info.Plugins[0].Phases
 	}
-	servers := map[string]*kongproc.Server{kongproc.PluginPackage: kongproc.Start(t), kongproc.ResponsePackage: kongproc.StartResponse(t)}
+	servers := map[string]*kongproc.Server{kongproc.PluginPackage: kongproc.Start(t), kongproc.ResponsePackage: kongproc.StartResponse(t),
+		kongproc.ResponseLimitsPackage: kongproc.StartPackage(t, kongproc.ResponseLimitsPackage)}
+	video := map[string]any{"video": map[string]any{"minute": 100}}
+	usage := http.Header{"X-Kong-Limit": {"video=1"}}
 	inFlight := []any{map[string]any{"count": 100, "window": "1m", "algorithm": "in_flight"}}
 	rows := []struct {
 		what   string
@@ -60,13 +63,32 @@ func TestKongEventsAndCallsPerRequest(t *testing.T) {
 			kongproc.Request{ForwardedIP: "192.0.2.1", Status: 401, Source: "service"}, false},
 		{"`charge` by `cost_header`, `limit_by: ip`", kongproc.ResponsePackage, map[string]any{"minute": 100, "limit_by": "ip", "charge": map[string]any{"cost_header": "X-Usage"}},
 			kongproc.Request{ForwardedIP: "192.0.2.1", Status: 200, Source: "service", ServiceHeaders: http.Header{"X-Usage": {"3"}}}, false},
+		{"`limits: {video: {minute: 100}}`, `limit_by: ip`", kongproc.ResponseLimitsPackage, map[string]any{"limits": video, "limit_by": "ip"},
+			kongproc.Request{ForwardedIP: "192.0.2.1", ServiceHeaders: usage}, false},
+		{"the same, `hide_client_headers: true`", kongproc.ResponseLimitsPackage, map[string]any{"limits": video, "limit_by": "ip", "hide_client_headers": true},
+			kongproc.Request{ForwardedIP: "192.0.2.1", ServiceHeaders: usage}, false},
+		{"`limits: {video: {minute: 1}}`, `limit_by: ip`, refused in the response phase", kongproc.ResponseLimitsPackage,
+			map[string]any{"limits": map[string]any{"video": map[string]any{"minute": 1}}, "limit_by": "ip"},
+			kongproc.Request{ForwardedIP: "192.0.2.1", ServiceHeaders: usage}, true},
+		{"the same, `block_on_first_violation: true`, refused in the access phase", kongproc.ResponseLimitsPackage,
+			map[string]any{"limits": map[string]any{"video": map[string]any{"minute": 1}}, "limit_by": "ip", "block_on_first_violation": true},
+			kongproc.Request{ForwardedIP: "192.0.2.1", ServiceHeaders: usage}, true},
 	}
 	var table strings.Builder
 	table.WriteString("| config | plugin | events | PDK calls |\n| --- | --- | --- | --- |\n")
 	for i, row := range rows {
 		c := servers[row.pkg].Dial()
-		row.config["namespace"] = fmt.Sprintf("cost-%d", i)
-		id := start(t, c, row.config)
+		var id int32
+		if row.pkg == kongproc.ResponseLimitsPackage {
+			row.config["route_id"] = fmt.Sprintf("cost-%d", i) // its own counters
+			var err error
+			if id, err = c.StartInstance(rrlConfig(row.config)); err != nil {
+				t.Fatalf("%s: %v", row.what, err)
+			}
+		} else {
+			row.config["namespace"] = fmt.Sprintf("cost-%d", i)
+			id = start(t, c, row.config)
+		}
 		run := func() (events int, calls []string) {
 			req := row.req
 			req.Shared = map[string]any{}
@@ -78,6 +100,8 @@ func TestKongEventsAndCallsPerRequest(t *testing.T) {
 					res, err = c.Access(id, req)
 				case "log":
 					res, err = c.Log(id, req)
+				case "response":
+					res, err = c.Response(id, req)
 				default:
 					t.Fatalf("%s: phase %q", row.what, phase)
 				}
@@ -87,6 +111,10 @@ func TestKongEventsAndCallsPerRequest(t *testing.T) {
 				events++
 				calls = append(calls, res.Calls...)
 				if res.Exited {
+					c = servers[row.pkg].Dial() // exit ends the connection, as in Kong
+					if phase == "access" && row.pkg == kongproc.ResponseLimitsPackage {
+						return events, calls // an exit in access: Kong does not proxy, no response phase
+					}
 					break // Kong's exit ends the access phase; the log phase still follows
 				}
 			}
@@ -101,8 +129,11 @@ func TestKongEventsAndCallsPerRequest(t *testing.T) {
 			names[i] = "`" + strings.TrimPrefix(call, "kong.") + "`"
 		}
 		plugin := "tollgate"
-		if row.pkg == kongproc.ResponsePackage {
+		switch row.pkg {
+		case kongproc.ResponsePackage:
 			plugin = "tollgate-response"
+		case kongproc.ResponseLimitsPackage:
+			plugin = "tollgate-response-ratelimiting"
 		}
 		fmt.Fprintf(&table, "| %s | %s | %d | %d: %s |\n", row.what, plugin, events, len(calls), strings.Join(names, ", "))
 		c.Close()

@@ -32,10 +32,16 @@ import (
 // reads it from the query command.
 func adminAPI(t *testing.T) *kongschema.Schema {
 	t.Helper()
+	return adminAPIOf(t, kongproc.PluginPackage)
+}
+
+// adminAPIOf is adminAPI for the plugin server command pkg.
+func adminAPIOf(t *testing.T, pkg string) *kongschema.Schema {
+	t.Helper()
 	var dump struct {
 		Plugins []struct{ Schema map[string]any }
 	}
-	dec := json.NewDecoder(bytes.NewReader(kongproc.Dump(t)))
+	dec := json.NewDecoder(bytes.NewReader(kongproc.DumpOf(t, pkg)))
 	dec.UseNumber() // numbers as dumped
 	if err := dec.Decode(&dump); err != nil {
 		t.Fatal(err)

@@ -416,3 +416,81 @@ func TestKongResponseLimitsFleet(t *testing.T) {
 		t.Fatalf("events %d calls %v, want 2 events and %v", r.events, r.calls, wantCalls)
 	}
 }
+
+// TestKongResponseLimitsSpecSchema replays every it() of
+// spec/03-plugins/24-response-rate-limiting/01-schema_spec.lua against
+// the dumped schema, as Kong's Admin API reads it, with Kong 3.9.3's
+// verdicts and stored configs as the kong-schema harness gave them
+// (KONG_PLUGIN=response-ratelimiting): the same verdict on every case a
+// dump can express. The period-order cases are Kong's custom_validator, a
+// Lua function no dump carries: the plugin takes them (and logs Kong's
+// words), enforcing each period on its own. An accepted config must start
+// in the plugin.
+func TestKongResponseLimitsSpecSchema(t *testing.T) {
+	api := adminAPIOf(t, kongproc.ResponseLimitsPackage)
+	clock := newRRLClock(t)
+	node := startRRL(t, clock)
+	video := func(periods map[string]any) map[string]any { return map[string]any{"video": periods} }
+	redis := map[string]any{"port": 6379, "database": 0, "username": "test", "password": "testXXX", "ssl": true, "ssl_verify": false,
+		"timeout": 1100, "server_name": "test-redis.example.com"}
+	withHost := map[string]any{"host": "localhost"}
+	for k, v := range redis {
+		withHost[k] = v
+	}
+	for _, tc := range []struct {
+		it     string
+		config map[string]any
+		kong   string // Kong's error ("" accepts)
+		taken  bool   // Kong refuses in Lua; tollgate takes it
+	}{
+		{"proper config validates", map[string]any{"limits": video(map[string]any{"second": 1})}, "", false},
+		{"proper config validates (bis)", map[string]any{"limits": video(map[string]any{"second": 1, "minute": 2, "hour": 3, "day": 4, "month": 5, "year": 6})}, "", false},
+		{"empty config", map[string]any{}, "config.limits: required field missing", false},
+		{"empty config (limits = {})", map[string]any{"limits": map[string]any{}}, "config.limits: length must be at least 1", false},
+		{"invalid limit", map[string]any{"limits": video(map[string]any{"seco": 1})}, "config.limits.seco: unknown field", false},
+		{"limits: 'null' value does not cause 500, issue #8314", map[string]any{"limits": video(map[string]any{"second": nil, "minute": 1})}, "", false},
+		{"limits: smaller unit is less than bigger unit", map[string]any{"limits": video(map[string]any{"second": 2, "minute": 1})},
+			"the limit for minute(1.0) cannot be lower than the limit for second(2.0)", true},
+		{"limits: smaller unit is less than bigger unit (bis)", map[string]any{"limits": video(map[string]any{"second": 1, "minute": 2, "hour": 3, "day": 4, "month": 6, "year": 5})},
+			"the limit for year(5.0) cannot be lower than the limit for month(6.0)", true},
+		{"invaldid unit type", map[string]any{"limits": map[string]any{"second": 10}}, "config.limits: expected a record", false},
+		{"proper config validates with redis new structure", map[string]any{"limits": video(map[string]any{"second": 10}), "policy": "redis", "redis": withHost}, "", false},
+		{"proper config validates with redis legacy structure", map[string]any{"limits": video(map[string]any{"second": 10}), "policy": "redis",
+			"redis_host": "localhost", "redis_port": 6379, "redis_database": 0, "redis_username": "test", "redis_password": "testXXX",
+			"redis_ssl": true, "redis_ssl_verify": false, "redis_timeout": 1100, "redis_server_name": "test-redis.example.com"}, "", false},
+		// Kong: config.redis.host: required field missing; tollgate's
+		// record also takes Cluster or Sentinel addresses instead of a host.
+		{"verifies that redis required fields are supplied", map[string]any{"limits": video(map[string]any{"second": 10}), "policy": "redis", "redis": redis},
+			"must set one of 'config.redis.host', 'config.redis_host', 'config.redis.cluster_addresses', 'config.redis.sentinel_master' when 'policy' is 'redis'", false},
+	} {
+		config, err := stored(t, api, tc.config, "route-schema", nil)
+		switch {
+		case tc.kong == "" || tc.taken:
+			if err != nil {
+				t.Errorf("%s: Kong's Admin API stores it; the dumped schema refuses: %v", tc.it, err)
+				continue
+			}
+		case err == nil || !strings.Contains(err.Error(), tc.kong):
+			t.Errorf("%s: Kong refuses with %q; the dumped schema says %v", tc.it, tc.kong, err)
+			continue
+		default:
+			continue // refused at the Admin API: no instance
+		}
+		if _, err := node.c.StartInstance(config); err != nil {
+			t.Errorf("%s: the Admin API stores it, the plugin does not start it: %v", tc.it, err)
+			node.c = node.srv.Dial()
+		}
+	}
+	// What Kong 3.9.3 stores for {limits = {video = {minute = 10}}}: the
+	// stored config's Kong fields, as the harness printed them.
+	config, err := stored(t, api, map[string]any{"limits": video(map[string]any{"minute": 10})}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for field, want := range map[string]any{"header_name": "x-kong-limit", "limit_by": "consumer", "policy": "local", "fault_tolerant": true,
+		"block_on_first_violation": false, "hide_client_headers": false} {
+		if config[field] != want {
+			t.Errorf("stored %s = %v, Kong stores %v", field, config[field], want)
+		}
+	}
+}

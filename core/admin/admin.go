@@ -125,12 +125,17 @@ func find(name string) (*entry, int, bool) {
 	return nil, 0, false
 }
 
-// policyName is what the API calls rule i.
+// policyName is what the API calls rule i: the entry's name, followed by
+// ",policy=<the rule's policy>" when its gate has several rules.
 func (e *entry) policyName(i int) string {
-	if e.name != "" {
-		return e.name
+	rules := e.gate.Rules()
+	switch {
+	case e.name == "":
+		return rules[i].Limiter.Policy().Name()
+	case len(rules) > 1:
+		return e.name + ",policy=" + rules[i].Limiter.Policy().Name()
 	}
-	return e.gate.Rules()[i].Limiter.Policy().Name()
+	return e.name
 }
 
 // showKey is a store key as operators see it: without the entry's prefix,

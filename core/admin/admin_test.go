@@ -84,3 +84,47 @@ func FuzzAdminAPI(f *testing.F) {
 		}
 	})
 }
+
+// TestRegisterRuleOfSeveralPolicies: a named entry whose gate has several
+// rules (one per policy) names each "<name>,policy=<policy>", so every
+// rule's keys can be read and reset, not only the first one's.
+func TestRegisterRuleOfSeveralPolicies(t *testing.T) {
+	h, err := store.Acquire(store.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Release() })
+	var rules []gate.Rule
+	for _, name := range []string{"image", "video"} {
+		rule, err := h.Rule(core.MustPolicy(name, core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute}), spec.EmptyKeySkip, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules = append(rules, rule)
+	}
+	g, err := gate.New(gate.Config{Rules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	RegisterRule("route=r1,service=", "scope|", g, h)
+	var d core.Decision
+	for range 3 {
+		if err := rules[1].Limiter.Decide(t.Context(), "scope|alice", 1, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := httptest.NewServer(Handler("/tollgate/"))
+	defer srv.Close()
+	res, err := http.Get(srv.URL + "/tollgate/keys?policy=route%3Dr1%2Cservice%3D%2Cpolicy%3Dvideo&key=alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var body map[string]any
+	if err := json.NewDecoder(res.Body).Decode(&body); err != nil || res.StatusCode != 200 {
+		t.Fatalf("%d %v", res.StatusCode, err)
+	}
+	if b, _ := json.Marshal(body); !strings.Contains(string(b), `"remaining":7`) {
+		t.Fatalf("video's usage of alice: %s, want 7 remaining", b)
+	}
+}

@@ -134,21 +134,25 @@ func contains(list []string, v string) bool {
 }
 
 // reportedCost reads a cost header's value: a whole number, or with name,
-// name's entry in "a=1, b=2". A negative, fractional or garbled value is
+// name's entry in "a=1, b=2" (its last, when it has several). A negative, fractional or garbled value is
 // not usable (false); a huge one is algo.MaxCount.
 func reportedCost(v, name string) (int64, bool) {
 	if name != "" {
+		// The last entry of the name counts, as in Kong's
+		// response-ratelimiting (header_filter.lua, parse_header: each
+		// entry overwrites the one before).
 		found := false
-		for _, entry := range strings.Split(v, ",") {
-			k, val, ok := strings.Cut(entry, "=")
+		entry := ""
+		for _, e := range strings.Split(v, ",") {
+			k, val, ok := strings.Cut(e, "=")
 			if ok && strings.TrimSpace(k) == name {
-				v, found = val, true
-				break
+				entry, found = val, true
 			}
 		}
 		if !found {
 			return 0, false
 		}
+		v = entry
 	}
 	v = strings.TrimSpace(v)
 	if v == "" || len(v) > 64 {
