@@ -70,6 +70,19 @@ func stored(t *testing.T, api *kongschema.Schema, config map[string]any, routeID
 	return c, nil
 }
 
+// specRedis are the redis records of Kong's schema specs: without a host
+// (what "verifies that redis required fields are supplied" writes), and
+// with one (spec/internal/constants.lua's defaults).
+func specRedis() (redis, withHost map[string]any) {
+	redis = map[string]any{"port": 6379, "database": 0, "username": "test", "password": "testXXX", "ssl": true, "ssl_verify": false,
+		"timeout": 1100, "server_name": "test-redis.example.com"}
+	withHost = map[string]any{"host": "localhost"}
+	for k, v := range redis {
+		withHost[k] = v
+	}
+	return redis, withHost
+}
+
 // TestKongSpecSchema replays every it() of 01-schema_spec.lua: Kong's
 // verdict at the Admin API, and an accepted config must start in the
 // plugin. The two period-order cases are tollgate's documented choice (a
@@ -81,12 +94,7 @@ func TestKongSpecSchema(t *testing.T) {
 	srv := kongproc.Start(t)
 	c := srv.Dial()
 	defer c.Close()
-	redis := map[string]any{"port": 6379, "database": 0, "username": "test", "password": "testXXX", "ssl": true, "ssl_verify": false,
-		"timeout": 1100, "server_name": "test-redis.example.com"}
-	withHost := map[string]any{"host": "localhost"}
-	for k, v := range redis {
-		withHost[k] = v
-	}
+	redis, withHost := specRedis()
 	for _, tc := range []struct {
 		it      string
 		config  map[string]any

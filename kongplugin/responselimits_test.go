@@ -431,12 +431,7 @@ func TestKongResponseLimitsSpecSchema(t *testing.T) {
 	clock := newRRLClock(t)
 	node := startRRL(t, clock)
 	video := func(periods map[string]any) map[string]any { return map[string]any{"video": periods} }
-	redis := map[string]any{"port": 6379, "database": 0, "username": "test", "password": "testXXX", "ssl": true, "ssl_verify": false,
-		"timeout": 1100, "server_name": "test-redis.example.com"}
-	withHost := map[string]any{"host": "localhost"}
-	for k, v := range redis {
-		withHost[k] = v
-	}
+	redis, withHost := specRedis()
 	for _, tc := range []struct {
 		it     string
 		config map[string]any
