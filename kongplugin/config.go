@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
@@ -362,7 +363,7 @@ func KeysTarget(b []byte) (keys.Target, error) {
 		return keys.Target{}, err
 	}
 	inst := c.compiled
-	return keys.Target{Name: inst.name, Policy: inst.policy, Store: inst.storeConfig, Prefix: inst.scope}, nil
+	return keys.Target{Name: inst.name, Policies: []*core.Policy{inst.policy}, Store: inst.storeConfig, Prefix: inst.scope}, nil
 }
 
 // period is one of Kong's periods: its field, which is also the limit's

@@ -330,18 +330,13 @@ func headerValues(all map[string][]string, name string) string {
 }
 
 // ResponseLimitsKeysTarget compiles a tollgate-response-ratelimiting
-// config as Kong sends it for the keys command: the first resource's
-// counters, by name (`keys` reads one policy; the admin socket serves each
-// resource as <scope>,policy=<resource>).
+// config as Kong sends it for the keys command: one policy per resource,
+// which --policy picks by the resource's name.
 func ResponseLimitsKeysTarget(b []byte) (keys.Target, error) {
 	var c ResponseLimitsConfig
 	if err := c.UnmarshalJSON(b); err != nil {
 		return keys.Target{}, err
 	}
 	rl := c.compiled
-	name := rl.name
-	if len(rl.resources) > 1 {
-		name += ",policy=" + rl.resources[0]
-	}
-	return keys.Target{Name: name, Policy: rl.policies[0], Store: rl.storeConfig, Prefix: rl.scope}, nil
+	return keys.Target{Name: rl.name, Policies: rl.policies, Store: rl.storeConfig, Prefix: rl.scope}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -487,5 +488,69 @@ func TestKongResponseLimitsSpecSchema(t *testing.T) {
 		if config[field] != want {
 			t.Errorf("stored %s = %v, Kong stores %v", field, config[field], want)
 		}
+	}
+}
+
+// TestKongResponseLimitsKeys: the keys command reads each resource's
+// counters from Redis, the resource picked by --policy (the first by
+// name by default), and names the config's resources when --policy names
+// none of them.
+func TestKongResponseLimitsKeys(t *testing.T) {
+	rs := redistest.StartT(t)
+	clock := newRRLClock(t)
+	node := startRRL(t, clock)
+	fields := map[string]any{"policy": "redis", "redis": rs.KongRecord(), "limit_by": "ip",
+		"limits": map[string]any{"video": map[string]any{"minute": 20}, "image": map[string]any{"minute": 10}}}
+	id := node.start(fields)
+	const ip = "203.0.113.9"
+	for range 3 {
+		if r := node.call(id, kongproc.Request{ForwardedIP: ip}, "video=2, image=1"); r.status != 200 {
+			t.Fatalf("call: %d", r.status)
+		}
+	}
+	config := rrlConfig(fields)
+	for _, attached := range []string{"route_id", "service_id", "consumer_id", "__plugin_id"} {
+		delete(config, attached)
+	}
+	b, _ := json.Marshal(map[string]any{"id": "plugin-rrl", "name": "tollgate-response-ratelimiting", "config": config,
+		"route": map[string]any{"id": "route-1"}, "service": map[string]any{"id": "service-1"}})
+	plugin := filepath.Join(t.TempDir(), "plugin.json")
+	if err := os.WriteFile(plugin, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(want int, args ...string) (map[string]any, string) {
+		t.Helper()
+		cmd := exec.Command(kongproc.BinaryOf(t, kongproc.ResponseLimitsPackage), append([]string{"keys"}, args...)...)
+		cmd.Env = append(os.Environ(), store.TestClockFileEnv+"="+clock.file) // the plugin server's time
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, _ := cmd.Output()
+		if code := cmd.ProcessState.ExitCode(); code != want {
+			t.Fatalf("keys %v: exit %d, want %d\n%s%s", args, code, want, out, stderr.String())
+		}
+		var v map[string]any
+		if want == 0 {
+			if err := json.Unmarshal(out, &v); err != nil {
+				t.Fatalf("keys %v: %v\n%s", args, err, out)
+			}
+		}
+		return v, stderr.String()
+	}
+	for _, tc := range []struct{ policy, want, name string }{
+		{"", "minute:3/10", "route=route-1,service=service-1,policy=image"},
+		{"image", "minute:3/10", "route=route-1,service=service-1,policy=image"},
+		{"video", "minute:6/20", "route=route-1,service=service-1,policy=video"},
+	} {
+		args := []string{"show", "--plugin", plugin, "--key", ip}
+		if tc.policy != "" {
+			args = append(args, "--policy", tc.policy)
+		}
+		v, _ := run(0, args...)
+		if got := used(v); got != tc.want || v["policy"] != tc.name {
+			t.Errorf("--policy %q: %s as %v, want %s as %s", tc.policy, got, v["policy"], tc.want, tc.name)
+		}
+	}
+	if _, stderr := run(1, "show", "--plugin", plugin, "--key", ip, "--policy", "audio"); !strings.Contains(stderr, `["image" "video"]`) {
+		t.Errorf("--policy audio: %q, want the config's resources named", stderr)
 	}
 }

@@ -24,13 +24,17 @@ import (
 	"github.com/tollgate/tollgate/core/store"
 )
 
-// Target is one policy over its store, as the keys command reaches it
-// without a running gateway (Kong's plugin config, compiled).
+// Target is a plugin config's policies over their store, as the keys
+// command reaches them without a running gateway (Kong's plugin config,
+// compiled).
 type Target struct {
-	// Name names the policy in answers.
-	Name   string
-	Policy *core.Policy
-	Store  store.Config
+	// Name names the config's policy in answers; with several policies,
+	// each is Name,policy=<its name>, as the admin socket names them.
+	Name string
+	// Policies are the config's policies: one, or one per resource, of
+	// which --policy <name> picks one (the first by default).
+	Policies []*core.Policy
+	Store    store.Config
 	// Prefix is prefixed to the keys operators give (Kong's scope).
 	Prefix string
 }
@@ -39,6 +43,8 @@ type Target struct {
 const Usage = `usage:
   keys show  --plugin FILE --key KEY [--plan PLAN]    a key's usage in each limit, read from Redis
   keys reset --plugin FILE --key KEY [--limit LIMIT]  forget a key's usage (every limit, or one)
+             [--policy NAME]                          with --plugin, a config of several policies'
+                                                      (response-ratelimiting's resources) one
   keys show|reset|top|policies --socket PATH [--policy NAME] ...
                                                      the same, and the keys denied most, asked of a
                                                      running server started with ` + admin.SocketEnv + `=PATH
@@ -115,15 +121,40 @@ func direct(ctx context.Context, file, method, path string, q url.Values, open f
 		return nil, err
 	}
 	defer h.Release()
-	if err := h.CheckPolicy(t.Policy); err != nil {
+	p, name, err := t.pick(q.Get("policy"))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if err := h.CheckPolicy(p); err != nil {
 		return nil, err
 	}
 	// One call, no requests: no sketch of the keys denied most.
-	gate, err := gate.New(gate.Config{Rules: []gate.Rule{{Limiter: core.NewLimiter(t.Policy, h.Store)}}, TopDenied: -1})
+	gate, err := gate.New(gate.Config{Rules: []gate.Rule{{Limiter: core.NewLimiter(p, h.Store)}}, TopDenied: -1})
 	if err != nil {
 		return nil, err
 	}
-	return admin.Answer(ctx, gate, h, t.Name, t.Prefix, method, path, q)
+	return admin.Answer(ctx, gate, h, name, t.Prefix, method, path, q)
+}
+
+// pick returns the policy --policy names (by its own name, or as the
+// answers name it), or the first when it names none, and its name in
+// answers.
+func (t *Target) pick(want string) (*core.Policy, string, error) {
+	if len(t.Policies) == 0 {
+		return nil, "", fmt.Errorf("the config has no policy")
+	}
+	if len(t.Policies) == 1 {
+		return t.Policies[0], t.Name, nil
+	}
+	var names []string
+	for _, p := range t.Policies {
+		shown := t.Name + ",policy=" + p.Name()
+		if want == "" || want == p.Name() || want == shown {
+			return p, shown, nil
+		}
+		names = append(names, p.Name())
+	}
+	return nil, "", fmt.Errorf("--policy %q: the config's policies are %q", want, names)
 }
 
 // askSocket asks the API a server serves on the Unix socket at path.
