@@ -138,9 +138,8 @@ func contains(list []string, v string) bool {
 // not usable (false); a huge one is algo.MaxCount.
 func reportedCost(v, name string) (int64, bool) {
 	if name != "" {
-		// The last entry of the name counts, as in Kong's
-		// response-ratelimiting (header_filter.lua, parse_header: each
-		// entry overwrites the one before).
+		// The last entry of the name counts: each entry overwrites the
+		// one before, as gateways that report usage this way read it.
 		found := false
 		entry := ""
 		for _, e := range strings.Split(v, ",") {

@@ -37,7 +37,7 @@ func TestResponseCost(t *testing.T) {
 		{Charge{CostHeader: "X-Limit", CostEntry: "videos"}, 200, map[string]string{"X-Limit": "videos=2, images=4"}, 2, true},
 		{Charge{CostHeader: "X-Limit", CostEntry: "images"}, 200, map[string]string{"X-Limit": "videos=2, images=4"}, 4, true},
 		{Charge{CostHeader: "X-Limit", CostEntry: "audio"}, 200, map[string]string{"X-Limit": "videos=2, images=4"}, 0, true},
-		// The last entry of a name counts, as Kong's parse_header reads it.
+		// The last entry of a name counts.
 		{Charge{CostHeader: "X-Limit", CostEntry: "videos"}, 200, map[string]string{"X-Limit": "videos=2, images=4, videos=3"}, 3, true},
 	} {
 		rc, err := tc.charge.Compile()

@@ -137,7 +137,7 @@ func TestEventualRefusesOtherAlgorithms(t *testing.T) {
 // before the lock, overtaken by a concurrent decision across a window
 // boundary) must not move the state back a window: doing so forgot the
 // new window's count, and a node admitted more than the limit in it (seen
-// once as 203 of 200 in TestCaddyPartitionEventual). As the memory store,
+// once as 203 of 200 in a real gateway's partition test). As the memory store,
 // each key's time only moves forward.
 func TestEventualKeyTimeNeverGoesBack(t *testing.T) {
 	prefix := fmt.Sprintf("ev%d:", time.Now().UnixNano())

@@ -120,7 +120,7 @@ func TestCountersSurviveAnEqualPolicy(t *testing.T) {
 	if d.Allowed {
 		t.Fatal("an equal policy did not see the counters")
 	}
-	// A raised limit keeps what was used (Kong's counters do): 2 of 3.
+	// A raised limit keeps what was used (as gateways' own counters do): 2 of 3.
 	_ = s.Decide(context.Background(), fixed(3, time.Hour), "k", 1, &d)
 	if !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("a raised limit: allowed %v remaining %d, want the 3rd allowed and none left", d.Allowed, d.Remaining)
