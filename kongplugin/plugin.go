@@ -64,24 +64,40 @@ type instance struct {
 // over it; Kong has no instance-close event: the handle lives with the process.
 func (inst *instance) gateOrErr() (*gate.Gate, error) {
 	inst.once.Do(func() {
-		h, err := store.Acquire(inst.storeConfig)
-		var rule gate.Rule
-		if err == nil {
-			h.LogStateChanges(log.Printf) // Kong logs the plugin server's output
-			rule, err = h.Rule(inst.policy, spec.EmptyKeySkip, inst.scope)
-			rule.Charge = inst.charge
-		}
-		if err == nil {
-			inst.gate, err = gate.New(gate.Config{Rules: []gate.Rule{rule}, Status: inst.ErrorCode, Headers: inst.headers})
-		}
-		if err == nil {
-			admin.RegisterRule(inst.name, inst.scope, inst.gate, h)
-		}
-		if inst.openErr = err; err != nil {
-			log.Printf("tollgate: %v", err) // once per instance, not per request
-		}
+		inst.gate, inst.openErr = openGate("tollgate", inst.storeConfig, inst.name, inst.scope,
+			gate.Config{Status: inst.ErrorCode, Headers: inst.headers}, []*core.Policy{inst.policy}, []*spec.ResponseCost{inst.charge})
 	})
 	return inst.gate, inst.openErr
+}
+
+// openGate opens (or joins) the store sc and builds a gate of cfg over it,
+// one rule per policy in scope, charged after the response as charges[i]
+// says (nil: as requests arrive), and registers it with the operators' API
+// as name. A failure is logged once, under plugin's name, and returned.
+func openGate(plugin string, sc store.Config, name, scope string, cfg gate.Config, policies []*core.Policy, charges []*spec.ResponseCost) (*gate.Gate, error) {
+	h, err := store.Acquire(sc)
+	if err == nil {
+		h.LogStateChanges(log.Printf) // Kong logs the plugin server's output
+		for i, p := range policies {
+			var rule gate.Rule
+			if rule, err = h.Rule(p, spec.EmptyKeySkip, scope); err != nil {
+				break
+			}
+			rule.Charge = charges[i]
+			cfg.Rules = append(cfg.Rules, rule)
+		}
+	}
+	var g *gate.Gate
+	if err == nil {
+		g, err = gate.New(cfg)
+	}
+	if err == nil {
+		admin.RegisterRule(name, scope, g, h)
+	}
+	if err != nil {
+		log.Printf("%s: %v", plugin, err) // once per instance, not per request
+	}
+	return g, err
 }
 
 // Access decides the request in Kong's access phase: headers on the way

@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed" // response_ratelimiting.json
 	"fmt"
-	"log"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"github.com/Kong/go-pdk/server"
 
 	"github.com/tollgate/tollgate/core"
-	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
@@ -158,50 +156,25 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 // gate over it: one rule per resource, each keyed as the request is.
 func (rl *responseLimits) gateOrErr() (*gate.Gate, error) {
 	rl.once.Do(func() {
-		h, err := store.Acquire(rl.storeConfig)
-		var rules []gate.Rule
-		if err == nil {
-			h.LogStateChanges(log.Printf)
-			for i, p := range rl.policies {
-				var rule gate.Rule
-				if rule, err = h.Rule(p, spec.EmptyKeySkip, rl.scope); err != nil {
-					break
-				}
-				rule.Charge = rl.charges[i]
-				rules = append(rules, rule)
-			}
-		}
-		if err == nil {
-			// The headers are the plugin's own (see setUsage): none from the gate.
-			rl.gate, err = gate.New(gate.Config{Rules: rules, Headers: headers.Options{Style: headers.None}})
-		}
-		if err == nil {
-			admin.RegisterRule(rl.name, rl.scope, rl.gate, h)
-		}
-		if rl.openErr = err; err != nil {
-			log.Printf("tollgate-response-ratelimiting: %v", err)
-		}
+		// The headers are the plugin's own (see setUsage): none from the gate.
+		rl.gate, rl.openErr = openGate("tollgate-response-ratelimiting", rl.storeConfig, rl.name, rl.scope,
+			gate.Config{Headers: headers.Options{Style: headers.None}}, rl.policies, rl.charges)
 	})
 	return rl.gate, rl.openErr
 }
 
-// usage is what a request's access phase saw of each resource (in
-// resources' order), kept for its response phase.
-type usage struct {
-	decisions []core.Decision
-}
-
-// usageSeen hears each resource's decision of a request.
+// usageSeen hears each resource's decision of a request: seen[i] is
+// what the access phase saw of resources[i], kept for the response phase.
 type usageSeen struct {
 	in   gate.Input
-	seen *usage
+	seen []core.Decision
 }
 
 func (u *usageSeen) Input(int) (gate.Input, error) { return u.in, nil }
 
 func (u *usageSeen) Decided(rule int, d *core.Decision, err error, _ time.Duration) {
 	if err == nil {
-		u.seen.decisions[rule] = *d
+		u.seen[rule] = *d
 	}
 }
 
@@ -217,7 +190,7 @@ func spent(d *core.Decision) bool { return d.Policy != nil && (!d.Allowed || d.S
 func (c *ResponseLimitsConfig) Access(kong *pdk.PDK) {
 	rl := c.compiled
 	g, err := rl.gateOrErr()
-	seen := &usage{decisions: make([]core.Decision, len(rl.resources))}
+	seen := make([]core.Decision, len(rl.resources))
 	var outcome gate.Outcome
 	if err == nil {
 		id, _ := identifier(kong, rl.LimitBy, "", "")
@@ -235,7 +208,7 @@ func (c *ResponseLimitsConfig) Access(kong *pdk.PDK) {
 	if !rl.HideClientHeaders {
 		h := map[string][]string{}
 		for i, name := range rl.resources {
-			if d := &seen.decisions[i]; d.Policy != nil && !d.Fallback {
+			if d := &seen[i]; d.Policy != nil && !d.Fallback {
 				h["X-RateLimit-Remaining-"+name] = []string{strconv.FormatInt(max(0, d.Remaining), 10)}
 			}
 		}
@@ -267,16 +240,20 @@ func (c *ResponseLimitsConfig) Response(kong *pdk.PDK) {
 	if parked == nil {
 		return
 	}
-	seen, _ := parked.seen.(*usage)
+	// This request's own copy, parked by its access phase: the charges
+	// overwrite the resources they charge, for the headers.
+	shown, _ := parked.seen.([]core.Decision)
+	if len(shown) != len(rl.resources) {
+		return
+	}
 	all, _ := kong.ServiceResponse.GetHeaders(-1)
 	values := headerValues(all, rl.HeaderName)
 	header := func(string) string { return values }
 	_ = kong.Response.ClearHeader(rl.HeaderName)
 
-	shown := slices.Clone(seen.decisions)
 	stop := false
 	for i := range rl.resources {
-		if cost, _ := rl.charges[i].Cost(0, header); cost > 0 && spent(&seen.decisions[i]) {
+		if cost, _ := rl.charges[i].Cost(0, header); cost > 0 && spent(&shown[i]) {
 			stop = true
 		}
 	}
