@@ -234,14 +234,15 @@ func watchFactor(nodes ...*caddyproc.Caddy) *factorWatch {
 	return w
 }
 
-// explain stops the watch and, if t has failed, logs the upstream's
-// figures for each whole half second of the load (which ended at end) and
-// the factors seen.
+// explain stops the watch and, if t has failed or runs verbose (as make
+// adaptive-fleet runs it), logs the upstream's figures for each whole half
+// second of the load (which ended at end) and the factors seen: what a run
+// of ten needs to tell where a bad run's failures came from.
 func (w *factorWatch) explain(t *testing.T, up *modelUpstream, end time.Time) {
 	t.Helper()
 	close(w.stop)
 	<-w.stopped
-	if !t.Failed() {
+	if !t.Failed() && !testing.Verbose() {
 		return
 	}
 	for from := w.start; !from.Add(time.Second / 2).After(end); from = from.Add(time.Second / 2) {

@@ -24,7 +24,7 @@ type GradientState struct {
 	// [MinFactor, 1].
 	Factor float64
 	// Growth is what the next healthy interval multiplies the factor by,
-	// less 1 (0: Increase).
+	// less 1 (0: Increase; at most maxGrowth).
 	Growth float64
 	// Ceiling is the capacity the last congestion measured, as a factor
 	// (the share the upstream served; 0: none).
@@ -46,6 +46,12 @@ type GradientState struct {
 	// shows what the upstream still owed the old factor (a refusal window
 	// of its own, a queue), so it neither cuts nor grows.
 	Cut int64
+	// Peak is the highest capacity measured (a factor; 0: none, or grown
+	// past): growth stops once there, and probes near it dwell.
+	Peak float64
+	// Probed counts the clean intervals in a row spent past the Ceiling,
+	// the factor held there (see probeDwell).
+	Probed int64
 	// Judged is when the last interval was judged, in µs.
 	Judged int64
 	// Pending sums the signals heard since Judged (in the fleet, from every
@@ -71,6 +77,17 @@ const MeasureEvery = 40
 // of a loaded gateway in front of a sub-millisecond upstream, where
 // Tolerance alone would read a pause as a queue.
 const latencySlack = 1000
+
+// probeStrictness divides ErrorRate while the factor is past the Ceiling.
+const probeStrictness = 4
+
+// probeDwell is how many clean intervals in a row past the Ceiling show
+// that the capacity grew.
+const probeDwell = 2
+
+// maxGrowth is the most one healthy interval grows the factor by, less 1:
+// a growth that doubles on past the capacity overshoots it by as much.
+const maxGrowth = 0.5
 
 // measuringStage is GradientState.Measuring's last stage: the interval
 // measured, after one to four in which the upstream drained.
@@ -101,7 +118,18 @@ const measuringStage = 5
 // Healthy, it grows by Growth, which doubles each healthy interval (from
 // Increase), back to the Ceiling, where it stops once; just past the
 // Ceiling (within Increase) or while latency is halfway to its bound, the
-// growth stays as it is. The factor stays within [MinFactor, 1].
+// growth stays as it is.
+//
+// Past the Ceiling the factor probes for more, with care: a quarter of
+// ErrorRate failing is congestion there, and a clean interval holds the
+// factor for a second look (probeDwell) before the Ceiling is forgotten,
+// since an upstream that absorbs a burst (a queue, a token bucket) shows a
+// small excess only after a while. A congestion of a binding limit by
+// such a probe confirms a capacity, and the highest confirmed is the Peak:
+// once the Ceiling is forgotten, growth stops once at the Peak, and probes
+// past it as past the Ceiling; a clean probe well below the Peak (a
+// capacity come back) forgets the Ceiling at once and grows twice as fast.
+// The factor stays within [MinFactor, 1].
 //
 // gradient.lua is its twin, run in Redis on the server's TIME, with the
 // same floating-point operations in the same order; TestGradientLuaTwin
@@ -152,7 +180,13 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 		if latency > 0 && latency < s.MinLatency {
 			s.MinLatency = latency
 		}
-		failing := float64(p.Failed) > o.ErrorRate*float64(p.Answered)
+		// Past the last capacity measured, a probe: failures there are the
+		// capacity showing again, not noise, so a smaller share counts.
+		errorRate := o.ErrorRate
+		if (s.Ceiling > 0 && s.Factor > s.Ceiling) || (s.Peak > 0 && s.Factor > s.Peak) {
+			errorRate /= probeStrictness
+		}
+		failing := float64(p.Failed) > errorRate*float64(p.Answered)
 		// Work piling up counts only while latency rises with it (a rising
 		// factor also sends more than comes back, for one latency), and not
 		// in the first interval after a measurement (the restored factor
@@ -185,24 +219,55 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 	if congested {
 		// The capacity is what was served; latency may cut deeper, to
 		// drain a queue.
+		// A Peak is a capacity confirmed: a binding limit congested by a
+		// probe near the last one measured.
+		confirmed := p.Denied > 0 && s.Ceiling > 0 && s.Factor <= s.Ceiling*(1+2*o.Increase)
 		s.Ceiling = s.Factor * served
+		if confirmed {
+			s.Peak = max(s.Peak, s.Ceiling)
+		}
 		s.Factor = max(o.MinFactor, s.Factor*cut*o.Decrease)
-		s.Growth, s.Cut = 0, 1
+		s.Growth, s.Cut, s.Probed = 0, 1, 0
 	} else {
+		probed := s.Probed
+		s.Probed = 0
 		growth := s.Growth
 		if growth == 0 {
 			growth = o.Increase
 		}
 		next := s.Factor * (1 + growth)
-		s.Growth = min(1, growth*2)
+		s.Growth = min(maxGrowth, growth*2)
 		rising := enough && s.MinLatency > 0 && float64(latency) > (1+o.Tolerance)/2*float64(s.MinLatency)
+		clean := enough && p.Failed == 0 && !rising
+		// probing is the capacity a probe goes past: the last measured, or
+		// once that is forgotten, the highest.
+		probing := s.Ceiling
+		if probing == 0 {
+			probing = s.Peak
+		}
 		switch {
 		case s.Factor < s.Ceiling && next > s.Ceiling:
 			next, s.Growth = s.Ceiling, 0
-		case enough && p.Failed == 0 && !rising && s.Ceiling > 0 && s.Factor > s.Ceiling*(1+o.Increase/2):
-			// Clean past the last capacity: it has grown, so the Ceiling is
-			// forgotten.
+		case s.Ceiling == 0 && s.Factor < s.Peak && next > s.Peak:
+			next, s.Growth = s.Peak, 0
+		case clean && s.Ceiling > 0 && s.Factor > s.Ceiling*(1+o.Increase/2) && s.Factor < s.Peak*o.Decrease:
+			// Clean past the last capacity, well below the highest one: it
+			// has grown, perhaps back to the Peak, so growth speeds up.
 			s.Ceiling = 0
+			next, s.Growth = s.Factor*(1+2*growth), min(maxGrowth, 4*growth)
+		case clean && probing > 0 && s.Factor > probing*(1+o.Increase/2):
+			// Clean past the capacity: once probeDwell intervals in a row,
+			// it has grown, so it is forgotten; until then the factor holds,
+			// as an upstream that absorbs a burst shows a small excess only
+			// after a while.
+			s.Probed = probed + 1
+			if s.Probed < probeDwell {
+				next, s.Growth = s.Factor, growth
+			} else if s.Ceiling > 0 {
+				s.Ceiling, s.Probed = 0, 0
+			} else {
+				s.Peak, s.Probed = 0, 0
+			}
 		case (s.Factor >= s.Ceiling && s.Factor < s.Ceiling*(1+o.Increase)) || rising:
 			s.Growth = growth
 		}

@@ -8,7 +8,8 @@
 --          µs), ms (measuring stage), h (held factor), e (epoch), sl (slow
 --          intervals), j (judged µs), s, a, x, l (pending started,
 --          answered, failed, Σ latency×successful answers), k (1 after a
---          cut), dn (pending denied)
+--          cut), dn (pending denied), pk (peak), pr (clean intervals
+--          probed past the capacity)
 -- ARGV[1]  now in µs, or -1 to use the server's TIME
 -- ARGV[2..5]  this node's started, answered, failed, latency µs
 -- ARGV[6..12] min factor, error rate, tolerance, latency target µs,
@@ -18,6 +19,7 @@
 -- Returns the factor in force, as a string.
 
 local MEASURE_EVERY, MEASURING, LATENCY_SLACK = 40, 5, 1000
+local PROBE_STRICTNESS, PROBE_DWELL, MAX_GROWTH = 4, 2, 0.5
 
 local now = tonumber(ARGV[1])
 if now < 0 then
@@ -29,7 +31,7 @@ local denied = tonumber(ARGV[14])
 local minf, errrate, tol, target = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local decrease, increase, interval, minsamples = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
 
-local v = redis.call('HMGET', KEYS[1], 'f', 'g', 'c', 'm', 'ms', 'h', 'e', 'sl', 'j', 's', 'a', 'x', 'l', 'k', 'dn')
+local v = redis.call('HMGET', KEYS[1], 'f', 'g', 'c', 'm', 'ms', 'h', 'e', 'sl', 'j', 's', 'a', 'x', 'l', 'k', 'dn', 'pk', 'pr')
 local f = tonumber(v[1]) or 1
 local growth, ceiling = tonumber(v[2]) or 0, tonumber(v[3]) or 0
 local m, ms, held = tonumber(v[4]) or 0, tonumber(v[5]) or 0, tonumber(v[6]) or 0
@@ -40,12 +42,14 @@ local px = (tonumber(v[12]) or 0) + failed
 local pl = (tonumber(v[13]) or 0) + lat * (answered - failed)
 local justcut = tonumber(v[14]) or 0
 local pd = (tonumber(v[15]) or 0) + denied
+local peak, probed = tonumber(v[16]) or 0, tonumber(v[17]) or 0
 
 local function save()
   local g = function(x) return string.format('%.17g', x) end
   local i = function(x) return string.format('%.0f', x) end
   redis.call('HSET', KEYS[1], 'f', g(f), 'g', g(growth), 'c', g(ceiling), 'm', i(m), 'ms', i(ms), 'h', g(held),
-    'e', i(epoch), 'sl', i(slowcount), 'j', i(j), 's', i(ps), 'a', i(pa), 'x', i(px), 'l', i(pl), 'k', i(justcut), 'dn', i(pd))
+    'e', i(epoch), 'sl', i(slowcount), 'j', i(j), 's', i(ps), 'a', i(pa), 'x', i(px), 'l', i(pl), 'k', i(justcut), 'dn', i(pd),
+    'pk', g(peak), 'pr', i(probed))
   redis.call('PEXPIRE', KEYS[1], math.floor(interval / 1000) * 60 + 1000)
   return g(f)
 end
@@ -82,7 +86,11 @@ if enough then
   if latency > 0 and latency < m then
     m = latency
   end
-  local failing = fl > errrate * ans
+  local rate = errrate
+  if (ceiling > 0 and f > ceiling) or (peak > 0 and f > peak) then
+    rate = rate / PROBE_STRICTNESS
+  end
+  local failing = fl > rate * ans
   piling = ans < (1 - errrate) * sa and (m == 0 or (epoch > 1 and latency > 1.1 * m))
   congested = failing or piling
   served = (ans - fl) / math.max(sa, ans)
@@ -106,21 +114,44 @@ if justcut == 1 then
   return save()
 end
 if congested then
+  local confirmed = dn > 0 and ceiling > 0 and f <= ceiling * (1 + 2 * increase)
   ceiling = f * served
+  if confirmed then
+    peak = math.max(peak, ceiling)
+  end
   f = math.max(minf, f * cut * decrease)
-  growth, justcut = 0, 1
+  growth, justcut, probed = 0, 1, 0
 else
+  local was = probed
+  probed = 0
   local step = growth
   if step == 0 then
     step = increase
   end
   local nxt = f * (1 + step)
-  growth = math.min(1, step * 2)
+  growth = math.min(MAX_GROWTH, step * 2)
   local rising = enough and m > 0 and latency > (1 + tol) / 2 * m
+  local clean = enough and fl == 0 and not rising
+  local probing = ceiling
+  if probing == 0 then
+    probing = peak
+  end
   if f < ceiling and nxt > ceiling then
     nxt, growth = ceiling, 0
-  elseif enough and fl == 0 and not rising and ceiling > 0 and f > ceiling * (1 + increase / 2) then
+  elseif ceiling == 0 and f < peak and nxt > peak then
+    nxt, growth = peak, 0
+  elseif clean and ceiling > 0 and f > ceiling * (1 + increase / 2) and f < peak * decrease then
     ceiling = 0
+    nxt, growth = f * (1 + 2 * step), math.min(MAX_GROWTH, 4 * step)
+  elseif clean and probing > 0 and f > probing * (1 + increase / 2) then
+    probed = was + 1
+    if probed < PROBE_DWELL then
+      nxt, growth = f, step
+    elseif ceiling > 0 then
+      ceiling, probed = 0, 0
+    else
+      peak, probed = 0, 0
+    end
   elseif (f >= ceiling and f < ceiling * (1 + increase)) or rising then
     growth = step
   end

@@ -47,12 +47,16 @@ var measured = GradientState{Factor: 1, MinLatency: 5000}
 // the next interval (what the upstream owed the old factor) changes
 // nothing; healthy intervals then grow it by a growth that doubles each
 // time, up to the capacity measured (the Ceiling) once, then past it from
-// Increase.
+// Increase, where the factor holds for a second clean interval before the
+// Ceiling is forgotten.
 func TestGradientCutsToWhatWasServed(t *testing.T) {
 	o := gradientOptions(t)
 	s := judge(measured, o, Signals{Started: 300, Answered: 300, Failed: 200, Latency: 5000})
 	if want := 1.0 / 3 * 0.95; s.Factor != want || s.Ceiling != 1.0/3 {
 		t.Fatalf("a third served: factor %v ceiling %v, want %v and 1/3", s.Factor, s.Ceiling, want)
+	}
+	if s.Peak != 0 {
+		t.Fatalf("peak %v after a limit that refused nothing, want none: only a binding limit measures a capacity", s.Peak)
 	}
 	s = hold(t, s, o)
 	f := s.Factor
@@ -65,13 +69,17 @@ func TestGradientCutsToWhatWasServed(t *testing.T) {
 		t.Fatalf("second healthy interval: factor %v, want it held at the ceiling 1/3", s.Factor)
 	}
 	// Just past the ceiling the growth stays at Increase; a clean interval
-	// there (no failure, latency flat) shows the capacity grew: the ceiling
-	// is forgotten and the growth doubles again.
+	// there (no failure, latency flat) holds the factor, and a second one
+	// shows the capacity grew: the ceiling is forgotten and the growth
+	// doubles again.
 	f = s.Factor
-	for i, growth := range []float64{1.05, 1.05, 1.1, 1.2} {
+	for i, growth := range []float64{1.05, 1, 1.05, 1.1, 1.2} {
 		s = judge(s, o, Signals{Started: 100, Answered: 100, Latency: 5000})
 		if f *= growth; s.Factor != f {
 			t.Fatalf("healthy interval %d past the ceiling: factor %v, want %v", i, s.Factor, f)
+		}
+		if want := int64(map[bool]int{true: 1}[i == 1]); s.Probed != want {
+			t.Fatalf("healthy interval %d past the ceiling: %d clean intervals probed, want %d", i, s.Probed, want)
 		}
 	}
 	if s.Ceiling != 0 {
@@ -81,6 +89,89 @@ func TestGradientCutsToWhatWasServed(t *testing.T) {
 	s = judge(s, o, Signals{Started: 100, Answered: 100, Failed: 4, Latency: 5000})
 	if want := min(1, f*1.4); s.Factor != want {
 		t.Fatalf("4%% failing: factor %v, want growth to %v", s.Factor, want)
+	}
+}
+
+// TestGradientProbesPastTheCapacityWithCare: past the capacity measured, a
+// quarter of ErrorRate failing is congestion (below it, it is not); a
+// binding limit's congestion records the highest capacity measured (the
+// Peak), where growth stops once and past which a probe dwells as past the
+// Ceiling; a clean probe well below the Peak forgets the Ceiling at once
+// and grows faster, back towards it.
+func TestGradientProbesPastTheCapacityWithCare(t *testing.T) {
+	o := gradientOptions(t)
+	// Half served, the limit binding: the Ceiling is 0.5. A first
+	// capacity measured is no Peak yet: the factor was not near one.
+	s := judge(measured, o, Signals{Started: 100, Denied: 50, Answered: 100, Failed: 50, Latency: 5000})
+	if s.Ceiling != 0.5 || s.Peak != 0 {
+		t.Fatalf("half served by a binding limit: ceiling %v, peak %v, want 0.5 and none", s.Ceiling, s.Peak)
+	}
+	// The probe at the ceiling, congested by the same capacity: the Peak.
+	s = hold(t, s, o)
+	s.Factor = 0.5
+	s = judge(s, o, Signals{Started: 100, Denied: 50, Answered: 100, Failed: 50, Latency: 5000})
+	if s.Ceiling != 0.25 || s.Peak != 0.25 {
+		t.Fatalf("half served at the ceiling: ceiling %v, peak %v, want 0.25 and 0.25", s.Ceiling, s.Peak)
+	}
+	s = hold(t, s, o)
+	s.Factor, s.Ceiling, s.Peak = 0.475, 0.5, 0.5
+	f := s.Factor // 0.475
+	s = judge(s, o, Signals{Started: 100, Answered: 100, Failed: 2, Latency: 5000})
+	if s.Factor != f*1.05 || s.Cut != 0 {
+		t.Fatalf("2%% failing under the ceiling: factor %v (cut %d), want growth to %v", s.Factor, s.Cut, f*1.05)
+	}
+	s = judge(s, o, Signals{Started: 100, Answered: 100, Latency: 5000})
+	if s.Factor != 0.5 {
+		t.Fatalf("healthy: factor %v, want it stopped at the ceiling 0.5", s.Factor)
+	}
+	s = judge(s, o, Signals{Started: 100, Answered: 100, Latency: 5000})
+	if f = s.Factor; f != 0.5*1.05 {
+		t.Fatalf("healthy at the ceiling: factor %v, want %v", f, 0.5*1.05)
+	}
+	s = judge(s, o, Signals{Started: 100, Answered: 100, Failed: 2, Latency: 5000})
+	if want := f * 0.98 * 0.95; s.Factor != want || s.Cut != 1 {
+		t.Fatalf("2%% failing past the ceiling: factor %v (cut %d), want a cut to %v", s.Factor, s.Cut, want)
+	}
+	if s.Peak != 0.5 {
+		t.Fatalf("peak %v after a cut by a limit that refused nothing, want it kept at 0.5", s.Peak)
+	}
+	// The capacity halves: a binding limit measures a Ceiling of 0.25,
+	// the Peak stays 0.5.
+	s = hold(t, s, o)
+	f = s.Factor
+	s = judge(s, o, Signals{Started: 200, Denied: 10, Answered: 200, Failed: 100, Latency: 5000})
+	if s.Ceiling != f*0.5 {
+		t.Fatalf("half served: ceiling %v, want %v", s.Ceiling, f*0.5)
+	}
+	if s.Peak != 0.5 {
+		t.Fatalf("peak %v, want it kept at 0.5", s.Peak)
+	}
+	s = hold(t, s, o)
+	healthy := Signals{Started: 100, Answered: 100, Latency: 5000}
+	for s.Factor < s.Ceiling {
+		s = judge(s, o, healthy)
+	}
+	ceiling := s.Ceiling
+	s = judge(s, o, healthy) // at the ceiling: past it by Increase
+	s = judge(s, o, healthy) // clean past it, well below the Peak
+	if f = ceiling * 1.05; s.Ceiling != 0 || s.Factor != f*1.1 || s.Growth != 0.2 {
+		t.Fatalf("clean past the ceiling, well below the peak: factor %v, ceiling %v, growth %v; want %v, forgotten and 0.2", s.Factor, s.Ceiling, s.Growth, f*1.1)
+	}
+	for s.Factor < 0.5 {
+		s = judge(s, o, healthy)
+	}
+	if s.Factor != 0.5 {
+		t.Fatalf("growing back: factor %v, want it stopped at the peak 0.5", s.Factor)
+	}
+	s = judge(s, o, healthy)
+	f = s.Factor
+	s = judge(s, o, healthy)
+	if s.Factor != f || s.Probed != 1 || s.Peak != 0.5 {
+		t.Fatalf("one clean interval past the peak: factor %v (probed %d, peak %v), want it held at %v", s.Factor, s.Probed, s.Peak, f)
+	}
+	s = judge(s, o, healthy)
+	if s.Factor <= f || s.Peak != 0 {
+		t.Fatalf("two clean intervals past the peak: factor %v, peak %v; want growth and the peak forgotten", s.Factor, s.Peak)
 	}
 }
 

@@ -533,9 +533,10 @@ func TestGradientLuaTwin(t *testing.T) {
 		num := func(k string) float64 { v, _ := strconv.ParseFloat(h[k], 64); return v }
 		lua := adaptive.GradientState{Factor: num("f"), Growth: num("g"), Ceiling: num("c"), MinLatency: int64(num("m")),
 			Measuring: int64(num("ms")), Held: num("h"), Epoch: int64(num("e")), Slow: int64(num("sl")), Cut: int64(num("k")), Judged: int64(num("j")),
+			Peak: num("pk"), Probed: int64(num("pr")),
 			Pending: adaptive.Signals{Started: int64(num("s")), Denied: int64(num("dn")), Answered: int64(num("a")), Failed: int64(num("x")), Latency: int64(num("l"))}}
 		if lua != state {
-			t.Fatalf("seed %d: Lua's state %+v, Go's %+v", seed, lua, state)
+			t.Fatalf("seed %d after its 300 steps: Lua's state %+v, Go's %+v", seed, lua, state)
 		}
 	}
 }
