@@ -24,7 +24,7 @@ type GradientState struct {
 	// [MinFactor, 1].
 	Factor float64
 	// Growth is what the next healthy interval multiplies the factor by,
-	// less 1 (0: Increase; at most maxGrowth).
+	// less 1 (0: Increase; doubling stops at maxGrowth).
 	Growth float64
 	// Ceiling is the capacity the last congestion measured, as a factor
 	// (the share the upstream served; 0: none).
@@ -46,8 +46,8 @@ type GradientState struct {
 	// shows what the upstream still owed the old factor (a refusal window
 	// of its own, a queue), so it neither cuts nor grows.
 	Cut int64
-	// Peak is the highest capacity measured (a factor; 0: none, or grown
-	// past): growth stops once there, and probes near it dwell.
+	// Peak is the highest capacity confirmed (a factor; 0: none, or grown
+	// past): growth stops once there, and probes past it dwell.
 	Peak float64
 	// Probed counts the clean intervals in a row spent past the Ceiling,
 	// the factor held there (see probeDwell).
