@@ -43,6 +43,9 @@ local pl = (tonumber(v[13]) or 0) + lat * (answered - failed)
 local justcut = tonumber(v[14]) or 0
 local pd = (tonumber(v[15]) or 0) + denied
 local peak, probed = tonumber(v[16]) or 0, tonumber(v[17]) or 0
+-- A stored count this script never writes (a lying server) must not hold the
+-- factor for as many intervals as it says: it is 0 or 1.
+probed = math.min(math.max(probed, 0), PROBE_DWELL - 1)
 
 local function save()
   local g = function(x) return string.format('%.17g', x) end

@@ -642,3 +642,30 @@ func TestStateHashExpiryMovesOnlyWhenLessThanIdleLeft(t *testing.T) {
 		})
 	}
 }
+
+// A lying server's count of clean probes (one the script never writes)
+// cannot hold the gradient factor past the capacity: it is read as at most
+// one, so the second clean interval past the capacity grows the factor.
+func TestGradientProbeCountFromALyingServer(t *testing.T) {
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
+	ctx := context.Background()
+	o, key := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
+		Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10}, s.prefix+"gradlying"
+	// A factor of 0.5 past a capacity of 0.4, the unloaded latency known.
+	if err := adminClient(t).HSet(ctx, key, "f", "0.5", "c", "0.4", "m", "5000", "j", "0", "pr", "-1000000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	clean := adaptive.Signals{Started: 100, Answered: 100, Latency: 5000}
+	now := storetest.T0
+	var f float64
+	for i := range 2 {
+		now += o.Interval.Microseconds()
+		var err error
+		if f, err = runGradient(ctx, s, key, now, clean, o); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]bool{true: f == 0.5, false: f > 0.5}[i == 0]; !want {
+			t.Fatalf("clean interval %d past the capacity, %q probes stored: factor %v, want it held once, then grown", i+1, "-1000000", f)
+		}
+	}
+}
