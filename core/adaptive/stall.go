@@ -46,7 +46,9 @@ func watchStalls() (release func()) {
 	defer w.mu.Unlock()
 	if w.users == 0 {
 		w.stop = make(chan struct{})
-		go watch(w.stop)
+		// The watch starts now, not when its goroutine first runs (late
+		// on a busy machine): a stall right after this call is counted.
+		go watch(w.stop, time.Now())
 	}
 	w.users++
 	var once sync.Once
@@ -62,11 +64,11 @@ func watchStalls() (release func()) {
 }
 
 // watch wakes every stallTick until stop closes, adding how late it woke
-// beyond stallNoise to stallWatch.late.
-func watch(stop chan struct{}) {
+// (since last, then since its previous wake) beyond stallNoise to
+// stallWatch.late.
+func watch(stop chan struct{}, last time.Time) {
 	t := time.NewTicker(stallTick)
 	defer t.Stop()
-	last := time.Now()
 	for {
 		select {
 		case <-stop:
