@@ -561,7 +561,10 @@ func (p *Policy) Apply(states []algo.State, now, cost int64, d *Decision) {
 	if p.adapt != nil {
 		limits = p.current().limits
 	}
-	d.Policy, d.N, d.Cost, d.Fallback, d.At = p, len(limits), cost, false, now
+	if d.Policy != p { // a Decision reused for the policy's requests: no write barrier
+		d.Policy = p
+	}
+	d.N, d.Cost, d.Fallback, d.At = len(limits), cost, false, now
 	if len(limits) == 1 && p.oneStep {
 		// One limit: a denied Step's state only forgets what expired, so it
 		// is always the one to keep, and its result is the decision.

@@ -14,6 +14,9 @@ import (
 type Store interface {
 	// Decide applies policy p to key for a request of cost units and fills d.
 	// An error means the store could not decide (d is then undefined).
+	// d need not be zeroed: every field it reports is written (Results
+	// past N are left as they were), so a caller may reuse one Decision
+	// for request after request.
 	Decide(ctx context.Context, p *Policy, key string, cost int64, d *Decision) error
 }
 

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
 )
 
@@ -35,6 +36,7 @@ func contenders() []limiter {
 	for _, a := range []algo.Algorithm{algo.TokenBucket, algo.FixedWindow, algo.GCRA, algo.SlidingCounter} {
 		cs = append(cs, limiter{"tollgate", a, tollgate(a)})
 	}
+	cs = append(cs, limiter{stackedName, algo.TokenBucket, tollgateStacked})
 	for _, p := range peers {
 		cs = append(cs, limiter{p.name, p.algorithm, p.make})
 	}
@@ -56,11 +58,12 @@ func runChild(id, workloadName string, n int) {
 			}
 			names := keyNames(w.keys)
 			decide := c.make(w.keys)
+			d := new(core.Decision)
 			for _, k := range names {
-				decide(k)
+				decide(k, d)
 			}
 			for i := 0; i < n; i++ {
-				decide(names[i%len(names)])
+				decide(names[i%len(names)], d)
 			}
 			return
 		}
@@ -128,6 +131,9 @@ func instructions(only string) {
 			switch {
 			case c.name == "tollgate":
 				ours[c.algorithm] = per
+			case c.name == stackedName:
+				// No peer stacks limits: its row is there to be compared
+				// with tollgate's own earlier figures.
 			case c.name == floorName:
 				lines = append(lines, fmt.Sprintf("vs %s instructions-%s-token_bucket %.2f", floorName, w.name, per/ours[algo.TokenBucket]))
 			default:

@@ -38,7 +38,10 @@ import (
 const huge = 1_000_000_000
 
 // decider decides one request for key; each peer and tollgate provide one.
-type decider func(key string) bool
+// d is the calling goroutine's own Decision, for tollgate to decide into
+// (as a gateway gives each request in flight one); the peers, which
+// return their verdicts, do not use it.
+type decider func(key string, d *core.Decision) bool
 
 type peer struct {
 	name      string
@@ -50,7 +53,7 @@ var peers = []peer{
 	{"x/time/rate", algo.TokenBucket, func(int) decider {
 		var mu sync.Mutex
 		m := map[string]*rate.Limiter{}
-		return func(key string) bool {
+		return func(key string, _ *core.Decision) bool {
 			mu.Lock()
 			l := m[key]
 			if l == nil {
@@ -65,7 +68,7 @@ var peers = []peer{
 		s, err := memorystore.New(&memorystore.Config{Tokens: huge, Interval: time.Second, SweepInterval: time.Hour})
 		check(err)
 		ctx := context.Background()
-		return func(key string) bool {
+		return func(key string, _ *core.Decision) bool {
 			_, _, _, ok, _ := s.Take(ctx, key)
 			return ok
 		}
@@ -73,7 +76,7 @@ var peers = []peer{
 	{"ulule/limiter", algo.FixedWindow, func(int) decider {
 		l := ulule.New(ululemem.NewStore(), ulule.Rate{Period: time.Second, Limit: huge})
 		ctx := context.Background()
-		return func(key string) bool {
+		return func(key string, _ *core.Decision) bool {
 			c, err := l.Get(ctx, key)
 			return err == nil && !c.Reached
 		}
@@ -84,7 +87,7 @@ var peers = []peer{
 		rl, err := throttled.NewGCRARateLimiterCtx(s, throttled.RateQuota{MaxRate: throttled.PerSec(huge), MaxBurst: huge})
 		check(err)
 		ctx := context.Background()
-		return func(key string) bool {
+		return func(key string, _ *core.Decision) bool {
 			limited, _, _ := rl.RateLimitCtx(ctx, key, 1)
 			return !limited
 		}
@@ -100,7 +103,7 @@ func floor(int) decider {
 	var mu sync.Mutex
 	m := map[string]*int64{}
 	start := time.Now()
-	return func(key string) bool {
+	return func(key string, _ *core.Decision) bool {
 		now := int64(time.Since(start))
 		mu.Lock()
 		s := m[key]
@@ -114,15 +117,25 @@ func floor(int) decider {
 	}
 }
 
-func tollgate(a algo.Algorithm) func(keys int) decider {
+func tollgate(a algo.Algorithm) func(keys int) decider { return tollgateWith(allowAll(a)) }
+
+// stackedName is tollgate deciding two stacked limits (a token bucket
+// under a fixed window), measured in instructions only.
+const stackedName = "tollgate-2-stacked"
+
+var tollgateStacked = tollgateWith(allowAll(algo.TokenBucket), allowAll(algo.FixedWindow))
+
+// tollgateWith is tollgate's memory store deciding a policy of limits.
+func tollgateWith(limits ...algo.Limit) func(keys int) decider {
 	return func(keys int) decider {
 		store := memory.MustNew(memory.Options{MaxKeys: 2 * keys})
-		l := allowAll(a)
-		p := core.MustPolicy("bench", core.PolicyOptions{}, l)
+		p := core.MustPolicy("bench", core.PolicyOptions{}, limits...)
 		ctx := context.Background()
-		return func(key string) bool {
-			var d core.Decision
-			_ = store.Decide(ctx, p, key, 1, &d)
+		// Into the goroutine's Decision, never zeroed in between: Decide
+		// writes every field a reader sees (the gate's pooled decisions
+		// are reused so too).
+		return func(key string, d *core.Decision) bool {
+			_ = store.Decide(ctx, p, key, 1, d)
 			return d.Allowed
 		}
 	}
@@ -179,8 +192,9 @@ func measureAll(w workload, contenders []limiter) (ns []float64, allocs []int64)
 	for range rounds {
 		for i, c := range contenders {
 			decide := c.make(w.keys)
+			d := new(core.Decision)
 			for _, k := range names {
-				decide(k)
+				decide(k, d)
 			}
 			runtime.GC()
 			runs[i] = append(runs[i], run(w, names, decide))
@@ -198,17 +212,19 @@ func run(w workload, names []string, decide decider) testing.BenchmarkResult {
 	return testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		if !w.parallel {
+			d := new(core.Decision)
 			for i := 0; i < b.N; i++ {
-				decide(names[i%len(names)])
+				decide(names[i%len(names)], d)
 			}
 			return
 		}
 		var seed atomic.Int64
 		b.RunParallel(func(pb *testing.PB) {
 			i := int(seed.Add(7919))
+			d := new(core.Decision)
 			for pb.Next() {
 				i++
-				decide(names[i%len(names)])
+				decide(names[i%len(names)], d)
 			}
 		})
 	})

@@ -27,7 +27,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -231,15 +230,45 @@ func MustNew(opts Options) *Store {
 	return s
 }
 
-// Decide applies p to key at the store's clock. It never fails.
+// Decide applies p to key at the store's clock. It never fails. A key's
+// clock never runs backwards: a request that read the clock just before a
+// later one that took the key's lock first is decided at the later time.
 func (s *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
-	s.decide(p, key, cost, readClock, d)
-	return nil
+	// s.now and s.identity, written out, and no helper around the rest:
+	// this is the hot path, where each call costs 10 to 20 instructions of
+	// about 300 (a helper taken in costs as much, copying the key to take
+	// its address).
+	var now int64
+	if s.monotonic {
+		now = core.MonotonicMicros()
+	} else {
+		now = s.clock.NowMicros()
+	}
+	id1 := uint64(strhash(unsafe.Pointer(&key), s.seed)) ^ p.NameHash()
+	id2 := uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ p.ScopeHash2()
+	sh := &s.shards[(id1>>32)%shardCount]
+	for {
+		e := sh.table.Load().find(id1, id2)
+		if e == nil {
+			e = s.insert(sh, id1, id2, p.LimitIDs(), p.IdleMicros(), now)
+		}
+		e.mu.Lock()
+		if e.lastUsed == dead {
+			// Evicted between the lookup and the lock: look again.
+			e.mu.Unlock()
+			continue
+		}
+		now = max(now, e.lastUsed)
+		if p.NumLimits() == 1 {
+			p.Apply(e.inline[:], now, cost, d) // e.held(), without reading aux
+		} else {
+			p.Apply(e.aux.states, now, cost, d)
+		}
+		e.lastUsed = now
+		e.mu.Unlock()
+		return nil
+	}
 }
-
-// readClock asks decide to read the store's clock: no time a caller gives
-// DecideAt (µs since the Unix epoch) is this far before it.
-const readClock = math.MinInt64
 
 // now reads the store's clock.
 func (s *Store) now() int64 {
@@ -269,53 +298,6 @@ func strhash(p unsafe.Pointer, h uintptr) uintptr
 // randomSeed returns a random hash seed: the runtime seeds math/rand/v2's
 // generator unpredictably, so keys cannot be chosen to collide.
 func randomSeed() uintptr { return uintptr(rand.Uint64()) }
-
-// DecideAt applies p to key as if at now (µs). A key's clock never runs
-// backwards: a request that read the clock just before a later one that took
-// the key's lock first is decided at the later time.
-func (s *Store) DecideAt(p *core.Policy, key string, cost, now int64, d *core.Decision) {
-	s.decide(p, key, cost, max(now, readClock+1), d)
-}
-
-// decide is Decide and DecideAt, at the store's clock when now is
-// readClock. Reading the clock here, not in Decide, leaves Decide small
-// enough for its callers to take in.
-func (s *Store) decide(p *core.Policy, key string, cost, now int64, d *core.Decision) {
-	// s.now and s.identity, written out: this is the hot path, where a call
-	// to either costs 10 to 20 instructions of about 500 (a helper taken in
-	// costs as much, copying the key to take its address).
-	if now == readClock {
-		if s.monotonic {
-			now = core.MonotonicMicros()
-		} else {
-			now = s.clock.NowMicros()
-		}
-	}
-	id1 := uint64(strhash(unsafe.Pointer(&key), s.seed)) ^ p.NameHash()
-	id2 := uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ p.ScopeHash2()
-	sh := &s.shards[(id1>>32)%shardCount]
-	for {
-		e := sh.table.Load().find(id1, id2)
-		if e == nil {
-			e = s.insert(sh, id1, id2, p.LimitIDs(), p.IdleMicros(), now)
-		}
-		e.mu.Lock()
-		if e.lastUsed == dead {
-			// Evicted between the lookup and the lock: look again.
-			e.mu.Unlock()
-			continue
-		}
-		now = max(now, e.lastUsed)
-		if p.NumLimits() == 1 {
-			p.Apply(e.inline[:], now, cost, d) // e.held(), without reading aux
-		} else {
-			p.Apply(e.aux.states, now, cost, d)
-		}
-		e.lastUsed = now
-		e.mu.Unlock()
-		return
-	}
-}
 
 // Inspect fills d with what a request of cost 0 for key would see under p
 // now, changing nothing (core.Operator): the key's states are copied, and

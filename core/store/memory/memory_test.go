@@ -24,9 +24,10 @@ func TestRotatingKeysStayUnderCap(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
 	s := MustNew(Options{MaxKeys: 1000, Clock: clock})
 	p := fixed(10, time.Hour)
+	ctx := context.Background()
 	var d core.Decision
 	for i := 0; i < 200_000; i++ {
-		s.DecideAt(p, "ip-"+strconv.Itoa(i), 1, clock.Micros, &d)
+		_ = s.Decide(ctx, p, "ip-"+strconv.Itoa(i), 1, &d)
 		if !d.Allowed {
 			t.Fatalf("fresh key %d denied", i)
 		}
@@ -36,7 +37,7 @@ func TestRotatingKeysStayUnderCap(t *testing.T) {
 	}
 	// The keys of the last moment are still limited exactly.
 	for i := 0; i < 10; i++ {
-		s.DecideAt(p, "ip-199999", 1, clock.Micros, &d)
+		_ = s.Decide(ctx, p, "ip-199999", 1, &d)
 	}
 	if d.Allowed {
 		t.Fatal("a live key lost its count to eviction")
@@ -47,13 +48,14 @@ func TestExpiredKeysAreDroppedWithoutPressure(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
 	s := MustNew(Options{Clock: clock})
 	p := fixed(10, time.Second)
+	ctx := context.Background()
 	var d core.Decision
 	for i := 0; i < 5000; i++ {
-		s.DecideAt(p, "old-"+strconv.Itoa(i), 1, clock.Micros, &d)
+		_ = s.Decide(ctx, p, "old-"+strconv.Itoa(i), 1, &d)
 	}
 	clock.Advance(2 * time.Second)
 	for i := 0; i < 5000; i++ {
-		s.DecideAt(p, "new-"+strconv.Itoa(i), 1, clock.Micros, &d)
+		_ = s.Decide(ctx, p, "new-"+strconv.Itoa(i), 1, &d)
 	}
 	if n := s.Len(); n > 6000 {
 		t.Fatalf("%d keys tracked: expired keys were not dropped", n)

@@ -875,7 +875,8 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 	var queued []core.Shaped // shaped requests whose clients may leave
 	// Requests not yet sent: one at a time, or in runs through a Batcher.
 	var pending []Request
-	var steps []int // each pending request's step
+	var steps []int          // each pending request's step
+	var reused core.Decision // what requests sent one at a time are decided in
 	batcher, _ := store.(Batcher)
 	batch := 1
 	if batcher != nil && o.Batch > 1 {
@@ -920,10 +921,13 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 		}
 		got := make([]core.Decision, len(pending))
 		if batch == 1 {
+			// Into the Decision the trace's last request was decided in, as
+			// a caller reuses one: Decide must write every field it reports.
 			r := pending[0]
-			if err := store.Decide(context.Background(), r.Policy, r.Key, r.Cost, &got[0]); err != nil {
+			if err := store.Decide(context.Background(), r.Policy, r.Key, r.Cost, &reused); err != nil {
 				t.Fatalf("seed %d step %d: %v", seed, steps[0], err)
 			}
+			got[0] = reused
 		} else {
 			for j, err := range batcher.DecideBatch(context.Background(), pending, got) {
 				if err != nil {
