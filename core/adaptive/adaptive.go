@@ -180,6 +180,12 @@ type Controller struct {
 	afterStall bool
 	skipped    int
 	unjudged   atomic.Int64
+	// admittedBefore is Signals.Admitted of the current interval's
+	// requests started before the factor last changed within it (a
+	// fleet's shared factor, read halfway), and startedBefore counts
+	// them. Guarded by mu.
+	admittedBefore float64
+	startedBefore  int64
 }
 
 // New validates opts and starts the controller at factor 1; Close
@@ -286,8 +292,9 @@ func (a *Controller) LastQuantile() time.Duration {
 // and, with a shared state, reads the fleet's factor half an interval
 // later. Every node of a fleet so sends its interval's signals at about
 // the same moment, and the first read after them judges them all (Redis
-// judges once an interval has passed since the last judgement, at 7/8 of
-// it): every node uses the new factor within moments, and no node's
+// judges on a read once an interval has passed since the last judgement,
+// at 7/8 of it, and on signals only if no read came for an interval and
+// a half): every node uses the new factor within moments, and no node's
 // signals wait a whole interval. Nodes' clocks may differ by Interval/8.
 //
 // Before judging, it notes the stalls the process's stall watch saw since
@@ -335,6 +342,12 @@ func (a *Controller) readShared() {
 		return
 	}
 	if shared, ok := a.syncShared(Signals{}, false); ok {
+		if old := a.Factor(); shared != old {
+			// The requests started so far were let through at the old one.
+			n := a.started.Load()
+			a.admittedBefore += float64(n-a.startedBefore) * old
+			a.startedBefore = n
+		}
 		a.factorBits.Store(math.Float64bits(shared))
 	}
 }
@@ -377,6 +390,8 @@ func (a *Controller) Judge() {
 	stalled := time.Duration(a.stalled.Swap(0))
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	sig.Admitted = a.admittedBefore + float64(sig.Started-a.startedBefore)*a.Factor()
+	a.admittedBefore, a.startedBefore = 0, 0
 	a.judged++
 	if a.sync == nil && a.skipStalled(stalled) {
 		a.unjudged.Add(1)
@@ -388,7 +403,8 @@ func (a *Controller) Judge() {
 		a.aimd = AIMD(a.aimd, now, congested, a.opts)
 		factor = a.aimd.Factor
 	} else {
-		a.gradient = Gradient(a.gradient, now, sig, a.opts)
+		// The interval's signals, then the read that judges them.
+		a.gradient = Gradient(Gradient(a.gradient, now, sig, a.opts), now, Signals{}, a.opts)
 		factor = a.gradient.Factor
 	}
 	if a.sync != nil {

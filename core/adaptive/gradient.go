@@ -15,6 +15,12 @@ type Signals struct {
 	// Latency is the Quantile of the successful answers' latency, in µs
 	// (0: none).
 	Latency int64
+	// Admitted sums, over the requests started, the factor each was let
+	// through at: Started × the factor in force, for one node's interval.
+	// In a fleet the nodes take a new shared factor up to an interval
+	// apart, so one judgement sums requests let through at two factors,
+	// and Admitted / Started is the factor they were let through at.
+	Admitted float64
 }
 
 // GradientState is a gradient controller's state. Its zero value is a
@@ -100,21 +106,25 @@ const measuringStage = 5
 // measure its capacity) and TCP CUBIC (growth slow near the last capacity,
 // fast away from it).
 //
-// A node adds its interval's signals to the pending sums; once an interval
-// has passed since the last judgement (at 7/8 of its length, as AIMD), the
-// sums are judged and cleared, so k nodes sharing one state judge the
-// fleet's signals once per interval. An interval with at least MinSamples
+// A node adds its interval's signals to the pending sums; the first read
+// (a call with no signals) once an interval has passed since the last
+// judgement (at 7/8 of its length, as AIMD) judges the sums and clears
+// them, so k nodes sharing one state judge the fleet's signals once per
+// interval, all of the same interval; without reads, signals judge an
+// interval and a half on. A node alone adds and reads at once. An interval with at least MinSamples
 // answers is congested when more than ErrorRate of them failed, when fewer
 // than 1 − ErrorRate of the requests started came back while latency rose
 // (work piling up in the upstream), or when its latency is above Tolerance
 // × the unloaded latency (and latencySlack above it) or above
 // LatencyTarget while the upstream is not draining.
 //
-// Congested, the factor is multiplied by the share of the interval's work
-// the upstream served (answered − failed over started, or over answered
-// if more), or by the latency gradient (bound / latency, at least 0.5) if
-// that is lower, and by Decrease, the margin kept below the capacity so
-// measured; the served share times the factor is the new Ceiling.
+// Congested, the factor the interval's requests were let through at
+// (Signals.Admitted over Started: in a fleet, not always the one in force)
+// is multiplied by the share of the interval's work the upstream served
+// (answered − failed over started, or over answered if more), or by the
+// latency gradient (bound / latency, at least 0.5) if that is lower, and
+// by Decrease, the margin kept below the capacity so measured; the served
+// share times that factor is the new Ceiling.
 // Healthy, it grows by Growth, which doubles each healthy interval (from
 // Increase), back to the Ceiling, where it stops once; just past the
 // Ceiling (within Increase) or while latency is halfway to its bound, the
@@ -143,8 +153,17 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 	s.Pending.Answered += sig.Answered
 	s.Pending.Failed += sig.Failed
 	s.Pending.Latency += sig.Latency * (sig.Answered - sig.Failed)
+	s.Pending.Admitted += sig.Admitted
+	// A fleet's nodes send their intervals' signals at the same moment and
+	// read the shared factor half an interval later (see Controller.loop):
+	// a read, which brings no signals, judges every node's interval at
+	// once. Signals judge only if the reads stopped coming (they failed),
+	// an interval and a half after a judgement; judging the first node's
+	// signals with the others' of the interval before would miss what the
+	// interval showed.
 	interval := o.Interval.Microseconds()
-	if now-s.Judged < interval-interval/8 {
+	since := now - s.Judged
+	if since < interval-interval/8 || (sig != (Signals{}) && (s.Judged == 0 || since < interval+interval/2)) {
 		return s
 	}
 	s.Judged = now
@@ -155,6 +174,11 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 		latency = int64(math.Floor(float64(p.Latency) / float64(ok)))
 	}
 	enough := p.Answered >= o.MinSamples
+	// admitted is the factor the interval's requests were let through at.
+	admitted := s.Factor
+	if p.Started > 0 && p.Admitted > 0 {
+		admitted = min(1, p.Admitted/float64(p.Started)) // no factor is above 1
+	}
 	switch {
 	case s.Measuring > 0 && s.Measuring < measuringStage:
 		// The upstream drains what the held factor sent it: while it
@@ -221,12 +245,14 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 		// drain a queue.
 		// A Peak is a capacity confirmed: a binding limit congested by a
 		// probe near the last one measured.
+		// Both are measured against the factor the interval's requests
+		// were let through at, which in a fleet may not be the one in force.
 		confirmed := p.Denied > 0 && s.Ceiling > 0 && s.Factor <= s.Ceiling*(1+2*o.Increase)
-		s.Ceiling = s.Factor * served
+		s.Ceiling = admitted * served
 		if confirmed {
 			s.Peak = max(s.Peak, s.Ceiling)
 		}
-		s.Factor = max(o.MinFactor, s.Factor*cut*o.Decrease)
+		s.Factor = max(o.MinFactor, admitted*cut*o.Decrease)
 		s.Growth, s.Cut, s.Probed = 0, 1, 0
 	} else {
 		probed := s.Probed

@@ -1,7 +1,8 @@
 -- tollgate: the Lua twin of Gradient in gradient.go, operation for
 -- operation. Each node adds its interval's signals to a policy's fleet-wide
--- sums; once an interval has passed since the last judgement the sums are
--- judged and cleared. Floats are written with %.17g so Go reads back the
+-- sums; the first read (no signals) once an interval has passed since the
+-- last judgement judges and clears them (signals do, an interval and a
+-- half on, only if reads stopped coming). Floats are written with %.17g so Go reads back the
 -- very double Lua computed.
 --
 -- KEYS[1]  a hash: f (factor), g (growth), c (ceiling), m (unloaded latency
@@ -9,13 +10,14 @@
 --          intervals), j (judged µs), s, a, x, l (pending started,
 --          answered, failed, Σ latency×successful answers), k (1 after a
 --          cut), dn (pending denied), pk (peak), pr (clean intervals
---          probed past the capacity)
+--          probed past the capacity), pf (pending Σ factor over started)
 -- ARGV[1]  now in µs, or -1 to use the server's TIME
 -- ARGV[2..5]  this node's started, answered, failed, latency µs
 -- ARGV[6..12] min factor, error rate, tolerance, latency target µs,
 --             decrease, increase, interval µs
 -- ARGV[13] min samples
 -- ARGV[14] this node's denied
+-- ARGV[15] this node's admitted: started × the factor it let them through at
 -- Returns the factor in force, as a string.
 
 local MEASURE_EVERY, MEASURING, LATENCY_SLACK = 40, 5, 1000
@@ -27,11 +29,11 @@ if now < 0 then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local started, answered, failed, lat = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local denied = tonumber(ARGV[14])
+local denied, admitted = tonumber(ARGV[14]), tonumber(ARGV[15])
 local minf, errrate, tol, target = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local decrease, increase, interval, minsamples = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
 
-local v = redis.call('HMGET', KEYS[1], 'f', 'g', 'c', 'm', 'ms', 'h', 'e', 'sl', 'j', 's', 'a', 'x', 'l', 'k', 'dn', 'pk', 'pr')
+local v = redis.call('HMGET', KEYS[1], 'f', 'g', 'c', 'm', 'ms', 'h', 'e', 'sl', 'j', 's', 'a', 'x', 'l', 'k', 'dn', 'pk', 'pr', 'pf')
 local f = tonumber(v[1]) or 1
 local growth, ceiling = tonumber(v[2]) or 0, tonumber(v[3]) or 0
 local m, ms, held = tonumber(v[4]) or 0, tonumber(v[5]) or 0, tonumber(v[6]) or 0
@@ -43,6 +45,7 @@ local pl = (tonumber(v[13]) or 0) + lat * (answered - failed)
 local justcut = tonumber(v[14]) or 0
 local pd = (tonumber(v[15]) or 0) + denied
 local peak, probed = tonumber(v[16]) or 0, tonumber(v[17]) or 0
+local pf = (tonumber(v[18]) or 0) + admitted
 -- A stored count this script never writes (a lying server) must not hold the
 -- factor for as many intervals as it says: it is 0 or 1.
 probed = math.min(math.max(probed, 0), PROBE_DWELL - 1)
@@ -52,22 +55,28 @@ local function save()
   local i = function(x) return string.format('%.0f', x) end
   redis.call('HSET', KEYS[1], 'f', g(f), 'g', g(growth), 'c', g(ceiling), 'm', i(m), 'ms', i(ms), 'h', g(held),
     'e', i(epoch), 'sl', i(slowcount), 'j', i(j), 's', i(ps), 'a', i(pa), 'x', i(px), 'l', i(pl), 'k', i(justcut), 'dn', i(pd),
-    'pk', g(peak), 'pr', i(probed))
+    'pk', g(peak), 'pr', i(probed), 'pf', g(pf))
   redis.call('PEXPIRE', KEYS[1], math.floor(interval / 1000) * 60 + 1000)
   return g(f)
 end
 
-if now - j < interval - math.floor(interval / 8) then
+-- A read (no signals) judges; signals only once reads stopped coming.
+local read = started == 0 and answered == 0 and failed == 0 and lat == 0 and denied == 0 and admitted == 0
+if now - j < interval - math.floor(interval / 8) or (not read and (j == 0 or now - j < interval + math.floor(interval / 2))) then
   return save()
 end
 j = now
-local sa, ans, fl, sl, dn = ps, pa, px, pl, pd
-ps, pa, px, pl, pd = 0, 0, 0, 0, 0
+local sa, ans, fl, sl, dn, adm = ps, pa, px, pl, pd, pf
+ps, pa, px, pl, pd, pf = 0, 0, 0, 0, 0, 0
 local latency = 0
 if ans - fl > 0 then
   latency = math.floor(sl / (ans - fl))
 end
 local enough = ans >= minsamples
+local admittedf = f
+if sa > 0 and adm > 0 then
+  admittedf = math.min(1, adm / sa)
+end
 if ms > 0 and ms < MEASURING then
   if ans > sa and ms < MEASURING - 1 then
     ms = ms + 1
@@ -118,11 +127,11 @@ if justcut == 1 then
 end
 if congested then
   local confirmed = dn > 0 and ceiling > 0 and f <= ceiling * (1 + 2 * increase)
-  ceiling = f * served
+  ceiling = admittedf * served
   if confirmed then
     peak = math.max(peak, ceiling)
   end
-  f = math.max(minf, f * cut * decrease)
+  f = math.max(minf, admittedf * cut * decrease)
   growth, justcut, probed = 0, 1, 0
 else
   local was = probed

@@ -15,9 +15,11 @@ func gradientOptions(t *testing.T) Options {
 	return o
 }
 
-// judge runs Gradient for one whole interval of signals.
+// judge runs Gradient for one whole interval of signals, and the read
+// that judges it.
 func judge(s GradientState, o Options, sig Signals) GradientState {
-	return Gradient(s, s.Judged+o.Interval.Microseconds(), sig, o)
+	now := s.Judged + o.Interval.Microseconds()
+	return Gradient(Gradient(s, now, sig, o), now, Signals{}, o)
 }
 
 // hold runs the interval after a cut, whose signals (here failing ones)
@@ -252,19 +254,39 @@ func TestGradientMeasuresUnloadedLatency(t *testing.T) {
 	}
 }
 
-// TestGradientJudgesOncePerInterval: signals that come before an interval
-// has passed (7/8 of it) wait in Pending and are judged together.
+// TestGradientJudgesOncePerInterval: signals wait in Pending; the first
+// read (a call with no signals) once an interval has passed (7/8 of it)
+// judges them together, as a fleet's nodes read the shared factor half an
+// interval after all of them sent their signals. Signals themselves judge
+// only once reads stopped coming, an interval and a half on.
 func TestGradientJudgesOncePerInterval(t *testing.T) {
 	o := gradientOptions(t)
-	s := Gradient(measured, 1_000_000, Signals{Started: 50, Answered: 50, Latency: 1000}, o)
+	s := measured
+	s.Judged = 1_000_000 // the last judgement
+	s = Gradient(s, 1_000_000, Signals{Started: 50, Answered: 50, Latency: 1000}, o)
 	s = Gradient(s, 1_100_000, Signals{Started: 50, Answered: 50, Failed: 50, Latency: 1000}, o)
+	s = Gradient(s, 1_300_000, Signals{}, o)
 	s = Gradient(s, 1_300_000, Signals{Started: 50, Answered: 50, Failed: 50, Latency: 1000}, o)
-	if s.Factor != 1 || s.Pending.Answered != 100 || s.Pending.Failed != 100 {
+	if s.Factor != 1 || s.Pending.Answered != 150 || s.Pending.Failed != 100 {
 		t.Fatalf("within one interval: %+v", s)
 	}
 	s = Gradient(s, 1_440_000, Signals{Started: 100, Answered: 100, Latency: 1000}, o)
-	if want := 0.5 * 0.95; s.Factor != want || s.Pending != (Signals{}) || s.Judged != 1_440_000 {
-		t.Fatalf("judged at 7/8 of the interval: %+v, want factor %v", s, want)
+	if s.Factor != 1 || s.Pending.Answered != 250 {
+		t.Fatalf("signals at 7/8 of the interval: %+v, want them added, not judged", s)
+	}
+	s = Gradient(s, 1_440_000, Signals{}, o)
+	if want := 0.6 * 0.95; s.Factor != want || s.Pending != (Signals{}) || s.Judged != 1_440_000 {
+		t.Fatalf("a read at 7/8 of the interval: %+v, want factor %v", s, want)
+	}
+	// No read comes: signals judge an interval and a half on.
+	s = Gradient(s, 1_440_000+o.Interval.Microseconds(), Signals{Started: 100, Answered: 100, Failed: 100, Latency: 1000}, o)
+	if s.Judged != 1_440_000 {
+		t.Fatalf("signals an interval on, no read: %+v, want them added", s)
+	}
+	late := 1_440_000 + 3*o.Interval.Microseconds()/2
+	s = Gradient(s, late, Signals{Started: 100, Answered: 100, Failed: 100, Latency: 1000}, o)
+	if s.Judged != late || s.Pending != (Signals{}) {
+		t.Fatalf("signals an interval and a half on, no read: %+v, want them judged", s)
 	}
 }
 
@@ -346,4 +368,34 @@ func newTestController(t *testing.T, o Options) *Controller {
 	}
 	t.Cleanup(func() { a.Close() })
 	return a
+}
+
+// TestGradientMeasuresAtTheFactorItsRequestsCameThrough: in a fleet the
+// nodes take a new shared factor up to an interval apart, so one judgement
+// sums requests let through at two factors. The capacity is the share
+// served times the factor they came through at (Signals.Admitted over
+// Started), not the one in force: here half the requests came through at
+// 0.4 and half at 0.8, so 0.6, and the upstream served two thirds of them.
+func TestGradientMeasuresAtTheFactorItsRequestsCameThrough(t *testing.T) {
+	o := gradientOptions(t)
+	s := measured
+	s.Factor = 0.4
+	lagging := Signals{Started: 150, Answered: 150, Failed: 50, Latency: 5000, Admitted: 150 * 0.8}
+	current := Signals{Started: 150, Answered: 150, Failed: 50, Latency: 5000, Admitted: 150 * 0.4}
+	s = Gradient(s, s.Judged+o.Interval.Microseconds()/2, lagging, o) // not yet an interval: summed
+	s = judge(s, o, current)
+	admitted := (150*0.8 + 150*0.4) / 300
+	if want := admitted * (200.0 / 300); s.Ceiling != want {
+		t.Fatalf("ceiling %v, want %v: two thirds of what came through at %v", s.Ceiling, want, admitted)
+	}
+	if want := admitted * (200.0 / 300) * o.Decrease; s.Factor != want {
+		t.Fatalf("factor %v, want %v", s.Factor, want)
+	}
+	// Signals that do not say (Admitted 0) came through at the factor in force.
+	plain := measured
+	plain.Factor = 0.4
+	plain = judge(plain, o, Signals{Started: 300, Answered: 300, Failed: 100, Latency: 5000})
+	if want := 0.4 * (200.0 / 300); plain.Ceiling != want {
+		t.Fatalf("ceiling %v without Admitted, want %v", plain.Ceiling, want)
+	}
 }

@@ -173,3 +173,32 @@ func TestStallWatchSeesTheProcessStopped(t *testing.T) {
 		time.Sleep(stallTick)
 	}
 }
+
+// TestAdmittedFollowsTheFactorChangeWithinAnInterval: a fleet's shared
+// factor read halfway through an interval changes what the rest of its
+// requests come through at; the interval's signals say so (Admitted).
+func TestAdmittedFollowsTheFactorChangeWithinAnInterval(t *testing.T) {
+	a := judgedController(t)
+	sync := &recordingSync{factor: 1}
+	a.SetSync(sync)
+	for range 30 {
+		a.Start()
+	}
+	sync.factor = 0.5
+	a.readShared() // the fleet judged: 0.5 from now on
+	for range 70 {
+		a.Start()
+	}
+	a.Judge()
+	if got := sync.sent[len(sync.sent)-1]; got.Started != 100 || got.Admitted != 30*1+70*0.5 {
+		t.Fatalf("sent %+v, want 100 started, admitted 30 at 1 and 70 at 0.5 (65)", got)
+	}
+	// The next interval's requests all came through at 0.5.
+	for range 10 {
+		a.Start()
+	}
+	a.Judge()
+	if got := sync.sent[len(sync.sent)-1]; got.Admitted != 10*0.5 {
+		t.Fatalf("sent %+v, want admitted 5", got)
+	}
+}

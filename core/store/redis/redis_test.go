@@ -418,11 +418,11 @@ func TestAdaptiveFactorSharedByNodes(t *testing.T) {
 }
 
 // TestGradientFleetJudgesSums: the gradient rule judges the sum of every
-// node's signals once per interval. The first node's healthy interval is
-// judged at once; the other two nodes' failing ones wait, and the next
-// interval judges them with the first node's next (healthy again): the
-// fleet served 60% of what it was sent, so the shared factor is cut to
-// 0.6 × 0.95, though the first node alone never saw a failure.
+// node's signals once per interval. The three nodes' signals of one
+// interval (one healthy, two failing) wait; the read half an interval
+// later judges them together: the fleet served 60% of what it was sent, so
+// the shared factor is cut to 0.6 × 0.95, though the first node alone
+// never saw a failure. A second read in the same interval changes nothing.
 func TestGradientFleetJudgesSums(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
 	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}, Clock: clock})
@@ -444,14 +444,16 @@ func TestGradientFleetJudgesSums(t *testing.T) {
 		}
 		got = append(got, f)
 	}
-	clock.Advance(500 * time.Millisecond)
-	f, err := sync.SyncFactor(ctx, healthy, false, o)
-	if err != nil {
-		t.Fatal(err)
+	clock.Advance(250 * time.Millisecond)
+	for range 2 {
+		f, err := sync.SyncFactor(ctx, adaptive.Signals{}, false, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, f)
 	}
-	got = append(got, f)
 	served := 180.0 / 300
-	want := fmt.Sprint([]float64{1, 1, 1, served * 0.95})
+	want := fmt.Sprint([]float64{1, 1, 1, served * 0.95, served * 0.95})
 	if fmt.Sprint(got) != want {
 		t.Fatalf("factors %v, want %s: one judgement per interval, of the fleet's sums", got, want)
 	}
@@ -512,6 +514,12 @@ func TestGradientLuaTwin(t *testing.T) {
 			now += rng.Int64N(o.Interval.Microseconds())
 			started := rng.Int64N(200)
 			sig := adaptive.Signals{Started: started, Denied: rng.Int64N(3) * rng.Int64N(50), Answered: max(0, started+rng.Int64N(40)-bias)}
+			if rng.IntN(4) > 0 { // let through at a factor of its own, or (0) none said
+				sig.Admitted = float64(started) * (0.05 + rng.Float64()*0.95)
+			}
+			if rng.IntN(3) == 0 {
+				sig = adaptive.Signals{} // a node's read, which judges
+			}
 			if sig.Answered > 0 {
 				sig.Failed = rng.Int64N(sig.Answered/max(1, rng.Int64N(10)) + 1)
 				sig.Failed = min(sig.Failed, sig.Answered)
@@ -534,7 +542,8 @@ func TestGradientLuaTwin(t *testing.T) {
 		lua := adaptive.GradientState{Factor: num("f"), Growth: num("g"), Ceiling: num("c"), MinLatency: int64(num("m")),
 			Measuring: int64(num("ms")), Held: num("h"), Epoch: int64(num("e")), Slow: int64(num("sl")), Cut: int64(num("k")), Judged: int64(num("j")),
 			Peak: num("pk"), Probed: int64(num("pr")),
-			Pending: adaptive.Signals{Started: int64(num("s")), Denied: int64(num("dn")), Answered: int64(num("a")), Failed: int64(num("x")), Latency: int64(num("l"))}}
+			Pending: adaptive.Signals{Started: int64(num("s")), Denied: int64(num("dn")), Answered: int64(num("a")), Failed: int64(num("x")), Latency: int64(num("l")),
+				Admitted: num("pf")}}
 		if lua != state {
 			t.Fatalf("seed %d after its 300 steps: Lua's state %+v, Go's %+v", seed, lua, state)
 		}
@@ -661,7 +670,10 @@ func TestGradientProbeCountFromALyingServer(t *testing.T) {
 	for i := range 2 {
 		now += o.Interval.Microseconds()
 		var err error
-		if f, err = runGradient(ctx, s, key, now, clean, o); err != nil {
+		if _, err = runGradient(ctx, s, key, now, clean, o); err != nil {
+			t.Fatal(err)
+		}
+		if f, err = runGradient(ctx, s, key, now, adaptive.Signals{}, o); err != nil { // the read that judges it
 			t.Fatal(err)
 		}
 		if want := map[bool]bool{true: f == 0.5, false: f > 0.5}[i == 0]; !want {
