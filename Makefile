@@ -149,11 +149,10 @@ adaptive-short:
 # The adaptive fleets (two and three Caddies on one redis-server, race
 # builds as make test runs them) RUNS times, each run's figures, and per
 # fleet size the median and worst: enough runs to tell a change to the
-# controller from the tests' own spread. make test runs the two-node fleet
-# once; the three-node one (build tag adaptivefleet) only runs here.
+# controller from the tests' own spread. make test runs each fleet once.
 RUNS ?= 10
 adaptive-fleet: deps bin/caddy-race
-	bash -o pipefail -c "TOLLGATE_CADDY=$(CURDIR)/bin/caddy-race TOLLGATE_REQUIRE_CADDY=1 $(GO) test -race -tags adaptivefleet -count=$(RUNS) -v \
+	bash -o pipefail -c "TOLLGATE_CADDY=$(CURDIR)/bin/caddy-race TOLLGATE_REQUIRE_CADDY=1 $(GO) test -race -count=$(RUNS) -v \
 	  -run 'TestCaddyAdaptiveFleet' ./caddymodule/ | $(GO) run ./internal/fleetspread"
 
 # Every fuzz target for FUZZTIME each (go test fuzzes one target per call):
