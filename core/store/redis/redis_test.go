@@ -523,6 +523,11 @@ func TestGradientLuaTwin(t *testing.T) {
 			if sig.Answered > 0 {
 				sig.Failed = rng.Int64N(sig.Answered/max(1, rng.Int64N(10)) + 1)
 				sig.Failed = min(sig.Failed, sig.Answered)
+				if rng.IntN(2) == 0 {
+					// Clean: a judgement sums several nodes' signals, and
+					// probing past the capacity needs whole clean intervals.
+					sig.Failed = 0
+				}
 				sig.Latency = 50 + rng.Int64N(200_000)
 			}
 			state = adaptive.Gradient(state, now, sig, o)
