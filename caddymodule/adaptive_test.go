@@ -120,6 +120,12 @@ func (f upstreamFigures) String() string {
 // returns how many got past tollgate (anything but 429).
 func offer(t *testing.T, urls []string, rps int, d time.Duration) int {
 	t.Helper()
+	return offerUntil(t, urls, rps, d, nil)
+}
+
+// offerUntil is offer that also ends once done closes (nil: never).
+func offerUntil(t *testing.T, urls []string, rps int, d time.Duration, done <-chan struct{}) int {
+	t.Helper()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512}, Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
 	tick := time.NewTicker(time.Second / time.Duration(rps*len(urls)))
@@ -128,8 +134,13 @@ func offer(t *testing.T, urls []string, rps int, d time.Duration) int {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	passed := 0
+sending:
 	for i := 0; time.Now().Before(end); i++ {
-		<-tick.C
+		select {
+		case <-tick.C:
+		case <-done:
+			break sending
+		}
 		wg.Add(1)
 		go func(url string) {
 			defer wg.Done()
