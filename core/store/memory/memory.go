@@ -236,7 +236,7 @@ func MustNew(opts Options) *Store {
 func (s *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
 	// s.now and s.identity, written out, and no helper around the rest:
 	// this is the hot path, where each call costs 10 to 20 instructions of
-	// about 300 (a helper taken in costs as much, copying the key to take
+	// about 420 (a helper taken in costs as much, copying the key to take
 	// its address).
 	var now int64
 	if s.monotonic {
