@@ -633,10 +633,21 @@ for j = 1, tonumber(ARGV[2]) do
   policies[j] = {limits = read_limits(a + 1, n), ttl = tonumber(ARGV[a + 1])}
   a = a + 2 + 7 * n
 end
+-- A batch's requests send few distinct numbers (policy 1, now -1, cost
+-- 1), and tonumber runs the C library's strtod, so each is read once.
+local numbers = {}
+local function number(v)
+  local x = numbers[v]
+  if x == nil then
+    x = tonumber(v)
+    numbers[v] = x
+  end
+  return x
+end
 local replies, size, kb = {}, 0, 0
 for r = a, #ARGV, 3 do
-  local policy = policies[tonumber(ARGV[r])]
-  local ok, last = pcall(decide, policy.limits, kb, time_of(tonumber(ARGV[r + 1])), tonumber(ARGV[r + 2]), policy.ttl,
+  local policy = policies[number(ARGV[r])]
+  local ok, last = pcall(decide, policy.limits, kb, time_of(number(ARGV[r + 1])), number(ARGV[r + 2]), policy.ttl,
                          replies, size + 1)
   if ok then
     replies[size + 1] = last - size - 1
