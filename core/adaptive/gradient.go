@@ -114,7 +114,9 @@ const measuringStage = 5
 // interval and a half on. A node alone adds and reads at once. An interval with at least MinSamples
 // answers is congested when more than ErrorRate of them failed, when fewer
 // than 1 − ErrorRate of the requests started came back while latency rose
-// (work piling up in the upstream), or when its latency is above Tolerance
+// (work piling up in the upstream; before the unloaded latency is known,
+// fewer than that share of those started before the interval's last
+// latency, or any shortfall while the limit binds), or when its latency is above Tolerance
 // × the unloaded latency (and latencySlack above it) or above
 // LatencyTarget while the upstream is not draining.
 //
@@ -215,8 +217,17 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 		// factor also sends more than comes back, for one latency), and not
 		// in the first interval after a measurement (the restored factor
 		// fills the upstream anew).
-		piling = float64(p.Answered) < (1-o.ErrorRate)*float64(p.Started) &&
-			(s.MinLatency == 0 || (s.Epoch > 1 && float64(latency) > 1.1*float64(s.MinLatency)))
+		backlog := float64(p.Answered) < (1-o.ErrorRate)*float64(p.Started)
+		if s.MinLatency == 0 {
+			// No unloaded latency to compare with: the requests of the
+			// interval's last latency cannot have come back yet, so only
+			// fewer answers than the rest of them is work piling up, or a
+			// backlog while the limit binds (its latency may be a queue's).
+			back := max(0, 1-float64(latency)/float64(interval))
+			piling = float64(p.Answered) < (1-o.ErrorRate)*back*float64(p.Started) || (backlog && p.Denied > 0)
+		} else {
+			piling = backlog && s.Epoch > 1 && float64(latency) > 1.1*float64(s.MinLatency)
+		}
 		congested = failing || piling
 		served = float64(p.Answered-p.Failed) / float64(max(p.Started, p.Answered))
 		cut = served

@@ -103,7 +103,14 @@ if enough then
     rate = rate / PROBE_STRICTNESS
   end
   local failing = fl > rate * ans
-  piling = ans < (1 - errrate) * sa and (m == 0 or (epoch > 1 and latency > 1.1 * m))
+  local backlog = ans < (1 - errrate) * sa
+  if m == 0 then
+    -- No unloaded latency yet: the interval's last latency is still out.
+    local back = math.max(0, 1 - latency / interval)
+    piling = ans < (1 - errrate) * back * sa or (backlog and dn > 0)
+  else
+    piling = backlog and epoch > 1 and latency > 1.1 * m
+  end
   congested = failing or piling
   served = (ans - fl) / math.max(sa, ans)
   cut = served

@@ -338,6 +338,18 @@ func TestGradientFirstLatencyNeedsNoMeasurement(t *testing.T) {
 	if s.Measuring != 1 || s.MinLatency != 0 || s.Factor != o.MinFactor {
 		t.Fatalf("first interval with refusals: %+v, want a measurement at MinFactor", s)
 	}
+	// A healthy upstream 100 ms away cannot have answered the requests of
+	// the interval's last 100 ms (a fifth of its 500 ms): that is no work
+	// piling up, so nothing is cut and nothing measured.
+	s = judge(GradientState{}, o, Signals{Started: 100, Answered: 80, Latency: 100_000})
+	if s.Measuring != 0 || s.MinLatency != 100_000 || s.Factor != 1 || s.Cut != 0 {
+		t.Fatalf("first interval, the last latency's requests out: %+v, want 100ms unloaded, the factor kept at 1", s)
+	}
+	// Fewer answers than that is work piling up: a cut and a measurement.
+	s = judge(GradientState{}, o, Signals{Started: 100, Answered: 70, Latency: 100_000})
+	if want := 0.7 * o.Decrease; s.Measuring != 1 || s.Factor != o.MinFactor || s.Held != want {
+		t.Fatalf("first interval, answers missing beyond the last latency's: %+v, want the factor cut to 0.665 and held for a measurement", s)
+	}
 }
 
 // TestGradientLatencySlack: in front of a sub-millisecond upstream, latency
