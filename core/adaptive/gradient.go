@@ -111,14 +111,16 @@ const measuringStage = 5
 // judgement (at 7/8 of its length, as AIMD) judges the sums and clears
 // them, so k nodes sharing one state judge the fleet's signals once per
 // interval, all of the same interval; without reads, signals judge an
-// interval and a half on. A node alone adds and reads at once. An interval with at least MinSamples
-// answers is congested when more than ErrorRate of them failed, when fewer
-// than 1 − ErrorRate of the requests started came back while latency rose
-// (work piling up in the upstream; before the unloaded latency is known,
-// fewer than that share of those started before the interval's last
-// latency, or any shortfall while the limit binds), or when its latency is above Tolerance
-// × the unloaded latency (and latencySlack above it) or above
-// LatencyTarget while the upstream is not draining.
+// interval and a half on. A node alone adds and reads at once.
+//
+// An interval with at least MinSamples answers is congested when more than
+// ErrorRate of them failed, when fewer than 1 − ErrorRate of the requests
+// started came back while latency rose (work piling up in the upstream;
+// before the unloaded latency is known, fewer than that share of those
+// started before the interval's last latency, or any shortfall while the
+// limit binds), or when its latency is above Tolerance × the unloaded
+// latency (and latencySlack above it) or above LatencyTarget while the
+// upstream is not draining.
 //
 // Congested, the factor the interval's requests were let through at
 // (Signals.Admitted over Started: in a fleet, not always the one in force)
