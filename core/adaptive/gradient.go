@@ -23,6 +23,14 @@ type Signals struct {
 	Admitted float64
 }
 
+// Carried is what an interval waited through after a cut showed: the
+// requests started, the answers that succeeded, and Σ factor over the
+// started (see Signals.Admitted).
+type Carried struct {
+	Started, Served int64
+	Admitted        float64
+}
+
 // GradientState is a gradient controller's state. Its zero value is a
 // factor never judged (Gradient treats Factor 0 as 1).
 type GradientState struct {
@@ -48,9 +56,12 @@ type GradientState struct {
 	// Epoch counts the intervals judged since the last measurement, and
 	// Slow those of them congested by latency.
 	Epoch, Slow int64
-	// Cut is 1 after an interval that cut the factor: the next interval
-	// shows what the upstream still owed the old factor (a refusal window
-	// of its own, a queue), so it neither cuts nor grows.
+	// Cut is how many intervals are left to wait through after a cut: the
+	// next interval shows what the upstream still owed the old factor (a
+	// refusal window of its own, a queue), so it neither cuts nor grows.
+	// A cut is followed by one such interval, or by two if it was measured
+	// over a waited interval (see Carried): a second cut in a row says the
+	// upstream remembers longer than an interval.
 	Cut int64
 	// Peak is the highest capacity confirmed (a factor; 0: none, or grown
 	// past): growth stops once there, and probes past it dwell.
@@ -58,6 +69,13 @@ type GradientState struct {
 	// Probed counts the clean intervals in a row spent past the Ceiling,
 	// the factor held there (see probeDwell).
 	Probed int64
+	// Carried is what the last interval waited through after a cut (see
+	// Cut) showed. If the next interval is congested, the share served is
+	// measured over both, so an upstream whose capacity comes in bursts (a
+	// window that refills each second) is measured over a burst and the
+	// lull after it, not over whichever of the two the judgements keep
+	// falling on. Its refusals are left out: they may be the old factor's.
+	Carried Carried
 	// Judged is when the last interval was judged, in µs.
 	Judged int64
 	// Pending sums the signals heard since Judged (in the fleet, from every
@@ -125,7 +143,8 @@ const measuringStage = 5
 // Congested, the factor the interval's requests were let through at
 // (Signals.Admitted over Started: in a fleet, not always the one in force)
 // is multiplied by the share of the interval's work the upstream served
-// (answered − failed over started, or over answered if more), or by the
+// (answered − failed over started, or over answered if more; right after
+// the interval waited through after a cut, over both), or by the
 // latency gradient (bound / latency, at least 0.5) if that is lower, and
 // by Decrease, the margin kept below the capacity so measured; the served
 // share times that factor is the new Ceiling.
@@ -173,15 +192,18 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 	s.Judged = now
 	p := s.Pending
 	s.Pending = Signals{}
+	carried := s.Carried
+	s.Carried = Carried{}
 	latency := int64(0)
 	if ok := p.Answered - p.Failed; ok > 0 {
 		latency = int64(math.Floor(float64(p.Latency) / float64(ok)))
 	}
 	enough := p.Answered >= o.MinSamples
-	// admitted is the factor the interval's requests were let through at.
+	// admitted is the factor the interval's requests were let through at
+	// (and the carried interval's).
 	admitted := s.Factor
-	if p.Started > 0 && p.Admitted > 0 {
-		admitted = min(1, p.Admitted/float64(p.Started)) // no factor is above 1
+	if started, sum := p.Started+carried.Started, p.Admitted+carried.Admitted; started > 0 && sum > 0 {
+		admitted = min(1, sum/float64(started)) // no factor is above 1
 	}
 	switch {
 	case s.Measuring > 0 && s.Measuring < measuringStage:
@@ -231,7 +253,8 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 			piling = backlog && s.Epoch > 1 && float64(latency) > 1.1*float64(s.MinLatency)
 		}
 		congested = failing || piling
-		served = float64(p.Answered-p.Failed) / float64(max(p.Started, p.Answered))
+		// (Over the carried interval too, its refusals left out.)
+		served = float64(p.Answered-p.Failed+carried.Served) / float64(max(p.Started+carried.Started, p.Answered+carried.Served))
 		cut = served
 		// Latency over a bound while the upstream answers more than it is
 		// sent is a queue draining after a cut, not a reason for another.
@@ -249,8 +272,11 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 	if slow {
 		s.Slow++
 	}
-	if s.Cut == 1 {
-		s.Cut = 0
+	if s.Cut >= 1 {
+		if s.Cut == 1 {
+			s.Carried = Carried{p.Started, p.Answered - p.Failed, p.Admitted}
+		}
+		s.Cut--
 		return s
 	}
 	if congested {
@@ -267,6 +293,9 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 		}
 		s.Factor = max(o.MinFactor, admitted*cut*o.Decrease)
 		s.Growth, s.Cut, s.Probed = 0, 1, 0
+		if carried.Started > 0 {
+			s.Cut = 2
+		}
 	} else {
 		probed := s.Probed
 		s.Probed = 0

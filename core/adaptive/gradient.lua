@@ -9,8 +9,11 @@
 --          µs), ms (measuring stage), h (held factor), e (epoch), sl (slow
 --          intervals), j (judged µs), s, a, x, l (pending started,
 --          answered, failed, Σ latency×successful answers), k (1 after a
---          cut), dn (pending denied), pk (peak), pr (clean intervals
---          probed past the capacity), pf (pending Σ factor over started)
+--          cut, 2 after one measured over a carried interval: intervals
+--          left to wait through), dn (pending denied), pk (peak), pr
+--          (clean intervals probed past the capacity), pf (pending Σ
+--          factor over started), cs, cv, ca (the carried interval's
+--          started, successful answers, Σ factor over started)
 -- ARGV[1]  now in µs, or -1 to use the server's TIME
 -- ARGV[2..5]  this node's started, answered, failed, latency µs
 -- ARGV[6..12] min factor, error rate, tolerance, latency target µs,
@@ -33,7 +36,7 @@ local denied, admitted = tonumber(ARGV[14]), tonumber(ARGV[15])
 local minf, errrate, tol, target = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local decrease, increase, interval, minsamples = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
 
-local v = redis.call('HMGET', KEYS[1], 'f', 'g', 'c', 'm', 'ms', 'h', 'e', 'sl', 'j', 's', 'a', 'x', 'l', 'k', 'dn', 'pk', 'pr', 'pf')
+local v = redis.call('HMGET', KEYS[1], 'f', 'g', 'c', 'm', 'ms', 'h', 'e', 'sl', 'j', 's', 'a', 'x', 'l', 'k', 'dn', 'pk', 'pr', 'pf', 'cs', 'cv', 'ca')
 local f = tonumber(v[1]) or 1
 local growth, ceiling = tonumber(v[2]) or 0, tonumber(v[3]) or 0
 local m, ms, held = tonumber(v[4]) or 0, tonumber(v[5]) or 0, tonumber(v[6]) or 0
@@ -46,16 +49,20 @@ local justcut = tonumber(v[14]) or 0
 local pd = (tonumber(v[15]) or 0) + denied
 local peak, probed = tonumber(v[16]) or 0, tonumber(v[17]) or 0
 local pf = (tonumber(v[18]) or 0) + admitted
+local cs, cv, ca = tonumber(v[19]) or 0, tonumber(v[20]) or 0, tonumber(v[21]) or 0
 -- A stored count this script never writes (a lying server) must not hold the
--- factor for as many intervals as it says: it is 0 or 1.
+-- factor for as many intervals as it says: probed is 0 or 1, k 0 to 2.
 probed = math.min(math.max(probed, 0), PROBE_DWELL - 1)
+if not (justcut >= 0 and justcut <= 2) then
+  justcut = 0
+end
 
 local function save()
   local g = function(x) return string.format('%.17g', x) end
   local i = function(x) return string.format('%.0f', x) end
   redis.call('HSET', KEYS[1], 'f', g(f), 'g', g(growth), 'c', g(ceiling), 'm', i(m), 'ms', i(ms), 'h', g(held),
     'e', i(epoch), 'sl', i(slowcount), 'j', i(j), 's', i(ps), 'a', i(pa), 'x', i(px), 'l', i(pl), 'k', i(justcut), 'dn', i(pd),
-    'pk', g(peak), 'pr', i(probed), 'pf', g(pf))
+    'pk', g(peak), 'pr', i(probed), 'pf', g(pf), 'cs', i(cs), 'cv', i(cv), 'ca', g(ca))
   redis.call('PEXPIRE', KEYS[1], math.floor(interval / 1000) * 60 + 1000)
   return g(f)
 end
@@ -68,14 +75,16 @@ end
 j = now
 local sa, ans, fl, sl, dn, adm = ps, pa, px, pl, pd, pf
 ps, pa, px, pl, pd, pf = 0, 0, 0, 0, 0, 0
+local csa, csv, cadm = cs, cv, ca
+cs, cv, ca = 0, 0, 0
 local latency = 0
 if ans - fl > 0 then
   latency = math.floor(sl / (ans - fl))
 end
 local enough = ans >= minsamples
 local admittedf = f
-if sa > 0 and adm > 0 then
-  admittedf = math.min(1, adm / sa)
+if sa + csa > 0 and adm + cadm > 0 then
+  admittedf = math.min(1, (adm + cadm) / (sa + csa))
 end
 if ms > 0 and ms < MEASURING then
   if ans > sa and ms < MEASURING - 1 then
@@ -112,7 +121,7 @@ if enough then
     piling = backlog and epoch > 1 and latency > 1.1 * m
   end
   congested = failing or piling
-  served = (ans - fl) / math.max(sa, ans)
+  served = (ans - fl + csv) / math.max(sa + csa, ans + csv)
   cut = served
   local tolerated = 0
   if m > 0 then
@@ -128,8 +137,11 @@ end
 if slow then
   slowcount = slowcount + 1
 end
-if justcut == 1 then
-  justcut = 0
+if justcut >= 1 then
+  if justcut == 1 then
+    cs, cv, ca = sa, ans - fl, adm
+  end
+  justcut = justcut - 1
   return save()
 end
 if congested then
@@ -140,6 +152,9 @@ if congested then
   end
   f = math.max(minf, admittedf * cut * decrease)
   growth, justcut, probed = 0, 1, 0
+  if csa > 0 then
+    justcut = 2
+  end
 else
   local was = probed
   probed = 0

@@ -22,15 +22,73 @@ func judge(s GradientState, o Options, sig Signals) GradientState {
 	return Gradient(Gradient(s, now, sig, o), now, Signals{}, o)
 }
 
-// hold runs the interval after a cut, whose signals (here failing ones)
-// neither cut nor grow the factor.
+// hold runs the interval after a cut, whose signals (here only the old
+// factor's answers, all failed) neither cut nor grow the factor. Having
+// started nothing and served nothing, it carries nothing into the next
+// judgement (see TestGradientCutMeasuresOverTheWaitedInterval for what an
+// interval that does carries).
 func hold(t *testing.T, s GradientState, o Options) GradientState {
 	t.Helper()
-	next := judge(s, o, Signals{Started: 100, Answered: 100, Failed: 90, Latency: 1_000_000})
-	if s.Cut != 1 || next.Factor != s.Factor || next.Cut != 0 {
+	next := judge(s, o, Signals{Answered: 100, Failed: 100})
+	if s.Cut != 1 || next.Factor != s.Factor || next.Cut != 0 || next.Carried != (Carried{}) {
 		t.Fatalf("the interval after a cut: %+v after %+v, want the factor kept", next, s)
 	}
 	return next
+}
+
+// TestGradientCutMeasuresOverTheWaitedInterval: a congested interval right
+// after the one waited through after a cut measures the share served over
+// both (the waited one's refusals left out), and then waits two intervals;
+// an upstream that served the waited interval whole is cut as by the
+// judged interval alone.
+func TestGradientCutMeasuresOverTheWaitedInterval(t *testing.T) {
+	o := gradientOptions(t)
+	// A window upstream: a burst served, then a lull refusing everything.
+	s := judge(measured, o, Signals{Started: 100, Answered: 100, Failed: 40, Latency: 5000})
+	if s.Factor != 0.6*o.Decrease || s.Cut != 1 {
+		t.Fatalf("40%% failing: factor %v (cut %d), want %v", s.Factor, s.Cut, 0.6*o.Decrease)
+	}
+	f := s.Factor
+	lull := Signals{Started: 100, Answered: 100, Failed: 100, Admitted: 100 * f}
+	smooth := Signals{Started: 100, Answered: 100, Failed: 0, Admitted: 100 * f, Latency: 5000}
+	burst := Signals{Started: 100, Answered: 100, Failed: 20, Admitted: 100 * f, Latency: 5000}
+	for _, c := range []struct {
+		name   string
+		waited Signals
+		served float64 // the share the cut measures
+		wait   int64   // the intervals waited after it
+	}{
+		{"a lull waited through", lull, 80.0 / 200, 2},
+		{"a smooth upstream waited through", smooth, 180.0 / 200, 2},
+		{"nothing started while waiting", Signals{Answered: 100, Failed: 100}, 80.0 / 100, 1},
+	} {
+		w := judge(s, o, c.waited)
+		if w.Factor != f || w.Cut != 0 {
+			t.Fatalf("%s: factor %v (cut %d), want it kept at %v", c.name, w.Factor, w.Cut, f)
+		}
+		if want := (Carried{c.waited.Started, c.waited.Answered - c.waited.Failed, c.waited.Admitted}); w.Carried != want {
+			t.Fatalf("%s: carried %+v, want %+v", c.name, w.Carried, want)
+		}
+		next := judge(w, o, burst)
+		admitted := min(1, (burst.Admitted+c.waited.Admitted)/float64(burst.Started+c.waited.Started))
+		if c.waited.Started == 0 {
+			admitted = min(1, burst.Admitted/float64(burst.Started))
+		}
+		if want := max(o.MinFactor, admitted*c.served*o.Decrease); next.Factor != want || next.Ceiling != admitted*c.served || next.Cut != c.wait {
+			t.Fatalf("%s, then 20%% failing: factor %v, ceiling %v (cut %d); want %v, %v (cut %d)",
+				c.name, next.Factor, next.Ceiling, next.Cut, want, admitted*c.served, c.wait)
+		}
+		if next.Carried != (Carried{}) {
+			t.Fatalf("%s: carried %+v after the judgement that used it, want none", c.name, next.Carried)
+		}
+		for i := next.Cut; i > 0; i-- {
+			after := judge(next, o, burst)
+			if after.Factor != next.Factor || after.Cut != i-1 {
+				t.Fatalf("%s: waited interval %d after the cut: factor %v (cut %d), want %v (cut %d)", c.name, c.wait-i+1, after.Factor, after.Cut, next.Factor, i-1)
+			}
+			next = after
+		}
+	}
 }
 
 func TestGradientDefaults(t *testing.T) {

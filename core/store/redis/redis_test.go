@@ -547,6 +547,7 @@ func TestGradientLuaTwin(t *testing.T) {
 		lua := adaptive.GradientState{Factor: num("f"), Growth: num("g"), Ceiling: num("c"), MinLatency: int64(num("m")),
 			Measuring: int64(num("ms")), Held: num("h"), Epoch: int64(num("e")), Slow: int64(num("sl")), Cut: int64(num("k")), Judged: int64(num("j")),
 			Peak: num("pk"), Probed: int64(num("pr")),
+			Carried: adaptive.Carried{Started: int64(num("cs")), Served: int64(num("cv")), Admitted: num("ca")},
 			Pending: adaptive.Signals{Started: int64(num("s")), Denied: int64(num("dn")), Answered: int64(num("a")), Failed: int64(num("x")), Latency: int64(num("l")),
 				Admitted: num("pf")}}
 		if lua != state {
@@ -683,6 +684,35 @@ func TestGradientProbeCountFromALyingServer(t *testing.T) {
 		}
 		if want := map[bool]bool{true: f == 0.5, false: f > 0.5}[i == 0]; !want {
 			t.Fatalf("clean interval %d past the capacity, %q probes stored: factor %v, want it held once, then grown", i+1, "-1000000", f)
+		}
+	}
+}
+
+// A lying server's count of intervals left to wait after a cut (one the
+// script never writes: above 2, negative or not a number) cannot hold the
+// gradient factor: it is read as none, so the first clean interval grows
+// the factor.
+func TestGradientWaitCountFromALyingServer(t *testing.T) {
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
+	ctx := context.Background()
+	o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
+		Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10}
+	for _, lie := range []string{"1000000", "-3", "nan", "inf"} {
+		key := s.prefix + "gradlyingwait" + lie
+		// A factor of 0.5, the unloaded latency known.
+		if err := adminClient(t).HSet(ctx, key, "f", "0.5", "m", "5000", "j", "0", "k", lie).Err(); err != nil {
+			t.Fatal(err)
+		}
+		now := storetest.T0 + o.Interval.Microseconds()
+		if _, err := runGradient(ctx, s, key, now, adaptive.Signals{Started: 100, Answered: 100, Latency: 5000}, o); err != nil {
+			t.Fatal(err)
+		}
+		f, err := runGradient(ctx, s, key, now, adaptive.Signals{}, o) // the read that judges it
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f <= 0.5 {
+			t.Fatalf("a clean interval, %q intervals to wait stored: factor %v, want it grown past 0.5", lie, f)
 		}
 	}
 }
