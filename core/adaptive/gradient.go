@@ -157,7 +157,8 @@ const measuringStage = 5
 // ErrorRate failing is congestion there, and a clean interval holds the
 // factor for a second look (probeDwell) before the Ceiling is forgotten,
 // since an upstream that absorbs a burst (a queue, a token bucket) shows a
-// small excess only after a while. A congestion of a binding limit by
+// small excess only after a while; forgotten, it grows by the same step
+// once more before the step doubles. A congestion of a binding limit by
 // such a probe confirms a capacity, and the highest confirmed is the Peak:
 // once the Ceiling is forgotten, growth stops once at the Peak, and probes
 // past it as past the Ceiling; a clean probe well below the Peak (a
@@ -327,14 +328,16 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 			// Clean past the capacity: once probeDwell intervals in a row,
 			// it has grown, so it is forgotten; until then the factor holds,
 			// as an upstream that absorbs a burst shows a small excess only
-			// after a while.
+			// after a while. For the same reason the step past it is taken
+			// once more before it doubles: a fleet hears of an excess an
+			// interval late, and a doubled step then overshoots by as much.
 			s.Probed = probed + 1
 			if s.Probed < probeDwell {
 				next, s.Growth = s.Factor, growth
 			} else if s.Ceiling > 0 {
-				s.Ceiling, s.Probed = 0, 0
+				s.Ceiling, s.Probed, s.Growth = 0, 0, growth
 			} else {
-				s.Peak, s.Probed = 0, 0
+				s.Peak, s.Probed, s.Growth = 0, 0, growth
 			}
 		case (s.Factor >= s.Ceiling && s.Factor < s.Ceiling*(1+o.Increase)) || rising:
 			s.Growth = growth

@@ -182,9 +182,10 @@ else
     if probed < PROBE_DWELL then
       nxt, growth = f, step
     elseif ceiling > 0 then
-      ceiling, probed = 0, 0
+      -- Forgotten: the same step once more before it doubles.
+      ceiling, probed, growth = 0, 0, step
     else
-      peak, probed = 0, 0
+      peak, probed, growth = 0, 0, step
     end
   elseif (f >= ceiling and f < ceiling * (1 + increase)) or rising then
     growth = step
