@@ -556,6 +556,43 @@ func TestGradientLuaTwin(t *testing.T) {
 	}
 }
 
+// TestGradientLuaTwinForgetsTheCeiling replays, through core.Gradient and
+// gradient.lua alike, probes past a known capacity that stay clean: the
+// factor held once, the Ceiling forgotten, the same step once more, then
+// doubling steps. The random traces seldom stay clean that long below a
+// factor of 1, where growth no longer shows.
+func TestGradientLuaTwinForgetsTheCeiling(t *testing.T) {
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
+	ctx := context.Background()
+	o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
+		Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10}
+	key := s.prefix + "gradforget"
+	// A factor of 0.3 past a capacity of 0.25, the unloaded latency known.
+	if err := adminClient(t).HSet(ctx, key, "f", "0.3", "c", "0.25", "m", "5000", "j", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	state := adaptive.GradientState{Factor: 0.3, Ceiling: 0.25, MinLatency: 5000}
+	clean := adaptive.Signals{Started: 100, Answered: 100, Latency: 5000}
+	now := storetest.T0
+	for step := range 6 {
+		now += o.Interval.Microseconds()
+		state = adaptive.Gradient(adaptive.Gradient(state, now, clean, o), now, adaptive.Signals{}, o)
+		if _, err := runGradient(ctx, s, key, now, clean, o); err != nil {
+			t.Fatal(err)
+		}
+		got, err := runGradient(ctx, s, key, now, adaptive.Signals{}, o) // the read that judges it
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != state.Factor {
+			t.Fatalf("seed 0 (a fixed trace) step %d, a clean probe past the capacity: Lua %v, Go %v (state %+v)", step, got, state.Factor, state)
+		}
+	}
+	if state.Ceiling != 0 || state.Factor <= 0.3*1.05*1.05 {
+		t.Fatalf("after six clean probes: %+v, want the ceiling forgotten and the factor grown", state)
+	}
+}
+
 // A state hash lives at least one idle time after its last write, and at
 // most two after the write that set its expiry: a write moves the expiry
 // (two idle times ahead) only when it finds less than one left, so most
