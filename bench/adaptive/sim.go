@@ -231,6 +231,7 @@ func (e *events) Pop() any {
 // model upstream, the controller judging every o.Interval.
 func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 	k := scn.limit
+	o.Paced = k == rateLimit // as core/spec sets it
 	a, err := adaptive.NewJudged(o)
 	if err != nil {
 		panic(err)

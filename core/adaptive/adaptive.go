@@ -61,6 +61,13 @@ type Options struct {
 	// MinSamples is the fewest observations in an interval that can show
 	// the upstream struggling; default 10.
 	MinSamples int64
+	// Paced says the limits adapted let requests through at a steady rate
+	// the factor scales (gcra, token_bucket, leaky_bucket), not a count in
+	// flight: when such a limit binds, the requests it starts in an
+	// interval are the factor's rate, so Gradient can read a capacity from
+	// the answers of an upstream draining a queue. core/spec sets it from
+	// the policy's limits; AIMD ignores it.
+	Paced bool
 }
 
 // Validate reports whether o is usable, with an error naming the field.

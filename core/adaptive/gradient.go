@@ -23,9 +23,11 @@ type Signals struct {
 	Admitted float64
 }
 
-// Carried is what an interval waited through after a cut showed: the
-// requests started, the answers that succeeded, and Σ factor over the
-// started (see Signals.Admitted).
+// Carried is what one or more judged intervals showed, kept for a later
+// judgement: the requests started, the answers that succeeded, and Σ
+// factor over the started (see Signals.Admitted). It holds an interval
+// waited through after a cut (GradientState.Carried) and a measurement's
+// draining intervals (GradientState.DrainSum).
 type Carried struct {
 	Started, Served int64
 	Admitted        float64
@@ -53,6 +55,14 @@ type GradientState struct {
 	// interval measured. Held is the factor restored after it.
 	Measuring int64
 	Held      float64
+	// LastDrain is the last interval of the measurement in which the
+	// upstream drained (answered more than was started) while a paced
+	// limit bound (Options.Paced), its Admitted the factor let through at
+	// × started; DrainSum sums those before it. Each but the last drained
+	// all interval long, so its answers came at the upstream's capacity:
+	// the factor restored is at most DrainSum's (LastDrain's if none
+	// before it) admitted factor × answers / started × Decrease.
+	DrainSum, LastDrain Carried
 	// Epoch counts the intervals judged since the last measurement, and
 	// Slow those of them congested by latency.
 	Epoch, Slow int64
@@ -94,6 +104,9 @@ type GradientState struct {
 // when latency congests an interval after MeasureEvery intervals, or once
 // MeasureEvery intervals were congested by latency (an upstream slower for
 // good). An upstream whose latency never rises is not measured again.
+// The factor held before a measurement is restored after it, for paced
+// limits (Options.Paced) no higher than the capacity the upstream showed
+// while it drained, less Decrease's margin.
 const MeasureEvery = 40
 
 // latencySlack is how far above the unloaded latency, in µs, latency may
@@ -210,6 +223,17 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 	case s.Measuring > 0 && s.Measuring < measuringStage:
 		// The upstream drains what the held factor sent it: while it
 		// answers more than it is sent, for up to three intervals more.
+		// Held low, a paced limit that binds lets through the held factor's
+		// rate, and a draining upstream answers at its capacity: their
+		// ratio is the capacity, which the factor held before the
+		// measurement may be well above (a first cut, made while the limit
+		// did not bind, measures against what was offered, not the limit).
+		if o.Paced && p.Answered > p.Started && p.Denied > 0 && p.Started > 0 {
+			s.DrainSum.Started += s.LastDrain.Started
+			s.DrainSum.Served += s.LastDrain.Served
+			s.DrainSum.Admitted += s.LastDrain.Admitted
+			s.LastDrain = Carried{p.Started, p.Answered - p.Failed, admitted * float64(p.Started)}
+		}
 		if p.Answered > p.Started && s.Measuring < measuringStage-1 {
 			s.Measuring++
 		} else {
@@ -221,7 +245,15 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 		if latency > 0 {
 			s.MinLatency = latency
 		}
-		s.Factor, s.Held, s.Measuring, s.Epoch, s.Slow = s.Held, 0, 0, 0, 0
+		d := s.DrainSum
+		if d.Started == 0 {
+			d = s.LastDrain
+		}
+		if o.Paced && d.Started > 0 {
+			c := d.Admitted / float64(d.Started) * float64(d.Served) / float64(d.Started)
+			s.Held = min(s.Held, max(o.MinFactor, c*o.Decrease))
+		}
+		s.Factor, s.Held, s.Measuring, s.Epoch, s.Slow, s.DrainSum, s.LastDrain = s.Held, 0, 0, 0, 0, Carried{}, Carried{}
 		return s
 	}
 	s.Epoch++
@@ -351,7 +383,7 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 		s.MinLatency = latency
 	}
 	if enough && latency > 0 && (s.MinLatency == 0 || (slow && s.Epoch >= MeasureEvery) || s.Slow >= MeasureEvery) {
-		s.Held, s.Factor, s.Measuring, s.Cut = s.Factor, o.MinFactor, 1, 0
+		s.Held, s.Factor, s.Measuring, s.Cut, s.DrainSum, s.LastDrain = s.Factor, o.MinFactor, 1, 0, Carried{}, Carried{}
 	}
 	return s
 }

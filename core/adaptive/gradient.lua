@@ -13,7 +13,9 @@
 --          left to wait through), dn (pending denied), pk (peak), pr
 --          (clean intervals probed past the capacity), pf (pending Σ
 --          factor over started), cs, cv, ca (the carried interval's
---          started, successful answers, Σ factor over started)
+--          started, successful answers, Σ factor over started), ds, dv,
+--          da and ls, lv, la (the same for a measurement's draining
+--          intervals before the last, and for its last)
 -- ARGV[1]  now in µs, or -1 to use the server's TIME
 -- ARGV[2..5]  this node's started, answered, failed, latency µs
 -- ARGV[6..12] min factor, error rate, tolerance, latency target µs,
@@ -21,6 +23,7 @@
 -- ARGV[13] min samples
 -- ARGV[14] this node's denied
 -- ARGV[15] this node's admitted: started × the factor it let them through at
+-- ARGV[16] 1 if the limits are paced (Options.Paced), else 0
 -- Returns the factor in force, as a string.
 
 local MEASURE_EVERY, MEASURING, LATENCY_SLACK = 40, 5, 1000
@@ -35,8 +38,9 @@ local started, answered, failed, lat = tonumber(ARGV[2]), tonumber(ARGV[3]), ton
 local denied, admitted = tonumber(ARGV[14]), tonumber(ARGV[15])
 local minf, errrate, tol, target = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local decrease, increase, interval, minsamples = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+local paced = ARGV[16] == '1'
 
-local v = redis.call('HMGET', KEYS[1], 'f', 'g', 'c', 'm', 'ms', 'h', 'e', 'sl', 'j', 's', 'a', 'x', 'l', 'k', 'dn', 'pk', 'pr', 'pf', 'cs', 'cv', 'ca')
+local v = redis.call('HMGET', KEYS[1], 'f', 'g', 'c', 'm', 'ms', 'h', 'e', 'sl', 'j', 's', 'a', 'x', 'l', 'k', 'dn', 'pk', 'pr', 'pf', 'cs', 'cv', 'ca', 'ds', 'dv', 'da', 'ls', 'lv', 'la')
 local f = tonumber(v[1]) or 1
 local growth, ceiling = tonumber(v[2]) or 0, tonumber(v[3]) or 0
 local m, ms, held = tonumber(v[4]) or 0, tonumber(v[5]) or 0, tonumber(v[6]) or 0
@@ -50,6 +54,8 @@ local pd = (tonumber(v[15]) or 0) + denied
 local peak, probed = tonumber(v[16]) or 0, tonumber(v[17]) or 0
 local pf = (tonumber(v[18]) or 0) + admitted
 local cs, cv, ca = tonumber(v[19]) or 0, tonumber(v[20]) or 0, tonumber(v[21]) or 0
+local ds, dv, da = tonumber(v[22]) or 0, tonumber(v[23]) or 0, tonumber(v[24]) or 0
+local ls, lv, la = tonumber(v[25]) or 0, tonumber(v[26]) or 0, tonumber(v[27]) or 0
 -- A stored count this script never writes (a lying server) must not hold the
 -- factor for as many intervals as it says: probed is 0 or 1, k 0 to 2.
 probed = math.min(math.max(probed, 0), PROBE_DWELL - 1)
@@ -62,7 +68,8 @@ local function save()
   local i = function(x) return string.format('%.0f', x) end
   redis.call('HSET', KEYS[1], 'f', g(f), 'g', g(growth), 'c', g(ceiling), 'm', i(m), 'ms', i(ms), 'h', g(held),
     'e', i(epoch), 'sl', i(slowcount), 'j', i(j), 's', i(ps), 'a', i(pa), 'x', i(px), 'l', i(pl), 'k', i(justcut), 'dn', i(pd),
-    'pk', g(peak), 'pr', i(probed), 'pf', g(pf), 'cs', i(cs), 'cv', i(cv), 'ca', g(ca))
+    'pk', g(peak), 'pr', i(probed), 'pf', g(pf), 'cs', i(cs), 'cv', i(cv), 'ca', g(ca),
+    'ds', i(ds), 'dv', i(dv), 'da', g(da), 'ls', i(ls), 'lv', i(lv), 'la', g(la))
   redis.call('PEXPIRE', KEYS[1], math.floor(interval / 1000) * 60 + 1000)
   return g(f)
 end
@@ -87,6 +94,12 @@ if sa + csa > 0 and adm + cadm > 0 then
   admittedf = math.min(1, (adm + cadm) / (sa + csa))
 end
 if ms > 0 and ms < MEASURING then
+  -- A paced limit binding at the held factor against a draining upstream:
+  -- answers over started is the capacity.
+  if paced and ans > sa and dn > 0 and sa > 0 then
+    ds, dv, da = ds + ls, dv + lv, da + la
+    ls, lv, la = sa, ans - fl, admittedf * sa
+  end
   if ans > sa and ms < MEASURING - 1 then
     ms = ms + 1
   else
@@ -97,7 +110,17 @@ elseif ms == MEASURING then
   if latency > 0 then
     m = latency
   end
+  -- Every draining interval but the last drained all interval long.
+  local es, ev, ea = ds, dv, da
+  if es == 0 then
+    es, ev, ea = ls, lv, la
+  end
+  if paced and es > 0 then
+    local c = ea / es * ev / es
+    held = math.min(held, math.max(minf, c * decrease))
+  end
   f, held, ms, epoch, slowcount = held, 0, 0, 0, 0
+  ds, dv, da, ls, lv, la = 0, 0, 0, 0, 0, 0
   return save()
 end
 epoch = epoch + 1
@@ -197,5 +220,6 @@ if enough and latency > 0 and m == 0 and dn == 0 and not piling then
 end
 if enough and latency > 0 and (m == 0 or (slow and epoch >= MEASURE_EVERY) or slowcount >= MEASURE_EVERY) then
   held, f, ms, justcut = f, minf, 1, 0
+  ds, dv, da, ls, lv, la = 0, 0, 0, 0, 0, 0
 end
 return save()

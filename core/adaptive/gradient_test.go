@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -309,6 +310,69 @@ func TestGradientMeasuresUnloadedLatency(t *testing.T) {
 	}
 	if s.MinLatency != 300_000 || congested > 2*MeasureEvery {
 		t.Fatalf("after %d congested intervals: %+v, want 300ms believed unloaded within two measurement periods", congested, s)
+	}
+}
+
+// drainTrace is a first interval in which a rate limit of 4C did not bind
+// (3C offered, a third of it served: the cut measures the share of what
+// was offered, a factor of a third, above the capacity of a quarter), then
+// a measurement: whole intervals held at MinFactor (0.1: 20 started, the
+// rest refused) while the upstream drains at C (50 answers an interval),
+// one that runs dry partway, one drained, and the one measured.
+func drainTrace(whole int) []Signals {
+	trace := []Signals{{Started: 150, Answered: 50, Latency: 100_000, Admitted: 150}}
+	for range whole {
+		trace = append(trace, Signals{Started: 20, Denied: 130, Answered: 50, Latency: 900_000, Admitted: 2})
+	}
+	return append(trace,
+		Signals{Started: 20, Denied: 130, Answered: 30, Latency: 600_000, Admitted: 2},
+		Signals{Started: 20, Denied: 130, Answered: 20, Latency: 150_000, Admitted: 2},
+		Signals{Started: 20, Denied: 130, Answered: 20, Latency: 100_000, Admitted: 2})
+}
+
+// TestGradientRestoresAtMostTheDrainedCapacity: a cut made while a paced
+// limit did not bind can leave the factor above the upstream's capacity;
+// the measurement that follows shows the capacity (a binding paced limit
+// starts the held factor's rate, a draining upstream answers at its
+// capacity), and the factor restored after it is at most that, less
+// Decrease's margin. The interval that ran dry partway counts only if no
+// other drained.
+func TestGradientRestoresAtMostTheDrainedCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		paced  bool
+		trace  []Signals
+		factor func(held, decrease float64) float64
+	}{
+		// Two intervals drained all interval long: 0.1 × 100/40.
+		{"paced", true, drainTrace(2), func(_, d float64) float64 { return 0.25 * d }},
+		// One drained before the last: 0.1 × 50/20 again.
+		{"paced, one whole interval", true, drainTrace(1), func(_, d float64) float64 { return 0.25 * d }},
+		// Only the last drained (ran dry): it is all there is, 0.1 × 30/20.
+		{"paced, only the last", true, drainTrace(0), func(_, d float64) float64 { return 0.15 * d }},
+		// An in-flight limit starts as many as come back, which measures
+		// nothing: the factor held comes back whole.
+		{"in flight", false, drainTrace(2), func(held, _ float64) float64 { return held }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := gradientOptions(t)
+			o.Paced = tc.paced
+			var s GradientState
+			s = judge(s, o, tc.trace[0])
+			held := s.Held
+			if s.Measuring != 1 || held <= 0.3 {
+				t.Fatalf("first judgement: %+v, want a measurement holding a factor above a third × Decrease", s)
+			}
+			for _, sig := range tc.trace[1:] {
+				s = judge(s, o, sig)
+			}
+			if want := min(held, tc.factor(held, o.Decrease)); s.Measuring != 0 || math.Abs(s.Factor-want) > 1e-12 {
+				t.Fatalf("after measuring: %+v, want the factor %v (held %v)", s, want, held)
+			}
+			if s.DrainSum != (Carried{}) || s.LastDrain != (Carried{}) {
+				t.Fatalf("after measuring: %+v, want the drain's sums cleared", s)
+			}
+		})
 	}
 }
 

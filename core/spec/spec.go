@@ -447,7 +447,9 @@ func (s *Policy) build(owner string, limits []algo.Limit, plan string) (*core.Po
 		if err != nil {
 			return nil, release, err
 		}
-		if opts.Adaptive, release, err = adaptive.Acquire(owner+"|"+scope, s.Adaptive.Options()); err != nil {
+		o := s.Adaptive.Options()
+		o.Paced = paced(limits)
+		if opts.Adaptive, release, err = adaptive.Acquire(owner+"|"+scope, o); err != nil {
 			return nil, func() {}, fmt.Errorf("policy %q %w", s.Name, err)
 		}
 	}
@@ -457,6 +459,17 @@ func (s *Policy) build(owner string, limits []algo.Limit, plan string) (*core.Po
 		return nil, func() {}, err
 	}
 	return p, release, nil
+}
+
+// paced reports whether every limit lets requests through at a steady
+// rate (adaptive.Options.Paced): none counts work in flight.
+func paced(limits []algo.Limit) bool {
+	for _, l := range limits {
+		if l.Algorithm == algo.InFlight {
+			return false
+		}
+	}
+	return true
 }
 
 // RequestCost returns the units one request takes under s: Cost, or 1 when

@@ -44,8 +44,12 @@ func (f *factorSync) SyncFactor(ctx context.Context, sig adaptive.Signals, conge
 // runGradient runs gradient.lua once on key at now (-1: the server's TIME);
 // o must have its defaults filled in (as an Adaptive's options have).
 func runGradient(ctx context.Context, s *Store, key string, now int64, sig adaptive.Signals, o adaptive.Options) (float64, error) {
+	paced := 0
+	if o.Paced {
+		paced = 1
+	}
 	return runFactorScript(ctx, s, gradientScript, key, now, sig.Started, sig.Answered, sig.Failed, sig.Latency,
-		o.MinFactor, o.ErrorRate, o.Tolerance, o.LatencyTarget.Microseconds(), o.Decrease, o.Increase, o.Interval.Microseconds(), o.MinSamples, sig.Denied, sig.Admitted)
+		o.MinFactor, o.ErrorRate, o.Tolerance, o.LatencyTarget.Microseconds(), o.Decrease, o.Increase, o.Interval.Microseconds(), o.MinSamples, sig.Denied, sig.Admitted, paced)
 }
 
 // runFactorScript runs an adaptive rule's script on key, within the

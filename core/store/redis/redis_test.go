@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"sort"
@@ -500,7 +501,7 @@ func TestGradientLuaTwin(t *testing.T) {
 		o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.05 + rng.Float64()/4,
 			ErrorRate: 0.01 + rng.Float64()/5, Tolerance: 1.1 + rng.Float64()*2, Decrease: 0.5 + rng.Float64()*0.49,
 			Increase: 0.01 + rng.Float64()/5, Interval: time.Duration(10+rng.IntN(2000)) * time.Millisecond,
-			MinSamples: 1 + rng.Int64N(20)}
+			MinSamples: 1 + rng.Int64N(20), Paced: seed%4 != 0}
 		if rng.IntN(2) == 0 {
 			o.LatencyTarget = time.Duration(1+rng.IntN(100)) * time.Millisecond
 		}
@@ -547,7 +548,9 @@ func TestGradientLuaTwin(t *testing.T) {
 		lua := adaptive.GradientState{Factor: num("f"), Growth: num("g"), Ceiling: num("c"), MinLatency: int64(num("m")),
 			Measuring: int64(num("ms")), Held: num("h"), Epoch: int64(num("e")), Slow: int64(num("sl")), Cut: int64(num("k")), Judged: int64(num("j")),
 			Peak: num("pk"), Probed: int64(num("pr")),
-			Carried: adaptive.Carried{Started: int64(num("cs")), Served: int64(num("cv")), Admitted: num("ca")},
+			Carried:   adaptive.Carried{Started: int64(num("cs")), Served: int64(num("cv")), Admitted: num("ca")},
+			DrainSum:  adaptive.Carried{Started: int64(num("ds")), Served: int64(num("dv")), Admitted: num("da")},
+			LastDrain: adaptive.Carried{Started: int64(num("ls")), Served: int64(num("lv")), Admitted: num("la")},
 			Pending: adaptive.Signals{Started: int64(num("s")), Denied: int64(num("dn")), Answered: int64(num("a")), Failed: int64(num("x")), Latency: int64(num("l")),
 				Admitted: num("pf")}}
 		if lua != state {
@@ -590,6 +593,47 @@ func TestGradientLuaTwinForgetsTheCeiling(t *testing.T) {
 	}
 	if state.Ceiling != 0 || state.Factor <= 0.3*1.05*1.05 {
 		t.Fatalf("after six clean probes: %+v, want the ceiling forgotten and the factor grown", state)
+	}
+}
+
+// TestGradientLuaTwinRestoresAtMostTheDrainedCapacity replays, through
+// core.Gradient and gradient.lua alike, a measurement after a cut made
+// while a rate limit did not bind: the upstream drains at its capacity
+// while the limit, held at MinFactor, binds, and the factor restored is at
+// most that capacity for a paced limit, the factor held for an in-flight
+// one. The random traces seldom drain several intervals in a row with a
+// binding limit, and never with one pacing choice only.
+func TestGradientLuaTwinRestoresAtMostTheDrainedCapacity(t *testing.T) {
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
+	ctx := context.Background()
+	for _, paced := range []bool{true, false} {
+		o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
+			Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10, Paced: paced}
+		key := fmt.Sprintf("%sgraddrain%v", s.prefix, paced)
+		drain := adaptive.Signals{Started: 20, Denied: 130, Answered: 50, Latency: 900_000, Admitted: 2}
+		trace := []adaptive.Signals{{Started: 150, Answered: 50, Latency: 100_000, Admitted: 150}, drain, drain,
+			{Started: 20, Denied: 130, Answered: 30, Latency: 600_000, Admitted: 2}, // ran dry partway
+			{Started: 20, Denied: 130, Answered: 20, Latency: 150_000, Admitted: 2},
+			{Started: 20, Denied: 130, Answered: 20, Latency: 100_000, Admitted: 2}}
+		var state adaptive.GradientState
+		now := storetest.T0
+		for step, sig := range trace {
+			now += o.Interval.Microseconds()
+			state = adaptive.Gradient(adaptive.Gradient(state, now, sig, o), now, adaptive.Signals{}, o)
+			if _, err := runGradient(ctx, s, key, now, sig, o); err != nil {
+				t.Fatal(err)
+			}
+			got, err := runGradient(ctx, s, key, now, adaptive.Signals{}, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != state.Factor {
+				t.Fatalf("seed 0 (a fixed trace, paced %v) step %d, a measurement draining: Lua %v, Go %v (state %+v)", paced, step, got, state.Factor, state)
+			}
+		}
+		if want := map[bool]float64{true: 0.25 * o.Decrease, false: 50.0 / 150 * o.Decrease}[paced]; math.Abs(state.Factor-want) > 1e-12 {
+			t.Fatalf("paced %v: restored %v, want %v", paced, state.Factor, want)
+		}
 	}
 }
 
