@@ -769,6 +769,39 @@ func TestGradientProbeCountFromALyingServer(t *testing.T) {
 	}
 }
 
+// TestGradientDrainSumsFromALyingServer: a measurement's drain sums
+// stored as nonsense (NaN, inf, negative, huge) by a lying server restore a
+// factor between MinFactor and the one held, never an error or a factor
+// out of range.
+func TestGradientDrainSumsFromALyingServer(t *testing.T) {
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
+	ctx := context.Background()
+	o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
+		Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10, Paced: true}
+	for _, lie := range []string{"nan", "inf", "-inf", "-3", "1e300", "0"} {
+		key := s.prefix + "gradlyingdrain" + lie
+		// The interval measured next (stage 5), 0.5 held, the drain's sums lies.
+		fields := []any{"f", "0.1", "ms", "5", "h", "0.5", "j", "0"}
+		for _, k := range []string{"ds", "dv", "da", "ls", "lv", "la"} {
+			fields = append(fields, k, lie)
+		}
+		if err := adminClient(t).HSet(ctx, key, fields...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		now := storetest.T0 + o.Interval.Microseconds()
+		if _, err := runGradient(ctx, s, key, now, adaptive.Signals{Started: 10, Answered: 10, Latency: 5000}, o); err != nil {
+			t.Fatal(err)
+		}
+		f, err := runGradient(ctx, s, key, now, adaptive.Signals{}, o) // the read that judges it
+		if err != nil {
+			t.Fatalf("drain sums %q stored: %v", lie, err)
+		}
+		if !(f >= o.MinFactor && f <= 0.5) {
+			t.Fatalf("drain sums %q stored: factor %v restored, want one between %v and the 0.5 held", lie, f, o.MinFactor)
+		}
+	}
+}
+
 // A lying server's count of intervals left to wait after a cut (one the
 // script never writes: above 2, negative or not a number) cannot hold the
 // gradient factor: it is read as none, so the first clean interval grows
