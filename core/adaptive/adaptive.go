@@ -333,16 +333,18 @@ func (a *Controller) loop() {
 			a.NoteStall(stalled)
 			a.Judge()
 		} else {
-			a.readShared()
+			a.ReadShared()
 		}
 	}
 }
 
-// readShared reads the shared factor (judging the fleet's signals if an
-// interval has passed since the last judgement); it sends no signals of
-// its own. AIMD's shared state takes verdicts only, so it has nothing to
-// read between them.
-func (a *Controller) readShared() {
+// ReadShared reads the fleet's shared factor (judging the fleet's signals
+// if an interval has passed since the last judgement); it sends no signals
+// of its own. A controller from New calls it half an interval after each
+// interval's end (see loop); a caller that judges on its own clock
+// (NewJudged) calls it there too. Without a shared state (SetSync), and
+// for AIMD, whose shared state takes verdicts only, it does nothing.
+func (a *Controller) ReadShared() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.sync == nil || a.opts.Controller == ControllerAIMD {

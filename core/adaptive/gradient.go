@@ -160,7 +160,13 @@ const measuringStage = 5
 // the interval waited through after a cut, over both), or by the
 // latency gradient (bound / latency, at least 0.5) if that is lower, and
 // by Decrease, the margin kept below the capacity so measured; the served
-// share times that factor is the new Ceiling.
+// share times that factor is the new Ceiling. Neither is above the factor
+// in force: in a fleet the interval waited through after a cut mixes the
+// old factor's requests with the new one's, and where the old factor did
+// not bind (a first cut, before the limit bound) its admitted factor
+// overstates what went through, so a congestion measured over both can
+// read a capacity above the factor it was congested at. Such a reading
+// confirms no Peak.
 // Healthy, it grows by Growth, which doubles each healthy interval (from
 // Increase), back to the Ceiling, where it stops once; just past the
 // Ceiling (within Increase) or while latency is halfway to its bound, the
@@ -318,13 +324,15 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 		// A Peak is a capacity confirmed: a binding limit congested by a
 		// probe near the last one measured.
 		// Both are measured against the factor the interval's requests
-		// were let through at, which in a fleet may not be the one in force.
-		confirmed := p.Denied > 0 && s.Ceiling > 0 && s.Factor <= s.Ceiling*(1+2*o.Increase)
-		s.Ceiling = admitted * served
+		// were let through at, which in a fleet may not be the one in force,
+		// and neither is above the one in force (see Gradient).
+		measured := admitted * served
+		confirmed := p.Denied > 0 && s.Ceiling > 0 && s.Factor <= s.Ceiling*(1+2*o.Increase) && measured <= s.Factor
+		s.Ceiling = min(s.Factor, measured)
 		if confirmed {
 			s.Peak = max(s.Peak, s.Ceiling)
 		}
-		s.Factor = max(o.MinFactor, admitted*cut*o.Decrease)
+		s.Factor = max(o.MinFactor, min(s.Factor, admitted*cut)*o.Decrease)
 		s.Growth, s.Cut, s.Probed = 0, 1, 0
 		if carried.Started > 0 {
 			s.Cut = 2

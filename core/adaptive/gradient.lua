@@ -168,12 +168,13 @@ if justcut >= 1 then
   return save()
 end
 if congested then
-  local confirmed = dn > 0 and ceiling > 0 and f <= ceiling * (1 + 2 * increase)
-  ceiling = admittedf * served
+  local measured = admittedf * served
+  local confirmed = dn > 0 and ceiling > 0 and f <= ceiling * (1 + 2 * increase) and measured <= f
+  ceiling = math.min(f, measured)
   if confirmed then
     peak = math.max(peak, ceiling)
   end
-  f = math.max(minf, admittedf * cut * decrease)
+  f = math.max(minf, math.min(f, admittedf * cut) * decrease)
   growth, justcut, probed = 0, 1, 0
   if csa > 0 then
     justcut = 2

@@ -92,6 +92,42 @@ func TestGradientCutMeasuresOverTheWaitedInterval(t *testing.T) {
 	}
 }
 
+// TestGradientCongestionNeverRaisesTheFactor: in a fleet, the interval
+// waited through after a cut mixes requests let through at the old factor
+// (before the nodes read the new one, halfway) with the new factor's.
+// Where the old factor did not bind (a first cut, 3C offered against a 4C
+// limit), its admitted factor overstates what went through, and a
+// congestion measured over both (the carried interval) reads a capacity
+// above the factor it was congested at. Such a congestion still cuts from
+// the factor in force, measures no capacity above it, and confirms no
+// Peak: a Peak so set made every later probe grow twice as fast towards
+// it (the fleet's failing runs).
+func TestGradientCongestionNeverRaisesTheFactor(t *testing.T) {
+	o := gradientOptions(t)
+	// The first interval: 150 started at factor 1, not binding, 50 served.
+	s := judge(measured, o, Signals{Started: 150, Answered: 150, Failed: 100, Latency: 5000, Admitted: 150})
+	f := s.Factor
+	if want := 50.0 / 150 * o.Decrease; f != want || s.Cut != 1 {
+		t.Fatalf("the first cut: factor %v (cut %d), want %v", f, s.Cut, want)
+	}
+	// Waited through: 80 at the old factor, 40 at the new one.
+	s = judge(s, o, Signals{Started: 120, Answered: 120, Failed: 60, Latency: 5000, Admitted: 80 + 40*f})
+	if s.Factor != f || s.Carried.Started != 120 {
+		t.Fatalf("the waited interval: %+v, want the factor kept and the interval carried", s)
+	}
+	// Congested at the new factor, binding: over both intervals the share
+	// served times the admitted factor reads above f.
+	next := judge(s, o, Signals{Started: 60, Denied: 90, Answered: 60, Failed: 9, Latency: 5000, Admitted: 60 * f})
+	admitted := (80 + 40*f + 60*f) / 180
+	if read := admitted * (60 + 51) / 180; read <= f {
+		t.Fatalf("the trace reads %v over both intervals, want above the factor %v (fix the trace)", read, f)
+	}
+	if next.Factor != f*o.Decrease || next.Ceiling != f || next.Peak != 0 || next.Cut != 2 {
+		t.Fatalf("congested at %v: factor %v, ceiling %v, peak %v (cut %d); want %v, %v, 0 (cut 2)",
+			f, next.Factor, next.Ceiling, next.Peak, next.Cut, f*o.Decrease, f)
+	}
+}
+
 func TestGradientDefaults(t *testing.T) {
 	o := gradientOptions(t)
 	if o.Controller != ControllerGradient || o.Interval != 500*time.Millisecond || o.Decrease != 0.95 || o.Increase != 0.05 || o.Tolerance != 1.5 {

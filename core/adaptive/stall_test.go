@@ -185,7 +185,7 @@ func TestAdmittedFollowsTheFactorChangeWithinAnInterval(t *testing.T) {
 		a.Start()
 	}
 	sync.factor = 0.5
-	a.readShared() // the fleet judged: 0.5 from now on
+	a.ReadShared() // the fleet judged: 0.5 from now on
 	for range 70 {
 		a.Start()
 	}

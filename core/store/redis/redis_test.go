@@ -637,6 +637,52 @@ func TestGradientLuaTwinRestoresAtMostTheDrainedCapacity(t *testing.T) {
 	}
 }
 
+// TestGradientLuaTwinCongestionNeverRaisesTheFactor replays, through both
+// twins, a fleet's first cut and the congestion after the interval waited
+// through, which mixed the old factor's requests (not binding) with the
+// new one's: over both, the share served times the admitted factor reads
+// above the factor congested, and the cut must still go down from it,
+// with no Peak confirmed (adaptive.TestGradientCongestionNeverRaisesTheFactor).
+func TestGradientLuaTwinCongestionNeverRaisesTheFactor(t *testing.T) {
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
+	ctx := context.Background()
+	o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
+		Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10, Paced: true}
+	key := s.prefix + "gradmixed"
+	f := 50.0 / 150 * o.Decrease // the first cut's factor
+	trace := []adaptive.Signals{
+		{Started: 150, Answered: 150, Failed: 100, Latency: 100_000, Admitted: 150},
+		{Started: 120, Answered: 120, Failed: 60, Latency: 100_000, Admitted: 80 + 40*f},
+		{Started: 60, Denied: 90, Answered: 60, Failed: 9, Latency: 100_000, Admitted: 60 * f},
+	}
+	var state adaptive.GradientState
+	now := storetest.T0
+	for step, sig := range trace {
+		now += o.Interval.Microseconds()
+		state = adaptive.Gradient(adaptive.Gradient(state, now, sig, o), now, adaptive.Signals{}, o)
+		if _, err := runGradient(ctx, s, key, now, sig, o); err != nil {
+			t.Fatal(err)
+		}
+		got, err := runGradient(ctx, s, key, now, adaptive.Signals{}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != state.Factor {
+			t.Fatalf("seed 0 (a fixed trace) step %d, a congestion over a mixed waited interval: Lua %v, Go %v (state %+v)", step, got, state.Factor, state)
+		}
+	}
+	if state.Factor != f*o.Decrease || state.Peak != 0 {
+		t.Fatalf("Go: factor %v, peak %v after the congestion; want %v, 0", state.Factor, state.Peak, f*o.Decrease)
+	}
+	peak, err := s.client.HGet(ctx, key, "pk").Float64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if peak != 0 {
+		t.Fatalf("seed 0 (a fixed trace): Lua confirmed a peak of %v over a mixed waited interval, Go none", peak)
+	}
+}
+
 // A state hash lives at least one idle time after its last write, and at
 // most two after the write that set its expiry: a write moves the expiry
 // (two idle times ahead) only when it finds less than one left, so most
