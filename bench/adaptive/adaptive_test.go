@@ -71,3 +71,28 @@ func TestTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetTargets holds the fleet scenarios (two and three nodes sharing
+// the limit and the adaptive state, as through Redis) to the targets in
+// every one of ten seeds, not on average, at C = 100/s: the counts of
+// caddymodule's fleet tests, whose 500 ms intervals hold about 50 answers.
+// Each seed's worst 4 s span (the last 4 s of 10 s, as those tests judge,
+// and every 4 s after) must fail at most 5%, its goodput be at least
+// 0.9 C and its settle at most 3 s.
+func TestFleetTargets(t *testing.T) {
+	defer func(c float64) { capacity = c }(capacity)
+	capacity = 100
+	for _, scn := range scenarios() {
+		if scn.nodes < 2 {
+			continue
+		}
+		for seed := uint64(1); seed <= 10; seed++ {
+			f := simulate(scn, adaptive.Options{Controller: adaptive.ControllerGradient}, seed).figures()
+			t.Logf("%s seed %d: goodput %.2fC, %.1f%% failing, worst 4 s %.1f%%, settled in %s", scn.name, seed, f.goodput, 100*f.failing, 100*f.worst4s, f.settle)
+			if f.goodput < 0.9 || f.failing > 0.05 || f.worst4s > 0.05 || f.settle > 3*time.Second {
+				t.Errorf("%s seed %d: goodput %.2fC, %.1f%% failing, worst 4 s %.1f%%, settled in %s; want ≥ 0.9C, ≤ 5%%, ≤ 5%%, ≤ 3s",
+					scn.name, seed, f.goodput, 100*f.failing, 100*f.worst4s, f.settle)
+			}
+		}
+	}
+}

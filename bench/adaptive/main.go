@@ -5,8 +5,10 @@
 // It prints, for each scenario and limit (a rate, an in-flight count), the
 // gradient controller (the default) beside today's AIMD, and one line
 // `vs aimd <scenario>/<limit>-<figure> <factor>` per figure, factor > 1
-// meaning gradient is better. -svg draws docs/adaptive.svg from the same
-// runs (make plots).
+// meaning gradient is better. Two scenarios run a fleet: two and three
+// nodes sharing the limit and the adaptive state (as through Redis), each
+// reading the shared factor half an interval after sending its signals.
+// -svg draws docs/adaptive.svg from the same runs (make plots).
 package main
 
 import (
@@ -15,6 +17,7 @@ import (
 	"log"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/tollgate/tollgate/core/adaptive"
 	"github.com/tollgate/tollgate/core/algo"
@@ -82,6 +85,7 @@ var columns = []struct {
 	{"recovery s", func(f figures) float64 { return f.recovery.Seconds() }, "%.1f", false},
 	{"lowest factor", func(f figures) float64 { return f.lowest }, "%.2f", true},
 	{"critical served", func(f figures) float64 { return f.critical }, "%.2f", true},
+	{"worst 4 s failing", func(f figures) float64 { return f.worst4s }, "%.1f%%", false},
 }
 
 func main() {
@@ -110,7 +114,7 @@ func main() {
 				continue
 			}
 			m, lo, hi := spread(oc.figures, c.value)
-			scale := map[bool]float64{true: 100, false: 1}[c.name == "failing"]
+			scale := map[bool]float64{true: 100, false: 1}[strings.HasSuffix(c.name, "failing")]
 			cell := fmt.Sprintf(c.format+" ("+c.format+"–"+c.format+")", m*scale, lo*scale, hi*scale)
 			fmt.Printf(" %-22s", cell)
 		}
@@ -163,13 +167,15 @@ func applies(s scenario, column string) bool {
 		return len(s.pauses) > 0
 	case "critical served":
 		return s.critical > 0
+	case "worst 4 s failing":
+		return s.nodes > 1
 	}
 	return true
 }
 
 func columnSlug(name string) string {
 	return map[string]string{"goodput/C": "goodput", "failing": "failing", "p99/unloaded": "p99", "settle s": "settle", "recovery s": "recovery",
-		"lowest factor": "lowest-factor", "critical served": "critical-served"}[name]
+		"lowest factor": "lowest-factor", "critical served": "critical-served", "worst 4 s failing": "worst-4s-failing"}[name]
 }
 
 // ratio is gradient's figure against AIMD's, > 1 when gradient is better.
@@ -178,6 +184,6 @@ func ratio(g, a float64, higherBetter bool, column string) float64 {
 	if higherBetter {
 		return g / a
 	}
-	floor := map[string]float64{"failing": 0.001, "settle s": 0.05, "recovery s": 0.05}[column]
+	floor := map[string]float64{"failing": 0.001, "worst 4 s failing": 0.001, "settle s": 0.05, "recovery s": 0.05}[column]
 	return max(a, floor) / max(g, floor)
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"container/heap"
+	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -72,6 +74,36 @@ type scenario struct {
 	// critical is the share of arrivals of priority 1; reserve is the share
 	// of the limit the policy holds back for them (0: none).
 	critical, reserve float64
+	// nodes is how many gateway nodes share the limit and the adaptive
+	// state, as a Redis store shares them (0: one node, alone). Each
+	// arrival goes to one of them at random; each ends its intervals on
+	// the common clock, sends its signals to the shared state, and reads
+	// the shared factor half an interval later, each a little late (see
+	// fleetLateness).
+	nodes int
+}
+
+// fleetLateness is the most a fleet node's interval end or read comes late
+// (uniformly from 0), as a loaded gateway's timers do.
+const fleetLateness = 10 * time.Millisecond
+
+// sharedState is a fleet's adaptive state, kept where every node reaches
+// it (Redis, in a gateway): each node's signals and reads apply the rule's
+// Go twin to it at the simulation's time, as the Redis store's FactorSync
+// applies the Lua twin on the server's clock.
+type sharedState struct {
+	now      int64 // µs
+	gradient adaptive.GradientState
+	aimd     adaptive.AIMDState
+}
+
+func (f *sharedState) SyncFactor(_ context.Context, sig adaptive.Signals, congested bool, o adaptive.Options) (float64, error) {
+	if o.Controller == adaptive.ControllerAIMD {
+		f.aimd = adaptive.AIMD(f.aimd, f.now, congested, o)
+		return f.aimd.Factor, nil
+	}
+	f.gradient = adaptive.Gradient(f.gradient, f.now, sig, o)
+	return f.gradient.Factor, nil
 }
 
 // pauseLength is how long a gateway pause lasts.
@@ -120,6 +152,13 @@ func scenarios() []scenario {
 	out = append(out, scenario{name: "gateway-pause", limit: rateLimit, upstream: queueing, length: 20 * time.Second,
 		changes: []time.Duration{0}, capacityAt: constant(capacity), offeredAt: constant(capacity / 4),
 		pauses: []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}})
+	// Two and three nodes share the limit and the adaptive state in front
+	// of the rate-capacity upstream: each hears of the fleet's excess only
+	// through the shared state, a judgement late.
+	for _, n := range []int{2, 3} {
+		out = append(out, scenario{name: fmt.Sprintf("fleet-%d", n), limit: rateLimit, upstream: rateCapacity, length: 20 * time.Second,
+			changes: []time.Duration{0}, capacityAt: constant(capacity), offeredAt: constant(offeredTimes * capacity), nodes: n})
+	}
 	// A fifth of the 3C offered is critical (priority 1): with a reserve of
 	// a fifth of the limit for it, and without one. The rest is shed.
 	for _, reserve := range []float64{0.2, 0} {
@@ -188,6 +227,8 @@ const (
 	// is the end of a pause.
 	observe
 	resume
+	// read is a fleet node's read of the shared factor.
+	read
 )
 
 type event struct {
@@ -199,6 +240,8 @@ type event struct {
 	// held marks an arrival the gateway took in late, after a pause.
 	due  int64
 	held bool
+	// node is the fleet node a judge or read event is for.
+	node int
 }
 
 type request struct {
@@ -206,6 +249,7 @@ type request struct {
 	status      int
 	d           core.Decision
 	critical    bool
+	node        int // the fleet node that let it through
 }
 
 type events []*event
@@ -232,14 +276,39 @@ func (e *events) Pop() any {
 func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 	k := scn.limit
 	o.Paced = k == rateLimit // as core/spec sets it
-	a, err := adaptive.NewJudged(o)
-	if err != nil {
-		panic(err)
+	// One controller and policy per node; the nodes' policies share one
+	// limit's state, as one Redis key, and their controllers one adaptive
+	// state.
+	nodes := max(1, scn.nodes)
+	ctrls := make([]*adaptive.Controller, nodes)
+	policies := make([]*core.Policy, nodes)
+	var shared *sharedState
+	if nodes > 1 {
+		shared = &sharedState{}
 	}
+	for i := range ctrls {
+		c, err := adaptive.NewJudged(o)
+		if err != nil {
+			panic(err)
+		}
+		if shared != nil {
+			c.SetSync(shared)
+		}
+		ctrls[i], policies[i] = c, policy(k, c, scn.reserve)
+	}
+	a := ctrls[0] // the one node, or the one whose factor is traced
 	o = a.Options()
-	p := policy(k, a, scn.reserve)
 	states := make([]algo.State, 1)
 	rng := rand.New(rand.NewPCG(seed, 1))
+	// The fleet's own draws (which node, how late) come from a second
+	// stream, so a single node's arrivals are the same as ever.
+	fleetRng := rand.New(rand.NewPCG(seed, 2))
+	late := func() int64 {
+		if nodes == 1 {
+			return 0
+		}
+		return fleetRng.Int64N(fleetLateness.Microseconds())
+	}
 	r := run{scenario: scn, limit: k, options: o, factorBack: -1,
 		trace: make([]sample, int(scn.length/bucket)), latencies: make([][]time.Duration, len(scn.changes))}
 	var q events
@@ -276,7 +345,14 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 		}
 	}
 	push(nextArrival(0), arrive, nil)
-	push(o.Interval.Microseconds(), judge, nil)
+	for i := range nodes {
+		e := push(o.Interval.Microseconds()+late(), judge, nil)
+		e.node, e.due = i, o.Interval.Microseconds()
+		if shared != nil {
+			e := push(o.Interval.Microseconds()*3/2+late(), read, nil)
+			e.node, e.due = i, o.Interval.Microseconds()*3/2
+		}
+	}
 	// the rate-capacity upstream's theoretical arrival time (GCRA), and
 	// the rate-window upstream's successes in the last second, in µs
 	var tat int64
@@ -304,9 +380,9 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 		if took > timeout {
 			status = 504
 		}
-		a.Observe(status, took)
+		ctrls[req.node].Observe(status, took)
 		if k == inFlightLimit {
-			p.ApplyLease(states, t0+now, req.d.At, 1, false)
+			policies[req.node].ApplyLease(states, t0+now, req.d.At, 1, false)
 		}
 		if status == 200 {
 			b.served++
@@ -344,6 +420,10 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 			}
 			b.offered++
 			req := &request{sent: now, critical: scn.critical > 0 && rng.Float64() < scn.critical}
+			if nodes > 1 {
+				req.node = fleetRng.IntN(nodes)
+			}
+			a, p := ctrls[req.node], policies[req.node]
 			priority := 0
 			if req.critical {
 				b.critOffered++
@@ -412,15 +492,31 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 		case observe:
 			heard(e.req, now, b)
 		case resume:
-			a.NoteStall(pauseLength)
-		case judge:
+			for _, c := range ctrls {
+				c.NoteStall(pauseLength)
+			}
+		case judge, read:
 			if until >= 0 {
-				push(until, judge, nil).due = e.due
+				held := push(until, e.kind, nil)
+				held.due, held.node = e.due, e.node
 				continue
 			}
-			a.Judge()
-			b.factor = a.Factor()
-			push(e.due+o.Interval.Microseconds(), judge, nil)
+			if shared != nil {
+				shared.now = t0 + now
+			}
+			if c := ctrls[e.node]; e.kind == judge {
+				c.Judge()
+			} else {
+				c.ReadShared()
+			}
+			if e.node == 0 {
+				b.factor = a.Factor()
+			}
+			next := push(e.due+o.Interval.Microseconds()+late(), e.kind, nil)
+			next.due, next.node = e.due+o.Interval.Microseconds(), e.node
+			if e.kind == read {
+				continue
+			}
 			if scn.recovery && r.factorBack < 0 && at(now) >= scn.changes[len(scn.changes)-1] && a.Factor() == 1 {
 				r.factorBack = at(now) - scn.changes[len(scn.changes)-1]
 			}
@@ -465,6 +561,10 @@ type figures struct {
 	// critical is the share of critical requests served over the judged
 	// parts (priority scenarios).
 	critical float64
+	// worst4s is the most failing of the 4 s spans a fleet test judges
+	// (the last 4 s of 10 s of load; see caddymodule's fleet tests): from
+	// 6 s after a change, every 4 s within its phase.
+	worst4s float64
 }
 
 func (r run) figures() figures {
@@ -508,6 +608,16 @@ func (r run) figures() figures {
 			}
 		}
 		f.settle = max(f.settle, settled)
+		for w := from + 6*time.Second; w+4*time.Second <= to; w += 4 * time.Second {
+			var sv, fl float64
+			for _, s := range r.trace[int(w/bucket):int((w+4*time.Second)/bucket)] {
+				sv += float64(s.served)
+				fl += float64(s.failed)
+			}
+			if sv+fl > 0 {
+				f.worst4s = max(f.worst4s, fl/(sv+fl))
+			}
+		}
 	}
 	f.goodput = served / owed
 	if critOffered > 0 {
