@@ -97,6 +97,8 @@ type sharedState struct {
 	aimd     adaptive.AIMDState
 }
 
+// SyncFactor applies one node's signals (or, for AIMD, its verdict) to the
+// shared state at the simulation's time and returns the shared factor.
 func (f *sharedState) SyncFactor(_ context.Context, sig adaptive.Signals, congested bool, o adaptive.Options) (float64, error) {
 	if o.Controller == adaptive.ControllerAIMD {
 		f.aimd = adaptive.AIMD(f.aimd, f.now, congested, o)

@@ -674,7 +674,7 @@ func TestGradientLuaTwinCongestionNeverRaisesTheFactor(t *testing.T) {
 	if state.Factor != f*o.Decrease || state.Peak != 0 {
 		t.Fatalf("Go: factor %v, peak %v after the congestion; want %v, 0", state.Factor, state.Peak, f*o.Decrease)
 	}
-	peak, err := s.client.HGet(ctx, key, "pk").Float64()
+	peak, err := adminClient(t).HGet(ctx, key, "pk").Float64()
 	if err != nil {
 		t.Fatal(err)
 	}
