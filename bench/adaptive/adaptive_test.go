@@ -78,7 +78,8 @@ func TestTargets(t *testing.T) {
 // caddymodule's fleet tests, whose 500 ms intervals hold about 50 answers.
 // Each seed's worst 4 s span (the last 4 s of 10 s, as those tests judge,
 // and every 4 s after) must fail at most 5%, its goodput be at least
-// 0.9 C and its settle at most 3 s.
+// 0.9 C and its settle at most 3 s. Where both nodes pause (fleet-pause),
+// nothing is congested, and the factor must stay ≥ 0.8 in every seed.
 func TestFleetTargets(t *testing.T) {
 	defer func(c float64) { capacity = c }(capacity)
 	capacity = 100
@@ -88,6 +89,14 @@ func TestFleetTargets(t *testing.T) {
 		}
 		for seed := uint64(1); seed <= 10; seed++ {
 			f := simulate(scn, adaptive.Options{Controller: adaptive.ControllerGradient}, seed).figures()
+			if len(scn.pauses) > 0 {
+				// Nothing congested: only the gateway's own pauses could cut.
+				t.Logf("%s seed %d: lowest factor %.2f", scn.name, seed, f.lowest)
+				if f.lowest < 0.8 {
+					t.Errorf("%s seed %d: the gateways' own pauses cut the fleet's factor to %.2f, want ≥ 0.8", scn.name, seed, f.lowest)
+				}
+				continue
+			}
 			t.Logf("%s seed %d: goodput %.2fC, %.1f%% failing, worst 4 s %.1f%%, settled in %s", scn.name, seed, f.goodput, 100*f.failing, 100*f.worst4s, f.settle)
 			if f.goodput < 0.9 || f.failing > 0.05 || f.worst4s > 0.05 || f.settle > 3*time.Second {
 				t.Errorf("%s seed %d: goodput %.2fC, %.1f%% failing, worst 4 s %.1f%%, settled in %s; want ≥ 0.9C, ≤ 5%%, ≤ 5%%, ≤ 3s",

@@ -154,6 +154,11 @@ func scenarios() []scenario {
 	out = append(out, scenario{name: "gateway-pause", limit: rateLimit, upstream: queueing, length: 20 * time.Second,
 		changes: []time.Duration{0}, capacityAt: constant(capacity), offeredAt: constant(capacity / 4),
 		pauses: []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}})
+	// The same pauses in front of two nodes on one machine: both stall at
+	// once, and each tells the shared state so with its signals.
+	out = append(out, scenario{name: "fleet-pause", limit: rateLimit, upstream: queueing, length: 20 * time.Second,
+		changes: []time.Duration{0}, capacityAt: constant(capacity), offeredAt: constant(capacity / 4),
+		pauses: []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}, nodes: 2})
 	// Two and three nodes share the limit and the adaptive state in front
 	// of the rate-capacity upstream: each hears of the fleet's excess only
 	// through the shared state, a judgement late.

@@ -180,13 +180,12 @@ type Controller struct {
 	// lastQuantile is the latency quantile of the last judged interval.
 	lastQuantile atomic.Int64
 	// stalled sums the gateway's stalls noted in the current interval, in
-	// ns (NoteStall); afterStall marks the interval after a stalled one,
-	// skipped counts the intervals in a row left unjudged, and unjudged
-	// all of them.
-	stalled    atomic.Int64
-	afterStall bool
-	skipped    int
-	unjudged   atomic.Int64
+	// ns (NoteStall); unjudged counts the intervals left unjudged for
+	// them. aimdAfterStall and aimdStallHeld are holdForStall's state for
+	// AIMD (the gradient rule keeps its own).
+	stalled                       atomic.Int64
+	unjudged                      atomic.Int64
+	aimdAfterStall, aimdStallHeld int64
 	// admittedBefore is Signals.Admitted of the current interval's
 	// requests started before the factor last changed within it (a
 	// fleet's shared factor, read halfway), and startedBefore counts
@@ -402,19 +401,29 @@ func (a *Controller) Judge() {
 	sig.Admitted = a.admittedBefore + float64(sig.Started-a.startedBefore)*a.Factor()
 	a.admittedBefore, a.startedBefore = 0, 0
 	a.judged++
-	if a.sync == nil && a.skipStalled(stalled) {
-		a.unjudged.Add(1)
-		return
+	if stalled >= max(MinStall, a.opts.Interval/10) {
+		sig.Stalled = 1
 	}
 	now := a.judged * a.opts.Interval.Microseconds()
 	var factor float64
 	if a.opts.Controller == ControllerAIMD {
+		var hold bool
+		hold, a.aimdAfterStall, a.aimdStallHeld = holdForStall(sig.Stalled > 0, a.aimdAfterStall, a.aimdStallHeld)
+		if hold {
+			a.unjudged.Add(1)
+			return
+		}
 		a.aimd = AIMD(a.aimd, now, congested, a.opts)
 		factor = a.aimd.Factor
 	} else {
-		// The interval's signals, then the read that judges them.
+		// The interval's signals, then the read that judges them (and may
+		// hold it for a stall: in a fleet, this node's view of the shared
+		// rule's).
 		a.gradient = Gradient(Gradient(a.gradient, now, sig, a.opts), now, Signals{}, a.opts)
 		factor = a.gradient.Factor
+		if a.gradient.StallHeld > 0 {
+			a.unjudged.Add(1)
+		}
 	}
 	if a.sync != nil {
 		if shared, ok := a.syncShared(sig, congested); ok {
@@ -422,26 +431,6 @@ func (a *Controller) Judge() {
 		}
 	}
 	a.factorBits.Store(math.Float64bits(factor))
-}
-
-// skipStalled reports whether the interval that just ended goes unjudged
-// for the gateway's stalls in it (see NoteStall). The caller holds a.mu.
-func (a *Controller) skipStalled(stalled time.Duration) bool {
-	skip := false
-	if stalled >= max(MinStall, a.opts.Interval/10) {
-		skip, a.afterStall = true, true
-	} else if a.afterStall {
-		skip, a.afterStall = true, false
-	}
-	if skip && a.skipped >= 2 {
-		skip = false
-	}
-	if skip {
-		a.skipped++
-	} else {
-		a.skipped = 0
-	}
-	return skip
 }
 
 // quantile returns the upper bound (µs) of the bucket holding quantile q.

@@ -21,6 +21,10 @@ type Signals struct {
 	// apart, so one judgement sums requests let through at two factors,
 	// and Admitted / Started is the factor they were let through at.
 	Admitted float64
+	// Stalled counts the nodes whose gateway stalled in the interval
+	// (1 for one node that did: see Controller.NoteStall), so what they
+	// heard of the upstream is late by the stall.
+	Stalled int64
 }
 
 // Carried is what one or more judged intervals showed, kept for a later
@@ -86,11 +90,45 @@ type GradientState struct {
 	// lull after it, not over whichever of the two the judgements keep
 	// falling on. Its refusals are left out: they may be the old factor's.
 	Carried Carried
+	// AfterStall is 1 when the last interval judged noted a gateway's
+	// stall (Signals.Stalled), so the next is held too; StallHeld counts
+	// the intervals held in a row for stalls (see holdForStall).
+	AfterStall, StallHeld int64
 	// Judged is when the last interval was judged, in µs.
 	Judged int64
 	// Pending sums the signals heard since Judged (in the fleet, from every
 	// node), with Pending.Latency holding Σ latency × successful answers.
 	Pending Signals
+}
+
+// holdForStall reports whether an interval goes unjudged for a gateway's
+// stall, given whether one was noted in it, whether one was in the
+// interval before (afterStall, 0 or 1) and how many intervals in a row
+// were held so (held), and returns the two for the next interval. An
+// interval in which a gateway stalled is held, its signals dropped: the
+// answers the stall delayed are heard late, and read as the upstream's
+// latency. So is the next (the requests the stall held back reach the
+// upstream at once, and answers it delayed past the interval's end are
+// heard there). A third in a row is judged whatever it noted, so a
+// gateway that stalls all the time still adapts. Gradient holds so (and
+// gradient.lua alike), and the Controller for AIMD, whose shared state
+// takes verdicts only.
+func holdForStall(stalled bool, afterStall, held int64) (bool, int64, int64) {
+	hold := false
+	if stalled {
+		hold, afterStall = true, 1
+	} else if afterStall == 1 {
+		hold, afterStall = true, 0
+	}
+	if hold && held >= 2 {
+		hold = false
+	}
+	if hold {
+		held++
+	} else {
+		held = 0
+	}
+	return hold, afterStall, held
 }
 
 // MeasureEvery is how many intervals the unloaded latency is trusted
@@ -197,6 +235,7 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 	s.Pending.Failed += sig.Failed
 	s.Pending.Latency += sig.Latency * (sig.Answered - sig.Failed)
 	s.Pending.Admitted += sig.Admitted
+	s.Pending.Stalled += sig.Stalled
 	// A fleet's nodes send their intervals' signals at the same moment and
 	// read the shared factor half an interval later (see Controller.loop):
 	// a read, which brings no signals, judges every node's interval at
@@ -212,6 +251,10 @@ func Gradient(s GradientState, now int64, sig Signals, o Options) GradientState 
 	s.Judged = now
 	p := s.Pending
 	s.Pending = Signals{}
+	var hold bool
+	if hold, s.AfterStall, s.StallHeld = holdForStall(p.Stalled > 0, s.AfterStall, s.StallHeld); hold {
+		return s
+	}
 	carried := s.Carried
 	s.Carried = Carried{}
 	latency := int64(0)

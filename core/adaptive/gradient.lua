@@ -15,7 +15,9 @@
 --          factor over started), cs, cv, ca (the carried interval's
 --          started, successful answers, Σ factor over started), ds, dv,
 --          da and ls, lv, la (the same for a measurement's draining
---          intervals before the last, and for its last)
+--          intervals before the last, and for its last), st (pending
+--          stalled nodes), as (1 after an interval held for a stall), sh
+--          (intervals held in a row for stalls)
 -- ARGV[1]  now in µs, or -1 to use the server's TIME
 -- ARGV[2..5]  this node's started, answered, failed, latency µs
 -- ARGV[6..12] min factor, error rate, tolerance, latency target µs,
@@ -24,6 +26,7 @@
 -- ARGV[14] this node's denied
 -- ARGV[15] this node's admitted: started × the factor it let them through at
 -- ARGV[16] 1 if the limits are paced (Options.Paced), else 0
+-- ARGV[17] 1 if this node's gateway stalled in the interval, else 0
 -- Returns the factor in force, as a string.
 
 local MEASURE_EVERY, MEASURING, LATENCY_SLACK = 40, 5, 1000
@@ -39,8 +42,9 @@ local denied, admitted = tonumber(ARGV[14]), tonumber(ARGV[15])
 local minf, errrate, tol, target = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local decrease, increase, interval, minsamples = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
 local paced = ARGV[16] == '1'
+local stalled = tonumber(ARGV[17])
 
-local v = redis.call('HMGET', KEYS[1], 'f', 'g', 'c', 'm', 'ms', 'h', 'e', 'sl', 'j', 's', 'a', 'x', 'l', 'k', 'dn', 'pk', 'pr', 'pf', 'cs', 'cv', 'ca', 'ds', 'dv', 'da', 'ls', 'lv', 'la')
+local v = redis.call('HMGET', KEYS[1], 'f', 'g', 'c', 'm', 'ms', 'h', 'e', 'sl', 'j', 's', 'a', 'x', 'l', 'k', 'dn', 'pk', 'pr', 'pf', 'cs', 'cv', 'ca', 'ds', 'dv', 'da', 'ls', 'lv', 'la', 'st', 'as', 'sh')
 local f = tonumber(v[1]) or 1
 local growth, ceiling = tonumber(v[2]) or 0, tonumber(v[3]) or 0
 local m, ms, held = tonumber(v[4]) or 0, tonumber(v[5]) or 0, tonumber(v[6]) or 0
@@ -56,11 +60,17 @@ local pf = (tonumber(v[18]) or 0) + admitted
 local cs, cv, ca = tonumber(v[19]) or 0, tonumber(v[20]) or 0, tonumber(v[21]) or 0
 local ds, dv, da = tonumber(v[22]) or 0, tonumber(v[23]) or 0, tonumber(v[24]) or 0
 local ls, lv, la = tonumber(v[25]) or 0, tonumber(v[26]) or 0, tonumber(v[27]) or 0
+local pst = (tonumber(v[28]) or 0) + stalled
+local afterstall, stallheld = tonumber(v[29]) or 0, tonumber(v[30]) or 0
 -- A stored count this script never writes (a lying server) must not hold the
 -- factor for as many intervals as it says: probed is 0 or 1, k 0 to 2.
 probed = math.min(math.max(probed, 0), PROBE_DWELL - 1)
 if not (justcut >= 0 and justcut <= 2) then
   justcut = 0
+end
+-- Nor for stalls: sh is 0 to 2.
+if not (stallheld >= 0 and stallheld <= 2) then
+  stallheld = 0
 end
 
 local function save()
@@ -69,19 +79,38 @@ local function save()
   redis.call('HSET', KEYS[1], 'f', g(f), 'g', g(growth), 'c', g(ceiling), 'm', i(m), 'ms', i(ms), 'h', g(held),
     'e', i(epoch), 'sl', i(slowcount), 'j', i(j), 's', i(ps), 'a', i(pa), 'x', i(px), 'l', i(pl), 'k', i(justcut), 'dn', i(pd),
     'pk', g(peak), 'pr', i(probed), 'pf', g(pf), 'cs', i(cs), 'cv', i(cv), 'ca', g(ca),
-    'ds', i(ds), 'dv', i(dv), 'da', g(da), 'ls', i(ls), 'lv', i(lv), 'la', g(la))
+    'ds', i(ds), 'dv', i(dv), 'da', g(da), 'ls', i(ls), 'lv', i(lv), 'la', g(la),
+    'st', i(pst), 'as', i(afterstall), 'sh', i(stallheld))
   redis.call('PEXPIRE', KEYS[1], math.floor(interval / 1000) * 60 + 1000)
   return g(f)
 end
 
 -- A read (no signals) judges; signals only once reads stopped coming.
-local read = started == 0 and answered == 0 and failed == 0 and lat == 0 and denied == 0 and admitted == 0
+local read = started == 0 and answered == 0 and failed == 0 and lat == 0 and denied == 0 and admitted == 0 and stalled == 0
 if now - j < interval - math.floor(interval / 8) or (not read and (j == 0 or now - j < interval + math.floor(interval / 2))) then
   return save()
 end
 j = now
 local sa, ans, fl, sl, dn, adm = ps, pa, px, pl, pd, pf
 ps, pa, px, pl, pd, pf = 0, 0, 0, 0, 0, 0
+local st = pst
+pst = 0
+-- A gateway's stall: this interval is held, and the next; a third in a
+-- row is judged (holdForStall).
+local hold = false
+if st > 0 then
+  hold, afterstall = true, 1
+elseif afterstall == 1 then
+  hold, afterstall = true, 0
+end
+if hold and stallheld >= 2 then
+  hold = false
+end
+if hold then
+  stallheld = stallheld + 1
+  return save()
+end
+stallheld = 0
 local csa, csv, cadm = cs, cv, ca
 cs, cv, ca = 0, 0, 0
 local latency = 0

@@ -121,21 +121,71 @@ func (r *recordingSync) SyncFactor(_ context.Context, sig Signals, _ bool, _ Opt
 	return r.factor, nil
 }
 
-// TestStallInAFleetIsJudgedAsMeasured: a controller that shares its
-// factor sends every interval's signals as measured, a stalled one too: a
-// fleet whose nodes all left a stalled interval out would judge an empty
-// one (see NoteStall).
-func TestStallInAFleetIsJudgedAsMeasured(t *testing.T) {
+// TestStallInAFleetIsSentMarked: a controller that shares its factor sends
+// a stalled interval's signals whole, marked Stalled, so the fleet's
+// shared rule holds the interval without its sums being left empty when
+// every node stalled at once (see NoteStall); an unstalled interval is
+// sent unmarked.
+func TestStallInAFleetIsSentMarked(t *testing.T) {
 	a := judgedController(t)
 	sync := &recordingSync{factor: 1}
 	a.SetSync(sync)
 	a.NoteStall(time.Second)
 	interval(a, 100, 320*time.Millisecond)
-	if len(sync.sent) != 1 || sync.sent[0].Answered != 100 || sync.sent[0].Latency == 0 {
-		t.Fatalf("a stalled interval in a fleet sent %+v, want its 100 answers and their latency", sync.sent)
+	if len(sync.sent) != 1 || sync.sent[0].Answered != 100 || sync.sent[0].Latency == 0 || sync.sent[0].Stalled != 1 {
+		t.Fatalf("a stalled interval in a fleet sent %+v, want its 100 answers and their latency, marked stalled", sync.sent)
 	}
-	if a.Unjudged() != 0 {
-		t.Fatalf("%d intervals unjudged in a fleet, want 0", a.Unjudged())
+	if a.Unjudged() != 1 {
+		t.Fatalf("%d intervals unjudged in a fleet, want 1 (this node's view of the shared rule)", a.Unjudged())
+	}
+	for range 3 {
+		interval(a, 100, 20*time.Millisecond)
+	}
+	if len(sync.sent) != 4 || sync.sent[3].Stalled != 0 {
+		t.Fatalf("sent %+v, want the intervals after it unmarked", sync.sent)
+	}
+}
+
+// TestFleetHoldsAnIntervalAnyNodeStalledIn: two nodes' signals judged
+// together by the shared rule: when one of them stalled (its latency read
+// late, 320 ms against 20 ms), the fleet holds the factor for that
+// interval and the next, then judges again; the same interval unmarked
+// is cut.
+func TestFleetHoldsAnIntervalAnyNodeStalledIn(t *testing.T) {
+	o := gradientOptions(t)
+	calm := Signals{Started: 50, Answered: 50, Latency: 20_000, Admitted: 50}
+	late := Signals{Started: 50, Answered: 50, Latency: 320_000, Admitted: 50}
+	// fleet judges one interval: both nodes' signals, then a read.
+	fleet := func(s GradientState, sigs ...Signals) GradientState {
+		now := s.Judged + o.Interval.Microseconds()
+		for _, sig := range sigs {
+			s = Gradient(s, now, sig, o)
+		}
+		return Gradient(s, now, Signals{}, o)
+	}
+	s := GradientState{Factor: 1, MinLatency: 20_000, Judged: 1}
+	if cut := fleet(s, calm, late); cut.Factor >= 1 {
+		t.Fatalf("a node's 320 ms interval unmarked: factor %v, want a cut", cut.Factor)
+	}
+	stalled := late
+	stalled.Stalled = 1
+	s = fleet(s, calm, stalled)
+	if s.Factor != 1 || s.StallHeld != 1 || s.AfterStall != 1 {
+		t.Fatalf("the stalled interval: %+v, want the factor held", s)
+	}
+	s = fleet(s, calm, late) // the stall's backlog, heard late
+	if s.Factor != 1 || s.StallHeld != 2 || s.AfterStall != 0 {
+		t.Fatalf("the interval after it: %+v, want the factor held", s)
+	}
+	if s = fleet(s, calm, calm); s.StallHeld != 0 || s.Factor != 1 {
+		t.Fatalf("a calm interval after: %+v, want it judged (healthy)", s)
+	}
+	// Stalls all the time: every third interval is judged.
+	for i := range 6 {
+		s = fleet(s, calm, stalled)
+		if held := i%3 != 2; (s.StallHeld > 0) != held {
+			t.Fatalf("stalled interval %d in a row: held %d, want held %v", i+1, s.StallHeld, held)
+		}
 	}
 }
 

@@ -49,7 +49,8 @@ func runGradient(ctx context.Context, s *Store, key string, now int64, sig adapt
 		paced = 1
 	}
 	return runFactorScript(ctx, s, gradientScript, key, now, sig.Started, sig.Answered, sig.Failed, sig.Latency,
-		o.MinFactor, o.ErrorRate, o.Tolerance, o.LatencyTarget.Microseconds(), o.Decrease, o.Increase, o.Interval.Microseconds(), o.MinSamples, sig.Denied, sig.Admitted, paced)
+		o.MinFactor, o.ErrorRate, o.Tolerance, o.LatencyTarget.Microseconds(), o.Decrease, o.Increase, o.Interval.Microseconds(), o.MinSamples, sig.Denied, sig.Admitted, paced,
+		min(1, max(0, sig.Stalled)))
 }
 
 // runFactorScript runs an adaptive rule's script on key, within the

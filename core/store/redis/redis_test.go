@@ -498,6 +498,9 @@ func TestGradientLuaTwin(t *testing.T) {
 	ctx := context.Background()
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 11))
+		// stalls marks some nodes' signals stalled, from a stream of its
+		// own so the traces are otherwise as they were.
+		stalls := rand.New(rand.NewPCG(seed, 12))
 		o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.05 + rng.Float64()/4,
 			ErrorRate: 0.01 + rng.Float64()/5, Tolerance: 1.1 + rng.Float64()*2, Decrease: 0.5 + rng.Float64()*0.49,
 			Increase: 0.01 + rng.Float64()/5, Interval: time.Duration(10+rng.IntN(2000)) * time.Millisecond,
@@ -517,6 +520,9 @@ func TestGradientLuaTwin(t *testing.T) {
 			sig := adaptive.Signals{Started: started, Denied: rng.Int64N(3) * rng.Int64N(50), Answered: max(0, started+rng.Int64N(40)-bias)}
 			if rng.IntN(4) > 0 { // let through at a factor of its own, or (0) none said
 				sig.Admitted = float64(started) * (0.05 + rng.Float64()*0.95)
+			}
+			if stalls.IntN(8) == 0 {
+				sig.Stalled = 1
 			}
 			if rng.IntN(3) == 0 {
 				sig = adaptive.Signals{} // a node's read, which judges
@@ -547,12 +553,12 @@ func TestGradientLuaTwin(t *testing.T) {
 		num := func(k string) float64 { v, _ := strconv.ParseFloat(h[k], 64); return v }
 		lua := adaptive.GradientState{Factor: num("f"), Growth: num("g"), Ceiling: num("c"), MinLatency: int64(num("m")),
 			Measuring: int64(num("ms")), Held: num("h"), Epoch: int64(num("e")), Slow: int64(num("sl")), Cut: int64(num("k")), Judged: int64(num("j")),
-			Peak: num("pk"), Probed: int64(num("pr")),
+			Peak: num("pk"), Probed: int64(num("pr")), AfterStall: int64(num("as")), StallHeld: int64(num("sh")),
 			Carried:   adaptive.Carried{Started: int64(num("cs")), Served: int64(num("cv")), Admitted: num("ca")},
 			DrainSum:  adaptive.Carried{Started: int64(num("ds")), Served: int64(num("dv")), Admitted: num("da")},
 			LastDrain: adaptive.Carried{Started: int64(num("ls")), Served: int64(num("lv")), Admitted: num("la")},
 			Pending: adaptive.Signals{Started: int64(num("s")), Denied: int64(num("dn")), Answered: int64(num("a")), Failed: int64(num("x")), Latency: int64(num("l")),
-				Admitted: num("pf")}}
+				Admitted: num("pf"), Stalled: int64(num("st"))}}
 		if lua != state {
 			t.Fatalf("seed %d after its 300 steps: Lua's state %+v, Go's %+v", seed, lua, state)
 		}
@@ -844,6 +850,45 @@ func TestGradientDrainSumsFromALyingServer(t *testing.T) {
 		}
 		if !(f >= o.MinFactor && f <= 0.5) {
 			t.Fatalf("drain sums %q stored: factor %v restored, want one between %v and the 0.5 held", lie, f, o.MinFactor)
+		}
+	}
+}
+
+// TestGradientStallCountFromALyingServer: a count of intervals held for
+// stalls stored as nonsense (negative, NaN, huge) never holds the factor
+// for more than two intervals in a row: the third stalled interval is
+// judged, and a fleet that stalls all the time still adapts.
+func TestGradientStallCountFromALyingServer(t *testing.T) {
+	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
+	ctx := context.Background()
+	o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
+		Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10, Paced: true}
+	admin := adminClient(t)
+	for _, lie := range []string{"-1000000000", "-3", "nan", "-inf", "1e300"} {
+		key := s.prefix + "gradlyingstall" + lie
+		if err := admin.HSet(ctx, key, "f", "0.5", "m", "5000", "j", "1", "sh", lie, "as", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		now := storetest.T0
+		held := 0
+		for range 3 {
+			now += o.Interval.Microseconds()
+			if _, err := runGradient(ctx, s, key, now, adaptive.Signals{Started: 20, Answered: 20, Latency: 5000, Admitted: 10, Stalled: 1}, o); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := runGradient(ctx, s, key, now, adaptive.Signals{}, o); err != nil {
+				t.Fatalf("stall count %q stored: %v", lie, err)
+			}
+			sh, err := admin.HGet(ctx, key, "sh").Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sh > 0 {
+				held++
+			}
+		}
+		if held > 2 {
+			t.Fatalf("stall count %q stored: %d stalled intervals in a row held, want at most 2", lie, held)
 		}
 	}
 }
