@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/caddyproc"
+	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
@@ -24,32 +25,62 @@ import (
 // tollgate_adaptive_stalled_intervals_total counts them.
 func TestCaddyAdaptiveStallIsNotTheUpstream(t *testing.T) {
 	oneAdaptiveTestAtATime(t)
+	stallIsNotTheUpstream(t, 1)
+}
+
+// TestCaddyAdaptiveFleetStallIsNotTheUpstream: the same with two Caddies
+// sharing their limit and adaptive state through one redis-server, 100
+// requests/s each, both stopped at once (one busy machine stalls every
+// gateway on it). Each sends the stalled interval's signals marked, and
+// the fleet's shared rule holds that interval and the next.
+func TestCaddyAdaptiveFleetStallIsNotTheUpstream(t *testing.T) {
+	oneAdaptiveTestAtATime(t)
+	stallIsNotTheUpstream(t, 2)
+}
+
+// stallIsNotTheUpstream runs the stall test on n Caddies: one alone on
+// the memory store, or a fleet on one redis-server.
+func stallIsNotTheUpstream(t *testing.T, n int) {
 	up := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(100 * time.Millisecond)
 	}))
-	c := caddyproc.Start(t, fmt.Sprintf(`
-	tollgate {
-		policy upstream {
-			key all
-			limit 1000/1s gcra burst 200
-			adaptive
-		}
+	store := ""
+	if n > 1 {
+		store = "store redis redis://" + redistest.StartT(t).Addr
 	}
-	reverse_proxy %s`, up))
+	nodes := make([]*caddyproc.Caddy, n)
+	urls := make([]string, n)
+	for i := range nodes {
+		nodes[i] = caddyproc.Start(t, fmt.Sprintf(`
+		tollgate {
+			%s
+			policy upstream {
+				key all
+				limit 1000/1s gcra burst 200
+				adaptive
+			}
+		}
+		reverse_proxy %s`, store, up))
+		urls[i] = nodes[i].URL + "/"
+	}
 	// The load runs until 4 s after the stall (at most 20 s in all).
 	loaded, enough := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(loaded)
-		offerUntil(t, []string{c.URL + "/"}, 200, 20*time.Second, enough)
+		offerUntil(t, urls, 200/n, 20*time.Second, enough)
 	}()
 	// The factor is 1 once the unloaded latency is known: a measurement
 	// holds it low for a few intervals first, and the factor then climbs
 	// back past what the restored load's first interval served, about 5 s
 	// in all, later on a busy machine.
 	start := time.Now()
-	waitfor.True(t, 15*time.Second, "the factor at 1 with the load running for 2 s", func() bool {
-		f, err := readFactor(c)
-		return err == nil && f == 1 && time.Since(start) > 2*time.Second
+	waitfor.True(t, 15*time.Second, "the factor at 1 on every node with the load running for 2 s", func() bool {
+		for _, c := range nodes {
+			if f, err := readFactor(c); err != nil || f != 1 {
+				return false
+			}
+		}
+		return time.Since(start) > 2*time.Second
 	})
 
 	// From the stall on, the lowest factor seen every 50 ms.
@@ -66,27 +97,33 @@ func TestCaddyAdaptiveStallIsNotTheUpstream(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			if f, err := readFactor(c); err == nil {
-				mu.Lock()
-				lowest = min(lowest, f)
-				mu.Unlock()
+			for _, c := range nodes {
+				if f, err := readFactor(c); err == nil {
+					mu.Lock()
+					lowest = min(lowest, f)
+					mu.Unlock()
+				}
 			}
 		}
 	}()
-	if err := syscall.Kill(c.Pid(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
+	for _, c := range nodes {
+		if err := syscall.Kill(c.Pid(), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
 	}
 	time.Sleep(300 * time.Millisecond) // the stall itself, not a wait for anything
-	if err := syscall.Kill(c.Pid(), syscall.SIGCONT); err != nil {
-		t.Fatal(err)
+	for _, c := range nodes {
+		if err := syscall.Kill(c.Pid(), syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
 	}
 	time.AfterFunc(4*time.Second, func() { close(enough) }) // what follows the stall is watched for 4 s
 	<-loaded
 	close(stop)
 	<-stopped
-	stalled := gauge(t, c, "tollgate_adaptive_stalled_intervals_total", "upstream")
-	t.Logf("after a 300 ms SIGSTOP: lowest factor %.2f, %v intervals unjudged, judged latency now %.3fs", lowest, stalled,
-		gauge(t, c, "tollgate_adaptive_latency_seconds", "upstream"))
+	stalled := gauge(t, nodes[0], "tollgate_adaptive_stalled_intervals_total", "upstream")
+	t.Logf("%d node(s), after a 300 ms SIGSTOP: lowest factor %.2f, %v intervals unjudged (first node), judged latency now %.3fs", n, lowest, stalled,
+		gauge(t, nodes[0], "tollgate_adaptive_latency_seconds", "upstream"))
 	if lowest < 0.8 {
 		t.Errorf("the factor fell to %.2f after the gateway's own 300 ms stall, want at least 0.8", lowest)
 	}
