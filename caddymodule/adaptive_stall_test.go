@@ -28,12 +28,12 @@ func TestCaddyAdaptiveStallIsNotTheUpstream(t *testing.T) {
 	stallIsNotTheUpstream(t, 1)
 }
 
-// TestCaddyAdaptiveFleetStallIsNotTheUpstream: the same with two Caddies
+// TestCaddyAdaptiveStallInAFleetIsNotTheUpstream: the same with two Caddies
 // sharing their limit and adaptive state through one redis-server, 100
 // requests/s each, both stopped at once (one busy machine stalls every
 // gateway on it). Each sends the stalled interval's signals marked, and
 // the fleet's shared rule holds that interval and the next.
-func TestCaddyAdaptiveFleetStallIsNotTheUpstream(t *testing.T) {
+func TestCaddyAdaptiveStallInAFleetIsNotTheUpstream(t *testing.T) {
 	oneAdaptiveTestAtATime(t)
 	stallIsNotTheUpstream(t, 2)
 }
