@@ -565,6 +565,33 @@ func TestGradientLuaTwin(t *testing.T) {
 	}
 }
 
+// replayGradientTwins runs a fixed trace through core.Gradient (from
+// state) and gradient.lua (on key) alike, each interval's signals then the
+// read that judges them, one interval apart, and fails unless both give
+// the same factor after every interval. what names the trace in the
+// failure, which starts "seed 0 (a fixed trace": the planted-bug runner
+// counts such a failure as the twin test's. It returns Go's state.
+func replayGradientTwins(t *testing.T, s *Store, key string, o adaptive.Options, state adaptive.GradientState, trace []adaptive.Signals, what string) adaptive.GradientState {
+	t.Helper()
+	ctx := context.Background()
+	now := storetest.T0
+	for step, sig := range trace {
+		now += o.Interval.Microseconds()
+		state = adaptive.Gradient(adaptive.Gradient(state, now, sig, o), now, adaptive.Signals{}, o)
+		if _, err := runGradient(ctx, s, key, now, sig, o); err != nil {
+			t.Fatal(err)
+		}
+		got, err := runGradient(ctx, s, key, now, adaptive.Signals{}, o) // the read that judges it
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != state.Factor {
+			t.Fatalf("seed 0 (a fixed trace, %s) step %d: Lua %v, Go %v (state %+v)", what, step, got, state.Factor, state)
+		}
+	}
+	return state
+}
+
 // TestGradientLuaTwinForgetsTheCeiling replays, through core.Gradient and
 // gradient.lua alike, probes past a known capacity that stay clean: the
 // factor held once, the Ceiling forgotten, the same step once more, then
@@ -580,23 +607,9 @@ func TestGradientLuaTwinForgetsTheCeiling(t *testing.T) {
 	if err := adminClient(t).HSet(ctx, key, "f", "0.3", "c", "0.25", "m", "5000", "j", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	state := adaptive.GradientState{Factor: 0.3, Ceiling: 0.25, MinLatency: 5000}
 	clean := adaptive.Signals{Started: 100, Answered: 100, Latency: 5000}
-	now := storetest.T0
-	for step := range 6 {
-		now += o.Interval.Microseconds()
-		state = adaptive.Gradient(adaptive.Gradient(state, now, clean, o), now, adaptive.Signals{}, o)
-		if _, err := runGradient(ctx, s, key, now, clean, o); err != nil {
-			t.Fatal(err)
-		}
-		got, err := runGradient(ctx, s, key, now, adaptive.Signals{}, o) // the read that judges it
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != state.Factor {
-			t.Fatalf("seed 0 (a fixed trace) step %d, a clean probe past the capacity: Lua %v, Go %v (state %+v)", step, got, state.Factor, state)
-		}
-	}
+	state := replayGradientTwins(t, s, key, o, adaptive.GradientState{Factor: 0.3, Ceiling: 0.25, MinLatency: 5000},
+		[]adaptive.Signals{clean, clean, clean, clean, clean, clean}, "clean probes past the capacity")
 	if state.Ceiling != 0 || state.Factor <= 0.3*1.05*1.05 {
 		t.Fatalf("after six clean probes: %+v, want the ceiling forgotten and the factor grown", state)
 	}
@@ -611,7 +624,6 @@ func TestGradientLuaTwinForgetsTheCeiling(t *testing.T) {
 // binding limit, and never with one pacing choice only.
 func TestGradientLuaTwinRestoresAtMostTheDrainedCapacity(t *testing.T) {
 	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
-	ctx := context.Background()
 	for _, paced := range []bool{true, false} {
 		o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
 			Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10, Paced: paced}
@@ -621,22 +633,7 @@ func TestGradientLuaTwinRestoresAtMostTheDrainedCapacity(t *testing.T) {
 			{Started: 20, Denied: 130, Answered: 30, Latency: 600_000, Admitted: 2}, // ran dry partway
 			{Started: 20, Denied: 130, Answered: 20, Latency: 150_000, Admitted: 2},
 			{Started: 20, Denied: 130, Answered: 20, Latency: 100_000, Admitted: 2}}
-		var state adaptive.GradientState
-		now := storetest.T0
-		for step, sig := range trace {
-			now += o.Interval.Microseconds()
-			state = adaptive.Gradient(adaptive.Gradient(state, now, sig, o), now, adaptive.Signals{}, o)
-			if _, err := runGradient(ctx, s, key, now, sig, o); err != nil {
-				t.Fatal(err)
-			}
-			got, err := runGradient(ctx, s, key, now, adaptive.Signals{}, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != state.Factor {
-				t.Fatalf("seed 0 (a fixed trace, paced %v) step %d, a measurement draining: Lua %v, Go %v (state %+v)", paced, step, got, state.Factor, state)
-			}
-		}
+		state := replayGradientTwins(t, s, key, o, adaptive.GradientState{}, trace, fmt.Sprintf("paced %v, a measurement draining", paced))
 		if want := map[bool]float64{true: 0.25 * o.Decrease, false: 50.0 / 150 * o.Decrease}[paced]; math.Abs(state.Factor-want) > 1e-12 {
 			t.Fatalf("paced %v: restored %v, want %v", paced, state.Factor, want)
 		}
@@ -661,22 +658,7 @@ func TestGradientLuaTwinCongestionNeverRaisesTheFactor(t *testing.T) {
 		{Started: 120, Answered: 120, Failed: 60, Latency: 100_000, Admitted: 80 + 40*f},
 		{Started: 60, Denied: 90, Answered: 60, Failed: 9, Latency: 100_000, Admitted: 60 * f},
 	}
-	var state adaptive.GradientState
-	now := storetest.T0
-	for step, sig := range trace {
-		now += o.Interval.Microseconds()
-		state = adaptive.Gradient(adaptive.Gradient(state, now, sig, o), now, adaptive.Signals{}, o)
-		if _, err := runGradient(ctx, s, key, now, sig, o); err != nil {
-			t.Fatal(err)
-		}
-		got, err := runGradient(ctx, s, key, now, adaptive.Signals{}, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != state.Factor {
-			t.Fatalf("seed 0 (a fixed trace) step %d, a congestion over a mixed waited interval: Lua %v, Go %v (state %+v)", step, got, state.Factor, state)
-		}
-	}
+	state := replayGradientTwins(t, s, key, o, adaptive.GradientState{}, trace, "a congestion over a mixed waited interval")
 	if state.Factor != f*o.Decrease || state.Peak != 0 {
 		t.Fatalf("Go: factor %v, peak %v after the congestion; want %v, 0", state.Factor, state.Peak, f*o.Decrease)
 	}
