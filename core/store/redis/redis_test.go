@@ -565,6 +565,14 @@ func TestGradientLuaTwin(t *testing.T) {
 	}
 }
 
+// gradientDefaults are the gradient controller's default options, filled
+// in as a Controller has them, at a 1 s interval: the fixed traces' and
+// lying servers' options.
+func gradientDefaults(paced bool) adaptive.Options {
+	return adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
+		Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10, Paced: paced}
+}
+
 // replayGradientTwins runs a fixed trace through core.Gradient (from
 // state) and gradient.lua (on key) alike, each interval's signals then the
 // read that judges them, one interval apart, and fails unless both give
@@ -600,8 +608,7 @@ func replayGradientTwins(t *testing.T, s *Store, key string, o adaptive.Options,
 func TestGradientLuaTwinForgetsTheCeiling(t *testing.T) {
 	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
 	ctx := context.Background()
-	o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
-		Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10}
+	o := gradientDefaults(false)
 	key := s.prefix + "gradforget"
 	// A factor of 0.3 past a capacity of 0.25, the unloaded latency known.
 	if err := adminClient(t).HSet(ctx, key, "f", "0.3", "c", "0.25", "m", "5000", "j", "0").Err(); err != nil {
@@ -625,8 +632,7 @@ func TestGradientLuaTwinForgetsTheCeiling(t *testing.T) {
 func TestGradientLuaTwinRestoresAtMostTheDrainedCapacity(t *testing.T) {
 	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
 	for _, paced := range []bool{true, false} {
-		o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
-			Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10, Paced: paced}
+		o := gradientDefaults(paced)
 		key := fmt.Sprintf("%sgraddrain%v", s.prefix, paced)
 		drain := adaptive.Signals{Started: 20, Denied: 130, Answered: 50, Latency: 900_000, Admitted: 2}
 		trace := []adaptive.Signals{{Started: 150, Answered: 50, Latency: 100_000, Admitted: 150}, drain, drain,
@@ -649,8 +655,7 @@ func TestGradientLuaTwinRestoresAtMostTheDrainedCapacity(t *testing.T) {
 func TestGradientLuaTwinCongestionNeverRaisesTheFactor(t *testing.T) {
 	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
 	ctx := context.Background()
-	o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
-		Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10, Paced: true}
+	o := gradientDefaults(true)
 	key := s.prefix + "gradmixed"
 	f := 50.0 / 150 * o.Decrease // the first cut's factor
 	trace := []adaptive.Signals{
@@ -779,8 +784,7 @@ func TestStateHashExpiryMovesOnlyWhenLessThanIdleLeft(t *testing.T) {
 func TestGradientProbeCountFromALyingServer(t *testing.T) {
 	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
 	ctx := context.Background()
-	o, key := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
-		Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10}, s.prefix+"gradlying"
+	o, key := gradientDefaults(false), s.prefix+"gradlying"
 	// A factor of 0.5 past a capacity of 0.4, the unloaded latency known.
 	if err := adminClient(t).HSet(ctx, key, "f", "0.5", "c", "0.4", "m", "5000", "j", "0", "pr", "-1000000").Err(); err != nil {
 		t.Fatal(err)
@@ -810,8 +814,7 @@ func TestGradientProbeCountFromALyingServer(t *testing.T) {
 func TestGradientDrainSumsFromALyingServer(t *testing.T) {
 	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
 	ctx := context.Background()
-	o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
-		Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10, Paced: true}
+	o := gradientDefaults(true)
 	for _, lie := range []string{"nan", "inf", "-inf", "-3", "1e300", "0"} {
 		key := s.prefix + "gradlyingdrain" + lie
 		// The interval measured next (stage 5), 0.5 held, the drain's sums lies.
@@ -843,8 +846,7 @@ func TestGradientDrainSumsFromALyingServer(t *testing.T) {
 func TestGradientStallCountFromALyingServer(t *testing.T) {
 	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
 	ctx := context.Background()
-	o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
-		Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10, Paced: true}
+	o := gradientDefaults(true)
 	admin := adminClient(t)
 	for _, lie := range []string{"-1000000000", "-3", "nan", "-inf", "1e300"} {
 		key := s.prefix + "gradlyingstall" + lie
@@ -882,8 +884,7 @@ func TestGradientStallCountFromALyingServer(t *testing.T) {
 func TestGradientWaitCountFromALyingServer(t *testing.T) {
 	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
 	ctx := context.Background()
-	o := adaptive.Options{Controller: adaptive.ControllerGradient, MinFactor: 0.1, ErrorRate: 0.05, Tolerance: 1.5,
-		Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10}
+	o := gradientDefaults(false)
 	for _, lie := range []string{"1000000", "-3", "nan", "inf"} {
 		key := s.prefix + "gradlyingwait" + lie
 		// A factor of 0.5, the unloaded latency known.
