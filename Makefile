@@ -12,7 +12,7 @@ CADDY_VERSION := v2.11.9
 # scripts are embedded in core).
 CADDY_SRC := $(shell find core caddymodule \( -name '*.go' ! -name '*_test.go' -o -name '*.lua' \)) tollgate.go go.mod go.sum
 
-.PHONY: test vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong adaptive adaptive-short adaptive-fleet chaos plots run clean deps monitoring docker-test bench-instructions
+.PHONY: test kong-test kong vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong adaptive adaptive-short adaptive-fleet chaos plots run clean deps monitoring docker-test bench-instructions
 
 # Caddy with tollgate on the memory store, serving Caddyfile.example on
 # http://localhost:8080 (admin API on localhost:2019).
@@ -55,6 +55,23 @@ bench-instructions:
 	@command -v valgrind >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind; }
 	cd bench && $(GO) build -o $(CURDIR)/bin/compare ./compare && $(CURDIR)/bin/compare -instructions
 
+# Real Kong Gateway 3.9 in the loop: the Kong on PATH, or one installed
+# from KONG_REAL (Kong 3.9.3 built for these machines; CI has it beside the
+# checkout) when there is none. The tests start Kong DB-less with the three
+# plugin servers registered with docs/kong.md's own lines, and run Kong's
+# bundled rate-limiting and response-ratelimiting beside tollgate on the
+# same traffic (internal/kongreal). CI runs it after make test.
+KONG_REAL ?= ../shared/kong-real
+KONG_PATH := /usr/local/openresty/bin:/usr/local/openresty/nginx/sbin:$(PATH)
+kong: deps
+	@PATH=$(KONG_PATH); if command -v kong >/dev/null 2>&1 && kong version 2>/dev/null | grep -q '^3\.9'; then \
+	  echo "kong $$(kong version) on PATH"; \
+	elif [ -f $(KONG_REAL)/install.sh ]; then bash $(KONG_REAL)/install.sh; \
+	else echo "make kong-test needs Kong 3.9 on PATH (a Kong package or the kong:3.9 image)"; exit 1; fi
+
+kong-test: kong
+	@{ PATH=$(KONG_PATH) $(GO) test -race -vet=off -tags kongreal -count=1 -json ./internal/kongreal/ 2>&1; echo "go test exit $$?"; } | $(GO) run ./internal/testsummary
+
 # The example fleets (examples/caddy, examples/kong) in a real Docker
 # engine, every image built here: installs docker.io and busybox-static
 # when missing, starts dockerd when none runs (and stops only that one),
@@ -76,6 +93,7 @@ vet:
 	$(GO) vet -race $(PKGS)
 	$(GO) vet -race -tags tollgate_testclock ./core/store/
 	$(GO) vet -race -tags dockertest ./internal/dockerfleet/
+	$(GO) vet -race -tags kongreal ./internal/kongreal/
 	cd bench && $(GO) vet -race ./...
 
 # gofmt -l prints files that need formatting; any output fails the build.

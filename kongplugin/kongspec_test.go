@@ -298,7 +298,7 @@ func TestKongSpecAccess(t *testing.T) {
 			}
 			t.Run("blocks if exceeding limit #grpc (single ip)", func(t *testing.T) {
 				id := startSpec(t, policy, map[string]any{"minute": 6, "limit_by": "ip"}, "route-1", "service-1", true)
-				req := kongproc.Request{ForwardedIP: ip, Headers: http.Header{"Content-Type": {"application/grpc"}}}
+				req := kongproc.Request{ForwardedIP: ip, Headers: http.Header{"Content-Type": {"application/grpc"}}, HTTPVersion: 2}
 				results := seven(t, id, req)
 				for i, r := range results[:6] {
 					if r.status != 200 || r.int("X-RateLimit-Limit-Minute") != 6 || r.int("X-RateLimit-Remaining-Minute") != 5-i ||

@@ -153,7 +153,7 @@ const (
 
 // Log, in Kong's log phase (the response finished; WithResponse only),
 // gives back the request's in-flight slots and reports the upstream's status and
-// upstream_response_time to an adaptive policy, skipping answers Kong made
+// time to its first byte to an adaptive policy, skipping answers Kong made
 // itself (tollgate's denials, other plugins' exits): not the upstream's.
 func (c *Config) Log(kong *pdk.PDK) {
 	inst := c.compiled
@@ -176,8 +176,12 @@ func (c *Config) Log(kong *pdk.PDK) {
 	if err != nil {
 		return
 	}
-	took, _ := kong.Nginx.GetVar("upstream_response_time")
-	inst.policy.Adaptive().Observe(kongdeny.UpstreamStatus(source, status), kongdeny.NginxSeconds(took))
+	// The log phase runs in a timer, where ngx.var is disabled: the
+	// upstream's time to its first byte is read from what Kong saved of
+	// ngx.ctx (KONG_WAITING_TIME, milliseconds; kong.log.serialize's
+	// latencies.proxy).
+	waited, _ := kong.Nginx.GetCtxFloat("KONG_WAITING_TIME")
+	inst.policy.Adaptive().Observe(kongdeny.UpstreamStatus(source, status), time.Duration(max(0, waited)*float64(time.Millisecond)))
 }
 
 // chargeResponse charges the response its cost (Kong's status, and the
@@ -199,9 +203,16 @@ func chargeResponse(kong *pdk.PDK) {
 	if err != nil {
 		return
 	}
+	// The log phase runs in a timer, where kong.service.response is
+	// disabled: the headers are the response's as Kong saved them before
+	// the timer (kong/runloop/plugin_servers/plugin.lua), every line of a
+	// repeated header read as one field (RFC 9110 section 5.3).
+	var all map[string][]string
 	_ = o.Charge(context.Background(), status, func(name string) string {
-		v, _ := kong.ServiceResponse.GetHeader(name)
-		return v
+		if all == nil {
+			all, _ = kong.Response.GetHeaders(-1)
+		}
+		return headerValues(all, name)
 	}) // a store that fails is logged when it starts failing
 }
 
@@ -286,6 +297,14 @@ func fail(kong *pdk.PDK) {
 // deny ends a denied request as kong.response.error does (kongdeny.Render).
 func deny(kong *pdk.PDK, status int, message string, headers map[string][]string) {
 	ct, _ := kong.Request.GetHeader("Content-Type")
+	if strings.HasPrefix(ct, "application/grpc") {
+		// kong.response.error answers in gRPC's terms only over HTTP/2
+		// (kong/pdk/response.lua, is_grpc_request); over HTTP/1.1 such a
+		// request gets the body its Accept asks for.
+		if v, err := kong.Request.GetHttpVersion(); err != nil || v != 2 {
+			ct = ""
+		}
+	}
 	body := kongdeny.Render(status, message, ct, func() (accept, requestID string) {
 		accept, _ = kong.Request.GetHeader("Accept")
 		requestID, _ = kong.Nginx.GetVar("kong_request_id")

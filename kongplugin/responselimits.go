@@ -224,7 +224,7 @@ func (c *ResponseLimitsConfig) Access(kong *pdk.PDK) {
 // Response does what Kong's response-ratelimiting's header_filter.lua
 // and log.lua do once the upstream has answered (Kong's response phase,
 // which buffers the response): it reads the usage header's entries
-// ("video=2, image=1", over every copy of the header) and removes the
+// ("video=2, image=1", over every line of the header) and removes the
 // header; a response that takes from a resource spent when the request
 // arrived is replaced by a bodiless 429 and charged nothing; any other is
 // charged its entries, and X-RateLimit-Limit-<resource>-<period> and
@@ -246,7 +246,12 @@ func (c *ResponseLimitsConfig) Response(kong *pdk.PDK) {
 	if len(shown) != len(rl.resources) {
 		return
 	}
-	all, _ := kong.ServiceResponse.GetHeaders(-1)
+	// Kong sets the upstream's headers on the response before its
+	// response phase runs plugins (kong/init.lua, Kong.response), so
+	// kong.response.get_headers has every line of them; the
+	// kong.service.response table there answers lookups but iterates
+	// empty (kong/pdk/service/response.lua, attach_buffered_headers_mt).
+	all, _ := kong.Response.GetHeaders(-1)
 	values := headerValues(all, rl.HeaderName)
 	header := func(string) string { return values }
 	_ = kong.Response.ClearHeader(rl.HeaderName)
@@ -294,8 +299,7 @@ func (rl *responseLimits) setUsage(h map[string][]string, resource string, d *co
 }
 
 // headerValues joins every value of the header name (any case) with
-// commas, so usage entries split over several copies of the header all
-// count, as header_filter.lua's parse_header reads them.
+// commas: the lines of a repeated header read as one field.
 func headerValues(all map[string][]string, name string) string {
 	var out []string
 	for k, v := range all {

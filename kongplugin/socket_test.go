@@ -711,10 +711,18 @@ func TestKongDenialFollowsAccept(t *testing.T) {
 			t.Errorf("Accept %q: %d %q body %q, want 429 %q with %q", tc.accept, res.Status, res.Headers.Get("Content-Type"), res.Body, tc.contentType, tc.body)
 		}
 	}
-	res = access(t, c, id, req("Content-Type", "application/grpc+proto", "Accept", "text/html"))
+	grpc := req("Content-Type", "application/grpc+proto", "Accept", "text/html")
+	grpc.HTTPVersion = 2
+	res = access(t, c, id, grpc)
 	if res.Status != 429 || res.Body != "" || res.Headers.Get("Grpc-Status") != "8" || res.Headers.Get("Grpc-Message") != "Too <many>" ||
 		res.Headers.Get("Content-Type") != "application/grpc" {
 		t.Errorf("gRPC denial: %d body %q headers %v", res.Status, res.Body, res.Headers)
+	}
+	// Over HTTP/1.1 Kong does not take a request for gRPC
+	// (kong/pdk/response.lua, is_grpc_request): Accept decides.
+	grpc.HTTPVersion = 1.1
+	if res = access(t, c, id, grpc); res.Status != 429 || res.Headers.Get("Grpc-Status") != "" || res.Headers.Get("Content-Type") != "text/html; charset=utf-8" {
+		t.Errorf("gRPC content type over HTTP/1.1: %d body %q headers %v, want the HTML denial", res.Status, res.Body, res.Headers)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -300,7 +301,8 @@ type Request struct {
 	Path         string
 	Headers      http.Header
 	// For the log phase: the response's status, its source (service, exit
-	// or error) and nginx's upstream_response_time (seconds).
+	// or error) and the upstream's time to its first byte (seconds; Kong's
+	// ctx.KONG_WAITING_TIME, in milliseconds).
 	Status       int
 	Source       string
 	UpstreamTime string
@@ -309,6 +311,8 @@ type Request struct {
 	ServiceHeaders http.Header
 	// RequestID is nginx's $kong_request_id.
 	RequestID string
+	// HTTPVersion is kong.request.get_http_version's answer (0: 1.1).
+	HTTPVersion float64
 	// Shared is kong.ctx.shared: give the access and the log phase of one
 	// request the same map.
 	Shared map[string]any
@@ -381,7 +385,7 @@ func (c *Client) event(id int32, name string, req Request) (*Result, error) {
 			return res, err
 		}
 		res.Calls = append(res.Calls, string(method))
-		out, err := answer(string(method), args, req, res)
+		out, err := answer(name, string(method), args, req, res)
 		if err != nil {
 			c.drop()
 			return res, err
@@ -399,9 +403,39 @@ func (c *Client) event(id int32, name string, req Request) (*Result, error) {
 	}
 }
 
-// answer replies to one PDK call as Kong would for req.
-func answer(method string, args []byte, req Request, res *Result) (proto.Message, error) {
+// answer replies to one PDK call made in phase as Kong 3.9 would for req.
+// Where real Kong refuses a call in a phase, so does answer: the log phase
+// of a Go plugin runs in a timer (kong/runloop/plugin_servers/plugin.lua,
+// build_phases), where ngx.var and kong.service.response are disabled,
+// and kong.response's getters read what Kong saved of the response; in the
+// response phase kong.service.response.get_headers is a proxy table that
+// iterates empty (kong/pdk/service/response.lua, attach_buffered_headers_mt).
+func answer(phase, method string, args []byte, req Request, res *Result) (proto.Message, error) {
+	if phase == "log" && (method == "kong.nginx.get_var" || strings.HasPrefix(method, "kong.service.response.")) {
+		return nil, fmt.Errorf("%s in the log phase: Kong runs it in a timer, where it raises \"API disabled in the current context\"", method)
+	}
 	switch method {
+	case "kong.response.get_header":
+		var name pb.String
+		if err := proto.Unmarshal(args, &name); err != nil {
+			return nil, err
+		}
+		return bridge.WrapString(req.ServiceHeaders.Get(name.V)), nil
+	case "kong.response.get_headers":
+		return bridge.WrapHeaders(req.ServiceHeaders)
+	case "kong.nginx.get_ctx":
+		var name pb.String
+		if err := proto.Unmarshal(args, &name); err != nil {
+			return nil, err
+		}
+		if name.V == "KONG_WAITING_TIME" && req.UpstreamTime != "" {
+			secs, err := strconv.ParseFloat(req.UpstreamTime, 64)
+			if err != nil {
+				return nil, err
+			}
+			return structpb.NewValue(secs * 1000)
+		}
+		return structpb.NewNullValue(), nil
 	case "kong.client.get_forwarded_ip", "kong.client.get_ip":
 		return bridge.WrapString(req.ForwardedIP), nil
 	case "kong.client.get_consumer":
@@ -423,6 +457,9 @@ func answer(method string, args []byte, req Request, res *Result) (proto.Message
 		}
 		return bridge.WrapString(req.ServiceHeaders.Get(name.V)), nil
 	case "kong.service.response.get_headers":
+		if phase == "response" {
+			return bridge.WrapHeaders(http.Header{})
+		}
 		return bridge.WrapHeaders(req.ServiceHeaders)
 	case "kong.response.clear_header":
 		var name pb.String
@@ -461,6 +498,11 @@ func answer(method string, args []byte, req Request, res *Result) (proto.Message
 		return structpb.NewValue(req.Shared[name.V])
 	case "kong.request.get_path":
 		return bridge.WrapString(req.Path), nil
+	case "kong.request.get_http_version":
+		if req.HTTPVersion == 0 {
+			return &pb.Number{V: 1.1}, nil
+		}
+		return &pb.Number{V: req.HTTPVersion}, nil
 	case "kong.request.get_header":
 		var name pb.String
 		if err := proto.Unmarshal(args, &name); err != nil {

@@ -10,7 +10,6 @@ import (
 	"html"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Denial bodies, in the formats and layout of Kong's kong.response.error
@@ -98,19 +97,6 @@ func Render(status int, message, contentType string, ask func() (accept, request
 	ct, body := DenialBody(accept, message, requestID)
 	set("Content-Type", ct)
 	return body
-}
-
-// NginxSeconds is the total of an nginx time variable such as
-// $upstream_response_time: "0.012", or "0.010, 0.020" after retries (the
-// client waited on both); "" or "-" count nothing.
-func NginxSeconds(v string) time.Duration {
-	var total time.Duration
-	for _, part := range strings.Split(v, ",") {
-		if secs, err := strconv.ParseFloat(strings.TrimSpace(part), 64); err == nil {
-			total += time.Duration(secs * float64(time.Second))
-		}
-	}
-	return total
 }
 
 // UpstreamStatus is the status an adaptive policy observes for a

@@ -1,0 +1,555 @@
+// Package kongreal runs real Kong Gateway (3.9) for tests: DB-less, on free
+// loopback ports, with tollgate's three plugin servers registered with the
+// very kong.conf lines docs/kong.md shows, and talks to its Admin API.
+//
+// Kong is the `kong` on PATH (or /usr/local/bin/kong, with OpenResty's
+// nginx beside it); `make kong-test` installs one when there is none. Kong
+// is started as its own Docker image starts it: `kong prepare` writes the
+// prefix, then nginx runs in the foreground as this process's child, so a
+// test binary that dies takes Kong (and the plugin servers its workers
+// started) with it.
+package kongreal
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// openrestyPaths are where Kong's packages and images put OpenResty's
+// resty and nginx; kong's own launcher needs both on PATH.
+var openrestyPaths = []string{"/usr/local/openresty/bin", "/usr/local/openresty/nginx/sbin"}
+
+// Binary returns the kong command to run, or fails the test saying how to
+// get one.
+func Binary(t testing.TB) string {
+	t.Helper()
+	path := os.Getenv("PATH")
+	for _, p := range openrestyPaths {
+		if !strings.Contains(path, p) {
+			path = path + ":" + p
+		}
+	}
+	os.Setenv("PATH", path)
+	k, err := exec.LookPath("kong")
+	if err != nil {
+		t.Fatal("no kong on PATH: run `make kong-test` (it installs Kong 3.9.3 when none is there) or install Kong 3.9")
+	}
+	out, err := exec.Command(k, "version").CombinedOutput()
+	if err != nil || !bytes.HasPrefix(bytes.TrimSpace(out), []byte("3.9")) {
+		t.Fatalf("%s version: %q %v: these tests are written against Kong 3.9", k, out, err)
+	}
+	return k
+}
+
+// Version is what `kong version` says of the Kong the tests run.
+func Version(t testing.TB) string {
+	out, err := exec.Command(Binary(t), "version").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// Commands are the plugin servers tollgate ships for Kong, by the name Kong
+// knows each under (go-pdk names a plugin after its executable).
+var Commands = []string{"tollgate", "tollgate-response", "tollgate-response-ratelimiting"}
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// PluginDir builds the three plugin server commands once per test process
+// (as a user builds them: `go build -o DIR ./kongplugin/cmd/...`, with the
+// race detector when the tests have it) and returns the directory they are
+// in.
+func PluginDir(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := RepoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binDir, buildErr = os.MkdirTemp("", "tollgate-kong-bin")
+		if buildErr != nil {
+			return
+		}
+		args := []string{"build", "-o", binDir + "/"}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, "./kongplugin/cmd/...")...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./kongplugin/cmd/...: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+// RepoRoot is the directory of tollgate's go.mod above the working
+// directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/tollgate/tollgate\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no tollgate go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// DocPrefix and DocBinDir are the prefix and the install directory the
+// kong.conf lines in docs/kong.md are written for; the tests put their own
+// in their place and nothing else.
+const (
+	DocPrefix = "/usr/local/kong"
+	DocBinDir = "/usr/local/bin"
+)
+
+var docLine = regexp.MustCompile(`^(plugins|pluginserver_[a-z_]+)\s*=\s*(.+)$`)
+
+// Registration is the kong.conf lines that register tollgate's plugin
+// servers, read from docs/kong.md's code blocks: every
+// pluginserver_<name>_start_cmd and _query_cmd line as the page writes it,
+// the union of its pluginserver_names lines, and a plugins line of bundled
+// and those names. It fails the test when the page registers a name it
+// gives no command for, or a command for a name it never registers.
+func Registration(t testing.TB) []string {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(root, "docs", "kong.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	cmds := map[string]string{}
+	var order []string
+	inBlock := false
+	sc := bufio.NewScanner(bytes.NewReader(page))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "```") {
+			inBlock = !inBlock
+			continue
+		}
+		m := docLine.FindStringSubmatch(line)
+		if !inBlock || m == nil {
+			continue
+		}
+		switch key, value := m[1], m[2]; {
+		case key == "pluginserver_names":
+			for _, n := range strings.Split(value, ",") {
+				if n = strings.TrimSpace(n); !contains(names, n) {
+					names = append(names, n)
+				}
+			}
+		case key == "plugins":
+		default:
+			if prev, ok := cmds[key]; ok && prev != value {
+				t.Fatalf("docs/kong.md: %s is written two ways: %q and %q", key, prev, value)
+			}
+			if _, ok := cmds[key]; !ok {
+				order = append(order, key)
+			}
+			cmds[key] = value
+		}
+	}
+	for _, n := range names {
+		for _, suffix := range []string{"_start_cmd", "_query_cmd"} {
+			key := "pluginserver_" + strings.ReplaceAll(n, "-", "_") + suffix
+			if _, ok := cmds[key]; !ok {
+				t.Fatalf("docs/kong.md registers %s in pluginserver_names but shows no %s line", n, key)
+			}
+		}
+	}
+	for _, key := range order {
+		n := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(key, "pluginserver_"), "_start_cmd"), "_query_cmd")
+		if !contains(names, strings.ReplaceAll(n, "_", "-")) {
+			t.Fatalf("docs/kong.md shows %s for a plugin server no pluginserver_names line registers", key)
+		}
+	}
+	for _, c := range Commands {
+		if !contains(names, c) {
+			t.Fatalf("docs/kong.md does not register the plugin server %s", c)
+		}
+	}
+	lines := []string{"plugins = bundled," + strings.Join(names, ","), "pluginserver_names = " + strings.Join(names, ",")}
+	for _, key := range order {
+		lines = append(lines, key+" = "+cmds[key])
+	}
+	return lines
+}
+
+func contains(list []string, s string) bool {
+	for _, e := range list {
+		if e == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Options shape one Kong.
+type Options struct {
+	// Declarative is the DB-less config Kong starts with (YAML or JSON);
+	// empty starts with no entities.
+	Declarative string
+	// Workers is nginx_worker_processes (default 2, a node of this
+	// machine's size).
+	Workers int
+	// Prefix is Kong's prefix (default: a new directory of the test's).
+	Prefix string
+	// Extra are further kong.conf lines.
+	Extra []string
+}
+
+// Kong is one running Kong node.
+type Kong struct {
+	// ProxyURL and AdminURL are the proxy's and the Admin API's base URLs;
+	// H2URL is a proxy listener that speaks HTTP/2 without TLS (h2c, as
+	// gRPC clients of a plaintext Kong do).
+	ProxyURL, AdminURL, H2URL string
+	// Prefix is Kong's prefix: logs/error.log, the plugin servers' sockets.
+	Prefix string
+	conf   string
+	cmd    *exec.Cmd
+	done   chan struct{}
+	t      testing.TB
+}
+
+// Start starts a Kong node DB-less with tollgate's plugin servers
+// registered as docs/kong.md says, waits until its Admin API answers and
+// every plugin server listens, and stops it (and them) when the test
+// ends.
+func Start(t testing.TB, opts Options) *Kong {
+	t.Helper()
+	kong := Binary(t)
+	bin := PluginDir(t)
+	ports, err := redistest.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = filepath.Join(dir, "prefix")
+	}
+	if opts.Workers == 0 {
+		opts.Workers = 2
+	}
+	k := &Kong{ProxyURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), AdminURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+		H2URL:  fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
+		Prefix: prefix, conf: filepath.Join(dir, "kong.conf"), done: make(chan struct{}), t: t}
+	declarative := filepath.Join(dir, "kong.yml")
+	if opts.Declarative == "" {
+		opts.Declarative = "_format_version: \"3.0\"\n"
+	}
+	if err := os.WriteFile(declarative, []byte(opts.Declarative), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := []string{
+		"prefix = " + prefix,
+		"database = off",
+		"declarative_config = " + declarative,
+		"router_flavor = traditional",
+		"nginx_user = root root",
+		"nginx_daemon = off",
+		"nginx_worker_processes = " + strconv.Itoa(opts.Workers),
+		fmt.Sprintf("proxy_listen = 127.0.0.1:%d, 127.0.0.1:%d http2", ports[0], ports[2]),
+		fmt.Sprintf("admin_listen = 127.0.0.1:%d", ports[1]),
+		"status_listen = off",
+		"admin_gui_listen = off",
+		"anonymous_reports = off",
+		"log_level = info",
+	}
+	for _, line := range Registration(t) {
+		line = strings.ReplaceAll(line, DocBinDir+"/", bin+"/")
+		line = strings.ReplaceAll(line, DocPrefix, prefix)
+		conf = append(conf, line)
+	}
+	conf = append(conf, opts.Extra...)
+	if err := os.WriteFile(k.conf, []byte(strings.Join(conf, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(kong, "prepare", "-c", k.conf).CombinedOutput(); err != nil {
+		t.Fatalf("kong prepare: %v\n%s", err, out)
+	}
+	k.cmd = exec.Command("nginx", "-p", prefix, "-c", "nginx.conf")
+	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	out, err := os.Create(filepath.Join(dir, "nginx.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.cmd.Stdout, k.cmd.Stderr = out, out
+	if err := k.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = k.cmd.Wait(); out.Close(); close(k.done) }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("Kong's error.log, its errors and the plugin servers' lines:\n%s", k.logTail(80))
+		}
+		k.Stop()
+	})
+	k.waitReady()
+	return k
+}
+
+// waitReady waits until the Admin API answers and every plugin server's
+// socket accepts: before that, Kong answers a plugin's routes with 500.
+func (k *Kong) waitReady() {
+	k.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ready := true
+		if resp, err := http.Get(k.AdminURL + "/status"); err != nil {
+			ready = false
+		} else {
+			resp.Body.Close()
+		}
+		for _, c := range Commands {
+			if conn, err := net.Dial("unix", filepath.Join(k.Prefix, c+".socket")); err != nil {
+				ready = false
+			} else {
+				conn.Close()
+			}
+		}
+		if ready {
+			return
+		}
+		select {
+		case <-k.done:
+			k.t.Fatalf("kong exited while starting:\n%s", k.ErrorLog())
+		default:
+		}
+		if time.Now().After(deadline) {
+			k.t.Fatalf("kong not ready in 60 s:\n%s", k.ErrorLog())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop ends Kong as `kong stop` does (SIGTERM to nginx's master: its
+// workers stop the plugin servers), and kills what is left after 15 s.
+func (k *Kong) Stop() {
+	select {
+	case <-k.done:
+		return
+	default:
+	}
+	_ = k.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-k.done:
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+		<-k.done
+	}
+	// A plugin server a dying worker did not reap is in nginx's group.
+	_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// Reload runs `kong reload` on this node's kong.conf: new workers, the
+// plugin servers kept or restarted as Kong decides.
+func (k *Kong) Reload() {
+	k.t.Helper()
+	if out, err := exec.Command(Binary(k.t), "reload", "-c", k.conf).CombinedOutput(); err != nil {
+		k.t.Fatalf("kong reload: %v\n%s", err, out)
+	}
+}
+
+// ErrorLog is Kong's error.log so far (the plugin servers write there too).
+func (k *Kong) ErrorLog() string {
+	b, _ := os.ReadFile(filepath.Join(k.Prefix, "logs", "error.log"))
+	return string(b)
+}
+
+// logTail is the last n lines of Kong's error.log at error level or
+// above, or from a plugin server (Kong logs their output at info).
+func (k *Kong) logTail(n int) string {
+	var keep []string
+	for _, line := range strings.Split(k.ErrorLog(), "\n") {
+		if strings.Contains(line, "[error]") || strings.Contains(line, "[crit]") || strings.Contains(line, "[alert]") ||
+			strings.Contains(line, "[emerg]") || strings.Contains(line, "pluginserver") || strings.Contains(line, "lua entry thread aborted") {
+			keep = append(keep, line)
+		}
+	}
+	if len(keep) > n {
+		keep = keep[len(keep)-n:]
+	}
+	return strings.Join(keep, "\n")
+}
+
+// LoadConfig posts a declarative config (a JSON-encodable value in
+// Kong's declarative format) to the Admin API's /config, as DB-less Kong
+// takes a new config, and returns the status and body Kong answered.
+func (k *Kong) LoadConfig(config any) (int, []byte) {
+	k.t.Helper()
+	b, err := json.Marshal(config)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	resp, err := http.Post(k.AdminURL+"/config", "application/json", bytes.NewReader(b))
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, body
+}
+
+// MustLoad is LoadConfig that fails the test unless Kong took the config,
+// and then waits until every worker routes it (each worker rebuilds its
+// router on its own, after the Admin API answered).
+func (k *Kong) MustLoad(config Declarative) {
+	k.t.Helper()
+	status, body := k.LoadConfig(config)
+	if status != http.StatusCreated && status != http.StatusOK {
+		k.t.Fatalf("POST /config: %d %s", status, body)
+	}
+	probe := config.probePath()
+	if probe == "" {
+		return
+	}
+	// Both workers must route the new config: nginx hands each new
+	// connection to either, so a handful of fresh connections see both.
+	deadline := time.Now().Add(30 * time.Second)
+	for ok := 0; ok < 8; {
+		req, _ := http.NewRequest(http.MethodHead, k.ProxyURL+probe, nil)
+		req.Close = true
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				ok++
+				continue
+			}
+		}
+		ok = 0
+		if time.Now().After(deadline) {
+			k.t.Fatalf("the new config's probe route %s is not routed by every worker in 30 s", probe)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Declarative is a DB-less config in Kong's declarative format.
+type Declarative map[string]any
+
+// ProbeRoute is the route MustLoad adds to every config it loads, on a
+// path of its own: a config is in force in a worker once this answers.
+const probeService = "kongreal-probe"
+
+func (d Declarative) probePath() string {
+	p, _ := d["__probe"].(string)
+	return p
+}
+
+// NewDeclarative is an empty declarative config whose probe route
+// (a request-termination on probePath, answering 200) tells MustLoad when
+// every worker has it.
+func NewDeclarative(probePath string) Declarative {
+	return Declarative{
+		"_format_version": "3.0",
+		"__probe":         probePath,
+		"services": []any{map[string]any{
+			"name": probeService, "url": "http://127.0.0.1:9",
+			"routes": []any{map[string]any{"name": probeService, "paths": []string{probePath},
+				"plugins": []any{map[string]any{"name": "request-termination", "config": map[string]any{"status_code": 200, "message": "probe"}}}}},
+		}},
+	}
+}
+
+// AddService appends a service (a map in Kong's declarative format) to d.
+func (d Declarative) AddService(s map[string]any) {
+	d["services"] = append(d["services"].([]any), s)
+}
+
+// MarshalJSON leaves the probe path out of what Kong is sent.
+func (d Declarative) MarshalJSON() ([]byte, error) {
+	m := map[string]any{}
+	for k, v := range d {
+		if k != "__probe" {
+			m[k] = v
+		}
+	}
+	return json.Marshal(m)
+}
+
+// timerStats are Kong's timer counts (the Admin API's /timers, "sys"):
+// how many timers have run, run now, and wait to run.
+type timerStats struct {
+	Runs, Running, Pending int
+}
+
+// Timers reads the Admin API's /timers of the worker that answers: with
+// one worker (Options.Workers 1), the worker that proxies.
+func (k *Kong) Timers() timerStats {
+	k.t.Helper()
+	resp, err := http.Get(k.AdminURL + "/timers")
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Stats struct {
+			Sys timerStats `json:"sys"`
+		} `json:"stats"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		k.t.Fatal(err)
+	}
+	return body.Stats.Sys
+}
+
+// TimersRan waits until a timer has run since before was read and no
+// timer runs or waits beyond idle (the timers Kong always runs): what
+// Kong's spec waits for with helpers.wait_timer before it reads a count
+// a plugin updates in a timer. Meaningful with one worker only.
+func (k *Kong) TimersRan(before timerStats, idle int) {
+	k.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		now := k.Timers()
+		if now.Runs > before.Runs && now.Running <= idle && now.Pending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			k.t.Fatalf("Kong's timers not settled in 10 s: %+v (before %+v, idle %d running)", now, before, idle)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
