@@ -108,8 +108,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.policies = append(h.policies, p)
 	}
 	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {
-		if warning := spoofableClientIP(srv, h.policies); warning != "" {
-			h.logger.Warn(warning)
+		if why := spoofableClientIP(srv, h.policies); why != "" {
+			return errors.New(why)
 		}
 	}
 	h.store, err = store.Acquire(sc)

@@ -5,10 +5,13 @@ package caddymodule_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -422,31 +425,86 @@ func countAllowed(responses []*http.Response) int {
 	return n
 }
 
-// TestCaddyClientIPTrustedProxies: {client_ip} follows trusted_proxies; a
-// client that is not a trusted proxy cannot pick its key with
-// X-Forwarded-For.
+// TestCaddyClientIPTrustedProxies: no client chooses its own key. An
+// untrusted peer's X-Forwarded-For is ignored; behind a trusted proxy with
+// trusted_proxies_strict the key is the rightmost address not in
+// trusted_proxies, whatever the client prepends, however the proxies
+// append or split the header, and an IPv4-mapped IPv6 form is the same
+// key; without strict, a policy keyed on the client address is refused
+// at load (POST /load and caddy validate), naming the policy and what to
+// write, while a policy keyed otherwise loads.
 func TestCaddyClientIPTrustedProxies(t *testing.T) {
 	body := `
 	tollgate {
-		policy ip {
-			limit 1/1m
+		policy per-client {
+			limit 3/1m
 		}
 	}
 	respond "{client_ip}"`
 	untrusted := caddyproc.Start(t, body)
-	untrusted.Get("/", "X-Forwarded-For", "203.0.113.1")
-	if resp, ip := untrusted.Get("/", "X-Forwarded-For", "203.0.113.2"); resp.StatusCode != 429 {
+	for i := 0; i < 3; i++ {
+		untrusted.Get("/", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i))
+	}
+	if resp, ip := untrusted.Get("/", "X-Forwarded-For", "203.0.113.9"); resp.StatusCode != 429 {
 		t.Fatalf("spoofed X-Forwarded-For from an untrusted peer changed the key: %d %q", resp.StatusCode, ip)
 	}
-	trusted := caddyproc.StartGlobal(t, "\tservers {\n\t\ttrusted_proxies static 127.0.0.1/32\n\t}", body)
-	for _, ip := range []string{"203.0.113.1", "203.0.113.2"} {
-		resp, got := trusted.Get("/", "X-Forwarded-For", ip)
-		if resp.StatusCode != 200 || got != ip {
-			t.Fatalf("behind a trusted proxy, client %s: %d %q", ip, resp.StatusCode, got)
+
+	strict := caddyproc.StartGlobal(t, "\tservers {\n\t\ttrusted_proxies static 127.0.0.1/32 10.0.0.0/8\n\t\ttrusted_proxies_strict\n\t}", body)
+	// The client is 198.51.100.7; 127.0.0.1 (the test) and 10.1.2.3 are
+	// trusted proxies that appended what they saw. Each request prepends
+	// or repeats entries the client wrote.
+	forged := [][]string{
+		{"X-Forwarded-For", "198.51.100.7"},
+		{"X-Forwarded-For", "1.2.3.4, 198.51.100.7"},
+		{"X-Forwarded-For", "5.6.7.8, 9.9.9.9, 198.51.100.7, 10.1.2.3"},
+		{"X-Forwarded-For", "7.7.7.7", "X-Forwarded-For", "198.51.100.7"},
+		{"X-Forwarded-For", "::ffff:198.51.100.7"},
+		{"X-Forwarded-For", "garbage, 198.51.100.7:4711"},
+	}
+	var got []string
+	for _, h := range forged {
+		resp, ip := strict.Get("/", h...)
+		got = append(got, fmt.Sprintf("%d %s", resp.StatusCode, ip))
+	}
+	want := []string{"200 198.51.100.7", "200 198.51.100.7", "200 198.51.100.7", "429 ", "429 ", "429 "}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("strict, request %d %v: %q, want %q (one client, one bucket of 3)", i+1, forged[i], got[i], want[i])
 		}
 	}
-	if resp, _ := trusted.Get("/", "X-Forwarded-For", "203.0.113.1"); resp.StatusCode != 429 {
-		t.Fatalf("second request of client 203.0.113.1: %d, want 429", resp.StatusCode)
+	if resp, ip := strict.Get("/", "X-Forwarded-For", "198.51.100.8"); resp.StatusCode != 200 || ip != "198.51.100.8" {
+		t.Errorf("another client behind the same proxy: %d %q, want 200 (its own bucket)", resp.StatusCode, ip)
+	}
+
+	loose := caddyproc.StartGlobal(t, "\tservers {\n\t\ttrusted_proxies static 127.0.0.1/32\n\t}", `
+	tollgate {
+		policy by-key {
+			key {http.request.header.X-API-Key}
+			limit 3/1m
+		}
+	}
+	respond "ok"`)
+	if resp, _ := loose.Get("/", "X-API-Key", "k"); resp.StatusCode != 200 {
+		t.Fatalf("a policy keyed on a header behind trusted_proxies: %d, want it loaded and serving", resp.StatusCode)
+	}
+	status, answer := loose.Load(body)
+	var refusal struct{ Error string }
+	_ = json.Unmarshal([]byte(answer), &refusal)
+	for _, want := range []string{`policy "per-client": keyed on the client address`, "leftmost X-Forwarded-For", "trusted_proxies_strict"} {
+		if msg := refusal.Error; status == 200 || !strings.Contains(msg, want) {
+			t.Errorf("POST /load of a client-address key behind trusted_proxies without strict: %d %q, want a refusal saying %q", status, msg, want)
+		}
+	}
+	if resp, _ := loose.Get("/", "X-API-Key", "k"); resp.StatusCode != 200 {
+		t.Errorf("after the refused load: %d, want the old config still serving", resp.StatusCode)
+	}
+	file := filepath.Join(t.TempDir(), "Caddyfile")
+	if err := os.WriteFile(file, []byte(loose.Caddyfile(body)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(caddyproc.Binary(t), "validate", "--config", file, "--adapter", "caddyfile").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `policy \"per-client\": keyed on the client address`) { // in a JSON log line
+		t.Errorf("caddy validate: %v %s, want the refusal", err, out)
 	}
 }
 

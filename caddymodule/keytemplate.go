@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"net/textproto"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -244,20 +245,23 @@ func firstQueryValue(raw, name string) string {
 	return ""
 }
 
-// spoofableClientIP says why a policy keyed on the client IP can be
-// escaped on srv, or "" if it cannot: with trusted_proxies but without
-// trusted_proxies_strict, Caddy takes the client IP from the leftmost
-// X-Forwarded-For entry, which the client writes itself, so a client
-// behind a trusted proxy chooses its key.
+// spoofableClientIP says why a policy keyed on the client address would
+// let a client choose its own bucket on srv, or "" if none would. With
+// trusted_proxies (or trusted_proxies_unix) and without
+// trusted_proxies_strict, Caddy takes the client address from the
+// leftmost X-Forwarded-For entry (caddyhttp/server.go,
+// trustedRealClientIP), which a client behind the trusted proxy writes
+// itself; with strict, the rightmost address not in trusted_proxies, which
+// only the proxies wrote. Provision refuses the first case.
 func spoofableClientIP(srv *caddyhttp.Server, policies []*policy) string {
-	if srv == nil || len(srv.TrustedProxiesRaw) == 0 || srv.TrustedProxiesStrict > 0 {
+	if srv == nil || srv.TrustedProxiesStrict > 0 {
 		return ""
 	}
 	var keyed []string
 	for _, p := range policies {
 		for _, part := range p.key.parts {
 			if part.kind == addressPart && part.name == "http.vars.client_ip" {
-				keyed = append(keyed, p.pol.Name())
+				keyed = append(keyed, fmt.Sprintf("%q", p.pol.Name()))
 				break
 			}
 		}
@@ -265,7 +269,34 @@ func spoofableClientIP(srv *caddyhttp.Server, policies []*policy) string {
 	if len(keyed) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("rate limit keyed on the client IP (policies %s) behind trusted_proxies without trusted_proxies_strict: "+
-		"Caddy reads the client IP from the leftmost X-Forwarded-For entry, which a client behind a trusted proxy writes itself, "+
-		"so it can choose its own key; set trusted_proxies_strict", strings.Join(keyed, ", "))
+	trusts, known := trustsProxies(srv)
+	if known && !trusts {
+		return ""
+	}
+	why := "this server trusts proxies (trusted_proxies) without trusted_proxies_strict, so Caddy takes the client address " +
+		"from the leftmost X-Forwarded-For entry, which the client writes itself: every request could choose its own bucket"
+	if !known {
+		why = "tollgate cannot tell whether this server trusts proxies (this Caddy keeps trusted_proxies where tollgate cannot see), " +
+			"and without trusted_proxies_strict a trusted proxy's client chooses its own address"
+	}
+	return fmt.Sprintf("policy %s: keyed on the client address ({client_ip}, the default key), but %s; "+
+		"add trusted_proxies_strict beside trusted_proxies (Caddyfile: the global option servers { trusted_proxies_strict }), "+
+		"which takes the rightmost address not in trusted_proxies, or key the policy on something the client cannot write",
+		strings.Join(keyed, ", "), why)
+}
+
+// trustsProxies reports whether srv trusts any proxy, and whether it
+// could tell. Caddy loads trusted_proxies into an unexported field and
+// clears TrustedProxiesRaw before any handler is provisioned
+// (caddyhttp/app.go), so the loaded source is looked at by reflection; a
+// Caddy whose Server has no such field cannot be told (known false).
+func trustsProxies(srv *caddyhttp.Server) (trusts, known bool) {
+	if len(srv.TrustedProxiesRaw) > 0 || srv.TrustedProxiesUnix {
+		return true, true
+	}
+	f := reflect.ValueOf(srv).Elem().FieldByName("trustedProxies")
+	if !f.IsValid() || f.Kind() != reflect.Interface {
+		return false, false
+	}
+	return !f.IsNil(), true
 }

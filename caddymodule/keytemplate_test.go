@@ -43,10 +43,11 @@ func TestUnmapIPv4(t *testing.T) {
 	}
 }
 
-// TestSpoofableClientIPWarning: a client-IP key behind trusted_proxies
-// without trusted_proxies_strict is warned about; with strict, or keyed on
-// something else, it is not.
-func TestSpoofableClientIPWarning(t *testing.T) {
+// TestSpoofableClientIPReason: the reason Provision refuses a client-IP
+// key behind trusted_proxies without trusted_proxies_strict; with strict,
+// or keyed on something else, there is none. What a real Caddy does with
+// such configs: TestCaddyClientIPTrustedProxies.
+func TestSpoofableClientIPReason(t *testing.T) {
 	h, err := provision(t, `{"policies":[{"name":"by-ip","limits":[{"count":1,"window":1000000000}]},`+
 		`{"name":"by-key","key":"{http.request.header.X-Key}","limits":[{"count":1,"window":1000000000}]}]}`)
 	if err != nil {
@@ -60,7 +61,7 @@ func TestSpoofableClientIPWarning(t *testing.T) {
 	}{
 		{&caddyhttp.Server{}, ""},
 		{&caddyhttp.Server{TrustedProxiesRaw: trusted, TrustedProxiesStrict: 1}, ""},
-		{&caddyhttp.Server{TrustedProxiesRaw: trusted}, "policies by-ip) behind trusted_proxies without trusted_proxies_strict"},
+		{&caddyhttp.Server{TrustedProxiesRaw: trusted}, `policy "by-ip": keyed on the client address`},
 	} {
 		got := spoofableClientIP(tc.srv, h.policies)
 		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {

@@ -36,12 +36,13 @@ const Priority = 910
 // Serve runs the plugin server of variant v as Kong starts it; with -dump
 // it prints the plugin's info, v's phases and v's full schema for Kong's
 // query command, and with `keys` it is the operators' command
-// (kongschema.Main).
-func Serve(v Variant) error {
+// (kongschema.Main). adminSocket is the path of the operators' API's Unix
+// socket ("": none).
+func Serve(v Variant, adminSocket string) error {
 	variant = v
 	newConfig := func() any { return &Config{} } // go-pdk's constructor
 	return schemas[v].Main(kongschema.Info{Version: Version, Priority: Priority, Phases: v.phases()},
-		func() error { return server.StartServer(newConfig, Version, Priority) }, KeysTarget)
+		func() error { return server.StartServer(newConfig, Version, Priority) }, KeysTarget, adminSocket)
 }
 
 // instance is a validated config, ready for requests.

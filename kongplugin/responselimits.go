@@ -46,10 +46,10 @@ var responseLimitsSchema = kongschema.MustParse(responseLimitsJSON)
 // the upstream's usage header, refuses a response that takes from a
 // spent resource, and charges the rest. With -dump it prints the plugin's
 // info and schema; with `keys` it is the operators' command.
-func ServeResponseLimits() error {
+func ServeResponseLimits(adminSocket string) error {
 	newConfig := func() any { return &ResponseLimitsConfig{} } // go-pdk's constructor
 	return responseLimitsSchema.Main(kongschema.Info{Version: Version, Priority: ResponseLimitsPriority, Phases: []string{"access", "response"}},
-		func() error { return server.StartServer(newConfig, Version, ResponseLimitsPriority) }, ResponseLimitsKeysTarget)
+		func() error { return server.StartServer(newConfig, Version, ResponseLimitsPriority) }, ResponseLimitsKeysTarget, adminSocket)
 }
 
 // ResponseLimitsConfig is tollgate-response-ratelimiting's config as Kong

@@ -13,19 +13,17 @@ import (
 	"github.com/tollgate/tollgate/core/store"
 )
 
-// SocketEnv names the environment variable that, set on a process that
-// serves gates but has no admin endpoint of its own (a gateway's plugin
-// server), makes it serve the API on a Unix socket at that path (see
-// ServeSocketFromEnv).
+// SocketEnv names the environment variable a gateway's plugin server
+// command reads for the path of the API's Unix socket (see ServeSocket);
+// the command reads it, this package reads no environment.
 const SocketEnv = "TOLLGATE_ADMIN_SOCKET"
 
-// ServeSocketFromEnv serves Handler("/tollgate/") on the Unix socket named
-// by $TOLLGATE_ADMIN_SOCKET, if set, with mode 0600: only the user the
-// server runs as (and root) can read or reset keys. It is how operators
-// reach counters that live in a process with no admin endpoint of its own
-// (its memory store's counters, and every policy's heaviest offenders).
-func ServeSocketFromEnv() error {
-	path := os.Getenv(SocketEnv)
+// ServeSocket serves Handler("/tollgate/") on a Unix socket at path ("":
+// none) with mode 0600: only the user the server runs as (and root) can
+// read or reset keys. It is how operators reach counters that live in a
+// process with no admin endpoint of its own (its memory store's counters,
+// and every policy's heaviest offenders).
+func ServeSocket(path string) error {
 	if path == "" {
 		return nil
 	}

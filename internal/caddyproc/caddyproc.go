@@ -242,7 +242,7 @@ func (c *Caddy) Get(path string, header ...string) (*http.Response, string) {
 		c.t.Fatal(err)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+		req.Header.Add(header[i], header[i+1]) // a name given twice is sent twice
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if errors.Is(err, syscall.ECONNRESET) {

@@ -29,8 +29,9 @@ var elsewhere = []struct{ prefix, why string }{
 	{"CGO_ENABLED=0 GOOS=linux go build", "make docker-test builds the plugin server so"},
 	{"go tool xcaddy build", "make run builds bin/caddy so"},
 	{"xcaddy build", "the module proxy's tollgate; make run builds from the checkout"},
-	{"tollgate keys", "the Kong plugin server's command: TestKongKeysCommand runs it"},
-	{"curl -s localhost:8001", "Kong's Admin API: Kong cannot run here"},
+	{"CGO_ENABLED=0 go build -o /usr/local/bin/ ./kongplugin/cmd/...", "make kong-test builds the plugin servers so (internal/kongreal, into a directory of its own) and registers them in a real Kong"},
+	{"tollgate keys", "the Kong plugin server's command: TestKongKeysCommand runs it, and make kong-test's TestKongKeysAgainstRunningKong against a running Kong"},
+	{"curl -s localhost:8001", "Kong's Admin API: make kong-test's TestKongKeysAgainstRunningKong reads a plugin so from a running Kong"},
 	{"for i in $(seq 12); do curl -s localhost:8081", "the Docker fleet: make docker-test"},
 }
 

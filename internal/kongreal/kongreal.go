@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -235,6 +234,10 @@ type Options struct {
 	Prefix string
 	// Extra are further kong.conf lines.
 	Extra []string
+	// Env gives a plugin server environment variables ("NAME=value"),
+	// by its command's name: its start_cmd runs it under /usr/bin/env, as
+	// docs/kong.md shows for the operators' socket.
+	Env map[string][]string
 }
 
 // Kong is one running Kong node.
@@ -299,6 +302,12 @@ func Start(t testing.TB, opts Options) *Kong {
 	for _, line := range Registration(t) {
 		line = strings.ReplaceAll(line, DocBinDir+"/", bin+"/")
 		line = strings.ReplaceAll(line, DocPrefix, prefix)
+		for cmd, env := range opts.Env {
+			start := "pluginserver_" + strings.ReplaceAll(cmd, "-", "_") + "_start_cmd = "
+			if rest, ok := strings.CutPrefix(line, start); ok {
+				line = start + "/usr/bin/env " + strings.Join(env, " ") + " " + rest
+			}
+		}
 		conf = append(conf, line)
 	}
 	conf = append(conf, opts.Extra...)
@@ -330,7 +339,10 @@ func Start(t testing.TB, opts Options) *Kong {
 }
 
 // waitReady waits until the Admin API answers and every plugin server's
-// socket accepts: before that, Kong answers a plugin's routes with 500.
+// socket exists (go-pdk creates it by listening; the prefix is the test's
+// own, so no earlier server left one): before that, Kong answers a
+// plugin's routes with 500. It does not dial the sockets: a connection
+// that ends without an event is a line in the plugin server's log.
 func (k *Kong) waitReady() {
 	k.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
@@ -342,10 +354,8 @@ func (k *Kong) waitReady() {
 			resp.Body.Close()
 		}
 		for _, c := range Commands {
-			if conn, err := net.Dial("unix", filepath.Join(k.Prefix, c+".socket")); err != nil {
+			if fi, err := os.Stat(filepath.Join(k.Prefix, c+".socket")); err != nil || fi.Mode()&os.ModeSocket == 0 {
 				ready = false
-			} else {
-				conn.Close()
 			}
 		}
 		if ready {
@@ -382,13 +392,54 @@ func (k *Kong) Stop() {
 	_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
 }
 
-// Reload runs `kong reload` on this node's kong.conf: new workers, the
-// plugin servers kept or restarted as Kong decides.
+// Reload runs `kong reload` on this node's kong.conf and waits until the
+// new workers have started their own plugin servers (Kong 3.9.3 starts a
+// new one of each; the old ones end with the old workers).
 func (k *Kong) Reload() {
 	k.t.Helper()
+	started := strings.Count(k.ErrorLog(), "[pluginserver] started, pid")
 	if out, err := exec.Command(Binary(k.t), "reload", "-c", k.conf).CombinedOutput(); err != nil {
 		k.t.Fatalf("kong reload: %v\n%s", err, out)
 	}
+	deadline := time.Now().Add(60 * time.Second)
+	for strings.Count(k.ErrorLog(), "[pluginserver] started, pid") < started+len(Commands) {
+		if time.Now().After(deadline) {
+			k.t.Fatalf("kong reload: the new plugin servers did not start in 60 s:\n%s", k.logTail(40))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	k.waitReady()
+}
+
+// ID is the id Kong gave the entity of kind ("routes", "services",
+// "plugins") named name (a plugin: by its instance_name), from the Admin API.
+func (k *Kong) ID(kind, name string) string {
+	k.t.Helper()
+	resp, err := http.Get(k.AdminURL + "/" + kind + "/" + name)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e struct{ ID string }
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || e.ID == "" {
+		k.t.Fatalf("GET /%s/%s: %d %v", kind, name, resp.StatusCode, err)
+	}
+	return e.ID
+}
+
+// AdminGet returns the Admin API's answer to GET path.
+func (k *Kong) AdminGet(path string) []byte {
+	k.t.Helper()
+	resp, err := http.Get(k.AdminURL + path)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		k.t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+	}
+	return b
 }
 
 // ErrorLog is Kong's error.log so far (the plugin servers write there too).

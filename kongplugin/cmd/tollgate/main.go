@@ -6,12 +6,16 @@ package main
 
 import (
 	"log"
+	"os"
 
+	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/kongplugin"
 )
 
+// main reads the operators' socket path from $TOLLGATE_ADMIN_SOCKET
+// (admin.SocketEnv): the one environment variable the server reads.
 func main() {
-	if err := kongplugin.Serve(kongplugin.AccessOnly); err != nil {
+	if err := kongplugin.Serve(kongplugin.AccessOnly, os.Getenv(admin.SocketEnv)); err != nil {
 		log.Fatal(err)
 	}
 }

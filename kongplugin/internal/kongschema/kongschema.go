@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"math"
 	"os"
 	"path/filepath"
@@ -31,6 +32,7 @@ import (
 
 	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
+	"github.com/tollgate/tollgate/kongplugin/internal/pdklog"
 )
 
 // Schema is a plugin's schema: fields (one "config" record for a plugin)
@@ -678,10 +680,10 @@ func (s *Schema) Dump(w io.Writer, info Info) error {
 // schema (go-pdk's own dump has the fields' types only, so Kong would
 // accept any value). With the arguments `keys ...` it is the operators'
 // command (keys.Run; target compiles a plugin config) and exits. Otherwise
-// it serves the operators' API on $TOLLGATE_ADMIN_SOCKET if set, then runs
-// serve, go-pdk's server. Kong names a Go plugin after its executable; its
+// it serves the operators' API on the Unix socket adminSocket ("": none),
+// then runs serve, go-pdk's server. Kong names a Go plugin after its executable; its
 // socket is <-kong-prefix>/<name>.socket.
-func (s *Schema) Main(info Info, serve func() error, target func([]byte) (keys.Target, error)) error {
+func (s *Schema) Main(info Info, serve func() error, target func([]byte) (keys.Target, error), adminSocket string) error {
 	if len(os.Args) > 1 && os.Args[1] == "keys" {
 		os.Exit(keys.Run(os.Args[2:], os.Stdout, os.Stderr, func(b []byte) (keys.Target, error) {
 			config, err := PluginConfig(b)
@@ -693,7 +695,10 @@ func (s *Schema) Main(info Info, serve func() error, target func([]byte) (keys.T
 	}
 	flag.Parse() // go-pdk's flags are declared when its server package loads
 	if f := flag.Lookup("dump"); f == nil || f.Value.String() != "true" {
-		if err := admin.ServeSocketFromEnv(); err != nil {
+		// Kong ends the connection of every denial mid-event; go-pdk
+		// would log each (pdklog).
+		log.SetOutput(pdklog.New(os.Stderr))
+		if err := admin.ServeSocket(adminSocket); err != nil {
 			return err
 		}
 		return serve()

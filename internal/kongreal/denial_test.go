@@ -1,0 +1,65 @@
+//go:build kongreal
+
+package kongreal
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/waitfor"
+)
+
+// TestKongDenialFloodLogsNothing: a flood of denials in real Kong, with
+// Kong logging at info (the plugin server's output lands in Kong's error
+// log at that level), writes at most one line: Kong ends the plugin
+// server's connection after every kong.response.exit, and go-pdk's line
+// for each is dropped (kongplugin/internal/pdklog) after one notice.
+func TestKongDenialFloodLogsNothing(t *testing.T) {
+	up := StartUpstream(t)
+	k := Start(t, Options{Extra: realIP})
+	d := NewDeclarative("/probe-flood")
+	addPair(d, up, "flood", sides("flood", "rate-limiting", "tollgate"), map[string]any{"hour": 1, "limit_by": "ip"}, pairOpts{})
+	k.MustLoad(d)
+	before := k.ErrorLog()
+	const n = 300
+	for _, s := range sides("flood", "rate-limiting", "tollgate") {
+		for i := 0; i <= n; i++ {
+			a := k.Get(s.path, "X-Forwarded-For: 198.51.100.80")
+			if want := map[bool]int{true: 200, false: 429}[i == 0]; a.Status != want {
+				t.Fatalf("%s request %d: %s, want %d", s.path, i, a, want)
+			}
+		}
+	}
+	// Kong copies a plugin server's output into its log as it reads it. A
+	// new config makes the next request start a new instance and close the
+	// old one, which go-pdk logs ("closed instance") after anything the
+	// flood made it write: once that line is in, the flood's lines are.
+	d = NewDeclarative("/probe-flood-2")
+	addPair(d, up, "flood", sides("flood", "rate-limiting", "tollgate"), map[string]any{"hour": 2, "limit_by": "ip"}, pairOpts{})
+	k.MustLoad(d)
+	k.Get("/flood/tollgate", "X-Forwarded-For: 198.51.100.81")
+	waitfor.True(t, 30*time.Second, "the plugin server's closed-instance line in Kong's log", func() bool {
+		return strings.Contains(strings.TrimPrefix(k.ErrorLog(), before), "closed instance")
+	})
+	logged := strings.TrimPrefix(k.ErrorLog(), before)
+	var lines []string
+	notices := 0
+	for _, l := range strings.Split(logged, "\n") {
+		switch {
+		case strings.Contains(l, "Kong ended a plugin server connection"):
+			notices++
+		case strings.Contains(l, "closed instance"): // the marker above
+		case strings.Contains(l, "[error]") || strings.Contains(l, "[tollgate"):
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 0 {
+		t.Errorf("%d denials wrote %d lines to Kong's error log, want none but the one notice:\n%s", n, len(lines), strings.Join(lines[:min(len(lines), 10)], "\n"))
+	}
+	// The notice shows the flood did end connections mid-event, each of
+	// which go-pdk would have logged.
+	if notices != 1 {
+		t.Errorf("the notice was written %d times in the flood, want once", notices)
+	}
+}
