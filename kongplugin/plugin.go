@@ -271,28 +271,13 @@ func planOf(kong *pdk.PDK, inst *instance, consumer *entities.Consumer) string {
 	return ""
 }
 
-// fail ends a request with a 500 as Kong's error handler does when a
-// plugin raises an error (kong/error_handlers.lua): its message, "An
-// unexpected error occurred", in the format the Accept header asks for,
-// else the Content-Type's, else text/plain (kong.conf's
-// error_default_type, whose default the plugin assumes: the PDK cannot
-// read it), with the request id; a gRPC client gets the message as JSON.
+// fail ends a request with a 500 as Kong does when its rate-limiting
+// raises an error (Redis down, fault_tolerant false): kong.response.error's
+// "An unexpected error occurred", in the format the Accept header asks
+// for, JSON without one (seen in real Kong 3.9.3,
+// TestKongRedisDownSideBySide), gRPC's terms for gRPC over HTTP/2.
 func fail(kong *pdk.PDK) {
-	const message = "An unexpected error occurred"
-	accept, _ := kong.Request.GetHeader("Accept")
-	if accept == "" {
-		accept, _ = kong.Request.GetHeader("Content-Type")
-	}
-	if accept == "" {
-		accept = "text/plain"
-	}
-	if strings.HasPrefix(accept, "application/grpc") {
-		kong.Response.Exit(http.StatusInternalServerError, []byte(`{"message":"`+message+`"}`), nil)
-		return
-	}
-	requestID, _ := kong.Nginx.GetVar("kong_request_id")
-	ct, body := kongdeny.DenialBody(accept, message, requestID)
-	kong.Response.Exit(http.StatusInternalServerError, []byte(body), map[string][]string{"Content-Type": {ct}})
+	deny(kong, http.StatusInternalServerError, "An unexpected error occurred", map[string][]string{})
 }
 
 // deny ends a denied request as kong.response.error does (kongdeny.Render).

@@ -325,18 +325,18 @@ func TestKongRedisSharedAndFaults(t *testing.T) {
 	if n := strings.Count(node2.Log(), "rate-limit store failing"); n != 1 {
 		t.Errorf("node 2 logged the failing store %d times for 20 failed requests, want once:\n%s", n, node2.Log())
 	}
-	// That 500 is what Kong's error handler renders for a plugin's error
-	// (kong/error_handlers.lua): its message in the format Accept asks for,
-	// else the Content-Type's, else error_default_type's default, text/plain,
-	// with the request id.
+	// That 500 is what real Kong 3.9.3 answers when its rate-limiting
+	// raises an error (TestKongRedisDownSideBySide): kong.response.error's
+	// message in the format Accept asks for, JSON without one (the
+	// Content-Type does not choose), with the request id.
 	for _, tc := range []struct {
 		headers     http.Header
 		ctype, body string
 	}{
-		{nil, "text/plain; charset=utf-8", "An unexpected error occurred\nrequest_id: rid-7\n"},
-		{http.Header{"Accept": {"application/json"}}, "application/json; charset=utf-8", "{\n  \"message\":\"An unexpected error occurred\",\n  \"request_id\":\"rid-7\"\n}"},
-		{http.Header{"Content-Type": {"text/html"}}, "text/html; charset=utf-8", "<p>An unexpected error occurred.</p>"},
-		{http.Header{"Accept": {"application/grpc"}}, "", `{"message":"An unexpected error occurred"}`},
+		{nil, "application/json; charset=utf-8", "{\n  \"message\":\"An unexpected error occurred\",\n  \"request_id\":\"rid-7\"\n}"},
+		{http.Header{"Accept": {"text/plain"}}, "text/plain; charset=utf-8", "An unexpected error occurred\nrequest_id: rid-7\n"},
+		{http.Header{"Accept": {"text/html"}}, "text/html; charset=utf-8", "<p>An unexpected error occurred.</p>"},
+		{http.Header{"Content-Type": {"text/html"}}, "application/json; charset=utf-8", "An unexpected error occurred"},
 	} {
 		r := req
 		r.Headers, r.RequestID = tc.headers, "rid-7"

@@ -43,12 +43,12 @@ func TestKongKeysAgainstRunningKong(t *testing.T) {
 	d := NewDeclarative("/probe-keys")
 	d.AddService(map[string]any{"name": "keys", "url": up.URL, "routes": []any{
 		map[string]any{"name": "keys-local", "paths": []string{"/local"}, "plugins": []any{
-			map[string]any{"name": "tollgate", "config": map[string]any{"minute": 3, "limit_by": "ip", "clear_keys": true}}}},
+			map[string]any{"name": "tollgate", "config": map[string]any{"hour": 3, "limit_by": "ip", "clear_keys": true}}}},
 		map[string]any{"name": "keys-redis", "paths": []string{"/redis"}, "plugins": []any{
-			map[string]any{"name": "tollgate", "instance_name": "keys-redis", "config": map[string]any{"minute": 3, "limit_by": "ip", "clear_keys": true, "policy": "redis", "redis": rds.KongRecord()}}}},
+			map[string]any{"name": "tollgate", "instance_name": "keys-redis", "config": map[string]any{"hour": 3, "limit_by": "ip", "clear_keys": true, "policy": "redis", "redis": rds.KongRecord()}}}},
 	}})
 	k.MustLoad(d)
-	notNearMinuteEnd(t, 15*time.Second)
+	notNearEnd(t, time.Hour, 30*time.Second)
 	bin := filepath.Join(PluginDir(t), "tollgate")
 	const client = "198.51.100.50"
 	for _, path := range []string{"/local", "/redis"} {
@@ -105,7 +105,7 @@ func TestKongCountersAcrossReloadAndConfig(t *testing.T) {
 	config := func(limit int) Declarative {
 		d := NewDeclarative("/probe-reload")
 		for _, policy := range []string{"local", "redis"} {
-			cfg := map[string]any{"minute": limit, "limit_by": "ip", "policy": policy}
+			cfg := map[string]any{"hour": limit, "limit_by": "ip", "policy": policy}
 			if policy == "redis" {
 				cfg["redis"] = rds.KongRecord()
 			}
@@ -120,10 +120,10 @@ func TestKongCountersAcrossReloadAndConfig(t *testing.T) {
 	}
 	k := Start(t, Options{Extra: realIP, Declarative: string(file)})
 	k.MustLoad(config(6)) // the same config: waits until both workers route it
-	notNearMinuteEnd(t, 30*time.Second)
+	notNearEnd(t, time.Hour, 90*time.Second)
 	remaining := func(path string) string {
 		a := k.Get(path, "X-Forwarded-For: 198.51.100.60")
-		return fmt.Sprintf("%d/%s", a.Status, a.Headers.Get("X-Ratelimit-Remaining-Minute"))
+		return fmt.Sprintf("%d/%s", a.Status, a.Headers.Get("X-Ratelimit-Remaining-Hour"))
 	}
 	paths := []string{"/reload-local/kong", "/reload-local/tollgate", "/reload-redis/kong", "/reload-redis/tollgate"}
 	for _, p := range paths {

@@ -121,11 +121,15 @@ func statuses(as []Answer) []int {
 // notNearMinuteEnd waits until the wall clock is at least margin away
 // from the next minute: Kong's periods are aligned to the minute, and a
 // scenario's requests must land in one window on both sides.
-func notNearMinuteEnd(t *testing.T, margin time.Duration) {
+func notNearMinuteEnd(t *testing.T, margin time.Duration) { notNearEnd(t, time.Minute, margin) }
+
+// notNearEnd waits until the wall clock is at least margin away from the
+// end of the current period (a minute or an hour, aligned as Kong's).
+func notNearEnd(t *testing.T, period, margin time.Duration) {
 	t.Helper()
-	waitfor.TrueEvery(t, 70*time.Second, 50*time.Millisecond, "a minute with room for the scenario", func() bool {
+	waitfor.TrueEvery(t, margin+10*time.Second, 50*time.Millisecond, "a period with room for the scenario", func() bool {
 		now := time.Now()
-		return now.Truncate(time.Minute).Add(time.Minute).Sub(now) > margin
+		return now.Truncate(period).Add(period).Sub(now) > margin
 	})
 }
 
@@ -253,6 +257,59 @@ func TestKongRateLimitingSideBySide(t *testing.T) {
 					}
 				})
 			})
+		})
+	}
+}
+
+// TestKongRedisDownSideBySide is 04-access_spec.lua's "fault tolerance"
+// in real Kong: Redis stopped, Kong's rate-limiting and tollgate on
+// policy redis, fault_tolerant true and false, a client never denied and
+// a client denied before Redis stopped, with every Accept.
+func TestKongRedisDownSideBySide(t *testing.T) {
+	up := StartUpstream(t)
+	rds := redistest.StartT(t)
+	k := Start(t, Options{Extra: realIP})
+	d := NewDeclarative("/probe-down")
+	for _, ft := range []bool{true, false} {
+		name := fmt.Sprintf("down-%v", ft)
+		addPair(d, up, name, sides(name, "rate-limiting", "tollgate"),
+			map[string]any{"hour": 3, "limit_by": "ip", "policy": "redis", "redis": map[string]any{"host": rds.KongRecord()["host"], "port": rds.KongRecord()["port"], "timeout": 200}, "fault_tolerant": ft}, pairOpts{})
+	}
+	k.MustLoad(d)
+	notNearEnd(t, time.Hour, 30*time.Second)
+	const denied, fresh = "X-Forwarded-For: 198.51.100.90", "X-Forwarded-For: 198.51.100.91"
+	for _, ft := range []bool{true, false} {
+		kong, tg := interleave(k, sides(fmt.Sprintf("down-%v", ft), "rate-limiting", "tollgate"), 4, "", denied)
+		same(t, kong, tg, nil)
+	}
+	rds.Stop()
+	for _, accept := range []string{"", "application/json", "text/html", "text/plain", "application/xml"} {
+		t.Run("fault_tolerant true, Accept "+accept, func(t *testing.T) {
+			s := sides("down-true", "rate-limiting", "tollgate")
+			kong, tg := interleave(k, s, 2, "", fresh, "Accept: "+accept)
+			if kong[0].Status != 200 || len(kong[0].Headers["X-Ratelimit-Limit-Hour"]) != 0 {
+				t.Errorf("Kong's own plugin with Redis down: %s, want 200 with no rate-limit headers", kong[0])
+			}
+			same(t, kong, tg, nil)
+			// docs/kong.md: a client denied before Redis stopped stays
+			// denied until its window ends (the deny cache answers it);
+			// Kong's plugin lets it through.
+			kong, tg = interleave(k, s, 1, "", denied, "Accept: "+accept)
+			if kong[0].Status != 200 || tg[0].Status != 429 {
+				t.Errorf("a client denied before Redis stopped: Kong %s, tollgate %s; want Kong's 200 and tollgate's 429", kong[0], tg[0])
+			}
+		})
+		t.Run("fault_tolerant false, Accept "+accept, func(t *testing.T) {
+			s := sides("down-false", "rate-limiting", "tollgate")
+			kong, tg := interleave(k, s, 2, "", fresh, "Accept: "+accept)
+			if kong[0].Status != 500 {
+				t.Errorf("Kong's own plugin with Redis down, fault_tolerant false: %s, want 500", kong[0])
+			}
+			same(t, kong, tg, nil)
+			kong, tg = interleave(k, s, 1, "", denied, "Accept: "+accept)
+			if kong[0].Status != 500 || tg[0].Status != 429 {
+				t.Errorf("a client denied before Redis stopped: Kong %s, tollgate %s; want Kong's 500 and tollgate's 429", kong[0], tg[0])
+			}
 		})
 	}
 }
