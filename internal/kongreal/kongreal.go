@@ -269,7 +269,12 @@ func Start(t testing.TB, opts Options) *Kong {
 	dir := t.TempDir()
 	prefix := opts.Prefix
 	if prefix == "" {
-		prefix = filepath.Join(dir, "prefix")
+		// Short: a Unix socket's path holds at most 107 bytes, and a test's
+		// own directory is named after the test.
+		if prefix, err = os.MkdirTemp("", "kong-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(prefix) })
 	}
 	if opts.Workers == 0 {
 		opts.Workers = 2
