@@ -4,17 +4,39 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
 
 // Upstream is a service for Kong to proxy to: it answers 200 "ok", or
 // what the request's query asks for (status=503; header=Name:value, any
-// number of times, each a response header line), and counts requests.
+// number of times, each a response header line; hold=NAME, to answer only
+// once Release(NAME) is called), and counts requests.
 type Upstream struct {
 	URL  string
 	hits atomic.Int64
+	mu   sync.Mutex
+	held map[string]chan struct{}
+	// Holding is how many requests wait in hold now.
+	Holding atomic.Int64
 }
+
+// gate returns the channel requests held under name wait on.
+func (u *Upstream) gate(name string) chan struct{} {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.held == nil {
+		u.held = map[string]chan struct{}{}
+	}
+	if u.held[name] == nil {
+		u.held[name] = make(chan struct{})
+	}
+	return u.held[name]
+}
+
+// Release answers every request held under name, now and later.
+func (u *Upstream) Release(name string) { close(u.gate(name)) }
 
 // Hits is how many requests reached the upstream.
 func (u *Upstream) Hits() int64 { return u.hits.Load() }
@@ -26,6 +48,14 @@ func StartUpstream(t testing.TB) *Upstream {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.hits.Add(1)
 		q := r.URL.Query()
+		if name := q.Get("hold"); name != "" {
+			u.Holding.Add(1)
+			select {
+			case <-u.gate(name):
+			case <-r.Context().Done(): // the client (Kong) went away
+			}
+			u.Holding.Add(-1)
+		}
 		for _, h := range q["header"] {
 			for i := 0; i < len(h); i++ {
 				if h[i] == ':' {
