@@ -509,7 +509,7 @@ func (k *Kong) MustLoad(config Declarative) {
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode != http.StatusNotFound { // routed (a global plugin may answer for it)
 				ok++
 				continue
 			}

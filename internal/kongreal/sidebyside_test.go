@@ -313,3 +313,69 @@ func TestKongRedisDownSideBySide(t *testing.T) {
 		})
 	}
 }
+
+// TestKongGlobalAndSyncRateSideBySide: 04-access_spec.lua's "global for
+// single consumer" (a plugin on no service or route: one count for the
+// consumer across every service), Kong's plugin in one config and
+// tollgate in the next, the same requests; and sync_rate (counted on the
+// node, synced to Redis every second) on sibling services.
+func TestKongGlobalAndSyncRateSideBySide(t *testing.T) {
+	up := StartUpstream(t)
+	rds := redistest.StartT(t)
+	k := Start(t, Options{Extra: realIP})
+	global := func(plugin string) []Answer {
+		d := NewDeclarative("/probe-global-" + plugin)
+		consumers(d, "bob")
+		for i := 0; i < 3; i++ {
+			d.AddService(map[string]any{"name": fmt.Sprintf("global-%d", i), "url": up.URL, "routes": []any{
+				map[string]any{"name": fmt.Sprintf("global-%d", i), "paths": []string{fmt.Sprintf("/global-%d", i)}, "plugins": []any{keyAuth}}}})
+		}
+		d["plugins"] = []any{map[string]any{"name": plugin, "config": map[string]any{"minute": 6, "limit_by": "consumer"}}}
+		k.MustLoad(d)
+		notNearMinuteEnd(t, 15*time.Second)
+		var out []Answer
+		for i := 0; i < 7; i++ {
+			out = append(out, k.Get(fmt.Sprintf("/global-%d", i%3), "apikey: bob-key"))
+		}
+		return out
+	}
+	kong := global("rate-limiting")
+	if fmt.Sprint(statuses(kong)) != "[200 200 200 200 200 200 429]" {
+		t.Errorf("Kong's own global plugin: %v, want six 200s across the services and a 429", statuses(kong))
+	}
+	same(t, kong, global("tollgate"), func(_ int, diffs []string) []string {
+		var rest []string
+		for _, d := range diffs { // the two runs are seconds apart
+			if !strings.HasPrefix(d, "Ratelimit-Reset") && !strings.HasPrefix(d, "Retry-After") {
+				rest = append(rest, d)
+			}
+		}
+		return rest
+	})
+
+	t.Run("sync_rate", func(t *testing.T) {
+		d := NewDeclarative("/probe-sync-rate")
+		addPair(d, up, "sync", sides("sync", "rate-limiting", "tollgate"),
+			map[string]any{"minute": 6, "limit_by": "ip", "policy": "redis", "redis": rds.KongRecord(), "sync_rate": 1}, pairOpts{})
+		k.MustLoad(d)
+		notNearMinuteEnd(t, 15*time.Second)
+		kong, tg := interleave(k, sides("sync", "rate-limiting", "tollgate"), 7, "", "X-Forwarded-For: 198.51.100.120")
+		// docs/kong.md: Kong's node admits a seventh of six: a key's first
+		// request is counted in Redis by usage()'s INCR and not in the
+		// node's own count, so its second request reads 5 left again.
+		// tollgate counts each request once.
+		remaining := func(as []Answer) string {
+			var out []string
+			for _, a := range as {
+				out = append(out, fmt.Sprintf("%d/%s", a.Status, a.Headers.Get("X-Ratelimit-Remaining-Minute")))
+			}
+			return strings.Join(out, " ")
+		}
+		if got := remaining(kong); got != "200/5 200/5 200/4 200/3 200/2 200/1 200/0" {
+			t.Errorf("Kong's own plugin with sync_rate: %s, want the seventh admitted (docs/kong.md)", got)
+		}
+		if got := remaining(tg); got != "200/5 200/4 200/3 200/2 200/1 200/0 429/0" {
+			t.Errorf("tollgate with sync_rate: %s, want six admitted", got)
+		}
+	})
+}
