@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,7 +81,13 @@ func TestCaddyChargesFailedLogins(t *testing.T) {
 func TestCaddyChargesReportedTokens(t *testing.T) {
 	srv := redistest.StartT(t)
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Usage", "prompt=40, total="+r.URL.Query().Get("tokens"))
+		if lines := r.URL.Query()["line"]; len(lines) > 0 { // the report split over header lines
+			for _, l := range lines {
+				w.Header().Add("X-Usage", l)
+			}
+		} else {
+			w.Header().Set("X-Usage", "prompt=40, total="+r.URL.Query().Get("tokens"))
+		}
 		fmt.Fprint(w, "completion")
 	}))
 	defer upstream.Close()
@@ -110,6 +117,11 @@ func TestCaddyChargesReportedTokens(t *testing.T) {
 		}
 		served++
 		spent += 150
+		// The charge is taken before the status goes out: the response
+		// shows what it left.
+		if left, want := available(resp.Header.Get("RateLimit")), max(0, 1000-spent); left != want {
+			t.Errorf("call %d: RateLimit %q, want r=%d after its charge", i+1, resp.Header.Get("RateLimit"), want)
+		}
 	}
 	if served != 7 || spent-1000 > 150 {
 		t.Fatalf("served %d calls of 150 tokens (%d tokens) before the first 429; want 7: six leave 100 of 1,000, the seventh overdraws by 50", served, spent)
@@ -124,6 +136,34 @@ func TestCaddyChargesReportedTokens(t *testing.T) {
 			t.Fatalf("another client: %d, want 200", resp.StatusCode)
 		}
 	}
+	// A report split over two header lines reads as one field; a number
+	// too large to hold takes the whole budget, however many digits.
+	for _, tc := range []struct {
+		query string
+		left  int
+	}{
+		{"line=total%3D10&line=total%3D20", 980}, // the last entry of total: 20
+		{"line=total%3D10,%20total%3D20", 960},   // one line, the same
+		{"line=prompt%3D1&line=total%3D" + strings.Repeat("9", 65), 0},
+	} {
+		resp, _ := nodes[0].Get("/v1/chat?"+tc.query, "X-Client", "carol")
+		if resp.StatusCode != 200 || available(resp.Header.Get("RateLimit")) != tc.left {
+			t.Errorf("%s: %d RateLimit %q, want 200 and r=%d", tc.query, resp.StatusCode, resp.Header.Get("RateLimit"), tc.left)
+		}
+	}
+	if resp, _ := nodes[1].Get("/v1/chat?tokens=1", "X-Client", "carol"); resp.StatusCode != 429 {
+		t.Errorf("after an absurd report: %d, want 429", resp.StatusCode)
+	}
+}
+
+// available is the r parameter of a RateLimit field (-1 when absent).
+func available(field string) int {
+	m := regexp.MustCompile(`;r=(\d+)`).FindStringSubmatch(field)
+	if m == nil {
+		return -1
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
 }
 
 // TestCaddyPenaltyBoxAfterFailedLogins: 5 wrong passwords per 10 min per

@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"github.com/tollgate/tollgate/core"
 )
@@ -86,7 +87,10 @@ type chargeWriter struct {
 
 func (c *chargeWriter) charge(status int) {
 	c.charged = true
-	c.err = c.outcome.Charge(c.ctx, status, c.ResponseWriter.Header().Get)
+	c.err = c.outcome.Charge(c.ctx, status, func(name string) string {
+		// Every line of a repeated header, as one field (RFC 9110 5.3).
+		return strings.Join(c.ResponseWriter.Header().Values(name), ", ")
+	})
 	c.gate.WriteHeaders(c.ResponseWriter.Header(), c.outcome)
 }
 

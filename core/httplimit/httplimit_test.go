@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -363,5 +364,47 @@ func TestChargeAfterResponse(t *testing.T) {
 	// A policy charged after the response needs its charge.
 	if _, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, memory.MustNew(memory.Options{}))}}}); err == nil {
 		t.Fatal("a rule charged after the response without a Charge was accepted")
+	}
+}
+
+// TestChargeReportedCost: a cost the upstream reports is charged when the
+// response's status is written (a 200 included), so the response's own
+// headers show it; the lines of a repeated cost header read as one field,
+// however it is split; a number too large to hold takes the whole count.
+func TestChargeReportedCost(t *testing.T) {
+	l := algo.Limit{Count: 1000, Window: time.Hour, Algorithm: algo.SlidingLog, AfterResponse: true}
+	p := core.MustPolicy("tokens", core.PolicyOptions{}, l)
+	rc, err := (&spec.Charge{CostHeader: "X-Usage", CostEntry: "total"}).Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, memory.MustNew(memory.Options{})), Charge: rc}},
+		Headers: headers.Options{Style: headers.XRateLimit}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, line := range r.URL.Query()["usage"] {
+			w.Header().Add("X-Usage", line)
+		}
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "completion")
+	})))
+	defer srv.Close()
+	for _, tc := range []struct {
+		query  string
+		status int
+		left   string // X-RateLimit-Remaining on this response, after its charge
+	}{
+		{"usage=total%3D150", 200, "850"},
+		{"usage=total%3D10&usage=total%3D20", 200, "830"}, // two lines: the last entry, 20
+		{"usage=total%3D10,%20total%3D20", 200, "810"},    // one line: the same
+		{"usage=prompt%3D5&usage=total%3D" + strings.Repeat("9", 65), 200, "0"},
+		{"usage=total%3D1", 429, "0"},
+	} {
+		resp, _ := get(t, srv.URL+"/?"+tc.query, nil)
+		if resp.StatusCode != tc.status || resp.Header.Get("X-RateLimit-Remaining") != tc.left {
+			t.Errorf("%s: %d, remaining %q; want %d and %s", tc.query, resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"), tc.status, tc.left)
+		}
 	}
 }

@@ -134,8 +134,11 @@ func contains(list []string, v string) bool {
 }
 
 // reportedCost reads a cost header's value: a whole number, or with name,
-// name's entry in "a=1, b=2" (its last, when it has several). A negative, fractional or garbled value is
-// not usable (false); a huge one is algo.MaxCount.
+// name's entry in "a=1, b=2" (its last, when it has several; the lines of
+// a repeated header come joined with commas, as one field). A negative,
+// fractional or garbled value is not usable (false); a number of any
+// length too large to hold is algo.MaxCount, which takes a limit's whole
+// count: a report is never cheaper than it says.
 func reportedCost(v, name string) (int64, bool) {
 	if name != "" {
 		// The last entry of the name counts: each entry overwrites the
@@ -154,7 +157,7 @@ func reportedCost(v, name string) (int64, bool) {
 		v = entry
 	}
 	v = strings.TrimSpace(v)
-	if v == "" || len(v) > 64 {
+	if v == "" {
 		return 0, false
 	}
 	for _, c := range v {

@@ -34,6 +34,12 @@ func TestResponseCost(t *testing.T) {
 		{Charge{CostHeader: "X-Tokens"}, 200, map[string]string{"X-Tokens": "-5"}, 0, true},
 		{Charge{CostHeader: "X-Tokens"}, 200, map[string]string{"X-Tokens": "1.5"}, 0, true},
 		{Charge{CostHeader: "X-Tokens"}, 200, map[string]string{"X-Tokens": "99999999999999999999999"}, algo.MaxCount, true},
+		// A number too large to hold takes the whole count, however long:
+		// 64 digits, 65, and a thousand.
+		{Charge{CostHeader: "X-Tokens"}, 200, map[string]string{"X-Tokens": strings.Repeat("9", 64)}, algo.MaxCount, true},
+		{Charge{CostHeader: "X-Tokens"}, 200, map[string]string{"X-Tokens": strings.Repeat("9", 65)}, algo.MaxCount, true},
+		{Charge{CostHeader: "X-Tokens"}, 200, map[string]string{"X-Tokens": "1" + strings.Repeat("0", 999)}, algo.MaxCount, true},
+		{Charge{CostHeader: "X-Usage", CostEntry: "total"}, 200, map[string]string{"X-Usage": "total=" + strings.Repeat("7", 80)}, algo.MaxCount, true},
 		{Charge{CostHeader: "X-Limit", CostEntry: "videos"}, 200, map[string]string{"X-Limit": "videos=2, images=4"}, 2, true},
 		{Charge{CostHeader: "X-Limit", CostEntry: "images"}, 200, map[string]string{"X-Limit": "videos=2, images=4"}, 4, true},
 		{Charge{CostHeader: "X-Limit", CostEntry: "audio"}, 200, map[string]string{"X-Limit": "videos=2, images=4"}, 0, true},
