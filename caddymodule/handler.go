@@ -111,6 +111,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if why := spoofableClientIP(srv, h.policies); why != "" {
 			return errors.New(why)
 		}
+		if why := unsetPlaceholder(srv, h.policies); why != "" {
+			return errors.New(why)
+		}
 	}
 	h.store, err = store.Acquire(sc)
 	if err != nil {

@@ -763,3 +763,78 @@ func TestCaddyTopDeniedKeys(t *testing.T) {
 		t.Error("policy api's keys appear in clear")
 	}
 }
+
+// TestCaddyUnknownPlaceholdersRefused: a key placeholder no request can
+// fill (no such name in Caddy's replacer, no map handler setting it) is
+// refused at load, from a Caddyfile (caddy validate, POST /load) and from
+// JSON (POST /load), naming the policy, the field and the placeholder;
+// the running config keeps serving. A map destination loads, and keys
+// per value; per-request placeholders (a header) load.
+func TestCaddyUnknownPlaceholdersRefused(t *testing.T) {
+	c := caddyproc.Start(t, `
+	map {http.request.header.X-Tenant} {tenant} {
+		a  tenant-a
+		b  tenant-b
+		default anon
+	}
+	tollgate {
+		policy per-tenant {
+			key {tenant}
+			limit 1/1m
+		}
+	}
+	respond "ok"`)
+	for _, h := range [][]string{{"X-Tenant", "a"}, {"X-Tenant", "b"}} {
+		if resp, _ := c.Get("/", h...); resp.StatusCode != 200 {
+			t.Fatalf("tenant %s's first request: %d, want 200 (a map destination is a key)", h[1], resp.StatusCode)
+		}
+	}
+	if resp, _ := c.Get("/", "X-Tenant", "a"); resp.StatusCode != 429 {
+		t.Fatalf("tenant a's second request: %d, want 429", resp.StatusCode)
+	}
+	refused := `
+	tollgate {
+		policy typo {
+			key {no_such_placeholder}
+			limit 1/1m
+		}
+	}
+	respond "ok"`
+	want := "policy \"typo\" key: {no_such_placeholder} is not a placeholder a request fills"
+	status, answer := c.Load(refused)
+	var refusal struct{ Error string }
+	_ = json.Unmarshal([]byte(answer), &refusal)
+	if status == 200 || !strings.Contains(refusal.Error, want) {
+		t.Errorf("POST /load of a Caddyfile keyed on {no_such_placeholder}: %d %q, want a refusal saying %q", status, refusal.Error, want)
+	}
+	if resp, _ := c.Get("/", "X-Tenant", "c"); resp.StatusCode != 200 {
+		t.Errorf("after the refused load: %d, want the old config serving", resp.StatusCode)
+	}
+	file := filepath.Join(t.TempDir(), "Caddyfile")
+	if err := os.WriteFile(file, []byte(c.Caddyfile(refused)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(caddyproc.Binary(t), "validate", "--config", file, "--adapter", "caddyfile").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `{no_such_placeholder} is not a placeholder a request fills`) {
+		t.Errorf("caddy validate: %v %s, want the refusal", err, out)
+	}
+	// The same config as JSON, its key "{nope}".
+	adapted, err := exec.Command(caddyproc.Binary(t), "adapt", "--config", file, "--adapter", "caddyfile").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := strings.Replace(string(adapted), `"key":"{no_such_placeholder}"`, `"key":"{nope}"`, 1)
+	if config == string(adapted) {
+		t.Fatalf("the adapted config has no key to replace: %s", adapted)
+	}
+	resp, err := http.Post(c.AdminURL+"/load", "application/json", strings.NewReader(config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	http.DefaultClient.CloseIdleConnections()
+	if resp.StatusCode == 200 || !strings.Contains(string(body), `{nope} is not a placeholder a request fills`) {
+		t.Errorf("POST /load of JSON keyed on {nope}: %d %s, want the refusal", resp.StatusCode, body)
+	}
+}

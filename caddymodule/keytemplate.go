@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -283,6 +284,86 @@ func spoofableClientIP(srv *caddyhttp.Server, policies []*policy) string {
 		"add trusted_proxies_strict beside trusted_proxies (Caddyfile: the global option servers { trusted_proxies_strict }), "+
 		"which takes the rightmost address not in trusted_proxies, or key the policy on something the client cannot write",
 		strings.Join(keyed, ", "), why)
+}
+
+// unsetPlaceholder says which placeholder of the policies' templates no
+// request can fill on srv, or "" if every one can: a name without dots is
+// no placeholder of Caddy's request replacer, so it is known only as the
+// destination of a map handler of srv (any route, before or after this
+// handler, in subroutes too). Dotted names were checked when parsed.
+func unsetPlaceholder(srv *caddyhttp.Server, policies []*policy) string {
+	if srv == nil {
+		return ""
+	}
+	var dests map[string]bool
+	for _, p := range policies {
+		for field, t := range map[string]*keyTemplate{"key": p.key, "plan": p.plan, "priority": p.priority} {
+			if t == nil {
+				continue
+			}
+			for _, part := range t.parts {
+				if part.kind != replacerPart || strings.Contains(part.name, ".") {
+					continue
+				}
+				if dests == nil {
+					dests = map[string]bool{}
+					mapDestinations(srv.Routes, dests)
+					if srv.Errors != nil {
+						mapDestinations(srv.Errors.Routes, dests)
+					}
+				}
+				if !dests[part.name] {
+					return fmt.Sprintf("policy %q %s: {%s} is not a placeholder a request fills: Caddy's replacer has no such name, "+
+						"and no map handler of this server sets it (a name without dots is a map destination; "+
+						"request values are {http.request.header.*}, {http.request.uri.query.*}, {http.request.cookie.*}, {http.vars.*}, ...)",
+						p.pol.Name(), field, part.name)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// mapDestinations adds to into the placeholder names the map handlers of
+// routes set. Caddy provisions a server's handlers in order, so a route
+// may hold its handlers loaded or still as JSON.
+func mapDestinations(routes caddyhttp.RouteList, into map[string]bool) {
+	for _, r := range routes {
+		for _, raw := range r.HandlersRaw {
+			rawMapDestinations(raw, into)
+		}
+		for _, h := range r.Handlers {
+			if sub, ok := h.(*caddyhttp.Subroute); ok {
+				mapDestinations(sub.Routes, into)
+				continue
+			}
+			if b, err := json.Marshal(h); err == nil {
+				rawMapDestinations(b, into)
+			}
+		}
+	}
+}
+
+// rawMapDestinations adds the destinations of a handler written as JSON
+// (a map's "destinations", a subroute's routes' handlers).
+func rawMapDestinations(raw json.RawMessage, into map[string]bool) {
+	var h struct {
+		Destinations []string `json:"destinations"`
+		Routes       []struct {
+			Handle []json.RawMessage `json:"handle"`
+		} `json:"routes"`
+	}
+	if json.Unmarshal(raw, &h) != nil {
+		return
+	}
+	for _, d := range h.Destinations {
+		into[strings.TrimSuffix(strings.TrimPrefix(d, "{"), "}")] = true
+	}
+	for _, r := range h.Routes {
+		for _, sub := range r.Handle {
+			rawMapDestinations(sub, into)
+		}
+	}
 }
 
 // trustsProxies reports whether srv trusts any proxy, and whether it
