@@ -182,7 +182,7 @@ adaptive-fleet: deps bin/caddy-race
 # about 1, 1 and 4 minutes cold for a few seconds of fuzzing each.
 # fuzz-short is core's targets alone.
 FUZZ_TARGETS := ./kongplugin:FuzzKongConfig ./kongplugin:FuzzKeysPluginFile \
-	./caddymodule:FuzzCaddyfile ./caddymodule:FuzzCaddyJSON ./caddymodule:FuzzKeyTemplate \
+	./caddymodule:FuzzCaddyfile ./caddymodule:FuzzCaddyJSON ./caddymodule:FuzzKeyTemplate ./caddymodule:FuzzClientAddressKey \
 	./core/admin:FuzzAdminAPI ./core/store/redis:FuzzReplyBounds
 CORE_FUZZ_TARGETS := ./core:FuzzStep ./core:FuzzParseRate ./core/headers:FuzzHeaders
 

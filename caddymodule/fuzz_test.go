@@ -3,7 +3,9 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,6 +116,46 @@ func FuzzKeyTemplate(f *testing.F) {
 			want := strings.NewReplacer("\\{", "{", "\\}", "}").Replace(template)
 			if got != want || k.literal != want {
 				t.Fatalf("constant %q: key %q literal %q, want %q", template, got, k.literal, want)
+			}
+		}
+	})
+}
+
+// FuzzClientAddressKey: the default key (the client address Caddy
+// determined, {http.vars.client_ip}) whatever a client sends in
+// X-Forwarded-For (repeated, malformed, huge), Forwarded and X-Real-IP:
+// filling it never panics, the headers never change it (the address is
+// Caddy's, which TestCaddyClientIPTrustedProxies holds to the rightmost
+// untrusted entry), and an IPv4-mapped IPv6 address keys as its IPv4
+// address.
+func FuzzClientAddressKey(f *testing.F) {
+	for _, seed := range [][4]string{
+		{"203.0.113.9", "1.2.3.4, 203.0.113.9", "for=192.0.2.60;proto=http", "10.0.0.1"},
+		{"::ffff:203.0.113.9", "::ffff:1.2.3.4", `for="[2001:db8::1]:4711"`, ""},
+		{"2001:db8::1", strings.Repeat("9.9.9.9, ", 500), "for=unknown", "garbage"},
+		{"", ",,,", ";;;", "\x00"},
+	} {
+		f.Add(seed[0], seed[1], seed[2], seed[3])
+	}
+	key, err := parseKeyTemplate(DefaultKey)
+	if err != nil {
+		f.Fatal(err)
+	}
+	fill := func(clientIP string, headers http.Header) string {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header = headers
+		r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{"client_ip": clientIP}))
+		return key.eval(r, caddyhttp.NewTestReplacer(r))
+	}
+	f.Fuzz(func(t *testing.T, clientIP, xff, forwarded, realIP string) {
+		sent := http.Header{"X-Forwarded-For": {xff, xff + ", " + realIP}, "Forwarded": {forwarded}, "X-Real-Ip": {realIP}}
+		got := fill(clientIP, sent)
+		if bare := fill(clientIP, http.Header{}); got != bare {
+			t.Fatalf("client address %q: key %q with the client's headers, %q without", clientIP, got, bare)
+		}
+		if a, err := netip.ParseAddr(clientIP); err == nil && a.Is4In6() {
+			if v4 := fill(a.Unmap().String(), sent); got != v4 {
+				t.Fatalf("%q keys %q, its IPv4 address %q", clientIP, got, v4)
 			}
 		}
 	})
