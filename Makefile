@@ -12,7 +12,7 @@ CADDY_VERSION := v2.11.9
 # scripts are embedded in core).
 CADDY_SRC := $(shell find core caddymodule \( -name '*.go' ! -name '*_test.go' -o -name '*.lua' \)) tollgate.go go.mod go.sum
 
-.PHONY: test kong-test kong vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong adaptive adaptive-short adaptive-fleet chaos plots run clean deps monitoring docker-test bench-instructions
+.PHONY: test kong-test kong vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong bench-kong-socket adaptive adaptive-short adaptive-fleet chaos plots run clean deps monitoring docker-test bench-instructions
 
 # Caddy with tollgate on the memory store, serving Caddyfile.example on
 # http://localhost:8080 (admin API on localhost:2019).
@@ -215,8 +215,16 @@ bin/caddy-bench: $(CADDY_SRC)
 	$(GO) tool xcaddy build $(CADDY_VERSION) --output $@ --with github.com/tollgate/tollgate@v0.0.0=$(CURDIR) \
 	  --with github.com/mholt/caddy-ratelimit@v0.1.0
 
+# Real Kong (installed as make kong-test does): no plugin, Kong's
+# rate-limiting and tollgate, allowed and denied, in rotating rounds of wrk;
+# req/s, p50, p99 and CPU per request of Kong's workers, the plugin servers
+# and Redis, and the `vs kong-rate-limiting` lines (bench/kongcompare).
+bench-kong: kong
+	@command -v wrk >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; }
+	cd bench && PATH=$(KONG_PATH) $(GO) run ./kongcompare
+
 # One access event over the plugin server's socket, as Kong sends it.
-bench-kong: deps
+bench-kong-socket: deps
 	$(GO) test -run '^$$' -bench 'AccessOverSocket|VsFloor' -benchtime 3s ./kongplugin/
 
 # The memory store's benchmarks, and the Caddy handler in process beside

@@ -22,15 +22,27 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/redistest"
 )
+
+// T is what the package needs of a test: *testing.T and *testing.B
+// are one, and so is a benchmark command's own (bench/kongcompare).
+type T interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+	Failed() bool
+}
 
 // openrestyPaths are where Kong's packages and images put OpenResty's
 // resty and nginx; kong's own launcher needs both on PATH.
@@ -38,7 +50,7 @@ var openrestyPaths = []string{"/usr/local/openresty/bin", "/usr/local/openresty/
 
 // Binary returns the kong command to run, or fails the test saying how to
 // get one.
-func Binary(t testing.TB) string {
+func Binary(t T) string {
 	t.Helper()
 	path := os.Getenv("PATH")
 	for _, p := range openrestyPaths {
@@ -59,7 +71,7 @@ func Binary(t testing.TB) string {
 }
 
 // Version is what `kong version` says of the Kong the tests run.
-func Version(t testing.TB) string {
+func Version(t T) string {
 	out, err := exec.Command(Binary(t), "version").CombinedOutput()
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +93,7 @@ var (
 // (as a user builds them: `go build -o DIR ./kongplugin/cmd/...`, with the
 // race detector when the tests have it) and returns the directory they are
 // in.
-func PluginDir(t testing.TB) string {
+func PluginDir(t T) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		root, err := RepoRoot()
@@ -144,7 +156,7 @@ var docLine = regexp.MustCompile(`^(plugins|pluginserver_[a-z_]+)\s*=\s*(.+)$`)
 // the union of its pluginserver_names lines, and a plugins line of bundled
 // and those names. It fails the test when the page registers a name it
 // gives no command for, or a command for a name it never registers.
-func Registration(t testing.TB) []string {
+func Registration(t T) []string {
 	t.Helper()
 	root, err := RepoRoot()
 	if err != nil {
@@ -251,14 +263,14 @@ type Kong struct {
 	conf   string
 	cmd    *exec.Cmd
 	done   chan struct{}
-	t      testing.TB
+	t      T
 }
 
 // Start starts a Kong node DB-less with tollgate's plugin servers
 // registered as docs/kong.md says, waits until its Admin API answers and
 // every plugin server listens, and stops it (and them) when the test
 // ends.
-func Start(t testing.TB, opts Options) *Kong {
+func Start(t T, opts Options) *Kong {
 	t.Helper()
 	kong := Binary(t)
 	bin := PluginDir(t)
@@ -608,4 +620,39 @@ func (k *Kong) TimersRan(before timerStats, idle int) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// Processes returns the pids of Kong's nginx workers and of the plugin
+// servers they started from bin (for the CPU they spend).
+func (k *Kong) Processes(bin string) (workers, plugins []int) {
+	entries, _ := os.ReadDir("/proc")
+	parent := map[int]int{}
+	exe := map[int]string{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(fields) > 1 {
+			parent[pid], _ = strconv.Atoi(fields[1])
+		}
+		exe[pid], _ = os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+	}
+	master := k.cmd.Process.Pid
+	for pid, pp := range parent {
+		if pp == master {
+			workers = append(workers, pid)
+		}
+	}
+	for pid, pp := range parent {
+		if slices.Contains(workers, pp) && strings.HasPrefix(exe[pid], bin+"/") {
+			plugins = append(plugins, pid)
+		}
+	}
+	return workers, plugins
 }

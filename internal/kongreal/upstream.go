@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"testing"
 )
 
 // Upstream is a service for Kong to proxy to: it answers 200 "ok", or
@@ -42,7 +41,7 @@ func (u *Upstream) Release(name string) { close(u.gate(name)) }
 func (u *Upstream) Hits() int64 { return u.hits.Load() }
 
 // StartUpstream starts an Upstream on loopback for test t.
-func StartUpstream(t testing.TB) *Upstream {
+func StartUpstream(t T) *Upstream {
 	t.Helper()
 	u := &Upstream{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
