@@ -2,14 +2,17 @@ package kongplugin_test
 
 // Kong's own spec of its rate-limiting plugin (Kong 3.9.3,
 // spec/03-plugins/23-rate-limiting/), replayed as tables through the real
-// plugin binary over its socket. Kong itself cannot run on these machines:
-// each config goes through the dumped schema as Kong's Admin API would
-// process it (defaults filled: kongschema.Check, which TestKongStoresAsKong
-// holds to Kong's own schema code), then to StartInstance, as Kong's
-// plugin_servers start an instance; each request is one access event with
-// the PDK answers Kong's proxy would give (internal/kongproc). The test
-// stands in for Kong's Admin API, its runloop's plugin iterator and the
-// proxy path of 04-access_spec.lua; the upstream is not in the loop.
+// plugin binary over its socket: each config goes through the dumped
+// schema as Kong's Admin API would process it (defaults filled:
+// kongschema.Check, which TestKongStoresAsKong holds to Kong's own schema
+// code), then to StartInstance; each request is one access event with the
+// PDK answers Kong's proxy would give (internal/kongproc). The same
+// scenarios run in real Kong beside Kong's own plugin in `make kong-test`
+// (internal/kongreal, TestKongRateLimitingSideBySide and
+// TestKongAdminAPIVerdicts), which is where a Kong claim is proven. What
+// these add: they run in make test in seconds, on every change, without
+// Kong, and they pin the plugin's side of the protocol (the configs
+// StartInstance takes, the PDK calls an event makes).
 
 import (
 	"bytes"

@@ -23,9 +23,11 @@ import (
 // response phases (kong/runloop/plugin_servers/plugin.lua: one event per
 // phase; the response phase has the upstream's buffered response). They
 // replay spec/03-plugins/24-response-rate-limiting/04-access_spec.lua's
-// cases, and stand in for Kong's response-ratelimiting access.lua,
-// header_filter.lua and log.lua, which Kong itself would run: Kong cannot
-// run here.
+// cases against Kong's response-ratelimiting as its Lua reads. Real Kong
+// runs them beside Kong's own plugin in `make kong-test`
+// (TestKongResponseRateLimitingSideBySide); these add the plugin server's
+// clock moved to a window's end and the fleet on one Redis, in make test's
+// seconds, without Kong.
 
 // rrlClock pins the plugin server's clock (store.TestClockFileEnv) half way
 // through a second, so a test's requests share each period's window, as
