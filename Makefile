@@ -8,6 +8,8 @@ GO        ?= go
 FUZZTIME  ?= 5s
 PKGS      := ./...
 CADDY_VERSION := v2.11.9
+# staticcheck, pinned (make test runs it beside go vet).
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # What bin/caddy is built from: rebuilt when any of it changes (the Lua
 # scripts are embedded in core).
 CADDY_SRC := $(shell find core caddymodule \( -name '*.go' ! -name '*_test.go' -o -name '*.lua' \)) tollgate.go go.mod go.sum
@@ -95,6 +97,8 @@ vet:
 	$(GO) vet -race -tags dockertest ./internal/dockerfleet/
 	$(GO) vet -race -tags kongreal ./internal/kongreal/
 	cd bench && $(GO) vet -race ./...
+	$(GO) run $(STATICCHECK) -tags kongreal,dockertest ./...
+	cd bench && $(GO) run $(STATICCHECK) ./...
 
 # gofmt -l prints files that need formatting; any output fails the build.
 fmt:

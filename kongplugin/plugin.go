@@ -26,8 +26,8 @@ import (
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
 )
 
-// Version is the plugin's version, reported to Kong.
-const Version = "0.1.0"
+// Version is the plugin's version, reported to Kong: tollgate's release.
+const Version = core.Version
 
 // Priority runs the plugin where Kong runs rate-limiting (910): after
 // authentication, so the consumer is known.

@@ -38,7 +38,7 @@ func contenders() []limiter {
 	}
 	cs = append(cs, limiter{stackedName, algo.TokenBucket, tollgateStacked})
 	for _, p := range peers {
-		cs = append(cs, limiter{p.name, p.algorithm, p.make})
+		cs = append(cs, limiter(p))
 	}
 	return append(cs, limiter{floorName, 0, floor})
 }

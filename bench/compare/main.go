@@ -291,7 +291,7 @@ func main() {
 		}
 		ourCount := len(contenders)
 		for _, p := range peers {
-			contenders = append(contenders, limiter{p.name, p.algorithm, p.make})
+			contenders = append(contenders, limiter(p))
 		}
 		if !w.parallel { // in parallel its one lock is no floor: tollgate locks per key
 			contenders = append(contenders, limiter{floorName, 0, floor})

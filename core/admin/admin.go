@@ -146,6 +146,7 @@ func (e *entry) showKey(p *core.Policy, key string) string {
 
 // Handler serves, under prefix (such as "/tollgate/"):
 //
+//	GET    version                                tollgate's release ({"version": core.Version})
 //	GET    policies                               every policy in force
 //	GET    keys?policy=<name>&key=<key>[&plan=<p>] one key's usage in each limit
 //	DELETE keys?policy=<name>&key=<key>[&limit=<l>] forget one key's usage (every limit, or the one named)
@@ -201,6 +202,9 @@ func serve(r *http.Request, path string) (any, int, error) {
 	defer cancel()
 	if path == "policies" && r.Method == http.MethodGet {
 		return policies(), 0, nil
+	}
+	if path == "version" && r.Method == http.MethodGet {
+		return map[string]string{"version": core.Version}, 0, nil
 	}
 	q := r.URL.Query()
 	if r.Method == http.MethodPost {

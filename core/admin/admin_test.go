@@ -128,3 +128,12 @@ func TestRegisterRuleOfSeveralPolicies(t *testing.T) {
 		t.Fatalf("video's usage of alice: %s, want 7 remaining", b)
 	}
 }
+
+// TestVersion: GET version answers tollgate's release.
+func TestVersion(t *testing.T) {
+	w := httptest.NewRecorder()
+	Handler("/tollgate/").ServeHTTP(w, httptest.NewRequest("GET", "/tollgate/version", nil))
+	if w.Code != 200 || w.Body.String() != `{"version":"`+core.Version+`"}`+"\n" {
+		t.Errorf("GET version: %d %q", w.Code, w.Body.String())
+	}
+}

@@ -62,6 +62,27 @@ func TestKongKeysAgainstRunningKong(t *testing.T) {
 	}
 
 	// A plugin on a route: Kong sends its route_id, and no service_id.
+	// One version: the binary's, Kong's view of the plugin (from -dump),
+	// and the operators' API's.
+	version, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dumped, err := exec.Command(bin, "-dump").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dump struct{ Plugins []struct{ Version string } }
+	if err := json.Unmarshal(dumped, &dump); err != nil || len(dump.Plugins) != 1 {
+		t.Fatalf("-dump: %v %s", err, dumped)
+	}
+	var api struct{ Version string }
+	admin := newAdminSocket(t, socket)
+	admin.get(t, "version", nil, &api)
+	if v := strings.TrimSpace(string(version)); v == "" || dump.Plugins[0].Version != v || api.Version != v {
+		t.Errorf("versions: tollgate version %q, -dump (what Kong shows) %q, the operators' API %q; want one", v, dump.Plugins[0].Version, api.Version)
+	}
+
 	scope := fmt.Sprintf("route=%s,service=", k.ID("routes", "keys-local"))
 	if policies := fmt.Sprint(keysCommand(t, bin, "policies", "--socket", socket)); !strings.Contains(policies, scope) {
 		t.Errorf("keys policies: %s, want the route's instance %s", policies, scope)

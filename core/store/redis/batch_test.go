@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -133,14 +134,18 @@ func TestBatchRefusedGoesOneByOne(t *testing.T) {
 	s := newStore(t, Options{Settings: Settings{Addrs: []string{node}, Username: cluster.User, Password: cluster.Password}})
 	// Two keys whose slots (different ones) this node serves.
 	admin := adminCluster(t)
-	slots, err := admin.ClusterSlots(context.Background()).Result()
+	shards, err := admin.ClusterShards(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	serves := func(slot int64) bool {
-		for _, r := range slots {
-			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 && r.Nodes[0].Addr == node {
-				return true
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				for _, n := range sh.Nodes {
+					if r.Start <= slot && slot <= r.End && n.Role == "master" && net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) == node {
+						return true
+					}
+				}
 			}
 		}
 		return false

@@ -366,7 +366,7 @@ func (m *counterModel) decide(now, cost int64) (algo.Result, func()) {
 	prev, curr, el := m.counts[start-m.w], m.counts[start], now-start
 	est := estimate(prev, curr, m.w, el)
 	r := algo.Result{Quota: m.n}
-	commit := func() {}
+	var commit func() // nil: a denial commits nothing
 	if est+float64(cost) <= float64(m.n) {
 		r.Allowed = true
 		r.Remaining = int64(math.Floor(float64(m.n) - (est + float64(cost))))
@@ -375,7 +375,6 @@ func (m *counterModel) decide(now, cost int64) (algo.Result, func()) {
 	} else {
 		r.Remaining = max(0, int64(math.Floor(float64(m.n)-est)))
 		r.RetryAfter = us(m.wait(prev, curr, el, cost))
-		commit = nil
 	}
 	// The estimate reaches 0 when the newest counted window has faded.
 	switch {
