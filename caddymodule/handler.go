@@ -213,10 +213,10 @@ func (h *Handler) Cleanup() error {
 	return err
 }
 
-// PlaceholderPrefix starts the placeholders set on every request a policy
-// applies to: http.tollgate.<field> for each field of the decision the
-// response shows (policy, limit, remaining, denied, retry_after,
-// decided_at, store; see core.Decision.Fields).
+// PlaceholderPrefix starts the placeholders set on every request:
+// http.tollgate.<field> for each field of the decision the response shows
+// (policy, limit, remaining, denied, retry_after, decided_at, store; see
+// core.Decision.Fields), each empty when no policy applies.
 const PlaceholderPrefix = "http.tollgate."
 
 // request is one Caddy request as the gate sees it.
@@ -275,6 +275,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
 	if !outcome.Covered() {
+		repl.Map(uncovered) // no policy applies: the placeholders read empty, not as written
 		return next.ServeHTTP(w, r)
 	}
 	shown := &outcome.Decision
@@ -374,6 +375,17 @@ const upstreamLatency = "http.reverse_proxy.upstream.latency"
 // them up), computed when a placeholder is used: most requests use none.
 // They live in q, which the request allocated anyway.
 func (q *request) setPlaceholders(d *core.Decision) { d.FieldsTo(&q.fields); q.repl.Map(q.placeholder) }
+
+// uncovered fills the placeholders of a request no policy applies to:
+// every field empty.
+func uncovered(key string) (any, bool) {
+	if name, ok := strings.CutPrefix(key, PlaceholderPrefix); ok {
+		if _, known := (&core.Fields{}).Field(name); known {
+			return "", true
+		}
+	}
+	return nil, false
+}
 
 func (q *request) placeholder(key string) (any, bool) {
 	if name, ok := strings.CutPrefix(key, PlaceholderPrefix); ok {

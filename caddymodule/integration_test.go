@@ -838,3 +838,61 @@ func TestCaddyUnknownPlaceholdersRefused(t *testing.T) {
 		t.Errorf("POST /load of JSON keyed on {nope}: %d %s, want the refusal", resp.StatusCode, body)
 	}
 }
+
+// TestCaddyPlaceholdersWhereNoPolicyApplies: on a path no policy covers,
+// the http.tollgate.* placeholders read empty, not as written.
+func TestCaddyPlaceholdersWhereNoPolicyApplies(t *testing.T) {
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy api {
+			match {
+				path /api/*
+			}
+			limit 5/1m
+		}
+	}
+	respond "[{http.tollgate.remaining}|{http.tollgate.policy}|{http.tollgate.limit}]"`)
+	if _, body := c.Get("/api/x"); body != "[4|api|5/1m]" {
+		t.Errorf("a covered path: %q, want [4|api|5/1m]", body)
+	}
+	if _, body := c.Get("/elsewhere"); body != "[||]" {
+		t.Errorf("a path no policy covers: %q, want [||]", body)
+	}
+}
+
+// TestCaddyREADMEExample runs README's Caddyfile in a real Caddy: / is
+// the per-client policy's (five in 10 s), /api/* the api policy's alone
+// (a burst of 20 per API key).
+func TestCaddyREADMEExample(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```\n:8080 \\{\n(.*?)\n\\}\n```").FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README.md: no Caddyfile block for :8080")
+	}
+	c := caddyproc.Start(t, string(m[1]))
+	var root []int
+	for i := 0; i < 7; i++ {
+		resp, _ := c.Get("/")
+		root = append(root, resp.StatusCode)
+	}
+	if fmt.Sprint(root) != "[200 200 200 200 200 429 429]" {
+		t.Errorf("/: %v, want five 200s and 429s (per-client, 5/10s)", root)
+	}
+	admitted := 0
+	for i := 0; i < 25; i++ {
+		resp, _ := c.Get("/api/x", "X-API-Key", "k1")
+		if resp.StatusCode == 200 {
+			admitted++
+		}
+		if p := resp.Header.Get("RateLimit-Policy"); !strings.HasPrefix(p, `"api"`) {
+			t.Fatalf("/api/x: RateLimit-Policy %q, want the api policy's alone", p)
+		}
+	}
+	// A burst of 20 (and a token every 100 ms while the requests run).
+	if admitted < 20 {
+		t.Errorf("/api/x: %d of 25 admitted, want the api policy's burst of 20, not per-client's 5", admitted)
+	}
+}
