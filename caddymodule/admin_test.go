@@ -344,3 +344,62 @@ func TestCaddyPolicyNameTwice(t *testing.T) {
 		t.Errorf("one policy in two routes: %s, want both requests counted once each (3/1m:2)", got)
 	}
 }
+
+// TestCaddyAdminAPIBucketsInTheirOwnTerms: for a token bucket (120/1m,
+// burst 10) the operators' API reports usage of the burst, the bucket's
+// capacity: 10 left and 0 used after a reset, 3 used after three
+// requests; GET policies shows the burst; GET top without a policy lists
+// every policy's offenders.
+func TestCaddyAdminAPIBucketsInTheirOwnTerms(t *testing.T) {
+	c := caddyproc.Start(t, `
+	tollgate {
+		policy bucket {
+			key {http.request.header.X-Key}
+			limit 120/1m token_bucket burst 10
+		}
+		policy other {
+			key {http.request.header.X-Other}
+			limit 1/1h
+		}
+	}
+	respond "ok"`)
+	show := func() map[string]any {
+		code, u := adminPost(t, c, "/tollgate/keys/show", `{"policy": "bucket", "key": "k"}`)
+		limits, _ := u["limits"].([]any)
+		if code != 200 || len(limits) != 1 {
+			t.Fatalf("keys/show: %d %v", code, u)
+		}
+		return limits[0].(map[string]any)
+	}
+	for i := 0; i < 3; i++ {
+		c.Get("/", "X-Key", "k", "X-Other", "o")
+	}
+	// Three of the burst of 10 used (a token comes back every 0.5 s: at
+	// most one while the test runs this far).
+	if l := show(); l["burst"] != 10.0 || l["used"].(float64) < 2 || l["used"].(float64) > 3 || l["used"].(float64)+l["remaining"].(float64) != 10 {
+		t.Errorf("after three requests: %v, want burst 10, 3 used, used + remaining = 10", l)
+	}
+	if code, r := adminPost(t, c, "/tollgate/keys/reset", `{"policy": "bucket", "key": "k"}`); code != 200 || r["reset"] != true {
+		t.Fatalf("reset: %d %v", code, r)
+	}
+	if l := show(); l["used"] != 0.0 || l["remaining"] != 10.0 {
+		t.Errorf("after a reset: %v, want 0 used and 10 remaining (a full bucket)", l)
+	}
+	_, ps := adminCall(t, c, "GET", "/tollgate/policies")
+	found := false
+	for _, p := range ps["list"].([]any) {
+		p := p.(map[string]any)
+		if p["name"] == "bucket" {
+			l := p["limits"].([]any)[0].(map[string]any)
+			found = l["burst"] == 10.0 && l["count"] == 120.0 && l["algorithm"] == "token_bucket"
+		}
+	}
+	if !found {
+		t.Errorf("GET policies: %v, want the bucket's burst 10 beside its count 120", ps)
+	}
+	c.Get("/", "X-Other", "o") // other: its fourth request, the third denied
+	code, top := adminCall(t, c, "GET", "/tollgate/top")
+	if code != 200 || !strings.Contains(fmt.Sprint(top["list"]), "policy:other") || !strings.Contains(fmt.Sprint(top["list"]), "denials:3") {
+		t.Errorf("GET top without a policy: %d %v, want every policy's offenders, other's among them", code, top)
+	}
+}

@@ -152,7 +152,7 @@ func (e *entry) showKey(p *core.Policy, key string) string {
 //	DELETE keys?policy=<name>&key=<key>[&limit=<l>] forget one key's usage (every limit, or the one named)
 //	POST   keys/show   {"policy", "key"[, "plan"]}  as GET keys, the key in the body
 //	POST   keys/reset  {"policy", "key"[, "limit"]} as DELETE keys, the key in the body
-//	GET    top?policy=<name>                      the keys the policy denied most
+//	GET    top?policy=<name>                      the keys the policy denied most (every policy's without one)
 //
 // Answers are JSON; keys are shown hashed unless the policy shows them in
 // clear (core.Policy.ShowKey). A gateway's admin endpoint may log each
@@ -224,6 +224,9 @@ func serve(r *http.Request, path string) (any, int, error) {
 		r, path = r.Clone(ctx), "keys"
 		r.Method = method
 	}
+	if path == "top" && r.Method == http.MethodGet && q.Get("policy") == "" {
+		return topOfAll(ctx), 0, nil
+	}
 	e, i, ok := find(q.Get("policy"))
 	if !ok {
 		return nil, http.StatusNotFound, fmt.Errorf("policy %q: not in force", q.Get("policy"))
@@ -268,6 +271,22 @@ func (e *entry) answer(ctx context.Context, i int, method, path string, q url.Va
 	return nil, http.StatusNotFound, fmt.Errorf("%s %s: want GET policies, GET or DELETE keys, GET top", method, path)
 }
 
+// topOfAll is GET top without a policy: every policy's keys denied most.
+func topOfAll(ctx context.Context) []any {
+	mu.Lock()
+	entries := append([]*entry(nil), registered...)
+	mu.Unlock()
+	out := []any{}
+	for _, e := range entries {
+		for i := range e.gate.Rules() {
+			if top, _, err := e.answer(ctx, i, http.MethodGet, "top", nil); err == nil {
+				out = append(out, top)
+			}
+		}
+	}
+	return out
+}
+
 // limitIndex finds the limit labelled label (as policies and keys show
 // it); "" is every limit.
 func limitIndex(p *core.Policy, label string) (int, error) {
@@ -290,8 +309,15 @@ func usage(name string, p *core.Policy, key string, d *core.Decision) map[string
 	out := []map[string]any{}
 	for i := 0; i < d.N; i++ {
 		res := d.Results[i]
-		out = append(out, map[string]any{"limit": limits[i].Label(), "count": res.Quota,
-			"used": res.Quota - res.Remaining, "remaining": res.Remaining, "reset_seconds": core.Seconds(res.Reset)})
+		u := map[string]any{"limit": limits[i].Label(), "algorithm": limits[i].Algorithm.String(), "count": res.Quota,
+			"used": res.Quota - res.Remaining, "remaining": res.Remaining, "reset_seconds": core.Seconds(res.Reset)}
+		if b := limits[i].EffectiveBurst(); b > 0 {
+			// A bucket (token bucket, GCRA, a shaper's queue) holds burst
+			// units at once, refilled at count per window: what is used
+			// and left is of the burst, in the algorithm's own terms.
+			u["burst"], u["used"] = b, max(0, b-res.Remaining)
+		}
+		out = append(out, u)
 	}
 	return map[string]any{"policy": name, "plan": p.Plan(), "key": key, "limits": out}
 }
@@ -318,8 +344,15 @@ func policies() []map[string]any {
 			var limits []map[string]any
 			for _, v := range p.Variants() {
 				for i, l := range v.Configured() {
-					limits = append(limits, map[string]any{"plan": v.Plan(), "limit": l.Label(), "algorithm": l.Algorithm.String(),
-						"count": l.Count, "effective_count": v.Limits()[i].Count, "window_seconds": l.Window.Seconds()})
+					lim := map[string]any{"plan": v.Plan(), "limit": l.Label(), "algorithm": l.Algorithm.String(),
+						"count": l.Count, "effective_count": v.Limits()[i].Count, "window_seconds": l.Window.Seconds()}
+					if b := l.EffectiveBurst(); b > 0 {
+						lim["burst"] = b
+					}
+					if l.MaxDelay > 0 {
+						lim["max_delay_seconds"] = l.MaxDelay.Seconds()
+					}
+					limits = append(limits, lim)
 				}
 			}
 			pol := map[string]any{"name": e.policyName(i), "limits": limits, "shadow": p.Shadow(), "plans": p.Plans(),
