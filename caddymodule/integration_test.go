@@ -498,14 +498,22 @@ func TestCaddyClientIPTrustedProxies(t *testing.T) {
 	if resp, _ := loose.Get("/", "X-API-Key", "k"); resp.StatusCode != 200 {
 		t.Errorf("after the refused load: %d, want the old config still serving", resp.StatusCode)
 	}
+	validateRefuses(t, loose, body, `policy \"per-client\": keyed on the client address`) // in a JSON log line
+}
+
+// validateRefuses runs `caddy validate` on c's Caddyfile with body, which
+// must fail saying want; it returns the Caddyfile's path.
+func validateRefuses(t *testing.T, c *caddyproc.Caddy, body, want string) string {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "Caddyfile")
-	if err := os.WriteFile(file, []byte(loose.Caddyfile(body)), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(c.Caddyfile(body)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(caddyproc.Binary(t), "validate", "--config", file, "--adapter", "caddyfile").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), `policy \"per-client\": keyed on the client address`) { // in a JSON log line
-		t.Errorf("caddy validate: %v %s, want the refusal", err, out)
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("caddy validate: %v %s, want a refusal saying %s", err, out, want)
 	}
+	return file
 }
 
 // TestTwoCaddiesShareRedis: two Caddy processes on one redis-server enforce
@@ -810,14 +818,7 @@ func TestCaddyUnknownPlaceholdersRefused(t *testing.T) {
 	if resp, _ := c.Get("/", "X-Tenant", "c"); resp.StatusCode != 200 {
 		t.Errorf("after the refused load: %d, want the old config serving", resp.StatusCode)
 	}
-	file := filepath.Join(t.TempDir(), "Caddyfile")
-	if err := os.WriteFile(file, []byte(c.Caddyfile(refused)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(caddyproc.Binary(t), "validate", "--config", file, "--adapter", "caddyfile").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), `{no_such_placeholder} is not a placeholder a request fills`) {
-		t.Errorf("caddy validate: %v %s, want the refusal", err, out)
-	}
+	file := validateRefuses(t, c, refused, `{no_such_placeholder} is not a placeholder a request fills`)
 	// The same config as JSON, its key "{nope}".
 	adapted, err := exec.Command(caddyproc.Binary(t), "adapt", "--config", file, "--adapter", "caddyfile").Output()
 	if err != nil {

@@ -331,17 +331,7 @@ func TestAdaptiveJudgesTimeToFirstByte(t *testing.T) {
 // the responses its charge prices (here 401s), and the charged response's
 // headers already show what it left.
 func TestChargeAfterResponse(t *testing.T) {
-	l := algo.Limit{Count: 2, Window: time.Hour, Algorithm: algo.SlidingLog, AfterResponse: true}
-	p := core.MustPolicy("login", core.PolicyOptions{}, l)
-	rc, err := (&spec.Charge{Status: []string{"401"}}).Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, memory.MustNew(memory.Options{})), Charge: rc}},
-		Headers: headers.Options{Style: headers.XRateLimit}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mw, p := chargedMiddleware(t, "login", 2, spec.Charge{Status: []string{"401"}})
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("password") != "right" {
 			w.WriteHeader(http.StatusUnauthorized)
@@ -372,17 +362,7 @@ func TestChargeAfterResponse(t *testing.T) {
 // headers show it; the lines of a repeated cost header read as one field,
 // however it is split; a number too large to hold takes the whole count.
 func TestChargeReportedCost(t *testing.T) {
-	l := algo.Limit{Count: 1000, Window: time.Hour, Algorithm: algo.SlidingLog, AfterResponse: true}
-	p := core.MustPolicy("tokens", core.PolicyOptions{}, l)
-	rc, err := (&spec.Charge{CostHeader: "X-Usage", CostEntry: "total"}).Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, memory.MustNew(memory.Options{})), Charge: rc}},
-		Headers: headers.Options{Style: headers.XRateLimit}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mw, _ := chargedMiddleware(t, "tokens", 1000, spec.Charge{CostHeader: "X-Usage", CostEntry: "total"})
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, line := range r.URL.Query()["usage"] {
 			w.Header().Add("X-Usage", line)
@@ -407,4 +387,23 @@ func TestChargeReportedCost(t *testing.T) {
 			t.Errorf("%s: %d, remaining %q; want %d and %s", tc.query, resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"), tc.status, tc.left)
 		}
 	}
+}
+
+// chargedMiddleware is middleware with one policy, name, of count an hour
+// (a sliding log) charged after the response as charge says, with
+// X-RateLimit headers, on a memory store.
+func chargedMiddleware(t *testing.T, name string, count int64, charge spec.Charge) (func(http.Handler) http.Handler, *core.Policy) {
+	t.Helper()
+	l := algo.Limit{Count: count, Window: time.Hour, Algorithm: algo.SlidingLog, AfterResponse: true}
+	p := core.MustPolicy(name, core.PolicyOptions{}, l)
+	rc, err := charge.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, memory.MustNew(memory.Options{})), Charge: rc}},
+		Headers: headers.Options{Style: headers.XRateLimit}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw, p
 }

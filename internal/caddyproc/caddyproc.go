@@ -4,7 +4,6 @@
 package caddyproc
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/reporoot"
 )
 
 // Binary returns the Caddy to test: $TOLLGATE_CADDY, else bin/caddy at the
@@ -31,7 +31,7 @@ func Binary(t testing.TB) string {
 	if p := os.Getenv("TOLLGATE_CADDY"); p != "" {
 		return p
 	}
-	root, err := repoRoot()
+	root, err := reporoot.Dir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,23 +44,6 @@ func Binary(t testing.TB) string {
 		t.Skip(msg)
 	}
 	return p
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/tollgate/tollgate\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no tollgate go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // Pid is the Caddy process's id.

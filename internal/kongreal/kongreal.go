@@ -14,7 +14,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,6 +29,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/reporoot"
 )
 
 // T is what the package needs of a test: *testing.T and *testing.B
@@ -121,24 +121,8 @@ func PluginDir(t T) string {
 	return binDir
 }
 
-// RepoRoot is the directory of tollgate's go.mod above the working
-// directory.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/tollgate/tollgate\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no tollgate go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
+// RepoRoot is the checkout's root (reporoot.Dir).
+func RepoRoot() (string, error) { return reporoot.Dir() }
 
 // DocPrefix and DocBinDir are the prefix and the install directory the
 // kong.conf lines in docs/kong.md are written for; the tests put their own
