@@ -44,6 +44,9 @@ type route struct {
 	deny   bool           // one key over its limit: every request denied
 }
 
+// floorDir holds the floor plugin server's binary.
+var floorDir string
+
 // sample is one route's figures in one round.
 type sample struct {
 	rps, p50, p99         float64 // req/s, ms, ms
@@ -95,6 +98,11 @@ func main() {
 	}
 	r.Cleanup(rds.Stop)
 	redis := rds.KongRecord()
+	// The floor: a go-pdk plugin server that decides nothing (internal/kongfloor).
+	floorDir = r.TempDir()
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(floorDir, "kongfloor"), "./internal/kongfloor").CombinedOutput(); err != nil {
+		log.Fatalf("building the floor plugin: %v\n%s", err, out)
+	}
 	big := map[string]any{"minute": 1e9, "limit_by": "header", "header_name": "X-Key"}
 	with := func(m map[string]any, kv ...any) map[string]any {
 		out := map[string]any{}
@@ -115,6 +123,8 @@ func main() {
 		{name: "tollgate-response, local", path: "/tgr-local", plugin: map[string]any{"name": "tollgate-response", "config": big}},
 		{name: "kong rate-limiting, denying", path: "/krl-deny", deny: true, plugin: map[string]any{"name": "rate-limiting", "config": with(big, "minute", 1)}},
 		{name: "tollgate, denying", path: "/tg-deny", deny: true, plugin: map[string]any{"name": "tollgate", "config": with(big, "minute", 1)}},
+		{name: "floor: a Go plugin event, no PDK call", path: "/floor-event", plugin: map[string]any{"name": "kongfloor", "config": map[string]any{"no_calls": true}}},
+		{name: "floor: the event and tollgate's 2 PDK calls", path: "/floor-calls", plugin: map[string]any{"name": "kongfloor", "config": map[string]any{}}},
 	}
 	d := kongreal.NewDeclarative("/probe-bench")
 	for i, rt := range routes {
@@ -128,7 +138,8 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	k := kongreal.Start(r, kongreal.Options{Declarative: string(file), Workers: *workers, Extra: []string{"log_level = notice", "proxy_access_log = off"}})
+	k := kongreal.Start(r, kongreal.Options{Declarative: string(file), Workers: *workers, Extra: []string{"log_level = notice", "proxy_access_log = off"},
+		Servers: map[string]string{"kongfloor": filepath.Join(floorDir, "kongfloor")}})
 	k.MustLoad(d)
 	bin := kongreal.PluginDir(r)
 	for _, rt := range routes {
@@ -172,11 +183,19 @@ func main() {
 	fmt.Printf("vs kong-rate-limiting allowed-redis %s\n", ratio(routes[4], routes[2]))
 	fmt.Printf("vs kong-rate-limiting denied-local %s\n", ratio(routes[7], routes[6]))
 	fmt.Printf("vs tollgate-allowed denied-local %s\n", ratio(routes[7], routes[3]))
+	fmt.Printf("vs floor allowed-local %s\n", ratio(routes[3], routes[9]))
+	cpuOf := func(rt *route) float64 {
+		return median(samples[rt], func(x sample) float64 { return x.kongUS + x.pluginUS })
+	}
+	fmt.Printf("\na Go plugin event costs %.0f µs of CPU (Kong's workers and the plugin server; the floor's event less no plugin), a PDK call %.0f µs (tollgate's 2 calls less the bare event, halved)\n",
+		cpuOf(routes[8])-cpuOf(routes[0]), (cpuOf(routes[9])-cpuOf(routes[8]))/2)
 }
 
 // measure runs wrk on one route and reads the CPU its processes spent.
 func measure(k *kongreal.Kong, bin string, redisPid int, rt *route, d time.Duration) sample {
 	workers, plugins := k.Processes(bin)
+	_, floor := k.Processes(floorDir)
+	plugins = append(plugins, floor...)
 	before := [3]float64{cpu(workers), cpu(plugins), cpu([]int{redisPid})}
 	out, err := exec.Command("wrk", "-t2", "-c16", "-d"+d.String(), "--latency", "-H", "X-Key: "+key(rt), k.ProxyURL+rt.path).CombinedOutput()
 	if err != nil {

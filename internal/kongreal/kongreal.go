@@ -230,6 +230,10 @@ type Options struct {
 	Prefix string
 	// Extra are further kong.conf lines.
 	Extra []string
+	// Servers registers more Go plugin servers beside tollgate's: a
+	// command's path by the plugin name Kong knows it under (its file's
+	// name), started with -kong-prefix and queried with -dump.
+	Servers map[string]string
 	// Env gives a plugin server environment variables ("NAME=value"),
 	// by its command's name: its start_cmd runs it under /usr/bin/env, as
 	// docs/kong.md shows for the operators' socket.
@@ -245,6 +249,7 @@ type Kong struct {
 	// Prefix is Kong's prefix: logs/error.log, the plugin servers' sockets.
 	Prefix string
 	conf   string
+	extra  []string // the names of Options.Servers
 	cmd    *exec.Cmd
 	done   chan struct{}
 	t      T
@@ -309,7 +314,19 @@ func Start(t T, opts Options) *Kong {
 				line = start + "/usr/bin/env " + strings.Join(env, " ") + " " + rest
 			}
 		}
+		for name := range opts.Servers {
+			for _, key := range []string{"plugins = ", "pluginserver_names = "} {
+				if strings.HasPrefix(line, key) {
+					line += "," + name
+				}
+			}
+		}
 		conf = append(conf, line)
+	}
+	for name, cmd := range opts.Servers {
+		k.extra = append(k.extra, name)
+		n := strings.ReplaceAll(name, "-", "_")
+		conf = append(conf, "pluginserver_"+n+"_start_cmd = "+cmd+" -kong-prefix "+prefix, "pluginserver_"+n+"_query_cmd = "+cmd+" -dump")
 	}
 	conf = append(conf, opts.Extra...)
 	if err := os.WriteFile(k.conf, []byte(strings.Join(conf, "\n")+"\n"), 0o644); err != nil {
@@ -354,7 +371,7 @@ func (k *Kong) waitReady() {
 		} else {
 			resp.Body.Close()
 		}
-		for _, c := range Commands {
+		for _, c := range append(slices.Clone(Commands), k.extra...) {
 			if fi, err := os.Stat(filepath.Join(k.Prefix, c+".socket")); err != nil || fi.Mode()&os.ModeSocket == 0 {
 				ready = false
 			}
