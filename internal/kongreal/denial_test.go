@@ -3,6 +3,7 @@
 package kongreal
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -32,14 +33,19 @@ func TestKongDenialFloodLogsNothing(t *testing.T) {
 		}
 	}
 	// Kong copies a plugin server's output into its log as it reads it. A
-	// new config makes the next request start a new instance and close the
-	// old one, which go-pdk logs ("closed instance") after anything the
-	// flood made it write: once that line is in, the flood's lines are.
+	// new config makes the worker that served the flood start a new
+	// instance at its next request and close the old one, which go-pdk
+	// logs ("closed instance") after anything the flood made it write:
+	// once that line is in, the flood's lines are. Each worker keeps its
+	// own instances, so requests go on fresh connections (to either
+	// worker) until the one that served the flood takes one.
 	d = NewDeclarative("/probe-flood-2")
 	addPair(d, up, "flood", sides("flood", "rate-limiting", "tollgate"), map[string]any{"hour": 2, "limit_by": "ip"}, pairOpts{})
 	k.MustLoad(d)
-	k.Get("/flood/tollgate", "X-Forwarded-For: 198.51.100.81")
-	waitfor.True(t, 30*time.Second, "the plugin server's closed-instance line in Kong's log", func() bool {
+	marker := 0
+	waitfor.TrueEvery(t, 30*time.Second, 10*time.Millisecond, "the plugin server's closed-instance line in Kong's log", func() bool {
+		marker++
+		k.GetOnce("/flood/tollgate", fmt.Sprintf("X-Forwarded-For: 198.51.101.%d", marker%250))
 		return strings.Contains(strings.TrimPrefix(k.ErrorLog(), before), "closed instance")
 	})
 	logged := strings.TrimPrefix(k.ErrorLog(), before)
