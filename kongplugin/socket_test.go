@@ -252,7 +252,10 @@ func TestKongRefusedConfigs(t *testing.T) {
 // finds its counters in Redis.
 func TestKongRedisSharedAndFaults(t *testing.T) {
 	rs := redistest.StartT(t)
-	cfg := map[string]any{"minute": 10, "policy": "redis", "redis": withTimeout(rs.KongRecord(), 200), "limit_by": "ip"}
+	// Hour windows: the test's phases must share one window, and a minute's
+	// end fell between them once in CI.
+	cfg := map[string]any{"hour": 10, "policy": "redis", "redis": withTimeout(rs.KongRecord(), 200), "limit_by": "ip"}
+	waitfor.True(t, 40*time.Second, "not the last 30 s of an hour", func() bool { return time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)) > 30*time.Second })
 	node1, node2 := kongproc.Start(t), kongproc.Start(t)
 	c1, c2 := node1.Dial(), node2.Dial()
 	defer c1.Close()
@@ -290,9 +293,9 @@ func TestKongRedisSharedAndFaults(t *testing.T) {
 	}
 	defer func() { _ = rs.Signal(syscall.SIGCONT) }()
 	hung := withTimeout(rs.KongRecord(), 100)
-	tolerant := start(t, c1, map[string]any{"minute": 2, "policy": "redis", "redis": hung, "namespace": "tolerant"})
-	local := start(t, c1, map[string]any{"minute": 2, "policy": "redis", "redis": hung, "namespace": "local", "on_error": "local"})
-	strict := start(t, c2, map[string]any{"minute": 2, "policy": "redis", "fault_tolerant": false, "redis": hung, "namespace": "strict"})
+	tolerant := start(t, c1, map[string]any{"hour": 2, "policy": "redis", "redis": hung, "namespace": "tolerant"})
+	local := start(t, c1, map[string]any{"hour": 2, "policy": "redis", "redis": hung, "namespace": "local", "on_error": "local"})
+	strict := start(t, c2, map[string]any{"hour": 2, "policy": "redis", "fault_tolerant": false, "redis": hung, "namespace": "strict"})
 	for _, tc := range []struct {
 		id   int32
 		want string
