@@ -415,12 +415,6 @@ func answer(phase, method string, args []byte, req Request, res *Result) (proto.
 		return nil, fmt.Errorf("%s in the log phase: Kong runs it in a timer, where it raises \"API disabled in the current context\"", method)
 	}
 	switch method {
-	case "kong.response.get_header":
-		var name pb.String
-		if err := proto.Unmarshal(args, &name); err != nil {
-			return nil, err
-		}
-		return bridge.WrapString(req.ServiceHeaders.Get(name.V)), nil
 	case "kong.response.get_headers":
 		return bridge.WrapHeaders(req.ServiceHeaders)
 	case "kong.nginx.get_ctx":
@@ -450,7 +444,7 @@ func answer(phase, method string, args []byte, req Request, res *Result) (proto.
 		return &pb.Int{V: int32(req.Status)}, nil
 	case "kong.response.get_source":
 		return bridge.WrapString(req.Source), nil
-	case "kong.service.response.get_header":
+	case "kong.service.response.get_header", "kong.response.get_header": // the response is the upstream's
 		var name pb.String
 		if err := proto.Unmarshal(args, &name); err != nil {
 			return nil, err

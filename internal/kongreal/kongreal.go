@@ -168,7 +168,7 @@ func Registration(t T) []string {
 		switch key, value := m[1], m[2]; {
 		case key == "pluginserver_names":
 			for _, n := range strings.Split(value, ",") {
-				if n = strings.TrimSpace(n); !contains(names, n) {
+				if n = strings.TrimSpace(n); !slices.Contains(names, n) {
 					names = append(names, n)
 				}
 			}
@@ -193,12 +193,12 @@ func Registration(t T) []string {
 	}
 	for _, key := range order {
 		n := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(key, "pluginserver_"), "_start_cmd"), "_query_cmd")
-		if !contains(names, strings.ReplaceAll(n, "_", "-")) {
+		if !slices.Contains(names, strings.ReplaceAll(n, "_", "-")) {
 			t.Fatalf("docs/kong.md shows %s for a plugin server no pluginserver_names line registers", key)
 		}
 	}
 	for _, c := range Commands {
-		if !contains(names, c) {
+		if !slices.Contains(names, c) {
 			t.Fatalf("docs/kong.md does not register the plugin server %s", c)
 		}
 	}
@@ -207,15 +207,6 @@ func Registration(t T) []string {
 		lines = append(lines, key+" = "+cmds[key])
 	}
 	return lines
-}
-
-func contains(list []string, s string) bool {
-	for _, e := range list {
-		if e == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Options shape one Kong.
