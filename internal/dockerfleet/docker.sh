@@ -4,7 +4,8 @@
 # is reachable here). It installs what is missing (Debian's docker.io and
 # busybox-static, and Docker Compose v2 from the Go module proxy), starts
 # dockerd when none runs and stops only a dockerd it started, then runs
-# the fleet tests (fleet_test.go, build tag dockertest).
+# the fleet tests (build tag dockertest), after kongimage.sh has built a
+# Kong 3.9.3 image from ../shared/kong-real's tree.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -58,6 +59,9 @@ if ! docker compose version >/dev/null 2>&1; then
   rm -rf "$tmp"
 fi
 docker compose version
+
+# Kong 3.9.3 as an image (no registry serves kong:3.9 here).
+bash internal/dockerfleet/kongimage.sh
 
 $GO test -tags dockertest -count=1 -timeout 30m -v ./internal/dockerfleet/ 2>&1 \
   | grep -E '^(=== RUN|--- |\s+--- |ok|FAIL|PASS|panic)|_test.go:'
