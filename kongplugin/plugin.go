@@ -14,7 +14,6 @@ import (
 
 	"github.com/Kong/go-pdk"
 	"github.com/Kong/go-pdk/entities"
-	"github.com/Kong/go-pdk/server"
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/admin"
@@ -24,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/core/store"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongdeny"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
+	"github.com/tollgate/tollgate/kongplugin/internal/pluginserver"
 )
 
 // Version is the plugin's version, reported to Kong: tollgate's release.
@@ -40,9 +40,9 @@ const Priority = 910
 // socket ("": none).
 func Serve(v Variant, adminSocket string) error {
 	variant = v
-	newConfig := func() any { return &Config{} } // go-pdk's constructor
+	newConfig := func() any { return &Config{} } // an instance's config
 	return schemas[v].Main(kongschema.Info{Version: Version, Priority: Priority, Phases: v.phases()},
-		func() error { return server.StartServer(newConfig, Version, Priority) }, KeysTarget, adminSocket)
+		func() error { return pluginserver.ListenAndServe(newConfig) }, KeysTarget, adminSocket)
 }
 
 // instance is a validated config, ready for requests.

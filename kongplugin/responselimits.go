@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/Kong/go-pdk"
-	"github.com/Kong/go-pdk/server"
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
@@ -21,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/core/store"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
+	"github.com/tollgate/tollgate/kongplugin/internal/pluginserver"
 )
 
 // ResponseLimitsPriority runs tollgate-response-ratelimiting where Kong runs
@@ -47,9 +47,9 @@ var responseLimitsSchema = kongschema.MustParse(responseLimitsJSON)
 // spent resource, and charges the rest. With -dump it prints the plugin's
 // info and schema; with `keys` it is the operators' command.
 func ServeResponseLimits(adminSocket string) error {
-	newConfig := func() any { return &ResponseLimitsConfig{} } // go-pdk's constructor
+	newConfig := func() any { return &ResponseLimitsConfig{} } // an instance's config
 	return responseLimitsSchema.Main(kongschema.Info{Version: Version, Priority: ResponseLimitsPriority, Phases: []string{"access", "response"}},
-		func() error { return server.StartServer(newConfig, Version, ResponseLimitsPriority) }, ResponseLimitsKeysTarget, adminSocket)
+		func() error { return pluginserver.ListenAndServe(newConfig) }, ResponseLimitsKeysTarget, adminSocket)
 }
 
 // ResponseLimitsConfig is tollgate-response-ratelimiting's config as Kong

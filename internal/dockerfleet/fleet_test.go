@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
@@ -110,10 +111,23 @@ func build(t testing.TB) {
 	dir := filepath.Join(root, "bin", "docker")
 	static := []string{"CGO_ENABLED=0"}
 	began := time.Now()
-	run(t, static, "go", "tool", "xcaddy", "build", "v2.11.9", "--output", filepath.Join(dir, "caddy", "usr", "bin", "caddy"),
-		"--with", "github.com/tollgate/tollgate@v0.0.0="+root)
-	run(t, static, "go", "build", "-o", filepath.Join(dir, "plugin", "usr", "local", "bin", "tollgate"), "./kongplugin/cmd/tollgate")
-	t.Logf("static builds: %s", time.Since(began).Round(time.Second))
+	// README's own install commands, as written but for where they put
+	// the binaries, statically (CGO_ENABLED=0) for the empty images.
+	xcaddy := readmeCommand(t, "go tool xcaddy build ")
+	xcaddy = strings.ReplaceAll(xcaddy, "$(pwd)", root)
+	run(t, static, "sh", "-c", xcaddy+" --output "+filepath.Join(dir, "caddy", "usr", "bin", "caddy"))
+	kong := readmeCommand(t, "CGO_ENABLED=0 go build -o /usr/local/bin/ ")
+	bin := filepath.Join(dir, "kong-plugins")
+	mkdir(t, bin)
+	run(t, nil, "sh", "-c", strings.Replace(kong, "/usr/local/bin/", bin+"/", 1))
+	for _, name := range []string{"tollgate", "tollgate-response", "tollgate-response-ratelimiting"} {
+		version := strings.TrimSpace(run(t, nil, filepath.Join(bin, name), "version"))
+		if !strings.Contains(version, core.Version) {
+			t.Fatalf("%s version (built by README's command): %q, want %s", name, version, core.Version)
+		}
+	}
+	copyFile(t, filepath.Join(bin, "tollgate"), filepath.Join(dir, "plugin", "usr", "local", "bin", "tollgate"))
+	t.Logf("static builds (README's commands): %s", time.Since(began).Round(time.Second))
 
 	// Caddy: its binary, busybox as wget, and the directories Caddy writes.
 	for _, d := range []string{"config", "data", "srv", "tmp", "etc/caddy"} {
@@ -151,6 +165,23 @@ CMD ["redis-server", "--protected-mode", "no"]
 	for image, context := range map[string]string{caddyImage: "caddy", redisImage: "redis", pluginImage: "plugin"} {
 		run(t, nil, "docker", "build", "-q", "-t", image, filepath.Join(dir, context))
 	}
+}
+
+// readmeCommand is README.md's shell line starting with prefix, without
+// its trailing comment.
+func readmeCommand(t testing.TB, prefix string) string {
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, prefix) {
+			line, _, _ = strings.Cut(line, " #")
+			return strings.TrimSpace(line)
+		}
+	}
+	t.Fatalf("README.md has no line starting %q", prefix)
+	return ""
 }
 
 // libraries lists the shared objects ldd says bin loads, the loader too.

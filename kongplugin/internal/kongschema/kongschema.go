@@ -21,7 +21,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"math"
 	"os"
 	"path/filepath"
@@ -32,7 +31,6 @@ import (
 
 	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
-	"github.com/tollgate/tollgate/kongplugin/internal/pdklog"
 )
 
 // Schema is a plugin's schema: fields (one "config" record for a plugin)
@@ -697,11 +695,8 @@ func (s *Schema) Main(info Info, serve func() error, target func([]byte) (keys.T
 			return target(config)
 		}))
 	}
-	flag.Parse() // go-pdk's flags are declared when its server package loads
+	flag.Parse() // the plugin server's flags (pluginserver)
 	if f := flag.Lookup("dump"); f == nil || f.Value.String() != "true" {
-		// Kong ends the connection of every denial mid-event; go-pdk
-		// would log each (pdklog).
-		log.SetOutput(pdklog.New(os.Stderr))
 		if err := admin.ServeSocket(adminSocket); err != nil {
 			return err
 		}

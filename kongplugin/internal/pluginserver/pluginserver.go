@@ -1,0 +1,288 @@
+// Package pluginserver serves Kong's plugin-server protocol (ProtoBuf:1,
+// kong/include/kong/pluginsocket.proto; Kong's side is
+// kong/runloop/plugin_servers/rpc/pb_rpc.lua) for the tollgate plugin
+// servers, with go-pdk's PDK for the calls back into Kong.
+//
+// It replaces go-pdk's own server loop for one reason: speed inside Kong.
+// go-pdk writes every frame as two writes (its length, then its bytes),
+// so one PDK call costs four writes and Kong's worker may wake for each.
+// Here a connection's writes are buffered until it next reads, so a PDK
+// call, or an event's end and its reply, reach Kong in one write, and a
+// frame is read from a buffer, not in two reads.
+package pluginserver
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/Kong/go-pdk"
+	"github.com/Kong/go-pdk/server/kong_plugin_protocol"
+	"google.golang.org/protobuf/proto"
+)
+
+// maxFrame bounds a frame's length (bytes): Kong's largest are an
+// instance's config and a response body it hands back.
+const maxFrame = 64 << 20
+
+// Handlers are the phases a config answers, by the names Kong gives its
+// events; a config implements any of them.
+type (
+	accesser  interface{ Access(*pdk.PDK) }
+	responser interface{ Response(*pdk.PDK) }
+	logger    interface{ Log(*pdk.PDK) }
+	rewriter  interface{ Rewrite(*pdk.PDK) }
+)
+
+// Server keeps the plugin's instances (one per plugin config Kong starts)
+// and answers Kong's calls on every connection.
+type Server struct {
+	newConfig func() any // a config to decode an instance's JSON into
+
+	mu        sync.RWMutex
+	instances map[int32]*instance
+}
+
+type instance struct {
+	id       int32
+	started  time.Time
+	handlers map[string]func(*pdk.PDK)
+}
+
+// New returns a server whose instances decode their config into what
+// newConfig returns (a pointer to the plugin's config type).
+func New(newConfig func() any) *Server {
+	return &Server{newConfig: newConfig, instances: map[int32]*instance{}}
+}
+
+// Listen opens the Unix socket Kong connects to, <prefix>/<name>.socket
+// (Kong's prefix, where Kong looks for it), replacing a stale one.
+func Listen(prefix, name string) (net.Listener, error) {
+	path := filepath.Join(prefix, name+".socket")
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("removing the old socket: %w", err)
+	}
+	return net.Listen("unix", path)
+}
+
+// Serve answers every connection l accepts until l fails.
+func (s *Server) Serve(l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		go s.serveConn(c)
+	}
+}
+
+// conn buffers a connection's writes until it next reads (or the event
+// ends), and its reads.
+type conn struct {
+	net.Conn
+	r *bufio.Reader
+	w *bufio.Writer
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	if c.w.Buffered() > 0 {
+		if err := c.w.Flush(); err != nil {
+			return 0, err
+		}
+	}
+	return c.r.Read(p)
+}
+
+func (c *conn) Write(p []byte) (int, error) { return c.w.Write(p) }
+
+// serveConn answers one connection's calls in turn until Kong closes it.
+// An error ends the connection without a word: Kong ends connections
+// mid-event (after a plugin's kong.response.exit), and an event for an
+// instance this process does not have is answered by closing, which Kong
+// takes as a sign to start the instance again (pb_rpc.lua, handle_event).
+func (s *Server) serveConn(nc net.Conn) {
+	defer nc.Close()
+	c := &conn{Conn: nc, r: bufio.NewReaderSize(nc, 4096), w: bufio.NewWriterSize(nc, 4096)}
+	for {
+		frame, err := readFrame(c.r)
+		if err != nil {
+			return
+		}
+		var call kong_plugin_protocol.RpcCall
+		if err := proto.Unmarshal(frame, &call); err != nil {
+			return
+		}
+		reply, err := s.handle(c, &call)
+		if err != nil {
+			if _, starting := call.Call.(*kong_plugin_protocol.RpcCall_CmdStartInstance); starting {
+				log.Printf("starting an instance: %v", err) // once per config Kong sends
+			}
+			return
+		}
+		var out []byte
+		if reply != nil {
+			if out, err = proto.Marshal(reply); err != nil {
+				return
+			}
+		}
+		if writeFrame(c.w, out) != nil || c.w.Flush() != nil {
+			return
+		}
+	}
+}
+
+// handle answers one call; a nil reply is an empty frame.
+func (s *Server) handle(c *conn, call *kong_plugin_protocol.RpcCall) (*kong_plugin_protocol.RpcReturn, error) {
+	switch m := call.Call.(type) {
+	case *kong_plugin_protocol.RpcCall_CmdHandleEvent:
+		s.mu.RLock()
+		inst := s.instances[m.CmdHandleEvent.InstanceId]
+		s.mu.RUnlock()
+		if inst == nil {
+			return nil, fmt.Errorf("no plugin instance %d", m.CmdHandleEvent.InstanceId)
+		}
+		h := inst.handlers[m.CmdHandleEvent.EventName]
+		if h == nil {
+			return nil, fmt.Errorf("instance %d has no %s phase", inst.id, m.CmdHandleEvent.EventName)
+		}
+		h(pdk.Init(c))
+		// The bridge loop's end: an empty method name, before the reply.
+		if err := writeFrame(c.w, nil); err != nil {
+			return nil, err
+		}
+		return &kong_plugin_protocol.RpcReturn{Sequence: call.Sequence}, nil
+	case *kong_plugin_protocol.RpcCall_CmdStartInstance:
+		inst, err := s.start(m.CmdStartInstance.Config)
+		if err != nil {
+			return nil, err
+		}
+		return status(call.Sequence, m.CmdStartInstance.Name, inst), nil
+	case *kong_plugin_protocol.RpcCall_CmdGetInstanceStatus:
+		s.mu.RLock()
+		inst := s.instances[m.CmdGetInstanceStatus.InstanceId]
+		s.mu.RUnlock()
+		if inst == nil {
+			return nil, fmt.Errorf("no plugin instance %d", m.CmdGetInstanceStatus.InstanceId)
+		}
+		return status(call.Sequence, "", inst), nil
+	case *kong_plugin_protocol.RpcCall_CmdCloseInstance:
+		s.mu.Lock()
+		inst := s.instances[m.CmdCloseInstance.InstanceId]
+		delete(s.instances, m.CmdCloseInstance.InstanceId)
+		s.mu.Unlock()
+		if inst == nil {
+			return nil, fmt.Errorf("no plugin instance %d", m.CmdCloseInstance.InstanceId)
+		}
+		log.Printf("closed instance %d", inst.id) // a config Kong no longer runs
+		return status(call.Sequence, "", inst), nil
+	case *kong_plugin_protocol.RpcCall_CmdGetPluginNames, *kong_plugin_protocol.RpcCall_CmdGetPluginInfo:
+		return nil, nil // Kong reads these from the query command (-dump)
+	default:
+		return nil, fmt.Errorf("unknown call %T", m)
+	}
+}
+
+// start decodes an instance's config and keeps it under Kong's sequence
+// number for that config (__seq__), or a free random id without one.
+func (s *Server) start(raw []byte) (*instance, error) {
+	var meta struct {
+		Seq int32 `json:"__seq__"`
+	}
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return nil, err
+	}
+	config := s.newConfig()
+	if err := json.Unmarshal(raw, config); err != nil {
+		return nil, err // the config's own error; Kong logs the closed connection
+	}
+	inst := &instance{started: time.Now(), handlers: map[string]func(*pdk.PDK){}}
+	if h, ok := config.(accesser); ok {
+		inst.handlers["access"] = h.Access
+	}
+	if h, ok := config.(responser); ok {
+		inst.handlers["response"] = h.Response
+	}
+	if h, ok := config.(logger); ok {
+		inst.handlers["log"] = h.Log
+	}
+	if h, ok := config.(rewriter); ok {
+		inst.handlers["rewrite"] = h.Rewrite
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inst.id = meta.Seq
+	for inst.id == 0 || (meta.Seq == 0 && s.instances[inst.id] != nil) {
+		inst.id = rand.Int32()
+	}
+	s.instances[inst.id] = inst
+	return inst, nil
+}
+
+func status(seq int64, name string, inst *instance) *kong_plugin_protocol.RpcReturn {
+	return &kong_plugin_protocol.RpcReturn{Sequence: seq, Return: &kong_plugin_protocol.RpcReturn_InstanceStatus{
+		InstanceStatus: &kong_plugin_protocol.InstanceStatus{Name: name, InstanceId: inst.id, StartedAt: inst.started.Unix()},
+	}}
+}
+
+// readFrame reads one frame: its length (4 bytes, little-endian), then
+// its bytes.
+func readFrame(r *bufio.Reader) ([]byte, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return nil, err
+	}
+	size := binary.LittleEndian.Uint32(n[:])
+	if size > maxFrame {
+		return nil, fmt.Errorf("a frame of %d bytes", size)
+	}
+	b := make([]byte, size)
+	_, err := io.ReadFull(r, b)
+	return b, err
+}
+
+// writeFrame buffers one frame.
+func writeFrame(w *bufio.Writer, b []byte) error {
+	var n [4]byte
+	binary.LittleEndian.PutUint32(n[:], uint32(len(b)))
+	if _, err := w.Write(n[:]); err != nil {
+		return err
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+// The command line Kong starts a plugin server with (go-pdk's flags, so
+// a kong.conf written for any go-pdk server works): -kong-prefix is
+// Kong's prefix, where Kong looks for the socket; -dump asks for the
+// plugin's info and schema (Kong's query command).
+var (
+	kongPrefix = flag.String("kong-prefix", "/usr/local/kong", "Kong's prefix, where Kong looks for this plugin server's socket")
+	_          = flag.Bool("dump", false, "print the plugin's info and schema, as Kong's query command reads them")
+)
+
+// ListenAndServe serves the plugin whose configs newConfig makes on
+// <kong-prefix>/<executable's name>.socket, after flag.Parse.
+func ListenAndServe(newConfig func() any) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	l, err := Listen(*kongPrefix, filepath.Base(exe))
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	log.Printf("listening on %s", l.Addr())
+	return New(newConfig).Serve(l)
+}
