@@ -8,7 +8,11 @@ GO        ?= go
 FUZZTIME  ?= 5s
 PKGS      := ./...
 CADDY_VERSION := v2.11.9
-# staticcheck, pinned (make test runs it beside go vet).
+# staticcheck, pinned (make test runs it beside go vet). It loads every
+# package's export data through `go list -export`: with GOFLAGS=-race that
+# is the race build go vet -race has just compiled, where a plain build
+# compiled Caddy's whole tree a second time (about 5 of a cold make test's
+# minutes).
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # What bin/caddy is built from: rebuilt when any of it changes (the Lua
 # scripts are embedded in core).
@@ -39,15 +43,13 @@ bin/caddy-race: $(CADDY_SRC)
 	  $(GO) tool xcaddy build $(CADDY_VERSION) --output $@ --with github.com/tollgate/tollgate@v0.0.0=$(CURDIR)
 
 # unit runs last: its final line counts every test of every package as
-# "N passed, N failed, N skipped". The planted-bug runs use both cores from
-# the start; bin/caddy-race (mostly resolving modules, cold) and the
-# adaptive benchmark's short form (a simulation on a virtual clock, so
-# sharing the cores cannot change its figures) run beside them.
-# bin/caddy-race is named first: named after mutants, GNU make started
-# the planted bugs only once adaptive-short ended (35 s late, cold),
-# whatever -j.
+# "N passed, N failed, N skipped". bin/caddy-race (mostly resolving
+# modules, cold) and the adaptive benchmark's short form (a simulation on a
+# virtual clock) run side by side first. The planted bugs are `make
+# mutants`, which CI runs after make test: they relink a test binary per
+# bug, six minutes of a cold machine.
 test: vet fmt
-	$(MAKE) --no-print-directory -j3 bin/caddy-race mutants adaptive-short
+	$(MAKE) --no-print-directory -j2 bin/caddy-race adaptive-short
 	$(MAKE) --no-print-directory unit
 
 # Instructions per decision under valgrind's callgrind, tollgate against
@@ -97,8 +99,9 @@ vet:
 	$(GO) vet -race -tags dockertest ./internal/dockerfleet/
 	$(GO) vet -race -tags kongreal ./internal/kongreal/
 	cd bench && $(GO) vet -race ./...
-	$(GO) run $(STATICCHECK) -tags kongreal,dockertest ./...
-	cd bench && $(GO) run $(STATICCHECK) ./...
+	GOBIN=$(CURDIR)/bin $(GO) install $(STATICCHECK)
+	GOFLAGS=-race bin/staticcheck -tags kongreal,dockertest ./...
+	cd bench && GOFLAGS=-race ../bin/staticcheck ./...
 
 # gofmt -l prints files that need formatting; any output fails the build.
 fmt:

@@ -12,8 +12,8 @@
 # build cache; -race, as make test builds everything, so a cold run compiles
 # nothing twice; -vet=off, since a planted bug is not code to vet (make
 # test vets the tree itself). Each mutant's test binary is linked once and
-# run for both trace sets. Two mutants run at a time (their builds are
-# mostly serial).
+# run for both trace sets. Three mutants run at a time: a run mostly waits
+# on its test's servers starting, while another mutant builds.
 set -u
 root=$(git rev-parse --show-toplevel)
 here=$root/core/store/storetest/mutants
@@ -68,6 +68,6 @@ export -f plant
 export root work
 
 survived=0
-printf '%s\0' "$here"/*.patch | xargs -0 -n1 -P2 bash -c 'plant "$0"' || survived=1
+printf '%s\0' "$here"/*.patch | xargs -0 -n1 -P3 bash -c 'plant "$0"' || survived=1
 rm -rf "$work"
 exit $survived
