@@ -18,7 +18,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # scripts are embedded in core).
 CADDY_SRC := $(shell find core caddymodule \( -name '*.go' ! -name '*_test.go' -o -name '*.lua' \)) tollgate.go go.mod go.sum
 
-.PHONY: test kong-test kong vet fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong bench-kong-socket adaptive adaptive-short adaptive-fleet chaos plots run clean deps monitoring docker-test bench-instructions
+.PHONY: test kong-test kong vet govet staticcheck fmt acl unit fuzz fuzz-short mutants bench bench-core bench-caddy bench-kong bench-kong-socket adaptive adaptive-short adaptive-fleet chaos plots run clean deps monitoring docker-test bench-instructions
 
 # Caddy with tollgate on the memory store, serving Caddyfile.example on
 # http://localhost:8080 (admin API on localhost:2019).
@@ -43,13 +43,15 @@ bin/caddy-race: $(CADDY_SRC)
 	  $(GO) tool xcaddy build $(CADDY_VERSION) --output $@ --with github.com/tollgate/tollgate@v0.0.0=$(CURDIR)
 
 # unit runs last: its final line counts every test of every package as
-# "N passed, N failed, N skipped". bin/caddy-race (mostly resolving
-# modules, cold) and the adaptive benchmark's short form (a simulation on a
-# virtual clock) run side by side first. The planted bugs are `make
+# "N passed, N failed, N skipped". Before it, once go vet -race has
+# compiled the tree, staticcheck (which reads that build), bin/caddy-race
+# (mostly resolving modules, cold) and the adaptive benchmark's short form
+# (a simulation on a virtual clock) run side by side. The planted bugs are `make
 # mutants`, which CI runs after make test: they relink a test binary per
 # bug, six minutes of a cold machine.
-test: vet fmt
-	$(MAKE) --no-print-directory -j2 bin/caddy-race adaptive-short
+test: fmt
+	$(MAKE) --no-print-directory govet
+	$(MAKE) --no-print-directory -j3 staticcheck bin/caddy-race adaptive-short
 	$(MAKE) --no-print-directory unit
 
 # Instructions per decision under valgrind's callgrind, tollgate against
@@ -93,12 +95,17 @@ acl: deps
 
 # -race compiles the dependencies as the unit tests will, so the two share
 # the build cache (a cold make test compiles Caddy's tree once for both).
-vet:
+vet: govet
+	$(MAKE) --no-print-directory staticcheck
+
+govet:
 	$(GO) vet -race $(PKGS)
 	$(GO) vet -race -tags tollgate_testclock ./core/store/
 	$(GO) vet -race -tags dockertest ./internal/dockerfleet/
 	$(GO) vet -race -tags kongreal ./internal/kongreal/
 	cd bench && $(GO) vet -race ./...
+
+staticcheck:
 	GOBIN=$(CURDIR)/bin $(GO) install $(STATICCHECK)
 	GOFLAGS=-race bin/staticcheck -tags kongreal,dockertest ./...
 	cd bench && GOFLAGS=-race ../bin/staticcheck ./...
