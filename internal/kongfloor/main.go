@@ -1,7 +1,8 @@
 // Command kongfloor is the floor tollgate's Kong plugin is measured
 // against (kongplugin's BenchmarkVsFloor, and in real Kong make
-// bench-kong): the same go-pdk plugin server, making the same PDK calls
-// tollgate makes for an allowed request keyed on the client IP
+// bench-kong): go-pdk's own plugin server, as any Go plugin has it
+// (tollgate serves Kong with kongplugin/internal/pluginserver), making the
+// PDK calls tollgate makes for an allowed request keyed on the client IP
 // (kong.client.get_forwarded_ip, then one kong.response.set_headers with
 // Kong's five rate-limit headers of the same sizes), and deciding nothing;
 // with `no_calls: true` it makes none, so an event's own cost shows.
