@@ -84,7 +84,7 @@ kong-test: kong
 # and builds Docker Compose v2 from the Go module proxy when `docker
 # compose` is missing. CI runs it after make test.
 docker-test: deps
-	bash internal/dockerfleet/docker.sh
+	KONG_REAL=$(KONG_REAL) bash internal/dockerfleet/docker.sh
 
 # The Redis stores' suites alone, connected as tollgate's least-privilege
 # Redis user (core/store/redis/acl) on standalone, Sentinel and Cluster:
