@@ -138,7 +138,7 @@ func start(t *testing.T) (*countingListener, func() *kong) {
 
 // TestEventInTwoWrites: an access event with one PDK call reaches Kong in
 // two writes, the call's two frames in one and the event's end and reply
-// in the other (go-pdk's server and bridge write each frame as two: six).
+// in the other (go-pdk's server and bridge write each of the four frames as two).
 // Kong's instance id is its __seq__, and the instance answers every
 // connection.
 func TestEventInTwoWrites(t *testing.T) {
