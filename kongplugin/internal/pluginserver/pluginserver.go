@@ -146,11 +146,9 @@ func (s *Server) serveConn(nc net.Conn) {
 func (s *Server) handle(c *conn, call *kong_plugin_protocol.RpcCall) (*kong_plugin_protocol.RpcReturn, error) {
 	switch m := call.Call.(type) {
 	case *kong_plugin_protocol.RpcCall_CmdHandleEvent:
-		s.mu.RLock()
-		inst := s.instances[m.CmdHandleEvent.InstanceId]
-		s.mu.RUnlock()
-		if inst == nil {
-			return nil, fmt.Errorf("no plugin instance %d", m.CmdHandleEvent.InstanceId)
+		inst, err := s.lookup(m.CmdHandleEvent.InstanceId)
+		if err != nil {
+			return nil, err
 		}
 		h := inst.handlers[m.CmdHandleEvent.EventName]
 		if h == nil {
@@ -169,11 +167,9 @@ func (s *Server) handle(c *conn, call *kong_plugin_protocol.RpcCall) (*kong_plug
 		}
 		return status(call.Sequence, m.CmdStartInstance.Name, inst), nil
 	case *kong_plugin_protocol.RpcCall_CmdGetInstanceStatus:
-		s.mu.RLock()
-		inst := s.instances[m.CmdGetInstanceStatus.InstanceId]
-		s.mu.RUnlock()
-		if inst == nil {
-			return nil, fmt.Errorf("no plugin instance %d", m.CmdGetInstanceStatus.InstanceId)
+		inst, err := s.lookup(m.CmdGetInstanceStatus.InstanceId)
+		if err != nil {
+			return nil, err
 		}
 		return status(call.Sequence, "", inst), nil
 	case *kong_plugin_protocol.RpcCall_CmdCloseInstance:
@@ -191,6 +187,16 @@ func (s *Server) handle(c *conn, call *kong_plugin_protocol.RpcCall) (*kong_plug
 	default:
 		return nil, fmt.Errorf("unknown call %T", m)
 	}
+}
+
+// lookup returns the instance Kong started as id.
+func (s *Server) lookup(id int32) (*instance, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if inst := s.instances[id]; inst != nil {
+		return inst, nil
+	}
+	return nil, fmt.Errorf("no plugin instance %d", id)
 }
 
 // start decodes an instance's config and keeps it under Kong's sequence
