@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -163,6 +164,40 @@ func (s *Server) ConnectedClients() (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("redis %s: INFO clients has no connected_clients", s.Addr)
+}
+
+// CommandsProcessed is how many commands s has processed (INFO stats,
+// total_commands_processed), counting the INFO that asks, which it sends
+// on a connection of its own with no handshake: no other command.
+func (s *Server) CommandsProcessed() (int64, error) {
+	c, err := net.DialTimeout("tcp", s.Addr, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("*2\r\n$4\r\nINFO\r\n$5\r\nstats\r\n")); err != nil {
+		return 0, err
+	}
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	size, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if err != nil {
+		return 0, fmt.Errorf("redis %s: INFO answered %q", s.Addr, head)
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("redis %s: INFO stats has no total_commands_processed", s.Addr)
 }
 
 // StartT starts a server for test t in its temporary directory and stops

@@ -79,6 +79,11 @@ type entry struct {
 	pending  []pending    // what this node counted and has not pushed
 	lastUsed int64
 	viewed   bool // a sync read the fleet's counts of its windows
+	// touched is set by a decision and cleared by the sync that reads the
+	// entry: a key no request has touched since the last sync costs the
+	// shared store nothing (its view is refreshed at the sync after its
+	// next request, the same one-interval staleness a new key has).
+	touched bool
 }
 
 // pending is units this node counted in one window of one limit.
@@ -192,6 +197,7 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 	}
 	now = max(now, ent.lastUsed)
 	ent.lastUsed = now
+	ent.touched = true
 	// Count what each step function counted: a committed request's cost,
 	// a charge's cost even past the limit, nothing for a check or a denial.
 	var before [core.MaxLimits]algo.State
@@ -288,9 +294,11 @@ type slot struct {
 }
 
 // Sync pushes every pending count to the shared store and reads back the
-// fleet's counts of the windows the local states count, in one round trip.
-// Entries idle past their policy's idle time with nothing pending are
-// dropped.
+// fleet's counts of the windows the local states count, in one round trip,
+// for the keys a decision touched since the last sync: an idle key costs
+// the shared store nothing, so a sync's cost grows with the keys in use,
+// not with the keys held. Entries idle past their policy's idle time with
+// nothing pending are dropped.
 func (e *Store) Sync(ctx context.Context) error {
 	e.syncMu.Lock()
 	defer e.syncMu.Unlock()
@@ -303,6 +311,10 @@ func (e *Store) Sync(ctx context.Context) error {
 			e.remove(k, ent)
 			continue
 		}
+		if !ent.touched && len(ent.pending) == 0 {
+			continue
+		}
+		ent.touched = false
 		at := func(limit int, start int64) *core.SharedCount {
 			s := slot{ent, limit, start}
 			if i, ok := index[s]; ok {
@@ -324,8 +336,7 @@ func (e *Store) Sync(ctx context.Context) error {
 			}
 		}
 	}
-	if len(work) == 0 {
-		e.syncErr = nil
+	if len(work) == 0 { // nothing to push or read: Redis is not asked, and syncErr stands
 		e.mu.Unlock()
 		e.syncs.Add(1)
 		return nil
@@ -335,8 +346,10 @@ func (e *Store) Sync(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err != nil {
-		// Nothing reached the fleet: keep the counts for the next sync.
+		// Nothing reached the fleet: keep the counts, and the keys to read,
+		// for the next sync.
 		for s, i := range index {
+			s.ent.touched = true
 			if work[i].Add > 0 {
 				s.ent.add(s.limit, s.start, work[i].Add)
 			}

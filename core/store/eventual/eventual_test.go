@@ -188,11 +188,16 @@ func TestEventualOnErrorForKeysWithoutAView(t *testing.T) {
 			t.Fatal(err)
 		}
 		rs.Stop()
+		// A sync reads only keys used since the last one: a request
+		// makes the next sync reach Redis.
+		if err := e.Decide(ctx, p, "known", 1, &d); err != nil || !d.Allowed {
+			t.Fatalf("%s: known key: %v %+v", onError, err, d)
+		}
 		if err := e.Sync(ctx); err == nil {
 			t.Fatalf("%s: a sync with Redis stopped succeeded", onError)
 		}
-		if err := e.Decide(ctx, p, "known", 1, &d); err != nil || !d.Allowed || d.Fallback || d.Remaining != 8 {
-			t.Errorf("%s: a key with a view while syncs fail: %v %+v, want decided locally (8 left)", onError, err, d)
+		if err := e.Decide(ctx, p, "known", 1, &d); err != nil || !d.Allowed || d.Fallback || d.Remaining != 7 {
+			t.Errorf("%s: a key with a view while syncs fail: %v %+v, want decided locally (7 left)", onError, err, d)
 		}
 		err = e.Decide(ctx, p, "new", 1, &d)
 		switch onError {
@@ -220,5 +225,74 @@ func TestEventualOnErrorForKeysWithoutAView(t *testing.T) {
 		}
 		e.Close()
 		shared.Close()
+	}
+}
+
+// An idle key costs Redis nothing: once a sync has pushed and read what a
+// request counted, syncs with no traffic send Redis no command, whether
+// the node holds 10, 1,000 or 100,000 keys, and a sync after traffic
+// reads only the keys that traffic touched. Counted as Redis counts them
+// (INFO's total_commands_processed, less the INFO calls themselves).
+func TestEventualIdleKeysCostNothing(t *testing.T) {
+	rs := redistest.StartT(t)
+	commands := func() int64 {
+		t.Helper()
+		n, err := rs.CommandsProcessed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, keys := range []int{10, 1_000, 100_000} {
+		t.Run(fmt.Sprint(keys, " keys"), func(t *testing.T) {
+			// The first sync pushes every key in one pipeline: 100,000 keys
+			// take longer than the default timeout of a decision.
+			s, err := redis.New(redis.Options{Settings: redis.Settings{Addrs: []string{rs.Addr}, Prefix: fmt.Sprintf("idle%d:", keys), Timeout: algo.Duration(time.Minute)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			clock := &core.ManualClock{Micros: 1_700_006_400_000_000}
+			e, err := New(s, Options{Manual: true, Clock: clock, MaxKeys: 2 * keys})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { e.Close(); s.Close() })
+			p := core.MustPolicy("idle", core.PolicyOptions{}, algo.Limit{Count: 100, Window: time.Hour, Algorithm: algo.FixedWindow})
+			ctx := context.Background()
+			var d core.Decision
+			for i := 0; i < keys; i++ {
+				if err := e.Decide(ctx, p, fmt.Sprint("k", i), 1, &d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := e.Sync(ctx); err != nil { // pushes and reads every key once
+				t.Fatal(err)
+			}
+			before := commands()
+			for i := 0; i < 5; i++ {
+				clock.Micros += time.Second.Microseconds()
+				if err := e.Sync(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if idle := commands() - before - 1; idle != 0 { // the second INFO is the one command
+				t.Errorf("5 syncs of %d idle keys sent Redis %d commands, want 0", keys, idle)
+			}
+			// Traffic on 3 keys: the next sync reads those, in one round trip.
+			for i := 0; i < 3; i++ {
+				_ = e.Decide(ctx, p, fmt.Sprint("k", i), 1, &d)
+			}
+			before = commands()
+			if err := e.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// Each touched key's window: INCRBY and PEXPIRE, in one pipeline.
+			if busy := commands() - before - 1; busy != 6 {
+				t.Errorf("a sync after traffic on 3 of %d keys sent Redis %d commands, want 6 (INCRBY and PEXPIRE of each)", keys, busy)
+			}
+			if err := e.Inspect(ctx, p, "k5", &d); err != nil || d.Remaining != 99 {
+				t.Errorf("an idle key's count after the idle syncs: remaining %d (%v), want 99", d.Remaining, err)
+			}
+		})
 	}
 }
