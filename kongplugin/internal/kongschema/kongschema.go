@@ -695,7 +695,26 @@ func (s *Schema) Main(info Info, serve func() error, target func([]byte) (keys.T
 			return target(config)
 		}))
 	}
-	flag.Parse() // the plugin server's flags (pluginserver)
+	name := filepath.Base(os.Args[0])
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), `usage:
+  %[1]s [-kong-prefix DIR]   serve Kong's plugin protocol on DIR/%[1]s.socket (Kong starts it so)
+  %[1]s -dump                print the plugin's info and schema (Kong's query command)
+  %[1]s version              print the version
+  %[1]s keys ...             read or reset a key's usage (%[1]s keys -h)
+
+flags:
+`, name)
+		flag.PrintDefaults()
+	}
+	flag.Parse() // the plugin server's flags (pluginserver); a bad flag exits 2
+	if flag.NArg() > 0 {
+		// A word it does not know (dump, key) must not start a server:
+		// it would take the socket of the one Kong runs.
+		fmt.Fprintf(flag.CommandLine.Output(), "%s: unknown subcommand or argument %q\n", name, flag.Arg(0))
+		flag.Usage()
+		os.Exit(2)
+	}
 	if f := flag.Lookup("dump"); f == nil || f.Value.String() != "true" {
 		if err := admin.ServeSocket(adminSocket); err != nil {
 			return err
