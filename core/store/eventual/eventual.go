@@ -185,6 +185,9 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 	// count.
 	if siblings := e.byName[entryKey{p.Name(), key}]; len(siblings) > 1 {
 		e.refresh(ent, siblings)
+		for _, sib := range siblings {
+			sib.touched = true // the next sync reads every view of the key (see refresh)
+		}
 	}
 	if !ent.viewed && e.syncErr != nil && e.opts.OnError != core.OnErrorLocal {
 		// No count of the fleet's, and no way to get one now.
