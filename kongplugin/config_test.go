@@ -193,9 +193,9 @@ func TestPDKTestEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Allowed requests only: go-pdk's test environment lacks
-	// kong.nginx.get_var, which a denial calls for Kong's request id (real
-	// Kong has it; TestKongDenialFollowsAccept covers denials over the
-	// plugin socket).
+	// kong.nginx.set_ctx, with which a denial asks Kong for its delayed
+	// response (TestKongDenialIsDelayed covers denials over the plugin
+	// socket, internal/kongreal in real Kong).
 	for i, want := range []int{200, 200} {
 		env, err := test.New(t, test.Request{Method: "GET", Url: "http://example.com/x"})
 		if err != nil {

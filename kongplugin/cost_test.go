@@ -55,6 +55,7 @@ func TestKongEventsAndCallsPerRequest(t *testing.T) {
 		{"`adaptive`, `limit_by: ip`", kongproc.ResponsePackage, map[string]any{"minute": 100, "limit_by": "ip", "algorithm": "gcra", "adaptive": map[string]any{"enabled": true}},
 			kongproc.Request{ForwardedIP: "192.0.2.1", Status: 200, Source: "service", UpstreamTime: "0.012"}, false},
 		{"`limit_by: ip` on tollgate-response", kongproc.ResponsePackage, map[string]any{"minute": 100, "limit_by": "ip"}, kongproc.Request{ForwardedIP: "192.0.2.1"}, false},
+		{"`limit_by: ip`, denied, on tollgate-response", kongproc.ResponsePackage, map[string]any{"minute": 1, "limit_by": "ip"}, kongproc.Request{ForwardedIP: "192.0.2.1", Status: 429, Source: "exit"}, true},
 		{"`penalty`, `limit_by: ip`", kongproc.PluginPackage, map[string]any{"minute": 100, "limit_by": "ip", "penalty": map[string]any{"denials": 3, "within": 600, "duration": 3600}},
 			kongproc.Request{ForwardedIP: "192.0.2.1"}, false},
 		{"`reserve`, `limit_by: ip`", kongproc.PluginPackage, map[string]any{"minute": 100, "limit_by": "ip", "reserve": map[string]any{"share": 0.2, "level": 1, "priority_header": "X-Priority"}},
@@ -111,11 +112,16 @@ func TestKongEventsAndCallsPerRequest(t *testing.T) {
 				events++
 				calls = append(calls, res.Calls...)
 				if res.Exited {
-					c = servers[row.pkg].Dial() // exit ends the connection, as in Kong
+					if phase == "access" && (!res.Delayed || len(res.Calls) > 2) {
+						t.Errorf("%s: a denial in the access phase: delayed %v, %d PDK calls %v; want a delayed response in at most two (the key's and set_ctx)", row.what, res.Delayed, len(res.Calls), res.Calls)
+					}
+					if !res.Delayed {
+						c = servers[row.pkg].Dial() // kong.response.exit ends the connection, as in Kong
+					}
 					if phase == "access" && row.pkg == kongproc.ResponseLimitsPackage {
 						return events, calls // an exit in access: Kong does not proxy, no response phase
 					}
-					break // Kong's exit ends the access phase; the log phase still follows
+					// Kong's log phase still follows an exit.
 				}
 			}
 			return events, calls

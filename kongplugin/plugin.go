@@ -8,7 +8,6 @@ import (
 	"context"
 	"log"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,7 +20,6 @@ import (
 	"github.com/tollgate/tollgate/core/headers"
 	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store"
-	"github.com/tollgate/tollgate/kongplugin/internal/kongdeny"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
 	"github.com/tollgate/tollgate/kongplugin/internal/pluginserver"
 )
@@ -101,9 +99,17 @@ func openGate(plugin string, sc store.Config, name, scope string, cfg gate.Confi
 	return g, err
 }
 
-// Access decides the request in Kong's access phase: headers on the way
-// through, or kong.response.exit with error_code and error_message.
+// Access is AccessEvent for go-pdk's server (and its test environment),
+// which knows no event end: a denial's call is made as any other.
 func (c *Config) Access(kong *pdk.PDK) {
+	var ev pluginserver.Event
+	c.AccessEvent(kong, &ev)
+	_ = ev.Flush(kong)
+}
+
+// AccessEvent decides the request in Kong's access phase: headers on the
+// way through, or Kong's denial with error_code and error_message (deny).
+func (c *Config) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 	inst := c.compiled // set by UnmarshalJSON: go-pdk decodes every config
 	g, err := inst.gateOrErr()
 	var outcome gate.Outcome
@@ -121,14 +127,14 @@ func (c *Config) Access(kong *pdk.PDK) {
 		// The store would not open, or failed with fault_tolerant false
 		// (logged once when it started failing): Kong's rate-limiting then
 		// raises a Lua error, which Kong's error handler answers.
-		fail(kong)
+		fail(ev)
 		return
 	}
 	headers := map[string][]string{}
 	g.Headers(&outcome, func(name, value string) { headers[name] = []string{value} })
 	if !outcome.Passes() {
 		inst.sampler.Log(&outcome, inst.scope, log.Printf) // log_denials lines a second at most
-		deny(kong, g.Status(), inst.ErrorMessage, headers)
+		deny(ev, g.Status(), inst.ErrorMessage, headers)
 		return
 	}
 	if len(headers) > 0 {
@@ -182,7 +188,18 @@ func (c *Config) Log(kong *pdk.PDK) {
 	// ngx.ctx (KONG_WAITING_TIME, milliseconds; kong.log.serialize's
 	// latencies.proxy).
 	waited, _ := kong.Nginx.GetCtxFloat("KONG_WAITING_TIME")
-	inst.policy.Adaptive().Observe(kongdeny.UpstreamStatus(source, status), time.Duration(max(0, waited)*float64(time.Millisecond)))
+	inst.policy.Adaptive().Observe(upstreamStatus(source, status), time.Duration(max(0, waited)*float64(time.Millisecond)))
+}
+
+// upstreamStatus is the status an adaptive policy observes for a response
+// Kong's PDK reports with source ("service" or "error") and status: 0 (no
+// answer: a timeout or refusal) when Kong made an error response below 500
+// itself.
+func upstreamStatus(source string, status int) int {
+	if source == "error" && status < 500 {
+		return 0
+	}
+	return status
 }
 
 // chargeResponse charges the response its cost (Kong's status, and the
@@ -272,29 +289,36 @@ func planOf(kong *pdk.PDK, inst *instance, consumer *entities.Consumer) string {
 }
 
 // fail ends a request with a 500 as Kong does when its rate-limiting
-// raises an error (Redis down, fault_tolerant false): kong.response.error's
-// "An unexpected error occurred", in the format the Accept header asks
-// for, JSON without one (seen in real Kong 3.9.3,
-// TestKongRedisDownSideBySide), gRPC's terms for gRPC over HTTP/2.
-func fail(kong *pdk.PDK) {
-	deny(kong, http.StatusInternalServerError, "An unexpected error occurred", map[string][]string{})
+// raises an error (Redis down, fault_tolerant false): Kong's plugin
+// iterator answers a plugin's error with a delayed 500 "An unexpected error
+// occurred" (kong/init.lua, execute_collecting_plugins_iterator), which
+// kong.response.error renders in the format the Accept header asks for.
+func fail(ev *pluginserver.Event) {
+	deny(ev, http.StatusInternalServerError, "An unexpected error occurred", nil)
 }
 
-// deny ends a denied request as kong.response.error does (kongdeny.Render).
-func deny(kong *pdk.PDK, status int, message string, headers map[string][]string) {
-	ct, _ := kong.Request.GetHeader("Content-Type")
-	if strings.HasPrefix(ct, "application/grpc") {
-		// kong.response.error answers in gRPC's terms only over HTTP/2
-		// (kong/pdk/response.lua, is_grpc_request); over HTTP/1.1 such a
-		// request gets the body its Accept asks for.
-		if v, err := kong.Request.GetHttpVersion(); err != nil || v != 2 {
-			ct = ""
-		}
+// delayedResponse is the ngx.ctx field Kong's access phase reads after
+// each plugin: once set, Kong runs no further plugin's access handler and
+// answers with kong.response.error(status_code, content.message, headers)
+// (kong/init.lua, flush_delayed_response). It is what kong.response.exit
+// itself sets in the access phase, but set from a plugin server it lets
+// the event end normally: Kong reads the reply and keeps the connection,
+// where kong.response.exit ends the request's Lua thread inside the RPC
+// call and with it the connection.
+const delayedResponse = "delayed_response"
+
+// deny ends a request in Kong's access phase with status, message and
+// headers, rendered by Kong as its own plugins' denials are (body by
+// Accept, the request id, gRPC's terms over HTTP/2): one PDK call, sent
+// with the event's end.
+func deny(ev *pluginserver.Event, status int, message string, headers map[string][]string) {
+	h := make(map[string]any, len(headers))
+	for name, values := range headers {
+		h[name] = values[0] // the gate sets one value per header
 	}
-	body := kongdeny.Render(status, message, ct, func() (accept, requestID string) {
-		accept, _ = kong.Request.GetHeader("Accept")
-		requestID, _ = kong.Nginx.GetVar("kong_request_id")
-		return accept, requestID
-	}, func(name, value string) { headers[name] = []string{value} })
-	kong.Response.Exit(status, []byte(body), headers)
+	_ = ev.SetCtxAtEnd(delayedResponse, map[string]any{
+		"status_code": status,
+		"content":     map[string]any{"message": message},
+		"headers":     h,
+	})
 }

@@ -182,12 +182,20 @@ func (u *usageSeen) Decided(rule int, d *core.Decision, err error, _ time.Durati
 // some period when the request arrived (Kong: a remaining of 0 or less).
 func spent(d *core.Decision) bool { return d.Policy != nil && (!d.Allowed || d.Shadowed) }
 
+// Access is AccessEvent for go-pdk's server (and its test environment),
+// which knows no event end: a denial's call is made as any other.
+func (c *ResponseLimitsConfig) Access(kong *pdk.PDK) {
+	var ev pluginserver.Event
+	c.AccessEvent(kong, &ev)
+	_ = ev.Flush(kong)
+}
+
 // Access reads each resource's usage as Kong's response-ratelimiting's
 // access.lua does: X-RateLimit-Remaining-<resource> (the least any
 // period has left) on the response, and with block_on_first_violation a
 // 429 in Kong's words ("API rate limit exceeded for '<resource>'") once a
 // resource is spent. Nothing is charged here.
-func (c *ResponseLimitsConfig) Access(kong *pdk.PDK) {
+func (c *ResponseLimitsConfig) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 	rl := c.compiled
 	g, err := rl.gateOrErr()
 	seen := make([]core.Decision, len(rl.resources))
@@ -198,11 +206,11 @@ func (c *ResponseLimitsConfig) Access(kong *pdk.PDK) {
 		err = g.Decide(context.Background(), req, &outcome)
 	}
 	if err != nil {
-		fail(kong) // the store would not open, or failed with fault_tolerant false
+		fail(ev) // the store would not open, or failed with fault_tolerant false
 		return
 	}
 	if !outcome.Passes() {
-		deny(kong, 429, "API rate limit exceeded for '"+outcome.Decision.Policy.Name()+"'", map[string][]string{})
+		deny(ev, 429, "API rate limit exceeded for '"+outcome.Decision.Policy.Name()+"'", nil)
 		return
 	}
 	if !rl.HideClientHeaders {

@@ -118,8 +118,7 @@ func (n *rrlNode) call(id int32, req kongproc.Request, usage ...string) rrlResul
 		n.t.Fatalf("access: %v", err)
 	}
 	out := rrlResult{headers: res.Headers.Clone(), events: 1, calls: res.Calls}
-	if res.Exited {
-		n.c = n.srv.Dial() // kong.response.exit ends the connection, as in Kong
+	if res.Exited { // a delayed response: the event ended, the connection stays
 		out.status, out.body = res.Status, res.Body
 		return out
 	}
@@ -144,7 +143,7 @@ func (n *rrlNode) call(id int32, req kongproc.Request, usage ...string) rrlResul
 	}
 	out.status = 200
 	if res.Exited {
-		n.c = n.srv.Dial()
+		n.c = n.srv.Dial() // kong.response.exit in the response phase ends the connection, as in Kong
 		out.status, out.body = res.Status, res.Body
 	}
 	return out

@@ -320,10 +320,22 @@ type Request struct {
 
 // Result is what the plugin did with a request.
 type Result struct {
-	// Exited is true when the plugin called kong.response.exit.
+	// Exited is true when the plugin ended the request: it called
+	// kong.response.exit, or set ngx.ctx.delayed_response in the access
+	// phase (kong.nginx.set_ctx), which Kong answers after the event.
 	Exited bool
 	Status int
-	Body   string
+	// Body is what the plugin sent with kong.response.exit, or for a
+	// delayed response the body kong.response.error renders when the
+	// request has no Accept header (Kong's JSON template with the message
+	// and RequestID). The formats Accept and gRPC choose are Kong's own
+	// code: internal/kongreal checks them in real Kong.
+	Body string
+	// Message is a delayed response's content.message.
+	Message string
+	// Delayed is true when the answer is a delayed response: the event
+	// ended normally and the connection stays open.
+	Delayed bool
 	// Headers are the response headers it set (or exited with).
 	Headers http.Header
 	// Logs are its kong.log.* lines.
@@ -376,6 +388,9 @@ func (c *Client) event(id int32, name string, req Request) (*Result, error) {
 			if _, err := readFrame(c.conn); err != nil {
 				c.drop()
 				return res, err
+			}
+			if res.Delayed {
+				flushDelayed(req, res)
 			}
 			return res, nil
 		}
@@ -519,6 +534,15 @@ func answer(phase, method string, args []byte, req Request, res *Result) (proto.
 			res.Headers[http.CanonicalHeaderKey(k)] = v
 		}
 		return nil, nil
+	case "kong.nginx.set_ctx":
+		var kv pb.KV
+		if err := proto.Unmarshal(args, &kv); err != nil {
+			return nil, err
+		}
+		if kv.K == "delayed_response" && phase == "access" {
+			return nil, delay(kv.V, res)
+		}
+		return nil, nil
 	case "kong.response.exit":
 		var ex pb.ExitArgs
 		if err := proto.Unmarshal(args, &ex); err != nil {
@@ -545,6 +569,49 @@ func answer(phase, method string, args []byte, req Request, res *Result) (proto.
 		return nil, nil
 	}
 	return nil, fmt.Errorf("the test's Kong does not implement PDK method %s", method)
+}
+
+// delay takes a delayed response as Kong's access phase does: Kong reads
+// ngx.ctx.delayed_response once the plugin's handler returns
+// (kong/init.lua, execute_collecting_plugins_iterator) and answers with
+// kong.response.error(status_code, content.message, headers)
+// (flush_delayed_response). A value Kong could not answer with fails the
+// test.
+func delay(v *structpb.Value, res *Result) error {
+	dr, ok := v.AsInterface().(map[string]any)
+	if !ok {
+		return fmt.Errorf("delayed_response %v: not a table", v.AsInterface())
+	}
+	status, ok := dr["status_code"].(float64)
+	if !ok || status < 400 || status > 599 || status != float64(int(status)) {
+		return fmt.Errorf("delayed_response status_code %v: kong.response.error takes 400 to 599", dr["status_code"])
+	}
+	if content, ok := dr["content"].(map[string]any); ok {
+		if res.Message, ok = content["message"].(string); !ok {
+			return fmt.Errorf("delayed_response content.message %v: not a string", content["message"])
+		}
+	}
+	if headers, ok := dr["headers"].(map[string]any); ok {
+		for k, v := range headers {
+			s, ok := v.(string)
+			if !ok {
+				return fmt.Errorf("delayed_response header %s: %v is not a string", k, v)
+			}
+			res.Headers.Set(k, s)
+		}
+	}
+	res.Delayed, res.Status = true, int(status)
+	return nil
+}
+
+// flushDelayed ends a request with its delayed response after the event,
+// as Kong's flush_delayed_response does, rendered as kong.response.error
+// renders a request without Accept: kong/tools/http.lua's JSON template,
+// into which Kong formats the message and request id unescaped.
+func flushDelayed(req Request, res *Result) {
+	res.Exited = true
+	res.Body = fmt.Sprintf("{\n  \"message\":\"%s\",\n  \"request_id\":\"%s\"\n}", res.Message, req.RequestID)
+	res.Headers.Set("Content-Type", "application/json; charset=utf-8")
 }
 
 func readFrame(r io.Reader) ([]byte, error) {

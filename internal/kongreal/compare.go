@@ -13,7 +13,8 @@ import (
 
 // Answer is what a client got from Kong: the status, the headers a rate
 // limiter writes (every X-RateLimit-*, RateLimit-*, Retry-After,
-// Content-Type and grpc-*), and the body with Kong's request ids masked.
+// Content-Type and grpc-*) and the X-Probe-* headers tests have other
+// plugins set, and the body with Kong's request ids masked.
 type Answer struct {
 	Status  int
 	Headers http.Header
@@ -24,11 +25,11 @@ type Answer struct {
 }
 
 // limiterHeader reports whether a response header is one a rate limiter
-// (or the denial it writes) sets.
+// (or the denial it writes) sets, or a test's probe.
 func limiterHeader(name string) bool {
 	n := strings.ToLower(name)
 	return strings.HasPrefix(n, "x-ratelimit-") || strings.HasPrefix(n, "ratelimit-") || n == "retry-after" ||
-		n == "content-type" || strings.HasPrefix(n, "grpc-")
+		n == "content-type" || strings.HasPrefix(n, "grpc-") || strings.HasPrefix(n, "x-probe-")
 }
 
 var requestID = regexp.MustCompile(`[0-9a-f]{32}`)

@@ -13,10 +13,8 @@ import (
 
 // TestKongDenialFloodLogsNothing: a flood of denials in real Kong, with
 // Kong logging at info (the plugin server's output lands in Kong's error
-// log at that level), writes no line: Kong ends the plugin server's
-// connection after every kong.response.exit, and go-pdk's server logged
-// each; tollgate's (kongplugin/internal/pluginserver) ends such a
-// connection without a word.
+// log at that level), writes no line, neither Kong's nor the plugin
+// server's: each denial is a delayed response the event returns normally.
 func TestKongDenialFloodLogsNothing(t *testing.T) {
 	up := StartUpstream(t)
 	k := Start(t, Options{Extra: realIP})
@@ -26,11 +24,23 @@ func TestKongDenialFloodLogsNothing(t *testing.T) {
 	before := k.ErrorLog()
 	const n = 300
 	for _, s := range sides("flood", "rate-limiting", "tollgate") {
+		denied := 0
 		for i := 0; i <= n; i++ {
 			a := k.Get(s.path, "X-Forwarded-For: 198.51.100.80")
-			if want := map[bool]int{true: 200, false: 429}[i == 0]; a.Status != want {
+			if a.Status == 429 {
+				denied++
+			}
+			want := map[bool]int{true: 200, false: 429}[i == 0]
+			// Kong's local policy counts in a timer after the request
+			// (kong/plugins/rate-limiting/handler.lua, timer_at(0,
+			// increment)), so on a loaded machine its next request may
+			// pass before the count lands; tollgate counts in the decision.
+			if a.Status != want && (s.plugin == "tollgate" || a.Status != 200) {
 				t.Fatalf("%s request %d: %s, want %d", s.path, i, a, want)
 			}
+		}
+		if denied < n-5 {
+			t.Fatalf("%s: %d of %d requests denied, want a flood of denials", s.path, denied, n)
 		}
 	}
 	// Kong copies a plugin server's output into its log as it reads it. A

@@ -222,10 +222,8 @@ func TestKongRateLimitingSideBySide(t *testing.T) {
 					if kong[6].Status != 429 || kong[6].Headers.Get("Grpc-Status") != "8" {
 						t.Errorf("Kong's own gRPC denial: %s, want 429 with grpc-status 8", kong[6])
 					}
-					// docs/kong.md: a denial's grpc-message is the
-					// error_message; Kong's is the status's name
-					// (kong/pdk/response.lua, GRPC_MESSAGES).
-					same(t, kong, tg, only(`Grpc-Message ["ResourceExhausted"] vs ["API rate limit exceeded"]`))
+					same(t, kong, tg, nil) // Kong renders both denials
+
 				})
 			})
 			t.Run("a gRPC content type over HTTP/1.1 is not gRPC", func(t *testing.T) {
@@ -255,6 +253,40 @@ func TestKongRateLimitingSideBySide(t *testing.T) {
 						kong, tg := interleave(k, s, 2, "", "X-Forwarded-For: 198.51.100.18", "Accept: "+accept)
 						same(t, kong[1:], tg[1:], nil)
 					}
+				})
+			})
+			t.Run("a custom code and a message with markup, by Accept", func(t *testing.T) {
+				scenario(t, map[string]any{"minute": 1, "limit_by": "ip", "error_code": 503, "error_message": `Too "many" <requests> & 100%`}, pairOpts{}, func(t *testing.T, s [2]side) {
+					for _, accept := range []string{"", "text/html", "application/xml", "text/plain"} {
+						kong, tg := interleave(k, s, 2, "", "X-Forwarded-For: 198.51.100.21", "Accept: "+accept)
+						same(t, kong[1:], tg[1:], nil)
+					}
+					kong, tg := interleaveWith(k.GetH2, s, 1, "", "Content-Type: application/grpc", "X-Forwarded-For: 198.51.100.21")
+					same(t, kong, tg, nil)
+				})
+			})
+			t.Run("beside other plugins", func(t *testing.T) {
+				// key-auth runs before (priority 1250); post-function after
+				// (-1000) in the access phase, skipped once a plugin has
+				// denied; response-transformer in the header filter, which
+				// Kong runs on a denial too.
+				after := []any{keyAuth,
+					map[string]any{"name": "post-function", "config": map[string]any{"access": []string{`kong.response.set_header("X-Probe-Post-Access", "ran")`}}},
+					map[string]any{"name": "response-transformer", "config": map[string]any{"add": map[string]any{"headers": []string{"X-Probe-Transformed:yes"}}}},
+				}
+				scenario(t, map[string]any{"minute": 2, "limit_by": "consumer"}, pairOpts{extra: after}, func(t *testing.T, s [2]side) {
+					kong, tg := interleave(k, s, 3, "", "apikey: bob-key")
+					if got := fmt.Sprint(statuses(kong)); got != "[200 200 429]" {
+						t.Fatalf("Kong's own plugin beside others: %s, want two 200s and a 429", got)
+					}
+					for i, a := range kong {
+						if ran := a.Headers.Get("X-Probe-Post-Access") != ""; ran != (a.Status == 200) || a.Headers.Get("X-Probe-Transformed") != "yes" {
+							t.Errorf("Kong's request %d: %s; want post-function's header only when allowed and response-transformer's always", i+1, a)
+						}
+					}
+					same(t, kong, tg, nil)
+					kong, tg = interleave(k, s, 1, "") // key-auth refuses first on both
+					same(t, kong, tg, nil)
 				})
 			})
 		})

@@ -24,12 +24,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/Kong/go-pdk"
 	"github.com/Kong/go-pdk/server/kong_plugin_protocol"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // maxFrame bounds a frame's length (bytes): Kong's largest are an
@@ -43,12 +46,53 @@ type (
 	responser interface{ Response(*pdk.PDK) }
 	logger    interface{ Log(*pdk.PDK) }
 	rewriter  interface{ Rewrite(*pdk.PDK) }
+	// closer is a config that holds something to give back when Kong
+	// closes its instance (CmdCloseInstance).
+	closer interface{ Close() }
+	// eventAccesser is an access handler that may leave a last call for
+	// the event's end (Event.SetCtxAtEnd); it is preferred to Access.
+	eventAccesser interface{ AccessEvent(*pdk.PDK, *Event) }
 )
+
+// Flush makes the call SetCtxAtEnd left as an ordinary PDK call, for a
+// handler run by a server that does not know Event (go-pdk's).
+func (e *Event) Flush(kong *pdk.PDK) error {
+	if e.endCtx == nil {
+		return nil
+	}
+	v := e.endCtx
+	e.endCtx = nil
+	return kong.Nginx.SetCtx(v.K, v.V.AsInterface())
+}
+
+// handler answers one event: its PDK, and what it leaves for the event's end.
+type handler func(*pdk.PDK, *Event)
+
+// Event is what an event's handler leaves for the event's end.
+type Event struct {
+	endCtx *kong_plugin_protocol.KV
+}
+
+// SetCtxAtEnd sets ngx.ctx[key] = value in Kong (the PDK's
+// kong.nginx.set_ctx) as the event's last call, sent with the event's end
+// in one write: the event does not wait for Kong's reply to it, which
+// the server reads and drops before the connection's next call. A second
+// call replaces the first.
+func (e *Event) SetCtxAtEnd(key string, value any) error {
+	v, err := structpb.NewValue(value)
+	if err != nil {
+		return err
+	}
+	e.endCtx = &kong_plugin_protocol.KV{K: key, V: v}
+	return nil
+}
 
 // Server keeps the plugin's instances (one per plugin config Kong starts)
 // and answers Kong's calls on every connection.
 type Server struct {
+	name      string     // the plugin's name, in log lines
 	newConfig func() any // a config to decode an instance's JSON into
+	panics    panicLog
 
 	mu        sync.RWMutex
 	instances map[int32]*instance
@@ -57,19 +101,28 @@ type Server struct {
 type instance struct {
 	id       int32
 	started  time.Time
-	handlers map[string]func(*pdk.PDK)
+	config   any
+	handlers map[string]handler
 }
 
-// New returns a server whose instances decode their config into what
-// newConfig returns (a pointer to the plugin's config type).
-func New(newConfig func() any) *Server {
-	return &Server{newConfig: newConfig, instances: map[int32]*instance{}}
+// New returns a server of the plugin name whose instances decode their
+// config into what newConfig returns (a pointer to the plugin's config
+// type).
+func New(name string, newConfig func() any) *Server {
+	return &Server{name: name, newConfig: newConfig, instances: map[int32]*instance{}}
 }
 
 // Listen opens the Unix socket Kong connects to, <prefix>/<name>.socket
-// (Kong's prefix, where Kong looks for it), replacing a stale one.
+// (Kong's prefix, where Kong looks for it), replacing a stale one. It
+// refuses to replace a socket another process answers on: that is a live
+// plugin server Kong is using (a second start by mistake would take its
+// requests, and leave a dead socket when it exits).
 func Listen(prefix, name string) (net.Listener, error) {
 	path := filepath.Join(prefix, name+".socket")
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("%s: another plugin server answers on this socket; not replacing it", path)
+	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("removing the old socket: %w", err)
 	}
@@ -93,6 +146,10 @@ type conn struct {
 	net.Conn
 	r *bufio.Reader
 	w *bufio.Writer
+	// unread counts the replies Kong owes to calls whose replies the
+	// server did not wait for (Event.SetCtxAtEnd): the next frames on the
+	// connection, dropped before its next call is read.
+	unread int
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -115,6 +172,11 @@ func (s *Server) serveConn(nc net.Conn) {
 	defer nc.Close()
 	c := &conn{Conn: nc, r: bufio.NewReaderSize(nc, 4096), w: bufio.NewWriterSize(nc, 4096)}
 	for {
+		for ; c.unread > 0; c.unread-- {
+			if _, err := readFrame(c.r); err != nil {
+				return
+			}
+		}
 		frame, err := readFrame(c.r)
 		if err != nil {
 			return
@@ -154,7 +216,23 @@ func (s *Server) handle(c *conn, call *kong_plugin_protocol.RpcCall) (*kong_plug
 		if h == nil {
 			return nil, fmt.Errorf("instance %d has no %s phase", inst.id, m.CmdHandleEvent.EventName)
 		}
-		h(pdk.Init(c))
+		ev, err := s.runEvent(h, c, inst, m.CmdHandleEvent.EventName)
+		if err != nil {
+			return nil, err
+		}
+		if ev.endCtx != nil {
+			args, err := proto.Marshal(ev.endCtx)
+			if err != nil {
+				return nil, err
+			}
+			if err := writeFrame(c.w, []byte("kong.nginx.set_ctx")); err != nil {
+				return nil, err
+			}
+			if err := writeFrame(c.w, args); err != nil {
+				return nil, err
+			}
+			c.unread++
+		}
 		// The bridge loop's end: an empty method name, before the reply.
 		if err := writeFrame(c.w, nil); err != nil {
 			return nil, err
@@ -179,6 +257,9 @@ func (s *Server) handle(c *conn, call *kong_plugin_protocol.RpcCall) (*kong_plug
 		s.mu.Unlock()
 		if inst == nil {
 			return nil, fmt.Errorf("no plugin instance %d", m.CmdCloseInstance.InstanceId)
+		}
+		if c, ok := inst.config.(closer); ok {
+			c.Close() // what the instance holds goes back
 		}
 		log.Printf("closed instance %d", inst.id) // a config Kong no longer runs
 		return status(call.Sequence, "", inst), nil
@@ -209,21 +290,24 @@ func (s *Server) start(raw []byte) (*instance, error) {
 		return nil, err
 	}
 	config := s.newConfig()
-	if err := json.Unmarshal(raw, config); err != nil {
+	if err := decode(raw, config); err != nil {
 		return nil, err // the config's own error; Kong logs the closed connection
 	}
-	inst := &instance{started: time.Now(), handlers: map[string]func(*pdk.PDK){}}
-	if h, ok := config.(accesser); ok {
-		inst.handlers["access"] = h.Access
+	inst := &instance{started: time.Now(), config: config, handlers: map[string]handler{}}
+	plain := func(h func(*pdk.PDK)) handler { return func(kong *pdk.PDK, _ *Event) { h(kong) } }
+	if h, ok := config.(eventAccesser); ok {
+		inst.handlers["access"] = h.AccessEvent
+	} else if h, ok := config.(accesser); ok {
+		inst.handlers["access"] = plain(h.Access)
 	}
 	if h, ok := config.(responser); ok {
-		inst.handlers["response"] = h.Response
+		inst.handlers["response"] = plain(h.Response)
 	}
 	if h, ok := config.(logger); ok {
-		inst.handlers["log"] = h.Log
+		inst.handlers["log"] = plain(h.Log)
 	}
 	if h, ok := config.(rewriter); ok {
-		inst.handlers["rewrite"] = h.Rewrite
+		inst.handlers["rewrite"] = plain(h.Rewrite)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -233,6 +317,96 @@ func (s *Server) start(raw []byte) (*instance, error) {
 	}
 	s.instances[inst.id] = inst
 	return inst, nil
+}
+
+// decode decodes an instance's config; a panic while compiling it is the
+// config's error, not the process's end.
+func decode(raw []byte, config any) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic while starting the instance: %v (at %s)", r, panicSite())
+		}
+	}()
+	return json.Unmarshal(raw, config)
+}
+
+// runEvent runs one event's handler. A panic costs that event alone: the
+// process, its counters and every other instance go on. As Kong answers a
+// Lua plugin's error in the access phase (kong/init.lua,
+// execute_collecting_plugins_iterator: kong.log.err, then a delayed 500
+// "An unexpected error occurred"), the panic is logged through
+// kong.log.err, so it shows at Kong's default log level with the request's
+// context, and an access event answers with that 500. The event then ends
+// normally: closing the connection instead would make Kong forget every
+// instance of the plugin and send the same event again
+// (rpc/pb_rpc.lua, handle_event), and a panic that every such request
+// meets would never end. Only when Kong cannot be told (the PDK calls
+// fail) is the connection closed and the panic written to the process's
+// log.
+func (s *Server) runEvent(h handler, c *conn, inst *instance, phase string) (ev *Event, err error) {
+	ev = &Event{}
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		ev.endCtx = nil // what the handler left is not its answer
+		line := fmt.Sprintf("%s: panic in the %s phase of instance %d: %v (at %s)", s.name, phase, inst.id, r, panicSite())
+		kong := pdk.Init(c)
+		if logged, ok := s.panics.admit(); ok {
+			if logged > 0 {
+				line += fmt.Sprintf("; %d more panics since the last line", logged)
+			}
+			err = kong.Log.Err(line)
+		}
+		if err == nil && phase == "access" {
+			err = ev.SetCtxAtEnd("delayed_response", map[string]any{
+				"status_code": 500, "content": map[string]any{"message": "An unexpected error occurred"},
+			})
+		}
+		if err != nil {
+			log.Print(line)
+		}
+	}()
+	h(pdk.Init(c), ev)
+	return ev, nil
+}
+
+// panicSite names the function and line that panicked, for a log line
+// of its own: called in a deferred recover, it skips the runtime's frames.
+func panicSite() string {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	for {
+		f, more := frames.Next()
+		if !strings.HasPrefix(f.Function, "runtime.") {
+			return fmt.Sprintf("%s %s:%d", f.Function, filepath.Base(f.File), f.Line)
+		}
+		if !more {
+			return "unknown"
+		}
+	}
+}
+
+// panicLog lets one panic line a second reach Kong's log; it counts the
+// rest, which the next line reports.
+type panicLog struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// admit reports whether a panic may be logged now, and how many were not
+// since the last line.
+func (p *panicLog) admit() (suppressed int, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now := time.Now(); now.Sub(p.last) >= time.Second {
+		p.last, suppressed, p.suppressed = now, p.suppressed, 0
+		return suppressed, true
+	}
+	p.suppressed++
+	return 0, false
 }
 
 func status(seq int64, name string, inst *instance) *kong_plugin_protocol.RpcReturn {
@@ -284,11 +458,12 @@ func ListenAndServe(newConfig func() any) error {
 	if err != nil {
 		return err
 	}
-	l, err := Listen(*kongPrefix, filepath.Base(exe))
+	name := filepath.Base(exe)
+	l, err := Listen(*kongPrefix, name)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
 	log.Printf("listening on %s", l.Addr())
-	return New(newConfig).Serve(l)
+	return New(name, newConfig).Serve(l)
 }

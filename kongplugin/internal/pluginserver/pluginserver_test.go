@@ -5,31 +5,47 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/Kong/go-pdk"
 	"github.com/Kong/go-pdk/server/kong_plugin_protocol"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // headerConfig reads one request header in its access phase, as an
 // allowed request's key is read.
+// Its header "!panic" makes it panic instead.
 type headerConfig struct {
 	Header string `json:"header"`
 	got    chan string
+	closed atomic.Bool
 }
 
 var lastConfig atomic.Pointer[headerConfig]
 
-func (c *headerConfig) Access(kong *pdk.PDK) {
+func (c *headerConfig) Close() { c.closed.Store(true) }
+
+// AccessEvent reads the header; a value "deny" leaves Kong a delayed 429
+// for the event's end.
+func (c *headerConfig) AccessEvent(kong *pdk.PDK, ev *Event) {
+	if c.Header == "!panic" {
+		var m map[string]int
+		m["planted"]++ // a nil map: a runtime panic
+	}
 	v, err := kong.Request.GetHeader(c.Header)
 	if err != nil {
 		v = "error: " + err.Error()
+	}
+	if v == "deny" {
+		_ = ev.SetCtxAtEnd("delayed_response", map[string]any{"status_code": 429})
 	}
 	c.got <- v
 }
@@ -118,7 +134,7 @@ func start(t *testing.T) (*countingListener, func() *kong) {
 		t.Fatal(err)
 	}
 	cl := &countingListener{Listener: l}
-	s := New(func() any {
+	s := New("tollgate-test", func() any {
 		c := &headerConfig{got: make(chan string, 1)}
 		lastConfig.Store(c)
 		return c
@@ -180,6 +196,49 @@ func TestEventInTwoWrites(t *testing.T) {
 	}
 }
 
+// TestDenialEndsInOneWrite: a handler's last call left for the event's
+// end (a denial's set_ctx) goes out with the end and the reply in one
+// write, Kong's reply to it is read and dropped, and the connection's
+// next event is served as usual.
+func TestDenialEndsInOneWrite(t *testing.T) {
+	l, dial := start(t)
+	k := dial()
+	k.call(1, &kong_plugin_protocol.CmdStartInstance{Name: "tollgate", Config: []byte(`{"header":"X-Key","__seq__":4}`)})
+	k.status()
+	cfg := lastConfig.Load()
+	for i, value := range []string{"deny", "client-1", "deny", "client-2"} {
+		before := l.writes.Load()
+		k.call(int64(10+i), &kong_plugin_protocol.CmdHandleEvent{InstanceId: 4, EventName: "access"})
+		k.mustFrame() // kong.request.get_header
+		k.mustFrame()
+		reply, _ := proto.Marshal(&kong_plugin_protocol.String{V: value})
+		k.send(reply)
+		if value == "deny" {
+			if method := string(k.mustFrame()); method != "kong.nginx.set_ctx" {
+				t.Fatalf("event %d: %q, want the end's set_ctx", i, method)
+			}
+			var kv kong_plugin_protocol.KV
+			if err := proto.Unmarshal(k.mustFrame(), &kv); err != nil || kv.K != "delayed_response" {
+				t.Fatalf("event %d: set_ctx %v (%v)", i, kv.K, err)
+			}
+			k.send(nil) // Kong's reply, which the server does not wait for
+		}
+		if end := k.mustFrame(); len(end) != 0 {
+			t.Fatalf("event %d: the end %q, want an empty frame", i, end)
+		}
+		var ret kong_plugin_protocol.RpcReturn
+		if err := proto.Unmarshal(k.mustFrame(), &ret); err != nil || ret.Sequence != int64(10+i) {
+			t.Fatalf("event %d: reply %v (%v)", i, &ret, err)
+		}
+		if got := l.writes.Load() - before; got != 2 {
+			t.Errorf("event %d (%s) took %d writes, want 2", i, value, got)
+		}
+		if v := <-cfg.got; v != value {
+			t.Errorf("event %d read %q, want %q", i, v, value)
+		}
+	}
+}
+
 // TestUnknownInstanceClosesTheConnection: an event for an instance this
 // process does not have (it restarted) is answered by closing the
 // connection, which Kong takes as the sign to start the instance again;
@@ -195,9 +254,13 @@ func TestUnknownInstanceClosesTheConnection(t *testing.T) {
 	k = dial()
 	k.call(2, &kong_plugin_protocol.CmdStartInstance{Name: "tollgate", Config: []byte(`{"header":"X-Key","__seq__":3}`)})
 	k.status()
+	cfg := lastConfig.Load()
 	k.call(3, &kong_plugin_protocol.CmdCloseInstance{InstanceId: 3})
 	if st := k.status(); st.GetInstanceId() != 3 {
 		t.Fatalf("close: %v, want instance 3", st)
+	}
+	if !cfg.closed.Load() {
+		t.Error("closing the instance did not close its config")
 	}
 	k.call(4, &kong_plugin_protocol.CmdHandleEvent{InstanceId: 3, EventName: "access"})
 	if _, err := k.frame(); !errors.Is(err, io.EOF) {
@@ -233,4 +296,103 @@ func TestEndedMidEventIsQuiet(t *testing.T) {
 	if logged.Len() > 0 {
 		t.Errorf("20 connections ended mid-event logged:\n%s", logged.String())
 	}
+}
+
+// TestPanicCostsOneEvent: a handler that panics costs its event alone.
+// Kong is told through kong.log.err (a line naming the plugin, the phase,
+// the instance, the panic and where), the access event answers with Kong's
+// delayed 500, and the event ends normally: the connection stays, and the
+// process and its other instances go on serving.
+func TestPanicCostsOneEvent(t *testing.T) {
+	_, dial := start(t)
+	k := dial()
+	k.call(1, &kong_plugin_protocol.CmdStartInstance{Name: "tollgate", Config: []byte(`{"header":"!panic","__seq__":8}`)})
+	k.status()
+	k.call(2, &kong_plugin_protocol.CmdStartInstance{Name: "tollgate", Config: []byte(`{"header":"X-Key","__seq__":9}`)})
+	k.status()
+	cfg := lastConfig.Load()
+	answer := func(want string) []byte {
+		t.Helper()
+		if method := string(k.mustFrame()); method != want {
+			t.Fatalf("PDK call %q, want %s", method, want)
+		}
+		args := k.mustFrame()
+		k.send(nil)
+		return args
+	}
+	for seq := int64(3); seq < 5; seq++ {
+		k.call(seq, &kong_plugin_protocol.CmdHandleEvent{InstanceId: 8, EventName: "access"})
+		var line structpb.ListValue
+		if seq == 3 {
+			if err := proto.Unmarshal(answer("kong.log.err"), &line); err != nil {
+				t.Fatal(err)
+			}
+			got := fmt.Sprint(line.AsSlice())
+			for _, want := range []string{"tollgate-test: panic in the access phase of instance 8", "assignment to entry in nil map", "headerConfig).AccessEvent pluginserver_test.go"} {
+				if !strings.Contains(got, want) {
+					t.Errorf("the panic's line %s lacks %q", got, want)
+				}
+			}
+		} // the second panic within a second is counted, not logged
+		var kv kong_plugin_protocol.KV
+		if err := proto.Unmarshal(answer("kong.nginx.set_ctx"), &kv); err != nil {
+			t.Fatal(err)
+		}
+		if dr := kv.V.GetStructValue().AsMap(); kv.K != "delayed_response" || dr["status_code"] != float64(500) {
+			t.Fatalf("set_ctx %s = %v, want Kong's delayed 500", kv.K, dr)
+		}
+		if end := k.mustFrame(); len(end) != 0 {
+			t.Fatalf("the event's end: %q, want an empty frame", end)
+		}
+		k.status()
+	}
+	// The same connection, another instance: served.
+	k.call(5, &kong_plugin_protocol.CmdHandleEvent{InstanceId: 9, EventName: "access"})
+	reply, _ := proto.Marshal(&kong_plugin_protocol.String{V: "client-2"})
+	if method := string(k.mustFrame()); method != "kong.request.get_header" {
+		t.Fatalf("PDK call %q after the panics", method)
+	}
+	k.mustFrame()
+	k.send(reply)
+	k.mustFrame()
+	k.status()
+	if v := <-cfg.got; v != "client-2" {
+		t.Errorf("after the panics the other instance read %q", v)
+	}
+}
+
+// TestListenRefusesALiveSocket: a second plugin server started on the
+// socket of a live one (a typo'd command run by hand) refuses, naming the
+// socket, and the live one keeps it; a stale socket, whose server is gone,
+// is replaced.
+func TestListenRefusesALiveSocket(t *testing.T) {
+	dir := t.TempDir()
+	live, err := Listen(dir, "tollgate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := live.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	if _, err := Listen(dir, "tollgate"); err == nil || !strings.Contains(err.Error(), "tollgate.socket: another plugin server answers on this socket") {
+		t.Fatalf("a second server on a live socket: %v, want refused", err)
+	}
+	if c, err := net.Dial("unix", live.Addr().String()); err != nil {
+		t.Fatalf("the live server's socket after the refusal: %v", err)
+	} else {
+		c.Close()
+	}
+	live.(*net.UnixListener).SetUnlinkOnClose(false)
+	live.Close() // a server that died: its socket file stays
+	again, err := Listen(dir, "tollgate")
+	if err != nil {
+		t.Fatalf("a stale socket: %v, want it replaced", err)
+	}
+	again.Close()
 }
