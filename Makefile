@@ -103,6 +103,7 @@ govet:
 	$(GO) vet -race -tags tollgate_testclock ./core/store/
 	$(GO) vet -race -tags dockertest ./internal/dockerfleet/
 	$(GO) vet -race -tags kongreal ./internal/kongreal/
+	$(GO) vet -race -tags tollgate_testpanic ./kongplugin/
 	cd bench && $(GO) vet -race ./...
 
 staticcheck:

@@ -23,9 +23,9 @@ import (
 // Kong's bundled rate-limiting plugin (3.x schema), so renaming the plugin
 // from rate-limiting to tollgate keeps a config's meaning. schema.json
 // declares it in Kong's schema language: `tollgate -dump` gives Kong that
-// declaration, so the Admin API validates configs with it, and
-// UnmarshalJSON checks every config against it and fills its defaults
-// before the checks Kong cannot run (see compile). Fields without a
+// declaration, so the Admin API validates configs with it, and an
+// instance's start checks its config against it and fills its defaults
+// before the checks Kong cannot run (see decode and compile). Fields without a
 // default are pointers or zero when unset.
 type Config struct {
 	// Periods are Kong's limits, and Limits tollgate's extra ones; or
@@ -251,22 +251,17 @@ func (l *LimitConfig) spec(field, algorithm string) (spec.Limit, error) {
 
 // schemaJSON declares the config in Kong's schema language, once (for
 // WithResponse; AccessOnly's is derived from it, see schemas): -dump gives
-// it to Kong and UnmarshalJSON checks every config against it.
+// it to Kong and decode checks every config against it.
 //
 //go:embed schema.json
 var schemaJSON []byte
 
-// UnmarshalJSON checks a config against the schema as Kong's Admin API
+// decode checks a config against variant v's schema as Kong's Admin API
 // does, fills Kong's defaults, then makes the checks Kong's schema cannot
-// carry (go-pdk's only call, when Kong starts an instance); errors name
-// the field and value.
-func (c *Config) UnmarshalJSON(b []byte) error { return c.decode(b, variant) }
-
-// decode is UnmarshalJSON for variant v's schema.
+// carry and compiles it (c.compiled); errors name the field and value.
 func (c *Config) decode(b []byte, v Variant) error {
-	type plain Config // without UnmarshalJSON
 	*c = Config{}
-	err := schemas[v].Decode(b, (*plain)(c), &c.attached)
+	err := schemas[v].Decode(b, c, &c.attached)
 	if err == nil {
 		c.compiled, err = compile(c)
 	}
@@ -339,27 +334,30 @@ func compile(c *Config) (*instance, error) {
 		policy.Charge = c.Charge.spec() // Build checks it, naming charge's field
 	}
 	// An adaptive controller is shared per scope and settings, so the factor
-	// survives Kong restarting the instance. Kong has no instance-close
-	// hook, so it is never released: it lives with the process.
-	if inst.policy, _, _, err = policy.Build("kong|" + inst.scope); err != nil {
+	// survives Kong replacing the instance (it starts the new one before it
+	// closes the old); Close releases it.
+	if inst.policy, _, inst.release, err = policy.Build("kong|" + inst.scope); err != nil {
 		return nil, err
 	}
 	inst.charge = policy.ResponseCost()
-	if inst.storeConfig, err = storeConfig(c); err != nil {
-		return nil, err
+	if inst.storeConfig, err = storeConfig(c); err == nil {
+		if err = inst.storeConfig.CheckPolicy(inst.policy); err != nil { // eventual mode's algorithms
+			err = fmt.Errorf("sync_rate: %v", err)
+		}
 	}
-	if err := inst.storeConfig.CheckPolicy(inst.policy); err != nil { // eventual mode's algorithms
-		return nil, fmt.Errorf("sync_rate: %v", err)
+	if err != nil {
+		inst.release()
+		return nil, err
 	}
 	return inst, nil
 }
 
-// KeysTarget compiles a plugin config as Kong sends it (route_id and
-// service_id beside its fields; see kongschema.PluginConfig) for the keys
-// command.
-func KeysTarget(b []byte) (keys.Target, error) {
+// KeysTarget compiles a plugin config of variant v as Kong sends it
+// (route_id and service_id beside its fields; see
+// kongschema.PluginConfig) for the keys command.
+func (v Variant) KeysTarget(b []byte) (keys.Target, error) {
 	var c Config
-	if err := c.UnmarshalJSON(b); err != nil {
+	if err := c.decode(b, v); err != nil {
 		return keys.Target{}, err
 	}
 	inst := c.compiled

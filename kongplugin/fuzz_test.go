@@ -1,7 +1,6 @@
 package kongplugin
 
 import (
-	"encoding/json"
 	"testing"
 
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
@@ -25,7 +24,7 @@ func FuzzKongConfig(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var c Config
-		err := json.Unmarshal(b, &c)
+		err := c.decode(b, WithResponse)
 		if err == nil && c.compiled == nil {
 			t.Fatalf("accepted %s without compiling it", b)
 		}
@@ -48,7 +47,7 @@ func FuzzKeysPluginFile(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		config, err := kongschema.PluginConfig(b)
 		if err == nil {
-			_, err = KeysTarget(config)
+			_, err = AccessOnly.KeysTarget(config)
 		}
 		if err != nil && err.Error() == "" {
 			t.Fatalf("refused %s without a reason", b)

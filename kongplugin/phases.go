@@ -34,9 +34,13 @@ const (
 	WithResponse
 )
 
-// variant is the one this process serves: Serve sets it before go-pdk
-// starts decoding configs.
-var variant = AccessOnly
+// name is the command, and so the plugin, of variant v.
+func (v Variant) name() string {
+	if v == WithResponse {
+		return "tollgate-response"
+	}
+	return "tollgate"
+}
 
 // phases lists the Kong phases v asks for, in -dump's words.
 func (v Variant) phases() []string {

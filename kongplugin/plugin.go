@@ -8,7 +8,6 @@ import (
 	"context"
 	"log"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/Kong/go-pdk"
@@ -37,16 +36,31 @@ const Priority = 910
 // (kongschema.Main). adminSocket is the path of the operators' API's Unix
 // socket ("": none).
 func Serve(v Variant, adminSocket string) error {
-	variant = v
-	newConfig := func() any { return &Config{} } // an instance's config
 	return schemas[v].Main(kongschema.Info{Version: Version, Priority: Priority, Phases: v.phases()},
-		func() error { return pluginserver.ListenAndServe(newConfig) }, KeysTarget, adminSocket)
+		func() error { return pluginserver.ListenAndServe(v.start) }, v.KeysTarget, adminSocket)
 }
 
-// instance is a validated config, ready for requests.
+// start starts an instance from the config Kong sends: checked against
+// v's schema, compiled, and its store opened (or joined) and registered
+// with the operators' API, all once, here. A config it refuses starts as
+// a refused instance, which tells Kong's log why at its first request
+// (see refusal).
+func (v Variant) start(raw []byte) (any, error) {
+	var c Config
+	if err := c.decode(raw, v); err != nil {
+		return &refusal{plugin: v.name(), scope: scopeOf(raw), err: err}, nil
+	}
+	if err := c.compiled.open(); err != nil {
+		return &refusal{plugin: v.name(), scope: c.compiled.name, err: err}, nil
+	}
+	return &c, nil
+}
+
+// instance is a validated config, ready for requests once open.
 type instance struct {
 	*Config     // as checked, with Kong's defaults filled
 	policy      *core.Policy
+	release     func() // gives back the policy's adaptive controller
 	storeConfig store.Config
 	scope       string          // prefixed to every identifier
 	name        string          // the scope, to operators: ns=<namespace> or route=<id>,service=<id>
@@ -54,49 +68,73 @@ type instance struct {
 	sampler     *gate.DenialSampler
 	charge      *spec.ResponseCost // what a response costs, or nil
 
-	once    sync.Once
-	gate    *gate.Gate
-	openErr error
+	opened // the gate over the store, from open to Close
 }
 
-// gateOrErr opens (or joins) the shared store on first use and builds the gate
-// over it; Kong has no instance-close event: the handle lives with the process.
-func (inst *instance) gateOrErr() (*gate.Gate, error) {
-	inst.once.Do(func() {
-		inst.gate, inst.openErr = openGate("tollgate", inst.storeConfig, inst.name, inst.scope,
-			gate.Config{Status: inst.ErrorCode, Headers: inst.headers}, []*core.Policy{inst.policy}, []*spec.ResponseCost{inst.charge})
-	})
-	return inst.gate, inst.openErr
+// open opens (or joins) the instance's store and builds its gate.
+func (inst *instance) open() error {
+	var err error
+	inst.opened, err = openGate(inst.storeConfig, inst.name, inst.scope,
+		gate.Config{Status: inst.ErrorCode, Headers: inst.headers}, []*core.Policy{inst.policy}, []*spec.ResponseCost{inst.charge})
+	return err
+}
+
+// Close gives back what the instance holds, when Kong closes it (a new
+// config replaced it): its store handle (the store lives on while another
+// instance holds it, so a new config of the same store keeps every
+// counter; the last one closes it, and eventual mode's syncing with it),
+// its operators' API entry and its adaptive controller. Requests it
+// admitted give their in-flight slots back and are charged in their log
+// phase as before: Kong runs it with the instance of the request's
+// config, and parked leases end by id, whichever instance asks.
+func (c *Config) Close() {
+	c.compiled.opened.close()
+	c.compiled.release()
+}
+
+// opened is what an open instance holds: its gate, and the handles it
+// gives back at close.
+type opened struct {
+	gate       *gate.Gate
+	store      *store.Handle
+	unregister func()
+}
+
+// close gives back the store handle and the operators' API entry.
+func (o *opened) close() {
+	if o.store == nil {
+		return
+	}
+	o.unregister()
+	_ = o.store.Release()
+	o.store = nil
 }
 
 // openGate opens (or joins) the store sc and builds a gate of cfg over it,
 // one rule per policy in scope, charged after the response as charges[i]
 // says (nil: as requests arrive), and registers it with the operators' API
-// as name. A failure is logged once, under plugin's name, and returned.
-func openGate(plugin string, sc store.Config, name, scope string, cfg gate.Config, policies []*core.Policy, charges []*spec.ResponseCost) (*gate.Gate, error) {
+// as name.
+func openGate(sc store.Config, name, scope string, cfg gate.Config, policies []*core.Policy, charges []*spec.ResponseCost) (opened, error) {
 	h, err := store.Acquire(sc)
-	if err == nil {
-		h.LogStateChanges(log.Printf) // Kong logs the plugin server's output
-		for i, p := range policies {
-			var rule gate.Rule
-			if rule, err = h.Rule(p, spec.EmptyKeySkip, scope); err != nil {
-				break
-			}
-			rule.Charge = charges[i]
-			cfg.Rules = append(cfg.Rules, rule)
-		}
-	}
-	var g *gate.Gate
-	if err == nil {
-		g, err = gate.New(cfg)
-	}
-	if err == nil {
-		admin.RegisterRule(name, scope, g, h)
-	}
 	if err != nil {
-		log.Printf("%s: %v", plugin, err) // once per instance, not per request
+		return opened{}, err
 	}
-	return g, err
+	h.LogStateChanges(log.Printf) // Kong logs the plugin server's output
+	for i, p := range policies {
+		rule, err := h.Rule(p, spec.EmptyKeySkip, scope)
+		if err != nil {
+			_ = h.Release()
+			return opened{}, err
+		}
+		rule.Charge = charges[i]
+		cfg.Rules = append(cfg.Rules, rule)
+	}
+	g, err := gate.New(cfg)
+	if err != nil {
+		_ = h.Release()
+		return opened{}, err
+	}
+	return opened{gate: g, store: h, unregister: admin.RegisterRule(name, scope, g, h)}, nil
 }
 
 // Access is AccessEvent for go-pdk's server (and its test environment),
@@ -110,23 +148,21 @@ func (c *Config) Access(kong *pdk.PDK) {
 // AccessEvent decides the request in Kong's access phase: headers on the
 // way through, or Kong's denial with error_code and error_message (deny).
 func (c *Config) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
-	inst := c.compiled // set by UnmarshalJSON: go-pdk decodes every config
-	g, err := inst.gateOrErr()
-	var outcome gate.Outcome
-	if err == nil {
-		// One rule, keyed as Kong's rate-limiting keys, in the instance's scope.
-		id, consumer := identifier(kong, inst.LimitBy, inst.HeaderName, inst.Path)
-		req := gate.SameInput{Covered: true, Key: inst.scope + id, Cost: inst.Cost, Plan: planOf(kong, inst, consumer)}
-		if inst.Reserve != nil { // no PDK call without a reserve
-			v, _ := kong.Request.GetHeader(inst.Reserve.PriorityHeader)
-			req.Priority = spec.ParsePriority(v)
-		}
-		err = g.Decide(context.Background(), &req, &outcome)
+	inst := c.compiled
+	plantedPanic(inst)
+	g := inst.gate
+	// One rule, keyed as Kong's rate-limiting keys, in the instance's scope.
+	id, consumer := identifier(kong, inst.LimitBy, inst.HeaderName, inst.Path)
+	req := gate.SameInput{Covered: true, Key: inst.scope + id, Cost: inst.Cost, Plan: planOf(kong, inst, consumer)}
+	if inst.Reserve != nil { // no PDK call without a reserve
+		v, _ := kong.Request.GetHeader(inst.Reserve.PriorityHeader)
+		req.Priority = spec.ParsePriority(v)
 	}
-	if err != nil {
-		// The store would not open, or failed with fault_tolerant false
-		// (logged once when it started failing): Kong's rate-limiting then
-		// raises a Lua error, which Kong's error handler answers.
+	var outcome gate.Outcome
+	if err := g.Decide(context.Background(), &req, &outcome); err != nil {
+		// The store failed with fault_tolerant false (logged once when it
+		// started failing): Kong's rate-limiting then raises a Lua error,
+		// which Kong's error handler answers.
 		fail(ev)
 		return
 	}

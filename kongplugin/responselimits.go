@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/Kong/go-pdk"
@@ -47,10 +46,30 @@ var responseLimitsSchema = kongschema.MustParse(responseLimitsJSON)
 // spent resource, and charges the rest. With -dump it prints the plugin's
 // info and schema; with `keys` it is the operators' command.
 func ServeResponseLimits(adminSocket string) error {
-	newConfig := func() any { return &ResponseLimitsConfig{} } // an instance's config
 	return responseLimitsSchema.Main(kongschema.Info{Version: Version, Priority: ResponseLimitsPriority, Phases: []string{"access", "response"}},
-		func() error { return pluginserver.ListenAndServe(newConfig) }, ResponseLimitsKeysTarget, adminSocket)
+		func() error { return pluginserver.ListenAndServe(startResponseLimits) }, ResponseLimitsKeysTarget, adminSocket)
 }
+
+// startResponseLimits starts an instance from the config Kong sends, as
+// Variant.start does tollgate's.
+func startResponseLimits(raw []byte) (any, error) {
+	const plugin = "tollgate-response-ratelimiting"
+	var c ResponseLimitsConfig
+	if err := c.decode(raw); err != nil {
+		return &refusal{plugin: plugin, scope: scopeOf(raw), err: err}, nil
+	}
+	rl := c.compiled
+	var err error
+	// The headers are the plugin's own (see setUsage): none from the gate.
+	rl.opened, err = openGate(rl.storeConfig, rl.name, rl.scope, gate.Config{Headers: headers.Options{Style: headers.None}}, rl.policies, rl.charges)
+	if err != nil {
+		return &refusal{plugin: plugin, scope: rl.name, err: err}, nil
+	}
+	return &c, nil
+}
+
+// Close gives back what the instance holds (see Config.Close).
+func (c *ResponseLimitsConfig) Close() { c.compiled.opened.close() }
 
 // ResponseLimitsConfig is tollgate-response-ratelimiting's config as Kong
 // sends it: Kong's response-ratelimiting's, so renaming the plugin keeps
@@ -93,18 +112,15 @@ type responseLimits struct {
 	storeConfig store.Config
 	scope, name string
 
-	once    sync.Once
-	gate    *gate.Gate
-	openErr error
+	opened // the gate over the store, from start to Close
 }
 
-// UnmarshalJSON checks a config against the schema as Kong's Admin API
-// does and fills Kong's defaults, then builds it (go-pdk's only call when
-// Kong starts an instance); errors name the field and value.
-func (c *ResponseLimitsConfig) UnmarshalJSON(b []byte) error {
-	type plain ResponseLimitsConfig // without UnmarshalJSON
+// decode checks a config against the schema as Kong's Admin API does and
+// fills Kong's defaults, then compiles it (c.compiled); errors name the
+// field and value.
+func (c *ResponseLimitsConfig) decode(b []byte) error {
 	*c = ResponseLimitsConfig{}
-	err := responseLimitsSchema.Decode(b, (*plain)(c), &c.attached)
+	err := responseLimitsSchema.Decode(b, c, &c.attached)
 	if err == nil {
 		c.compiled, err = c.compile()
 	}
@@ -152,17 +168,6 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 	return rl, nil
 }
 
-// gateOrErr opens (or joins) the shared store on first use and builds the
-// gate over it: one rule per resource, each keyed as the request is.
-func (rl *responseLimits) gateOrErr() (*gate.Gate, error) {
-	rl.once.Do(func() {
-		// The headers are the plugin's own (see setUsage): none from the gate.
-		rl.gate, rl.openErr = openGate("tollgate-response-ratelimiting", rl.storeConfig, rl.name, rl.scope,
-			gate.Config{Headers: headers.Options{Style: headers.None}}, rl.policies, rl.charges)
-	})
-	return rl.gate, rl.openErr
-}
-
 // usageSeen hears each resource's decision of a request: seen[i] is
 // what the access phase saw of resources[i], kept for the response phase.
 type usageSeen struct {
@@ -197,16 +202,12 @@ func (c *ResponseLimitsConfig) Access(kong *pdk.PDK) {
 // resource is spent. Nothing is charged here.
 func (c *ResponseLimitsConfig) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 	rl := c.compiled
-	g, err := rl.gateOrErr()
 	seen := make([]core.Decision, len(rl.resources))
 	var outcome gate.Outcome
-	if err == nil {
-		id, _ := identifier(kong, rl.LimitBy, "", "")
-		req := &usageSeen{in: gate.Input{Covered: true, Key: rl.scope + id, Cost: 1}, seen: seen} // passes while a unit is left
-		err = g.Decide(context.Background(), req, &outcome)
-	}
-	if err != nil {
-		fail(ev) // the store would not open, or failed with fault_tolerant false
+	id, _ := identifier(kong, rl.LimitBy, "", "")
+	req := &usageSeen{in: gate.Input{Covered: true, Key: rl.scope + id, Cost: 1}, seen: seen} // passes while a unit is left
+	if err := rl.gate.Decide(context.Background(), req, &outcome); err != nil {
+		fail(ev) // the store failed with fault_tolerant false
 		return
 	}
 	if !outcome.Passes() {
@@ -323,7 +324,7 @@ func headerValues(all map[string][]string, name string) string {
 // which --policy picks by the resource's name.
 func ResponseLimitsKeysTarget(b []byte) (keys.Target, error) {
 	var c ResponseLimitsConfig
-	if err := c.UnmarshalJSON(b); err != nil {
+	if err := c.decode(b); err != nil {
 		return keys.Target{}, err
 	}
 	rl := c.compiled

@@ -173,6 +173,11 @@ var kongRefuses = []struct {
 	{`{"minute": 5, "policy": "redis", "redis": {"host": "h", "server_name": "::1"}}`, "config.redis.server_name: must not be an IP"},
 	{`{"minute": 5, "policy": "redis", "redis": {"host": "h", "server_name": "redis.example.com:443"}}`, "config.redis.server_name: must not have a port"},
 	{`{"limits": [{"count": 5, "window": "1m", "brust": 3}]}`, "config.limits[0].brust: unknown field"},
+	// What the declaration can say of a duration (a Lua pattern): a typo is
+	// refused at the Admin API, not on the route's first request.
+	{`{"limits": [{"count": 5, "window": "10x"}]}`, "config.limits[0].window: must be a duration such as 500ms, 10s, 1m, 1h, 1d, 1mo or 1y"},
+	{`{"limits": [{"count": 5, "window": "1m", "algorithm": "leaky_bucket", "max_delay": "soon"}]}`, "config.limits[0].max_delay: must be a duration"},
+	{`{"plans": [{"name": "p", "limits": [{"count": 5, "window": "m"}]}], "default_plan": "p"}`, "config.plans[0].limits[0].window: must be a duration"},
 	// tollgate-response's charge record, as Kong 3.9.3's schema code
 	// refuses it on the dump (../shared/kong-schema).
 	{`{"minute": 5, "charge": {"status": ["hello"]}}`, "want a status code (401), a class (4xx) or a range (500-599)"}, // Kong: config.charge.status; the plugin names the element

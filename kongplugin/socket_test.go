@@ -5,7 +5,6 @@ package kongplugin_test
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -188,8 +187,11 @@ func TestKongScopesAndOptions(t *testing.T) {
 	})
 }
 
-// TestKongRefusedConfigs: a bad config is refused when the instance starts
-// (go-pdk closes the connection) and the plugin's log names field and value.
+// TestKongRefusedConfigs: a config the plugin refuses starts as a refused
+// instance: its first request writes the reason (field and value, the
+// plugin and its route) to Kong's log through kong.log.err, which Kong
+// writes at [error] whatever its log_level; every request gets Kong's
+// delayed 500, and the connection stays.
 func TestKongRefusedConfigs(t *testing.T) {
 	srv := kongproc.Start(t)
 	c := srv.Dial()
@@ -212,17 +214,21 @@ func TestKongRefusedConfigs(t *testing.T) {
 		{map[string]any{"minute": 5, "limit_by": "path", "path": "login"}, `config.path: should start with: / (got "login")`},
 		{map[string]any{"minute": 5, "sync_rate": 1}, "config.sync_rate: sync_rate can only be used with the redis policy (got 1)"},
 	} {
-		_, err := c.StartInstance(kongConfig(tc.fields))
-		if !errors.Is(err, kongproc.ErrRefused) {
-			t.Errorf("%v: %v, want the connection closed", tc.fields, err)
+		id, err := c.StartInstance(kongConfig(tc.fields))
+		if err != nil {
+			t.Errorf("%v: %v, want a refused instance started", tc.fields, err)
 			continue
 		}
-		deadline := time.Now().Add(time.Second)
-		for !strings.Contains(srv.Log(), tc.want) && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if !strings.Contains(srv.Log(), tc.want) {
-			t.Errorf("%v: plugin log lacks %q:\n%s", tc.fields, tc.want, srv.Log())
+		for i := 0; i < 3; i++ {
+			res := access(t, c, id, kongproc.Request{ForwardedIP: "192.0.2.1"})
+			if !res.Delayed || res.Status != 500 || res.Message != "An unexpected error occurred" {
+				t.Errorf("%v request %d: delayed %v %d %q, want Kong's delayed 500", tc.fields, i+1, res.Delayed, res.Status, res.Message)
+			}
+			const prefix = "err: tollgate (route=route-1,service=service-1): config refused, every request answered 500 until it is fixed: tollgate config: "
+			got := strings.Join(res.Logs, "\n")
+			if told := strings.HasPrefix(got, prefix) && strings.Contains(got, tc.want) && len(res.Logs) == 1; (i == 0 && !told) || (i > 0 && got != "") {
+				t.Errorf("%v request %d: kong.log lines %q, want %q with %q on the first request alone", tc.fields, i+1, got, prefix, tc.want)
+			}
 		}
 	}
 	// What Kong's schema accepts starts: fractional limits, port and
@@ -503,8 +509,9 @@ func TestKongDump(t *testing.T) {
 	}
 }
 
-// TestKongInstancesAndConnections: Kong closes and restarts instances on
-// every config change; counters survive. Several connections decide at
+// TestKongInstancesAndConnections: on a config change Kong starts the new
+// instance and then closes the old (kong/runloop/plugin_servers/plugin.lua,
+// get_instance_id); counters survive. Several connections decide at
 // once and together never exceed the limit. PDK calls per allowed request
 // are counted.
 func TestKongInstancesAndConnections(t *testing.T) {
@@ -524,10 +531,11 @@ func TestKongInstancesAndConnections(t *testing.T) {
 	if st, err := c.InstanceStatus(id); err != nil || st.InstanceId != id {
 		t.Fatalf("instance status: %v %v", st, err)
 	}
-	if err := c.CloseInstance(id); err != nil {
+	old := id
+	id = start(t, c, cfg)
+	if err := c.CloseInstance(old); err != nil {
 		t.Fatal(err)
 	}
-	id = start(t, c, cfg)
 	if got := access(t, c, id, req).Headers.Get("X-RateLimit-Remaining-Minute"); got != "48" {
 		t.Fatalf("after the instance restarted: remaining %q, want 48", got)
 	}
@@ -591,13 +599,19 @@ func TestKongRaisedLimitKeepsUsage(t *testing.T) {
 			}
 			return f
 		}
+		// Each change as Kong makes it: the new instance, then the old closed.
+		replace := func(old int32, config map[string]any) int32 {
+			t.Helper()
+			id := start(t, c, config)
+			if err := c.CloseInstance(old); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
 		id := start(t, c, cfg(5))
 		access(t, c, id, req)
 		access(t, c, id, req)
-		if err := c.CloseInstance(id); err != nil {
-			t.Fatal(err)
-		}
-		id = start(t, c, cfg(10))
+		id = replace(id, cfg(10))
 		res := access(t, c, id, req)
 		if got := res.Headers.Get("X-RateLimit-Remaining-Minute"); got != "7" || res.Headers.Get("X-RateLimit-Limit-Minute") != "10" {
 			t.Errorf("%s: after raising minute to 10 the 3rd request shows limit %q remaining %q, want 10 and 7 (2 used kept)",
@@ -606,24 +620,18 @@ func TestKongRaisedLimitKeepsUsage(t *testing.T) {
 		// Adding a period keeps the others' usage, as Kong keys each period
 		// on its own (kong/plugins/rate-limiting/policies/init.lua); so does
 		// removing one.
-		if err := c.CloseInstance(id); err != nil {
-			t.Fatal(err)
-		}
 		withHour := cfg(10)
 		withHour["hour"] = 100
-		id = start(t, c, withHour)
+		id = replace(id, withHour)
 		res = access(t, c, id, req)
 		if got, hour := res.Headers.Get("X-RateLimit-Remaining-Minute"), res.Headers.Get("X-RateLimit-Remaining-Hour"); got != "6" || hour != "99" {
 			t.Errorf("%s: after adding hour the 4th request shows minute remaining %q and hour %q, want 6 (3 used kept) and 99",
 				policy["policy"], got, hour)
 		}
-		if err := c.CloseInstance(id); err != nil {
-			t.Fatal(err)
-		}
 		hourOnly := cfg(10)
 		delete(hourOnly, "minute")
 		hourOnly["hour"] = 100
-		id = start(t, c, hourOnly)
+		id = replace(id, hourOnly)
 		res = access(t, c, id, req)
 		if got := res.Headers.Get("X-RateLimit-Remaining-Hour"); got != "98" {
 			t.Errorf("%s: after removing minute the 5th request shows hour remaining %q, want 98 (1 used kept)", policy["policy"], got)

@@ -83,15 +83,18 @@ func signature(p *core.Policy) string {
 	return b.String()
 }
 
-// RegisterRule makes a one-rule gate visible as the policy name, whose
-// store keys are prefix followed by the key operators give. It replaces an
-// earlier registration of the same name: for adapters whose configs
-// are never unloaded, the newest config is the one in force.
-func RegisterRule(name, prefix string, g *gate.Gate, h *store.Handle) {
+// RegisterRule makes a gate visible as the policy name, whose store keys
+// are prefix followed by the key operators give, until the returned func
+// is called (when its config is closed). It replaces an earlier
+// registration of the same name: an adapter that starts the new config
+// before it closes the old one (Kong's plugin instances, one per nginx
+// worker) answers with the newest, and a config that is never closed
+// (Kong forgets some) leaves no entry behind once replaced.
+func RegisterRule(name, prefix string, g *gate.Gate, h *store.Handle) (unregister func()) {
 	mu.Lock()
 	registered = slices.DeleteFunc(registered, func(e *entry) bool { return e.name == name })
 	mu.Unlock()
-	register(&entry{gate: g, store: h, name: name, prefix: prefix})
+	return register(&entry{gate: g, store: h, name: name, prefix: prefix})
 }
 
 func register(e *entry) (unregister func()) {

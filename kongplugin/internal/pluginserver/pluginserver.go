@@ -90,9 +90,9 @@ func (e *Event) SetCtxAtEnd(key string, value any) error {
 // Server keeps the plugin's instances (one per plugin config Kong starts)
 // and answers Kong's calls on every connection.
 type Server struct {
-	name      string     // the plugin's name, in log lines
-	newConfig func() any // a config to decode an instance's JSON into
-	panics    panicLog
+	name   string                           // the plugin's name, in log lines
+	start  func(config []byte) (any, error) // an instance from the config Kong sends
+	panics panicLog
 
 	mu        sync.RWMutex
 	instances map[int32]*instance
@@ -105,24 +105,25 @@ type instance struct {
 	handlers map[string]handler
 }
 
-// New returns a server of the plugin name whose instances decode their
-// config into what newConfig returns (a pointer to the plugin's config
-// type).
-func New(name string, newConfig func() any) *Server {
-	return &Server{name: name, newConfig: newConfig, instances: map[int32]*instance{}}
+// New returns a server of the plugin name whose instances start answers
+// from the config Kong sends (its JSON). An instance answers the events
+// its handlers name (Access or AccessEvent, Response, Log, Rewrite; an
+// event it has no handler for ends at once), and Close, if it has one,
+// when Kong closes it.
+func New(name string, start func(config []byte) (any, error)) *Server {
+	return &Server{name: name, start: start, instances: map[int32]*instance{}}
 }
 
 // Listen opens the Unix socket Kong connects to, <prefix>/<name>.socket
-// (Kong's prefix, where Kong looks for it), replacing a stale one. It
-// refuses to replace a socket another process answers on: that is a live
-// plugin server Kong is using (a second start by mistake would take its
-// requests, and leave a dead socket when it exits).
+// (Kong's prefix, where Kong looks for it), replacing one that is there.
+// Replacing a live server's socket is how `kong reload` works: Kong's new
+// workers start a new plugin server while the old one still serves the
+// old workers' connections, until they exit and Kong stops it
+// (kong/runloop/plugin_servers/process.lua). A command run by mistake
+// cannot get here: the command line refuses what it does not know before
+// anything is opened (kongschema.Schema.Main).
 func Listen(prefix, name string) (net.Listener, error) {
 	path := filepath.Join(prefix, name+".socket")
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("%s: another plugin server answers on this socket; not replacing it", path)
-	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("removing the old socket: %w", err)
 	}
@@ -214,7 +215,9 @@ func (s *Server) handle(c *conn, call *kong_plugin_protocol.RpcCall) (*kong_plug
 		}
 		h := inst.handlers[m.CmdHandleEvent.EventName]
 		if h == nil {
-			return nil, fmt.Errorf("instance %d has no %s phase", inst.id, m.CmdHandleEvent.EventName)
+			// Ended at once: closing the connection would make Kong start
+			// the instance again and send the same event, without end.
+			h = func(*pdk.PDK, *Event) {}
 		}
 		ev, err := s.runEvent(h, c, inst, m.CmdHandleEvent.EventName)
 		if err != nil {
@@ -239,7 +242,7 @@ func (s *Server) handle(c *conn, call *kong_plugin_protocol.RpcCall) (*kong_plug
 		}
 		return &kong_plugin_protocol.RpcReturn{Sequence: call.Sequence}, nil
 	case *kong_plugin_protocol.RpcCall_CmdStartInstance:
-		inst, err := s.start(m.CmdStartInstance.Config)
+		inst, err := s.startInstance(m.CmdStartInstance.Config)
 		if err != nil {
 			return nil, err
 		}
@@ -280,17 +283,18 @@ func (s *Server) lookup(id int32) (*instance, error) {
 	return nil, fmt.Errorf("no plugin instance %d", id)
 }
 
-// start decodes an instance's config and keeps it under Kong's sequence
-// number for that config (__seq__), or a free random id without one.
-func (s *Server) start(raw []byte) (*instance, error) {
+// startInstance starts an instance from its config and keeps it under
+// Kong's sequence number for that config (__seq__), or a free random id
+// without one.
+func (s *Server) startInstance(raw []byte) (*instance, error) {
 	var meta struct {
 		Seq int32 `json:"__seq__"`
 	}
 	if err := json.Unmarshal(raw, &meta); err != nil {
 		return nil, err
 	}
-	config := s.newConfig()
-	if err := decode(raw, config); err != nil {
+	config, err := s.startRecovered(raw)
+	if err != nil {
 		return nil, err // the config's own error; Kong logs the closed connection
 	}
 	inst := &instance{started: time.Now(), config: config, handlers: map[string]handler{}}
@@ -319,15 +323,15 @@ func (s *Server) start(raw []byte) (*instance, error) {
 	return inst, nil
 }
 
-// decode decodes an instance's config; a panic while compiling it is the
+// startRecovered starts an instance; a panic while doing so is the
 // config's error, not the process's end.
-func decode(raw []byte, config any) (err error) {
+func (s *Server) startRecovered(raw []byte) (config any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic while starting the instance: %v (at %s)", r, panicSite())
 		}
 	}()
-	return json.Unmarshal(raw, config)
+	return s.start(raw)
 }
 
 // runEvent runs one event's handler. A panic costs that event alone: the
@@ -451,9 +455,9 @@ var (
 	_          = flag.Bool("dump", false, "print the plugin's info and schema, as Kong's query command reads them")
 )
 
-// ListenAndServe serves the plugin whose configs newConfig makes on
-// <kong-prefix>/<executable's name>.socket, after flag.Parse.
-func ListenAndServe(newConfig func() any) error {
+// ListenAndServe serves the plugin whose instances start makes (see New)
+// on <kong-prefix>/<executable's name>.socket, after flag.Parse.
+func ListenAndServe(start func(config []byte) (any, error)) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -465,5 +469,5 @@ func ListenAndServe(newConfig func() any) error {
 	}
 	defer l.Close()
 	log.Printf("listening on %s", l.Addr())
-	return New(name, newConfig).Serve(l)
+	return New(name, start).Serve(l)
 }

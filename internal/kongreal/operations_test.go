@@ -1,0 +1,176 @@
+//go:build kongreal
+
+package kongreal
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/waitfor"
+)
+
+// The tests of this file run Kong as operators do: at Kong's default
+// log_level (notice), where a plugin server's own output (written at
+// info) does not show.
+var defaultLogLevel = append(slices.Clone(realIP), "log_level = notice")
+
+// TestKongPanicCostsOneEvent: a panic in the plugin (planted by the tests'
+// tollgate_testpanic build, plantedpanic_on.go) costs the request it
+// happened in: a 500 as Kong answers a Lua plugin's error, one [error]
+// line in Kong's log at its default level naming the plugin, the phase and
+// the code that panicked, and nothing else: the same plugin-server process
+// goes on, with its counters and its other instances.
+func TestKongPanicCostsOneEvent(t *testing.T) {
+	dir := t.TempDir()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"build", "-tags", "tollgate_testpanic", "-o", filepath.Join(dir, "tollgate-panicky")}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./kongplugin/cmd/tollgate")...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the planted panic: %v\n%s", err, out)
+	}
+	up := StartUpstream(t)
+	k := Start(t, Options{Extra: defaultLogLevel, Servers: map[string]string{"tollgate-panicky": filepath.Join(dir, "tollgate-panicky")}})
+	d := NewDeclarative("/probe-panic")
+	for _, route := range []struct {
+		name   string
+		config map[string]any
+	}{
+		{"panic", map[string]any{"minute": 100, "limit_by": "ip", "namespace": "planted-panic"}},
+		{"calm", map[string]any{"minute": 3, "limit_by": "ip"}},
+	} {
+		d.AddService(map[string]any{"name": route.name, "url": up.URL, "routes": []any{map[string]any{
+			"name": route.name, "paths": []string{"/" + route.name}, "plugins": []any{map[string]any{"name": "tollgate-panicky", "config": route.config}}}}})
+	}
+	k.MustLoad(d)
+	notNearMinuteEnd(t, 15*time.Second)
+	before := k.ErrorLog()
+	calm := func(want string) {
+		t.Helper()
+		a := k.Get("/calm", "X-Forwarded-For: 198.51.100.70")
+		if got := fmt.Sprintf("%d/%s", a.Status, a.Headers.Get("X-Ratelimit-Remaining-Minute")); got != want {
+			t.Errorf("/calm: %s, want %s", got, want)
+		}
+	}
+	calm("200/2")
+	_, servers := k.Processes(dir)
+	for i := 0; i < 3; i++ {
+		a := k.Get("/panic", "X-Forwarded-For: 198.51.100.71")
+		if a.Status != 500 || !strings.Contains(a.Body, "An unexpected error occurred") {
+			t.Errorf("/panic request %d: %s, want Kong's 500", i+1, a)
+		}
+	}
+	calm("200/1") // the same process, its count kept
+	if _, now := k.Processes(dir); !slices.Equal(now, servers) {
+		t.Errorf("plugin server processes %v after the panics, were %v", now, servers)
+	}
+	logged := strings.TrimPrefix(k.ErrorLog(), before)
+	var panics []string
+	for _, line := range strings.Split(logged, "\n") {
+		if strings.Contains(line, "panic in the access phase") {
+			panics = append(panics, line)
+		}
+	}
+	if len(panics) == 0 || len(panics) > 2 || !strings.Contains(panics[0], "[error]") ||
+		!strings.Contains(panics[0], "tollgate-panicky: panic in the access phase of instance") || !strings.Contains(panics[0], "plantedPanic") {
+		t.Errorf("Kong's log at its default level has %d panic lines, want one or two (a line a second at most) at [error] naming the plugin, phase and code:\n%s", len(panics), logged)
+	}
+}
+
+// TestKongRefusalSeenAtDefaultLevel: a window Kong's schema language can
+// check is refused by Kong's Admin API, naming the field; one only the
+// plugin server can refuse reaches Kong's log at [error] at its default
+// log level, once per instance (a worker each), naming the plugin, its
+// route and service, the field and the reason, and every request gets
+// Kong's 500.
+func TestKongRefusalSeenAtDefaultLevel(t *testing.T) {
+	up := StartUpstream(t)
+	k := Start(t, Options{Extra: defaultLogLevel})
+	config := func(window string) Declarative {
+		d := NewDeclarative("/probe-refused")
+		d.AddService(map[string]any{"name": "refused", "url": up.URL, "routes": []any{map[string]any{
+			"name": "refused", "paths": []string{"/refused"}, "plugins": []any{map[string]any{"name": "tollgate",
+				"config": map[string]any{"limits": []any{map[string]any{"count": 5, "window": window}}}}}}}})
+		return d
+	}
+	status, body := k.LoadConfig(config("10x"))
+	if status != 400 || !strings.Contains(string(body), "must be a duration such as 500ms, 10s, 1m, 1h, 1d, 1mo or 1y") || !strings.Contains(string(body), "window") {
+		t.Errorf("a window of 10x at /config: %d %s, want 400 naming the field and the reason", status, body)
+	}
+	k.MustLoad(config("1m30")) // a duration's shape, but no unit at its end: only Go can tell
+	before := k.ErrorLog()
+	for i := 0; i < 6; i++ {
+		if a := k.Get("/refused"); a.Status != 500 || !strings.Contains(a.Body, "An unexpected error occurred") {
+			t.Errorf("request %d to the refused config: %s, want Kong's 500", i+1, a)
+		}
+	}
+	logged := strings.TrimPrefix(k.ErrorLog(), before)
+	var lines []string
+	for _, line := range strings.Split(logged, "\n") {
+		if strings.Contains(line, "config refused") {
+			lines = append(lines, line)
+		}
+	}
+	route := k.ID("routes", "refused")
+	if len(lines) == 0 || len(lines) > 2 {
+		t.Fatalf("%d refusal lines for 6 requests, want one per worker's instance:\n%s", len(lines), logged)
+	}
+	for _, line := range lines {
+		for _, want := range []string{"[error]", "tollgate (route=" + route, "limits[0].window", `"1m30"`} {
+			if !strings.Contains(line, want) {
+				t.Errorf("refusal line lacks %q:\n%s", want, line)
+			}
+		}
+	}
+	if strings.Contains(logged, "starting instance") {
+		t.Errorf("Kong logged a failed instance start:\n%s", logged)
+	}
+}
+
+// TestKongIdleKeysCostRedisNothing: tollgate on policy redis with
+// sync_rate (eventual mode) in real Kong: 1,000 keys used once, then no
+// traffic: Redis soon sees no command at all from the node (the unit test
+// TestEventualIdleKeysCostNothing counts 10 to 100,000 keys exactly).
+func TestKongIdleKeysCostRedisNothing(t *testing.T) {
+	up := StartUpstream(t)
+	rds := redistest.StartT(t)
+	k := Start(t, Options{Extra: defaultLogLevel})
+	d := NewDeclarative("/probe-idle")
+	d.AddService(map[string]any{"name": "idle", "url": up.URL, "routes": []any{map[string]any{
+		"name": "idle", "paths": []string{"/idle"}, "plugins": []any{map[string]any{"name": "tollgate",
+			"config": map[string]any{"hour": 100, "limit_by": "header", "header_name": "X-Key", "policy": "redis", "redis": rds.KongRecord(), "sync_rate": 1}}}}}})
+	k.MustLoad(d)
+	for i := 0; i < 1000; i++ {
+		if a := k.Get("/idle", fmt.Sprintf("X-Key: k%d", i)); a.Status != 200 {
+			t.Fatalf("key %d: %s", i, a)
+		}
+	}
+	last, err := rds.CommandsProcessed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each sync of the keys used before it, then none: a second in which
+	// Redis processes nothing but this test's INFO. Before, each of the
+	// 1,000 keys cost two commands a second until its hour ended.
+	waitfor.TrueEvery(t, 15*time.Second, time.Second, "a second with no Redis command from Kong's node", func() bool {
+		n, err := rds.CommandsProcessed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle := n-last == 1
+		last = n
+		return idle
+	})
+}

@@ -1,0 +1,46 @@
+package kongplugin
+
+import (
+	"encoding/json"
+	"sync/atomic"
+
+	"github.com/Kong/go-pdk"
+
+	"github.com/tollgate/tollgate/kongplugin/internal/pluginserver"
+)
+
+// refusal is an instance whose config the plugin server refused: what
+// Kong's schema language cannot say (a window that is not a duration, a
+// store that will not open). Kong logs what a plugin server prints at info,
+// below its default log level, and an instance that will not start shows
+// there only as "starting instance: closed" on every request; so the
+// instance starts, and its first request writes the reason to Kong's log
+// through kong.log.err ([error], with the request's context). Every
+// request is answered as Kong answers a plugin's error: a 500 "An
+// unexpected error occurred", rendered by Kong. Unlimited would let a
+// config typo switch the limit off.
+type refusal struct {
+	plugin string // the plugin's name in Kong
+	scope  string // route=<id>,service=<id> or ns=<namespace>
+	err    error
+	told   atomic.Bool
+}
+
+// AccessEvent answers a request to a refused instance (see refusal).
+func (r *refusal) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
+	if !r.told.Swap(true) {
+		_ = kong.Log.Err(r.plugin + " (" + r.scope + "): config refused, every request answered 500 until it is fixed: " + r.err.Error())
+	}
+	fail(ev)
+}
+
+// scopeOf names the route and service a raw config is attached to, for a
+// config too broken to compile.
+func scopeOf(raw []byte) string {
+	var attached struct {
+		RouteID   string `json:"route_id"`
+		ServiceID string `json:"service_id"`
+	}
+	_ = json.Unmarshal(raw, &attached)
+	return "route=" + attached.RouteID + ",service=" + attached.ServiceID
+}
