@@ -45,7 +45,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    policy <name> {
 //	        match { <request matchers> }
 //	        key <string with placeholders>
-//	        empty_key skip|shared
+//	        empty_key client|skip|shared
 //	        limit <count>/<window> [<algorithm>] [burst <n>] [max_delay <duration>] [name <label>] [after_response]
 //	        cost <n>
 //	        shadow

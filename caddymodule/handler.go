@@ -236,6 +236,9 @@ func (q *request) Input(i int) (gate.Input, error) {
 	}
 	key := p.key.eval(q.r, q.repl)
 	in := gate.Input{Covered: true, Key: key, Empty: key == p.key.literal && !p.key.constant, Cost: p.cost}
+	if in.Empty && p.emptyKey == spec.EmptyKeyClient {
+		in.Client = clientAddress(q.r) // the default key's own value
+	}
 	if p.plan != nil {
 		in.Plan = p.plan.eval(q.r, q.repl)
 	}

@@ -63,22 +63,23 @@ func TestCaddyPerKeyLimitAndHeaders(t *testing.T) {
 		"Ratelimit": `"per-key";r=0;t=60`, "Content-Length": "20",
 	})
 	// Another key has its own quota; a request without the key header is
-	// not limited (empty_key skip) and carries no rate-limit headers.
+	// keyed by the client's address (empty_key client, the default): left
+	// out, the key gets no client out of the limit.
 	if resp, body := c.Get("/", "X-Key", "bob"); resp.StatusCode != 200 || body != "ok 2" {
 		t.Fatalf("other key: %d %q", resp.StatusCode, body)
 	}
 	for i := 0; i < 5; i++ {
 		resp, _ := c.Get("/")
-		if resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Limit") != "" {
-			t.Fatalf("keyless request %d: %d, X-Ratelimit-Limit %q", i, resp.StatusCode, resp.Header.Get("X-Ratelimit-Limit"))
+		if want := map[bool]int{true: 200, false: 429}[i < 3]; resp.StatusCode != want || resp.Header.Get("X-Ratelimit-Limit") != "3" {
+			t.Fatalf("keyless request %d: %d, X-Ratelimit-Limit %q; want %d and the limit of 3 (the client address's bucket)", i, resp.StatusCode, resp.Header.Get("X-Ratelimit-Limit"), want)
 		}
 	}
 
 	metrics := c.Metrics()
 	for _, want := range []string{
-		`tollgate_decisions_total{limit="3/1m",plan="",policy="per-key",result="allowed"} 4`,
-		`tollgate_decisions_total{limit="3/1m",plan="",policy="per-key",result="denied"} 1`,
-		`tollgate_store_duration_seconds_count{policy="per-key"} 5`,
+		`tollgate_decisions_total{limit="3/1m",plan="",policy="per-key",result="allowed"} 7`,
+		`tollgate_decisions_total{limit="3/1m",plan="",policy="per-key",result="denied"} 3`,
+		`tollgate_store_duration_seconds_count{policy="per-key"} 10`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
@@ -200,8 +201,22 @@ func TestCaddyShadowMatchersAndEmptyKey(t *testing.T) {
 			limit 1/1m
 			shadow
 		}
+		policy open {
+			match {
+				path /open
+			}
+			key {http.request.header.X-Api-Key}
+			empty_key skip
+			limit 1/1m
+		}
 	}
 	respond "{http.tollgate.policy} denied={http.tollgate.denied}"`)
+	// empty_key skip, said: keyless /open requests pass, unlimited.
+	for i := 0; i < 3; i++ {
+		if resp, _ := c.Get("/open"); resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Limit") != "" {
+			t.Fatalf("keyless /open request %d: %d, X-Ratelimit-Limit %q; want 200 with none (empty_key skip)", i+1, resp.StatusCode, resp.Header.Get("X-Ratelimit-Limit"))
+		}
+	}
 	// Keyless /api requests share one bucket.
 	c.Get("/api/a")
 	c.Get("/api/b")
@@ -895,5 +910,17 @@ func TestCaddyREADMEExample(t *testing.T) {
 	// A burst of 20 (and a token every 100 ms while the requests run).
 	if admitted < 20 {
 		t.Errorf("/api/x: %d of 25 admitted, want the api policy's burst of 20, not per-client's 5", admitted)
+	}
+	// Without the header a client is keyed by its address: 30 keyless
+	// requests cannot all pass (they did while empty_key skip was the
+	// default).
+	keyless := 0
+	for i := 0; i < 30; i++ {
+		if resp, _ := c.Get("/api/x"); resp.StatusCode == 200 {
+			keyless++
+		}
+	}
+	if keyless > 25 {
+		t.Errorf("/api/x without X-API-Key: %d of 30 admitted, want at most the burst of 20 and the refill", keyless)
 	}
 }

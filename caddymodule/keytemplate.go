@@ -381,3 +381,11 @@ func trustsProxies(srv *caddyhttp.Server) (trusts, known bool) {
 	}
 	return !f.IsNil(), true
 }
+
+// clientAddress is the client's address as the default key reads it
+// (Caddy's client_ip variable, after its trusted_proxies logic; an
+// IPv4-mapped address as its IPv4 address): the key of a request without
+// one under empty_key client.
+func clientAddress(r *http.Request) string {
+	return unmapIPv4(caddy.ToString(caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey)))
+}

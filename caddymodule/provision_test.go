@@ -50,6 +50,9 @@ func TestJSONErrors(t *testing.T) {
 		{`{"policies":[{"name":"a","limits":[{"count":5,"window":"1m","algorithm":"leaky_bucket"}]}]}`, `policy "a" limit 1: max_delay: 0s must be above 0 for leaky_bucket`},
 		{`{"policies":[{"name":"a","limits":[{"count":5,"window":"1m","burst":-1,"algorithm":"token_bucket"}]}]}`, `burst: -1 must be at least 1`},
 		{`{"policies":[{"name":"a","cost":-1,"limits":[{"count":5,"window":"1m"}]}]}`, `policy "a" cost: -1 must not be negative`},
+		// An option the algorithm would ignore is refused, naming it.
+		{`{"policies":[{"name":"a","limits":[{"count":5,"window":"10s","algorithm":"sliding_log","burst":3}]}]}`, `policy "a" limit 1: burst: 3 means nothing to sliding_log`},
+		{`{"policies":[{"name":"a","limits":[{"count":5,"window":"10s","algorithm":"gcra","max_delay":"1s"}]}]}`, `policy "a" limit 1: max_delay: 1s means nothing to gcra`},
 		{`{"policies":[{"name":"a","empty_key":"x","limits":[{"count":5,"window":"1m"}]}]}`, `policy "a" empty_key: unknown "x"`},
 		{`{"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]},{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `policy "a": name used twice`},
 		{`{"status":302,"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `status: 302 is not a 4xx or 5xx code`},

@@ -271,7 +271,7 @@ func TestModelRetryAfterIsExact(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 6))
 			n := 1 + rng.Int64N(20)
 			w := 1000 + rng.Int64N(2_000_000)
-			l := validated(t, algo.Limit{Count: n, Window: algo.FromMicros(w), Algorithm: a, MaxDelay: algo.FromMicros(1 + rng.Int64N(w)), Burst: rng.Int64N(5)})
+			l := validated(t, meaningful(algo.Limit{Count: n, Window: algo.FromMicros(w), Algorithm: a, MaxDelay: algo.FromMicros(1 + rng.Int64N(w)), Burst: rng.Int64N(5)}))
 			times, costs := randomArrivals(rng, 500, t0, w/int64(n)*3+1, 2)
 			var s algo.State
 			for i, at := range times {
@@ -317,7 +317,7 @@ func TestModelResetRestoresFullQuota(t *testing.T) {
 		rng := rand.New(rand.NewPCG(7, uint64(a)))
 		n := 1 + rng.Int64N(20)
 		w := 1000 + rng.Int64N(2_000_000)
-		l := validated(t, algo.Limit{Count: n, Window: algo.FromMicros(w), Algorithm: a, MaxDelay: algo.FromMicros(w / 2)})
+		l := validated(t, meaningful(algo.Limit{Count: n, Window: algo.FromMicros(w), Algorithm: a, MaxDelay: algo.FromMicros(w / 2)}))
 		times, costs := randomArrivals(rng, 300, t0, w/int64(n)*3+1, 2)
 		var s algo.State
 		_, fresh := algo.Step(l, algo.State{}, t0, 0)
@@ -344,7 +344,7 @@ func clone(s algo.State) algo.State {
 func TestDroppedStepLeavesNoTrace(t *testing.T) {
 	for _, a := range algo.Algorithms {
 		rng := rand.New(rand.NewPCG(8, uint64(a)))
-		l := validated(t, algo.Limit{Count: 5, Window: time.Second, Algorithm: a, MaxDelay: 300 * time.Millisecond})
+		l := validated(t, meaningful(algo.Limit{Count: 5, Window: time.Second, Algorithm: a, MaxDelay: 300 * time.Millisecond}))
 		times, costs := randomArrivals(rng, 2000, t0, 400_000, 3)
 		var s algo.State
 		for i, at := range times {
@@ -379,4 +379,16 @@ func fmtInts(v []int64) string {
 		b = append(b, ',')
 	}
 	return string(b)
+}
+
+// meaningful drops from l the options its algorithm has not (Normalize
+// refuses them): the model's loops over every algorithm set them all.
+func meaningful(l algo.Limit) algo.Limit {
+	if !l.Algorithm.HasBurst() {
+		l.Burst = 0
+	}
+	if !l.Algorithm.HasMaxDelay() {
+		l.MaxDelay = 0
+	}
+	return l
 }

@@ -132,6 +132,7 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{`"limits":[{"count":2.5,"window":"10s"}]`, `config.limits[0].count: expected an integer (got 2.5)`},
 		{`"limits":[{"count":5,"window":"10s","algorithm":"leaky_bucket"}]`, `limits[0]: max_delay: 0s must be above 0 for leaky_bucket`},
 		{`"limits":[{"count":5,"window":true}]`, `config.limits[0].window: expected a string (got true)`},
+		{`"limits":[{"count":5,"window":"10s","algorithm":"sliding_log","burst":3}]`, `limits[0]: burst: 3 means nothing to sliding_log`},
 		{`"plans":[{"name":"free","minute":5}]`, `config.default_plan: required field missing`},
 		{`"plans":[{"name":"free","minute":5}],"default_plan":"gold"`, `default_plan: "gold" is not one of its plans`},
 		{`"minute":5,"plans":[{"name":"free","minute":5}],"default_plan":"free"`, `plans: set with second..year or limits; give one or the other`},

@@ -9,7 +9,6 @@ package kongplugin
 // have plantedpanic_off.go instead.
 func plantedPanic(inst *instance) {
 	if inst.Namespace == "planted-panic" {
-		var counts map[string]int
-		counts["planted"]++ // assignment to entry in nil map
+		panic("planted panic (a tollgate_testpanic build)")
 	}
 }

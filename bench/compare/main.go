@@ -240,7 +240,10 @@ func bytesPerKey(a algo.Algorithm, n int) float64 {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	store := memory.MustNew(memory.Options{MaxKeys: 2 * n})
-	l := algo.Limit{Count: 100, Window: time.Minute, Algorithm: a, MaxDelay: time.Second}
+	l := algo.Limit{Count: 100, Window: time.Minute, Algorithm: a}
+	if a.HasMaxDelay() {
+		l.MaxDelay = time.Second
+	}
 	p := core.MustPolicy("mem", core.PolicyOptions{}, l)
 	var d core.Decision
 	for _, k := range names {

@@ -167,6 +167,14 @@ func (l *Limit) Normalize() error {
 		return fmt.Errorf("max_delay: %s must not be negative", l.MaxDelay)
 	}
 	l.maxDelayUS = int64(l.MaxDelay / time.Microsecond)
+	// An option the algorithm would ignore is a mistake in the config: it
+	// would read as a limit it is not.
+	switch {
+	case l.Burst != 0 && !l.Algorithm.HasBurst():
+		return fmt.Errorf("burst: %d means nothing to %s (token_bucket, gcra and leaky_bucket have a burst)", l.Burst, l.Algorithm)
+	case l.MaxDelay != 0 && !l.Algorithm.HasMaxDelay():
+		return fmt.Errorf("max_delay: %s means nothing to %s (leaky_bucket delays up to it, in_flight waits up to it for a slot)", FormatWindow(l.MaxDelay), l.Algorithm)
+	}
 	switch l.Algorithm {
 	case FixedWindow, SlidingCounter:
 		l.burst = 0
@@ -371,3 +379,12 @@ func ScaleLimits(base []Limit, f float64) []Limit {
 	}
 	return out
 }
+
+// HasBurst reports whether Limit.Burst means something to a: the bucket of
+// token_bucket, the burst gcra allows, the queue of leaky_bucket.
+func (a Algorithm) HasBurst() bool { return a == TokenBucket || a == GCRA || a == LeakyBucket }
+
+// HasMaxDelay reports whether Limit.MaxDelay means something to a: the
+// longest delay of leaky_bucket, the longest wait of in_flight for a slot,
+// and a penalty's box.
+func (a Algorithm) HasMaxDelay() bool { return a == LeakyBucket || a == InFlight || a == Penalty }

@@ -145,6 +145,10 @@ type Input struct {
 	// Empty reports a request without a key (every placeholder of the key
 	// empty): the rule's EmptyKey decides, and a shared bucket uses Key.
 	Empty bool
+	// Client is the client's address as the adapter trusts it: the key of
+	// a request without one under spec.EmptyKeyClient ("": such requests
+	// take the shared bucket, Key).
+	Client string
 	// Cost is the units of cost the request takes (at least 0).
 	Cost int64
 	// Plan names the plan whose limits the request takes, for a policy
@@ -250,6 +254,9 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 		r := &g.rules[i]
 		if !in.Covered || in.Empty && r.EmptyKey == spec.EmptyKeySkip {
 			continue
+		}
+		if in.Empty && r.EmptyKey == spec.EmptyKeyClient && in.Client != "" {
+			in.Key = in.Client
 		}
 		key := core.BoundKey(in.Key) // as the store holds it; a long key's hash once
 		pol := r.Limiter.Policy()

@@ -1,6 +1,6 @@
 // Package httplimit is tollgate as net/http middleware, an adapter beside
 // the gateway plugins: each rule picks the requests it
-// covers and derives a key from them; core.Gate decides, and a denied
+// covers and derives a key from them; a gate.Gate decides, and a denied
 // request gets the configured status, body and headers. It imports no other
 // adapter and no store: the caller builds the limiters over a store.
 package httplimit
@@ -50,9 +50,10 @@ type Rule struct {
 	Match func(*http.Request) bool
 	// Key derives the key; nil means ClientIP.
 	Key KeyFunc
-	// EmptyKey handles requests without a key: core.EmptyKeySkip (the
-	// default) lets them through unlimited, core.EmptyKeyShared counts them
-	// in one bucket keyed "".
+	// EmptyKey handles requests without a key: spec.EmptyKeyClient (the
+	// default) keys them by ClientIP, so leaving a key out gets no client
+	// out of the limit; spec.EmptyKeySkip lets them through unlimited;
+	// spec.EmptyKeyShared counts them in one bucket keyed "".
 	EmptyKey spec.EmptyKey
 	// Cost returns the request's cost in units; nil means 1.
 	Cost func(*http.Request) int64
@@ -70,7 +71,7 @@ type Config struct {
 	Headers headers.Options
 	// Status is the denial status; 0 means 429.
 	Status int
-	// Body is the denial body; empty means core.DefaultDenyBody.
+	// Body is the denial body; empty means gate.DefaultDenyBody.
 	Body string
 	// DenyOnError answers 503 when a store fails; by default the rule is
 	// skipped (the store's own failure policy decides first).
@@ -82,7 +83,10 @@ type Config struct {
 // New returns the middleware for cfg; errors name the field and value.
 func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	gc := gate.Config{Status: cfg.Status, Body: cfg.Body, Headers: cfg.Headers, SkipFailed: !cfg.DenyOnError}
-	for _, r := range cfg.Rules {
+	for i, r := range cfg.Rules {
+		if r.Limiter == nil {
+			return nil, fmt.Errorf("rules[%d]: no Limiter (core.NewLimiter of a policy and a store)", i)
+		}
 		if r.Limiter.Policy().AfterResponse() && r.Charge == nil {
 			return nil, fmt.Errorf("policy %q: its limits are charged after the response, and its rule has no Charge", r.Limiter.Policy().Name())
 		}
@@ -117,6 +121,9 @@ func (q *request) Input(i int) (gate.Input, error) {
 	}
 	key, ok := keyOf(r)
 	in := gate.Input{Covered: true, Key: key, Empty: !ok, Cost: 1}
+	if !ok && rule.EmptyKey == spec.EmptyKeyClient {
+		in.Client, _ = ClientIP(r)
+	}
 	if rule.Cost != nil {
 		in.Cost = rule.Cost(r)
 	}

@@ -73,12 +73,15 @@ func TestLimitsPerKeyWithHeadersAndBody(t *testing.T) {
 	if got := resp.Header.Get("RateLimit"); got != `"api";r=0;t=60` {
 		t.Fatalf("RateLimit %q", got)
 	}
-	// Another key has its own quota; a request without the header is skipped.
+	// Another key has its own quota; a request without the header is keyed
+	// by the client's address (spec.EmptyKeyClient, the default).
 	if resp, _ := get(t, srv.URL, map[string]string{"X-Api-Key": "bob"}); resp.StatusCode != 200 {
 		t.Fatalf("bob: %d", resp.StatusCode)
 	}
-	if resp, _ := get(t, srv.URL, nil); resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Limit") != "" {
-		t.Fatalf("keyless: %d %v", resp.StatusCode, resp.Header)
+	for i, want := range []int{200, 200, 429} {
+		if resp, _ := get(t, srv.URL, nil); resp.StatusCode != want || resp.Header.Get("X-Ratelimit-Limit") != "2" {
+			t.Fatalf("keyless %d: %d %v, want %d under the client address's quota", i+1, resp.StatusCode, resp.Header, want)
+		}
 	}
 }
 
@@ -389,6 +392,21 @@ func TestChargeReportedCost(t *testing.T) {
 	}
 }
 
+// TestChargeTwoCostLines: an upstream that reports its cost on two lines
+// of the header (100 and 200) is charged the larger, never nothing.
+func TestChargeTwoCostLines(t *testing.T) {
+	mw, _ := chargedMiddleware(t, "lines", 1000, spec.Charge{CostHeader: "X-Usage"})
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("X-Usage", "100")
+		w.Header().Add("X-Usage", "200")
+		w.WriteHeader(http.StatusOK)
+	})))
+	defer srv.Close()
+	if resp, _ := get(t, srv.URL+"/", nil); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != "800" {
+		t.Errorf("X-Usage: 100 and X-Usage: 200: %d, remaining %q; want 200 and 800 (the larger charged)", resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"))
+	}
+}
+
 // chargedMiddleware is middleware with one policy, name, of count an hour
 // (a sliding log) charged after the response as charge says, with
 // X-RateLimit headers, on a memory store.
@@ -406,4 +424,12 @@ func chargedMiddleware(t *testing.T, name string, count int64, charge spec.Charg
 		t.Fatal(err)
 	}
 	return mw, p
+}
+
+// TestNewRefusesARuleWithoutLimiter: a rule with no Limiter is an error
+// naming the rule, not a panic.
+func TestNewRefusesARuleWithoutLimiter(t *testing.T) {
+	if _, err := New(Config{Rules: []Rule{{}}}); err == nil || !strings.Contains(err.Error(), "rules[0]: no Limiter") {
+		t.Fatalf("a rule without a Limiter: %v, want an error naming rules[0]", err)
+	}
 }

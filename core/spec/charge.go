@@ -134,28 +134,41 @@ func contains(list []string, v string) bool {
 }
 
 // reportedCost reads a cost header's value: a whole number, or with name,
-// name's entry in "a=1, b=2" (its last, when it has several; the lines of
-// a repeated header come joined with commas, as one field). A negative,
-// fractional or garbled value is not usable (false); a number of any
-// length too large to hold is algo.MaxCount, which takes a limit's whole
-// count: a report is never cheaper than it says.
+// name's entry in "a=1, b=2" (its last, when it has several). The lines of
+// a repeated header come joined with commas, as one field: without name,
+// a list of numbers ("100, 200") charges the largest of them, so no report
+// makes a call cheaper than it says. A negative, fractional or garbled
+// value is not usable (false; in a list, it is passed over); a number of
+// any length too large to hold is algo.MaxCount, which takes a limit's
+// whole count.
 func reportedCost(v, name string) (int64, bool) {
-	if name != "" {
-		// The last entry of the name counts: each entry overwrites the
-		// one before, as gateways that report usage this way read it.
-		found := false
-		entry := ""
+	if name == "" {
+		largest, found := int64(0), false
 		for _, e := range strings.Split(v, ",") {
-			k, val, ok := strings.Cut(e, "=")
-			if ok && strings.TrimSpace(k) == name {
-				entry, found = val, true
+			if n, ok := wholeCost(e); ok && (!found || n > largest) {
+				largest, found = n, true
 			}
 		}
-		if !found {
-			return 0, false
-		}
-		v = entry
+		return largest, found
 	}
+	// The last entry of the name counts: each entry overwrites the one
+	// before, as gateways that report usage this way read it.
+	found := false
+	entry := ""
+	for _, e := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(e, "=")
+		if ok && strings.TrimSpace(k) == name {
+			entry, found = val, true
+		}
+	}
+	if !found {
+		return 0, false
+	}
+	return wholeCost(entry)
+}
+
+// wholeCost reads one reported cost: digits alone, around spaces.
+func wholeCost(v string) (int64, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false

@@ -43,6 +43,13 @@ func TestResponseCost(t *testing.T) {
 		{Charge{CostHeader: "X-Limit", CostEntry: "videos"}, 200, map[string]string{"X-Limit": "videos=2, images=4"}, 2, true},
 		{Charge{CostHeader: "X-Limit", CostEntry: "images"}, 200, map[string]string{"X-Limit": "videos=2, images=4"}, 4, true},
 		{Charge{CostHeader: "X-Limit", CostEntry: "audio"}, 200, map[string]string{"X-Limit": "videos=2, images=4"}, 0, true},
+		// Two lines of the header (read as one field, "100, 200"): the
+		// largest report is charged, never nothing; a garbled item is
+		// passed over.
+		{Charge{CostHeader: "X-Usage"}, 200, map[string]string{"X-Usage": "100, 200"}, 200, true},
+		{Charge{CostHeader: "X-Usage"}, 200, map[string]string{"X-Usage": "300,200"}, 300, true},
+		{Charge{CostHeader: "X-Usage"}, 200, map[string]string{"X-Usage": "x, 40, -9"}, 40, true},
+		{Charge{CostHeader: "X-Usage"}, 200, map[string]string{"X-Usage": "5, " + strings.Repeat("9", 30)}, algo.MaxCount, true},
 		// The last entry of a name counts.
 		{Charge{CostHeader: "X-Limit", CostEntry: "videos"}, 200, map[string]string{"X-Limit": "videos=2, images=4, videos=3"}, 3, true},
 	} {

@@ -57,25 +57,30 @@ func CheckSyncInterval(d time.Duration) error {
 type EmptyKey uint8
 
 const (
-	// EmptyKeySkip lets the request through this policy unlimited (the
-	// default).
-	EmptyKeySkip EmptyKey = iota
+	// EmptyKeyClient keys the request by the client's address instead
+	// (the default): leaving the key out (an API key header, say) does not
+	// get a client out of the limit. Kong's rate-limiting falls back the
+	// same way. An adapter that knows no client address counts such
+	// requests in the shared bucket.
+	EmptyKeyClient EmptyKey = iota
+	// EmptyKeySkip lets the request through this policy unlimited.
+	EmptyKeySkip
 	// EmptyKeyShared counts every keyless request in one shared bucket.
 	EmptyKeyShared
 )
 
-var emptyKeyNames = []string{EmptyKeySkip: "skip", EmptyKeyShared: "shared"}
+var emptyKeyNames = []string{EmptyKeyClient: "client", EmptyKeySkip: "skip", EmptyKeyShared: "shared"}
 
 // String returns the configuration name of e.
 func (e EmptyKey) String() string { return enum.Name(emptyKeyNames, e, "EmptyKey") }
 
-// ParseEmptyKey reads "skip" or "shared"; "" is skip.
+// ParseEmptyKey reads "client", "skip" or "shared"; "" is client.
 func ParseEmptyKey(s string) (EmptyKey, error) {
 	if s == "" {
-		return EmptyKeySkip, nil
+		return EmptyKeyClient, nil
 	}
 	if e, ok := enum.Parse[EmptyKey](emptyKeyNames, s); ok {
 		return e, nil
 	}
-	return 0, fmt.Errorf("unknown %q (want skip or shared)", s)
+	return 0, fmt.Errorf("unknown %q (want client, skip or shared)", s)
 }

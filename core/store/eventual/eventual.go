@@ -454,9 +454,10 @@ func (e *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core
 // Reset forgets key's counts under p in limit or every limit
 // (core.Operator): the fleet's shared counts of the windows that count
 // now, and this node's view and unpushed counts. Other nodes forget theirs
-// at their next sync, except what they counted and have not pushed yet:
-// up to one sync interval of their admissions survives a reset, the same
-// bound as eventual mode's overshoot.
+// when they read the key again, at the sync after they next decide it
+// (a node reads only the keys it uses), except what they counted and have
+// not pushed yet: up to one sync interval of their admissions survives a
+// reset, the same bound as eventual mode's overshoot.
 func (e *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int) error {
 	if err := CheckPolicy(p); err != nil {
 		return err

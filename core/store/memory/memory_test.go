@@ -77,7 +77,11 @@ func TestEntryIsOneCacheLine(t *testing.T) {
 func TestNoAllocationOnTrackedKey(t *testing.T) {
 	s := MustNew(Options{})
 	for _, a := range algo.Algorithms {
-		p := core.MustPolicy("p", core.PolicyOptions{}, algo.Limit{Count: 100, Window: time.Second, Algorithm: a, MaxDelay: time.Second},
+		l := algo.Limit{Count: 100, Window: time.Second, Algorithm: a}
+		if a.HasMaxDelay() {
+			l.MaxDelay = time.Second
+		}
+		p := core.MustPolicy("p", core.PolicyOptions{}, l,
 			algo.Limit{Count: 1000, Window: time.Hour, Algorithm: algo.SlidingCounter})
 		var d core.Decision
 		ctx := context.Background()
