@@ -40,7 +40,8 @@ const (
 	// a limit named "minute" gives X-RateLimit-Limit-Minute), then
 	// RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset (whole
 	// seconds, at least 1) for the deciding limit, and on denial
-	// Retry-After equal to that reset, or to the retry-after if it is later.
+	// Retry-After: when a retry can pass (for a fixed window that reset).
+	// A limit's figure is its capacity: the count, or a bucket's burst.
 	PerLimit
 )
 
@@ -205,7 +206,7 @@ func (v *headerValues) render(d *core.Decision, o Options) {
 		return
 	}
 	if o.Style == PerLimit {
-		v.renderPerLimit(d)
+		v.renderPerLimit(d, o)
 		return
 	}
 	// t (and X-RateLimit-Reset): when the quota returns; on a denial, when
@@ -235,7 +236,7 @@ func (v *headerValues) render(d *core.Decision, o Options) {
 		v.end()
 	}
 	if o.Style == Both || o.Style == XRateLimit {
-		v.addInt(XLimit, d.Quota)
+		v.addInt(XLimit, fieldsOf(d.Policy).quotas[d.Index])
 		v.addInt(XRemaining, max(0, d.Remaining))
 		v.addInt(XReset, reset)
 	}
@@ -266,23 +267,40 @@ func Write(h http.Header, d *core.Decision, o Options) {
 }
 
 // renderPerLimit adds the per-limit header set for d (see PerLimit).
-func (v *headerValues) renderPerLimit(d *core.Decision) {
-	names := fieldsOf(d.Policy).perLimit
+func (v *headerValues) renderPerLimit(d *core.Decision, o Options) {
+	f := fieldsOf(d.Policy)
 	for i := 0; i < d.N; i++ {
-		r := &d.Results[i]
-		v.addInt(names[2*i], r.Quota)
-		v.addInt(names[2*i+1], max(0, r.Remaining))
+		v.addInt(f.perLimit[2*i], f.quotas[i])
+		v.addInt(f.perLimit[2*i+1], max(0, d.Results[i].Remaining))
 	}
+	// On a denial, the reset is when this request would pass, as the IETF
+	// fields' t: for a fixed window that is its end, as Kong's.
 	reset := max(1, core.Seconds(d.Reset))
 	if !d.Allowed {
-		reset = max(reset, core.Seconds(d.RetryAfter))
+		reset = max(1, core.Seconds(d.RetryAfter))
 	}
-	v.addInt(PerLimitLimit, d.Quota)
+	v.addInt(PerLimitLimit, f.quotas[d.Index])
 	v.addInt(PerLimitRemaining, max(0, d.Remaining))
 	v.addInt(PerLimitReset, reset)
 	if !d.Allowed {
-		v.addInt(RetryAfter, reset)
+		// When a retry can pass: for a fixed window its end, the reset
+		// (Kong's own Retry-After); for a bucket the next token, not the
+		// time to fill it.
+		v.addInt(RetryAfter, o.RetryAfterSeconds(d))
 	}
+}
+
+// quotaOf is what a limit's limit headers (X-RateLimit-Limit, Kong's
+// RateLimit-Limit and X-RateLimit-Limit-<Name>) say: the q of its
+// RateLimit-Policy item (see ietfQuota; in_flight's slots), so every header
+// of a response describes the same limit, and its remaining is never above
+// it.
+func quotaOf(l *algo.Limit) int64 {
+	if l.Algorithm == algo.InFlight {
+		return l.Count
+	}
+	q, _ := ietfQuota(l)
+	return q
 }
 
 // policyFields is what the header sets derive from a policy's limits in
@@ -293,6 +311,8 @@ type policyFields struct {
 	// names quotes each limit's name (limitItemNames); perLimit holds, per
 	// limit, its limit and remaining header names (PerLimit).
 	names, perLimit []string
+	// quotas are the limits' figures for the limit headers (quotaOf).
+	quotas []int64
 	// The RateLimit-Policy field for requests of cost 1 (and 0), and for
 	// costlier ones, whose quota is counted in units (see Render).
 	policy, policyUnits string
@@ -305,6 +325,9 @@ func fieldsOf(p *core.Policy) *policyFields {
 		return f
 	}
 	f := &policyFields{limits: limits, names: limitItemNames(p.ShownName(), limits), perLimit: perLimitHeaderNames(limits)}
+	for i := range limits {
+		f.quotas = append(f.quotas, quotaOf(&limits[i]))
+	}
 	f.policy, f.policyUnits = ietfPolicyField(f.names, limits, false), ietfPolicyField(f.names, limits, true)
 	// Concurrent derivations are equal; the last one stays.
 	p.Derived().Store(f)

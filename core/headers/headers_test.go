@@ -1,6 +1,7 @@
 package headers
 
 import (
+	"context"
 	"net/http"
 	"reflect"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/adaptive"
 	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/store/memory"
 	"github.com/tollgate/tollgate/internal/headercheck"
 )
 
@@ -130,6 +132,52 @@ func TestParseStyle(t *testing.T) {
 	for _, s := range []Style{Both, IETF, XRateLimit, None} {
 		if got, err := ParseStyle(s.String()); err != nil || got != s {
 			t.Errorf("%v: %v %v", s, got, err)
+		}
+	}
+}
+
+// TestRetryAfterIsWhenARetryPasses: in every style, a denied token bucket
+// (20 per 10 s, burst 20, emptied) says Retry-After 1, when its next token
+// comes, not 10, when it is full again; and its limit header is its
+// burst, the same figure RateLimit-Policy gives as q, so the remaining is
+// never above it. A fixed window says its end, as Kong's plugin does.
+func TestRetryAfterIsWhenARetryPasses(t *testing.T) {
+	clock := &core.ManualClock{Micros: 1_700_000_040_000_000} // a minute's start
+	store := memory.MustNew(memory.Options{Clock: clock})
+	bucket := core.MustPolicy("api", core.PolicyOptions{}, algo.Limit{Count: 20, Window: 10 * time.Second, Algorithm: algo.TokenBucket, Burst: 20})
+	window := core.MustPolicy("win", core.PolicyOptions{}, algo.Limit{Name: "minute", Count: 2, Window: time.Minute, Algorithm: algo.FixedWindow})
+	for _, tc := range []struct {
+		p          *core.Policy
+		n          int
+		retry      string
+		limitField string
+		limit      string
+	}{
+		{bucket, 21, "1", "X-RateLimit-Limit-20/10s", "20"},
+		{window, 3, "60", "X-Ratelimit-Limit-Minute", "2"},
+	} {
+		var d core.Decision
+		for i := 0; i < tc.n; i++ {
+			if err := store.Decide(context.Background(), tc.p, "k", 1, &d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d.Allowed {
+			t.Fatalf("%s: request %d allowed", tc.p.Name(), tc.n)
+		}
+		for _, style := range []Style{Both, IETF, XRateLimit, PerLimit} {
+			h := http.Header{}
+			Write(h, &d, Options{Style: style})
+			headercheck.Consistent(t, tc.p.Name()+" "+style.String(), h, 0)
+			if got := h.Get("Retry-After"); got != tc.retry {
+				t.Errorf("%s %v: Retry-After %s, want %s", tc.p.Name(), style, got, tc.retry)
+			}
+			if style == PerLimit && (h.Get(tc.limitField) != tc.limit || h.Get("Ratelimit-Limit") != tc.limit) {
+				t.Errorf("%s per_limit: %s %q, RateLimit-Limit %q; want %s (%v)", tc.p.Name(), tc.limitField, h.Get(tc.limitField), h.Get("Ratelimit-Limit"), tc.limit, h)
+			}
+			if style == XRateLimit && h.Get("X-Ratelimit-Limit") != tc.limit {
+				t.Errorf("%s xratelimit: X-RateLimit-Limit %q, want %s", tc.p.Name(), h.Get("X-Ratelimit-Limit"), tc.limit)
+			}
 		}
 	}
 }

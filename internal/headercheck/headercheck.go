@@ -129,6 +129,28 @@ func Consistent(t testing.TB, label string, h http.Header, jitter float64) {
 			t.Errorf("%s: Retry-After %d is past the reset %d plus jitter %v", label, ra, reset, jitter)
 		}
 	}
+	// A limit header and its remaining describe one limit: the remaining
+	// is never above the limit (X-RateLimit-*, Kong's RateLimit-* and its
+	// X-RateLimit-Limit-<Name> / X-RateLimit-Remaining-<Name> pairs).
+	for name := range h {
+		rest, ok := strings.CutPrefix(name, "X-Ratelimit-Limit")
+		if !ok && name == "Ratelimit-Limit" {
+			rest, ok = "", true
+			name = "Ratelimit-Limit"
+		}
+		if !ok {
+			continue
+		}
+		remainingName := "X-Ratelimit-Remaining" + rest
+		if name == "Ratelimit-Limit" {
+			remainingName = "Ratelimit-Remaining"
+		}
+		limit, err1 := strconv.ParseInt(h.Get(name), 10, 64)
+		left, err2 := strconv.ParseInt(h.Get(remainingName), 10, 64)
+		if err1 == nil && err2 == nil && left > limit {
+			t.Errorf("%s: %s %d is above %s %d: the two describe different limits", label, remainingName, left, name, limit)
+		}
+	}
 }
 
 func param[T any](p *httpsfv.Params, name string) (T, bool) {
