@@ -428,7 +428,7 @@ func warnPeriodOrder(ps *Periods, field string) {
 			continue
 		}
 		if prev != nil && *p.count < *prev {
-			log.Printf("tollgate: config %sThe limit for %s(%.1f) cannot be lower than the limit for %s(%.1f) in Kong's rate-limiting; tollgate enforces each period",
+			log.Printf("tollgate: config: %sThe limit for %s(%.1f) cannot be lower than the limit for %s(%.1f) in Kong's rate-limiting; tollgate enforces each period",
 				field, p.name, *p.count, prevName, *prev)
 			return
 		}

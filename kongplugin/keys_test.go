@@ -153,10 +153,30 @@ func TestKongKeysCommand(t *testing.T) {
 		t.Fatalf("over the socket: %s; want minute:5/5 hour:5/100", used(v))
 	}
 
+	// Each subcommand refuses what it does not use, and a missing --key,
+	// as bad usage (exit 2), naming the flag.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"show", "--socket", socket}, "keys show: --key is required"},
+		{[]string{"show", "--socket", socket, "--key", ip, "--limit", "minute"}, "keys show: --limit is not one of its flags"},
+		{[]string{"reset", "--socket", socket, "--key", ip, "--plan", "free"}, "keys reset: --plan is not one of its flags"},
+		{[]string{"policies", "--socket", socket, "--key", ip}, "keys policies: --key is not one of its flags"},
+	} {
+		if _, stderr := keys(t, 2, tc.args...); !strings.Contains(stderr, tc.want) {
+			t.Errorf("keys %v: %q, want %q", tc.args, stderr, tc.want)
+		}
+	}
+
 	// log_denials 2: a few lines a second, however many were refused.
 	lines := strings.Count(node.Log(), "tollgate: rate limited")
 	if lines == 0 || lines > 2*20 {
 		t.Fatalf("%d denial lines for %d denials; want at most 2 a second", lines, refused.Load())
+	}
+	// Each names the instance as the keys command does.
+	if named := strings.Count(node.Log(), `scope="route=route-1,service=service-1"`); named != lines {
+		t.Errorf("%d of %d denial lines name the instance's scope as keys does:\n%s", named, lines, node.Log())
 	}
 	t.Logf("%d allowed, %d refused; %d denial lines logged", allowed.Load(), refused.Load(), lines)
 }

@@ -71,6 +71,12 @@ type instance struct {
 	opened // the gate over the store, from open to Close
 }
 
+// logf logs a line of the instance's, naming it as the keys command and
+// the operators' API do (scope="route=<id>,service=<id>" or "ns=<name>").
+func (inst *instance) logf(format string, args ...any) {
+	log.Printf(format+" scope=%q", append(args, inst.name)...)
+}
+
 // open opens (or joins) the instance's store and builds its gate.
 func (inst *instance) open() error {
 	var err error
@@ -169,7 +175,7 @@ func (c *Config) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 	headers := map[string][]string{}
 	g.Headers(&outcome, func(name, value string) { headers[name] = []string{value} })
 	if !outcome.Passes() {
-		inst.sampler.Log(&outcome, inst.scope, log.Printf) // log_denials lines a second at most
+		inst.sampler.Log(&outcome, inst.scope, inst.logf) // log_denials lines a second at most
 		deny(ev, g.Status(), inst.ErrorMessage, headers)
 		return
 	}

@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/core"
@@ -81,6 +83,19 @@ func Run(args []string, stdout, stderr io.Writer, open func([]byte) (Target, err
 		fmt.Fprintf(stderr, "keys %s: give --plugin or --socket, and flags only (%v)\n%s", op, err, Usage)
 		return 2
 	}
+	// Each subcommand takes its own flags: one it would ignore is refused.
+	takes := map[string][]string{"show": {"policy", "key", "plan"}, "reset": {"policy", "key", "limit"},
+		"top": {"policy"}, "policies": nil}[op]
+	for name := range q {
+		if !slices.Contains(takes, name) {
+			fmt.Fprintf(stderr, "keys %s: --%s is not one of its flags (it takes --plugin or --socket%s)\n%s", op, name, flagList(takes), Usage)
+			return 2
+		}
+	}
+	if (op == "show" || op == "reset") && q.Get("key") == "" {
+		fmt.Fprintf(stderr, "keys %s: --key is required (the identifier limit_by names)\n%s", op, Usage)
+		return 2
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var out any
@@ -98,6 +113,15 @@ func Run(args []string, stdout, stderr io.Writer, open func([]byte) (Target, err
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(out)
 	return 0
+}
+
+// flagList names flags for a usage message: ", --a, --b".
+func flagList(names []string) string {
+	var b strings.Builder
+	for _, n := range names {
+		b.WriteString(", --" + n)
+	}
+	return b.String()
 }
 
 // direct answers from the store the plugin config names, without a server.
