@@ -173,7 +173,7 @@ func (s *Server) Log() string {
 
 // Client is Kong's side of the socket. Like Kong's socket pool it
 // reconnects when the plugin closes the connection (after
-// kong.response.exit, or a refused config).
+// kong.response.exit in the response phase, or a call it cannot answer).
 type Client struct {
 	s    *Server
 	conn net.Conn
@@ -206,7 +206,7 @@ func (c *Client) drop() {
 func (c *Client) Close() { c.drop() }
 
 // ErrRefused is returned when the plugin closes the connection instead of
-// answering a call (go-pdk does so when a config does not decode).
+// answering a call (a config that is not JSON at all, an unknown instance).
 var ErrRefused = errors.New("plugin closed the connection")
 
 func (c *Client) call(call *pb.RpcCall) (*pb.RpcReturn, error) {

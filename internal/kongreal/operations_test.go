@@ -4,6 +4,7 @@ package kongreal
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -157,13 +158,19 @@ func TestKongIdleKeysCostRedisNothing(t *testing.T) {
 			t.Fatalf("key %d: %s", i, a)
 		}
 	}
+	// Each sync of the keys used before it, then none. Before, each of the
+	// 1,000 keys cost two commands a second until its hour ended.
+	redisGoesIdle(t, rds)
+}
+
+// redisGoesIdle waits, 15 s at most, for a second in which rds processes
+// nothing but the test's own INFO.
+func redisGoesIdle(t *testing.T, rds *redistest.Server) {
+	t.Helper()
 	last, err := rds.CommandsProcessed()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Each sync of the keys used before it, then none: a second in which
-	// Redis processes nothing but this test's INFO. Before, each of the
-	// 1,000 keys cost two commands a second until its hour ended.
 	waitfor.TrueEvery(t, 15*time.Second, time.Second, "a second with no Redis command from Kong's node", func() bool {
 		n, err := rds.CommandsProcessed()
 		if err != nil {
@@ -173,4 +180,67 @@ func TestKongIdleKeysCostRedisNothing(t *testing.T) {
 		last = n
 		return idle
 	})
+}
+
+// TestKongConfigChurn: Kong as a deploy pipeline runs it, a new config
+// every few seconds. 120 config changes, each replacing tollgate's
+// instances (its limit changes), with a little traffic of new keys after
+// each: the plugin server's memory stays flat (each closed instance gave
+// back what it held; 20 changes in, and 100 more, within 25%), and once
+// the traffic stops Redis soon sees no command from the node, however
+// many configs and keys came before.
+func TestKongConfigChurn(t *testing.T) {
+	up := StartUpstream(t)
+	rds := redistest.StartT(t)
+	k := Start(t, Options{Extra: defaultLogLevel})
+	bin := PluginDir(t)
+	config := func(i int) Declarative {
+		d := NewDeclarative(fmt.Sprintf("/probe-churn-%d", i))
+		d.AddService(map[string]any{"name": "churn", "url": up.URL, "routes": []any{
+			map[string]any{"name": "churn-redis", "paths": []string{"/churn-redis"}, "plugins": []any{map[string]any{"name": "tollgate",
+				"config": map[string]any{"hour": 1000 + i, "limit_by": "header", "header_name": "X-Key", "policy": "redis", "redis": rds.KongRecord(), "sync_rate": 1}}}},
+			map[string]any{"name": "churn-local", "paths": []string{"/churn-local"}, "plugins": []any{map[string]any{"name": "tollgate",
+				"config": map[string]any{"minute": 1000 + i, "limit_by": "header", "header_name": "X-Key"}}}},
+		}})
+		return d
+	}
+	rss := func() int64 {
+		_, servers := k.Processes(bin)
+		var total int64
+		for _, pid := range servers {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+					var kb int64
+					fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
+					total += kb
+				}
+			}
+		}
+		return total
+	}
+	var warm int64
+	const changes = 120
+	for i := 0; i < changes; i++ {
+		k.MustLoad(config(i))
+		for j := 0; j < 5; j++ {
+			for _, path := range []string{"/churn-redis", "/churn-local"} {
+				if a := k.Get(path, fmt.Sprintf("X-Key: c%d-%d", i, j)); a.Status != 200 {
+					t.Fatalf("change %d, %s: %s", i, path, a)
+				}
+			}
+		}
+		if i == 20 {
+			warm = rss()
+		}
+	}
+	after := rss()
+	t.Logf("plugin servers' RSS: %d kB after 20 config changes, %d kB after %d", warm, after, changes)
+	if after > warm*5/4 {
+		t.Errorf("plugin servers' RSS grew from %d to %d kB over %d more config changes, want within 25%%", warm, after, changes-20)
+	}
+	redisGoesIdle(t, rds)
 }
