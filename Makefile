@@ -63,13 +63,17 @@ bench-instructions:
 
 # Real Kong Gateway 3.9 in the loop: the Kong on PATH, or one installed
 # from KONG_REAL (Kong 3.9.3 built for these machines; CI has it beside the
-# checkout) when there is none. The tests start Kong DB-less with the three
-# plugin servers registered with docs/kong.md's own lines, and run Kong's
+# checkout) when there is none, and Debian's postgresql for its DB mode. The
+# tests start Kong DB-less (and once on a Postgres of their own) with the
+# three plugin servers registered with docs/kong.md's own lines, and run Kong's
 # bundled rate-limiting and response-ratelimiting beside tollgate on the
 # same traffic (internal/kongreal). CI runs it after make test.
 KONG_REAL ?= ../shared/kong-real
 KONG_PATH := /usr/local/openresty/bin:/usr/local/openresty/nginx/sbin:$(PATH)
 kong: deps
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  echo "postgresql missing (Kong's DB mode in make kong-test): installing it with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }
 	@PATH=$(KONG_PATH); if command -v kong >/dev/null 2>&1 && kong version 2>/dev/null | grep -q '^3\.9'; then \
 	  echo "kong $$(kong version) on PATH"; \
 	elif [ -f $(KONG_REAL)/install.sh ]; then bash $(KONG_REAL)/install.sh; \

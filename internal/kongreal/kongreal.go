@@ -229,6 +229,9 @@ type Options struct {
 	// by its command's name: its start_cmd runs it under /usr/bin/env, as
 	// docs/kong.md shows for the operators' socket.
 	Env map[string][]string
+	// Postgres runs Kong in DB mode on it (kong migrations bootstrap
+	// first); Declarative is then unused. nil: DB-less.
+	Postgres *Postgres
 }
 
 // Kong is one running Kong node.
@@ -281,10 +284,11 @@ func Start(t T, opts Options) *Kong {
 	if err := os.WriteFile(declarative, []byte(opts.Declarative), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	conf := []string{
-		"prefix = " + prefix,
-		"database = off",
-		"declarative_config = " + declarative,
+	conf := []string{"prefix = " + prefix, "database = off", "declarative_config = " + declarative}
+	if opts.Postgres != nil {
+		conf = append([]string{"prefix = " + prefix}, opts.Postgres.confLines()...)
+	}
+	conf = append(conf,
 		"router_flavor = traditional",
 		"nginx_user = root root",
 		"nginx_daemon = off",
@@ -295,7 +299,7 @@ func Start(t T, opts Options) *Kong {
 		"admin_gui_listen = off",
 		"anonymous_reports = off",
 		"log_level = info",
-	}
+	)
 	for _, line := range Registration(t) {
 		line = strings.ReplaceAll(line, DocBinDir+"/", bin+"/")
 		line = strings.ReplaceAll(line, DocPrefix, prefix)
@@ -322,6 +326,11 @@ func Start(t T, opts Options) *Kong {
 	conf = append(conf, opts.Extra...)
 	if err := os.WriteFile(k.conf, []byte(strings.Join(conf, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if opts.Postgres != nil {
+		if out, err := exec.Command(kong, "migrations", "bootstrap", "-c", k.conf).CombinedOutput(); err != nil {
+			t.Fatalf("kong migrations bootstrap: %v\n%s", err, out)
+		}
 	}
 	if out, err := exec.Command(kong, "prepare", "-c", k.conf).CombinedOutput(); err != nil {
 		t.Fatalf("kong prepare: %v\n%s", err, out)
@@ -434,6 +443,32 @@ func (k *Kong) ID(kind, name string) string {
 		k.t.Fatalf("GET /%s/%s: %d %v", kind, name, resp.StatusCode, err)
 	}
 	return e.ID
+}
+
+// Admin sends method path with body (JSON-encoded; nil: none) to the
+// Admin API and returns the status and the answer.
+func (k *Kong) Admin(method, path string, body any) (int, []byte) {
+	k.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			k.t.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, k.AdminURL+path, r)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }
 
 // AdminGet returns the Admin API's answer to GET path.

@@ -3,6 +3,7 @@
 package kongreal
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -241,6 +242,62 @@ func TestKongConfigChurn(t *testing.T) {
 	t.Logf("plugin servers' RSS: %d kB after 20 config changes, %d kB after %d", warm, after, changes)
 	if after > warm*5/4 {
 		t.Errorf("plugin servers' RSS grew from %d to %d kB over %d more config changes, want within 25%%", warm, after, changes-20)
+	}
+	redisGoesIdle(t, rds)
+}
+
+// TestKongDBMode: Kong on Postgres, as most operators run it: tollgate
+// created, PATCHed and deleted through the Admin API. A new limit
+// replaces the instances and keeps the counters; a deleted plugin stops
+// deciding, and its eventual-mode syncing stops costing Redis anything.
+func TestKongDBMode(t *testing.T) {
+	up := StartUpstream(t)
+	rds := redistest.StartT(t)
+	k := Start(t, Options{Extra: defaultLogLevel, Postgres: StartPostgres(t)})
+	admin := func(want int, method, path string, body any) map[string]any {
+		t.Helper()
+		status, b := k.Admin(method, path, body)
+		if status != want {
+			t.Fatalf("%s %s: %d %s, want %d", method, path, status, b, want)
+		}
+		var out map[string]any
+		_ = json.Unmarshal(b, &out)
+		return out
+	}
+	admin(201, "POST", "/services", map[string]any{"name": "db", "url": up.URL})
+	admin(201, "POST", "/services/db/routes", map[string]any{"name": "db", "paths": []string{"/db"}})
+	plugin := admin(201, "POST", "/routes/db/plugins", map[string]any{"name": "tollgate", "config": map[string]any{
+		"hour": 5, "limit_by": "header", "header_name": "X-Key", "policy": "redis", "redis": rds.KongRecord(), "sync_rate": 1}})
+	id, _ := plugin["id"].(string)
+	limitIs := func(want string) {
+		t.Helper()
+		waitfor.TrueEvery(t, 30*time.Second, 100*time.Millisecond, "every worker deciding with X-RateLimit-Limit-Hour "+want, func() bool {
+			for i := 0; i < 4; i++ { // either worker may take a request
+				if k.GetOnce("/db", "X-Key: probe").Headers.Get("X-Ratelimit-Limit-Hour") != want {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	limitIs("5")
+	notNearEnd(t, time.Hour, 30*time.Second)
+	remaining := func() string {
+		a := k.GetOnce("/db", "X-Key: a")
+		return fmt.Sprintf("%d/%s", a.Status, a.Headers.Get("X-Ratelimit-Remaining-Hour"))
+	}
+	if got := fmt.Sprint(remaining(), " ", remaining()); got != "200/4 200/3" {
+		t.Fatalf("two requests of key a: %s, want 200/4 200/3", got)
+	}
+	admin(200, "PATCH", "/plugins/"+id, map[string]any{"config": map[string]any{"hour": 6}})
+	limitIs("6")
+	if got := remaining(); got != "200/3" {
+		t.Errorf("after the PATCH to 6 an hour: %s, want 200/3 (the 2 used kept)", got)
+	}
+	admin(204, "DELETE", "/plugins/"+id, nil)
+	limitIs("")
+	if a := k.GetOnce("/db", "X-Key: a"); a.Status != 200 {
+		t.Errorf("after the DELETE: %s, want the route served without a limit", a)
 	}
 	redisGoesIdle(t, rds)
 }
