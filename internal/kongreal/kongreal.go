@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -232,6 +233,11 @@ type Options struct {
 	// Postgres runs Kong in DB mode on it (kong migrations bootstrap
 	// first); Declarative is then unused. nil: DB-less.
 	Postgres *Postgres
+	// ControlPlane makes the node a hybrid control plane (Extra gives its
+	// cluster lines): Kong starts no plugin server there, it only queries
+	// their schemas (-dump). DataPlane makes it a data plane, which serves
+	// no Admin API: it is ready once its proxy listens.
+	ControlPlane, DataPlane bool
 }
 
 // Kong is one running Kong node.
@@ -241,12 +247,14 @@ type Kong struct {
 	// gRPC clients of a plaintext Kong do).
 	ProxyURL, AdminURL, H2URL string
 	// Prefix is Kong's prefix: logs/error.log, the plugin servers' sockets.
-	Prefix string
-	conf   string
-	extra  []string // the names of Options.Servers
-	cmd    *exec.Cmd
-	done   chan struct{}
-	t      T
+	Prefix    string
+	conf      string
+	extra     []string // the names of Options.Servers
+	noServers bool     // a control plane: no plugin server runs
+	noAdmin   bool     // a data plane: no Admin API
+	cmd       *exec.Cmd
+	done      chan struct{}
+	t         T
 }
 
 // Start starts a Kong node DB-less with tollgate's plugin servers
@@ -276,7 +284,7 @@ func Start(t T, opts Options) *Kong {
 	}
 	k := &Kong{ProxyURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), AdminURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
 		H2URL:  fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
-		Prefix: prefix, conf: filepath.Join(dir, "kong.conf"), done: make(chan struct{}), t: t}
+		Prefix: prefix, conf: filepath.Join(dir, "kong.conf"), done: make(chan struct{}), t: t, noServers: opts.ControlPlane, noAdmin: opts.DataPlane}
 	declarative := filepath.Join(dir, "kong.yml")
 	if opts.Declarative == "" {
 		opts.Declarative = "_format_version: \"3.0\"\n"
@@ -292,7 +300,7 @@ func Start(t T, opts Options) *Kong {
 		"router_flavor = traditional",
 		"nginx_user = root root",
 		"nginx_daemon = off",
-		"nginx_worker_processes = " + strconv.Itoa(opts.Workers),
+		"nginx_worker_processes = "+strconv.Itoa(opts.Workers),
 		fmt.Sprintf("proxy_listen = 127.0.0.1:%d, 127.0.0.1:%d http2", ports[0], ports[2]),
 		fmt.Sprintf("admin_listen = 127.0.0.1:%d", ports[1]),
 		"status_listen = off",
@@ -366,12 +374,21 @@ func (k *Kong) waitReady() {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ready := true
-		if resp, err := http.Get(k.AdminURL + "/status"); err != nil {
+		if k.noAdmin {
+			if c, err := net.DialTimeout("tcp", strings.TrimPrefix(k.ProxyURL, "http://"), time.Second); err != nil {
+				ready = false
+			} else {
+				c.Close()
+			}
+		} else if resp, err := http.Get(k.AdminURL + "/status"); err != nil {
 			ready = false
 		} else {
 			resp.Body.Close()
 		}
 		for _, c := range append(slices.Clone(Commands), k.extra...) {
+			if k.noServers {
+				break
+			}
 			if fi, err := os.Stat(filepath.Join(k.Prefix, c+".socket")); err != nil || fi.Mode()&os.ModeSocket == 0 {
 				ready = false
 			}

@@ -301,3 +301,71 @@ func TestKongDBMode(t *testing.T) {
 	}
 	redisGoesIdle(t, rds)
 }
+
+// TestKongHybrid: a control plane on Postgres and a data plane, each
+// with tollgate's plugin servers registered, certificates from `kong
+// hybrid gen_cert`: tollgate configured on the control plane decides on
+// the data plane, a new limit there replaces the data plane's instances
+// and keeps its counters, and a deleted plugin stops deciding and costs
+// Redis nothing.
+func TestKongHybrid(t *testing.T) {
+	up := StartUpstream(t)
+	rds := redistest.StartT(t)
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "cluster.crt"), filepath.Join(dir, "cluster.key")
+	if out, err := exec.Command(Binary(t), "hybrid", "gen_cert", cert, key).CombinedOutput(); err != nil {
+		t.Fatalf("kong hybrid gen_cert: %v\n%s", err, out)
+	}
+	ports, err := redistest.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := []string{"cluster_cert = " + cert, "cluster_cert_key = " + key}
+	cp := Start(t, Options{Postgres: StartPostgres(t), ControlPlane: true, Extra: append(append(slices.Clone(defaultLogLevel), certs...), "role = control_plane",
+		fmt.Sprintf("cluster_listen = 127.0.0.1:%d", ports[0]), fmt.Sprintf("cluster_telemetry_listen = 127.0.0.1:%d", ports[1]))})
+	dp := Start(t, Options{DataPlane: true, Extra: append(append(slices.Clone(defaultLogLevel), certs...), "role = data_plane", "lua_ssl_trusted_certificate = "+cert,
+		fmt.Sprintf("cluster_control_plane = 127.0.0.1:%d", ports[0]), fmt.Sprintf("cluster_telemetry_endpoint = 127.0.0.1:%d", ports[1]))})
+	admin := func(want int, method, path string, body any) map[string]any {
+		t.Helper()
+		status, b := cp.Admin(method, path, body)
+		if status != want {
+			t.Fatalf("control plane: %s %s: %d %s, want %d", method, path, status, b, want)
+		}
+		var out map[string]any
+		_ = json.Unmarshal(b, &out)
+		return out
+	}
+	admin(201, "POST", "/services", map[string]any{"name": "hybrid", "url": up.URL})
+	admin(201, "POST", "/services/hybrid/routes", map[string]any{"name": "hybrid", "paths": []string{"/hybrid"}})
+	plugin := admin(201, "POST", "/routes/hybrid/plugins", map[string]any{"name": "tollgate", "config": map[string]any{
+		"hour": 5, "limit_by": "header", "header_name": "X-Key", "policy": "redis", "redis": rds.KongRecord(), "sync_rate": 1}})
+	id, _ := plugin["id"].(string)
+	limitIs := func(want string) {
+		t.Helper()
+		waitfor.TrueEvery(t, 60*time.Second, 200*time.Millisecond, "the data plane deciding with X-RateLimit-Limit-Hour "+want, func() bool {
+			for i := 0; i < 4; i++ {
+				if dp.GetOnce("/hybrid", "X-Key: probe").Headers.Get("X-Ratelimit-Limit-Hour") != want {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	limitIs("5")
+	notNearEnd(t, time.Hour, 30*time.Second)
+	remaining := func() string {
+		a := dp.GetOnce("/hybrid", "X-Key: a")
+		return fmt.Sprintf("%d/%s", a.Status, a.Headers.Get("X-Ratelimit-Remaining-Hour"))
+	}
+	if got := fmt.Sprint(remaining(), " ", remaining()); got != "200/4 200/3" {
+		t.Fatalf("two requests of key a on the data plane: %s, want 200/4 200/3", got)
+	}
+	admin(200, "PATCH", "/plugins/"+id, map[string]any{"config": map[string]any{"hour": 6}})
+	limitIs("6")
+	if got := remaining(); got != "200/3" {
+		t.Errorf("after the control plane's PATCH to 6 an hour: %s, want 200/3 (the 2 used kept)", got)
+	}
+	admin(204, "DELETE", "/plugins/"+id, nil)
+	limitIs("")
+	redisGoesIdle(t, rds)
+}
