@@ -247,67 +247,19 @@ func TestKongConfigChurn(t *testing.T) {
 }
 
 // TestKongDBMode: Kong on Postgres, as most operators run it: tollgate
-// created, PATCHed and deleted through the Admin API. A new limit
-// replaces the instances and keeps the counters; a deleted plugin stops
-// deciding, and its eventual-mode syncing stops costing Redis anything.
+// created, PATCHed and deleted through the Admin API (see
+// adminAPILifecycle).
 func TestKongDBMode(t *testing.T) {
 	up := StartUpstream(t)
 	rds := redistest.StartT(t)
 	k := Start(t, Options{Extra: defaultLogLevel, Postgres: StartPostgres(t)})
-	admin := func(want int, method, path string, body any) map[string]any {
-		t.Helper()
-		status, b := k.Admin(method, path, body)
-		if status != want {
-			t.Fatalf("%s %s: %d %s, want %d", method, path, status, b, want)
-		}
-		var out map[string]any
-		_ = json.Unmarshal(b, &out)
-		return out
-	}
-	admin(201, "POST", "/services", map[string]any{"name": "db", "url": up.URL})
-	admin(201, "POST", "/services/db/routes", map[string]any{"name": "db", "paths": []string{"/db"}})
-	plugin := admin(201, "POST", "/routes/db/plugins", map[string]any{"name": "tollgate", "config": map[string]any{
-		"hour": 5, "limit_by": "header", "header_name": "X-Key", "policy": "redis", "redis": rds.KongRecord(), "sync_rate": 1}})
-	id, _ := plugin["id"].(string)
-	limitIs := func(want string) {
-		t.Helper()
-		waitfor.TrueEvery(t, 30*time.Second, 100*time.Millisecond, "every worker deciding with X-RateLimit-Limit-Hour "+want, func() bool {
-			for i := 0; i < 4; i++ { // either worker may take a request
-				if k.GetOnce("/db", "X-Key: probe").Headers.Get("X-Ratelimit-Limit-Hour") != want {
-					return false
-				}
-			}
-			return true
-		})
-	}
-	limitIs("5")
-	notNearEnd(t, time.Hour, 30*time.Second)
-	remaining := func() string {
-		a := k.GetOnce("/db", "X-Key: a")
-		return fmt.Sprintf("%d/%s", a.Status, a.Headers.Get("X-Ratelimit-Remaining-Hour"))
-	}
-	if got := fmt.Sprint(remaining(), " ", remaining()); got != "200/4 200/3" {
-		t.Fatalf("two requests of key a: %s, want 200/4 200/3", got)
-	}
-	admin(200, "PATCH", "/plugins/"+id, map[string]any{"config": map[string]any{"hour": 6}})
-	limitIs("6")
-	if got := remaining(); got != "200/3" {
-		t.Errorf("after the PATCH to 6 an hour: %s, want 200/3 (the 2 used kept)", got)
-	}
-	admin(204, "DELETE", "/plugins/"+id, nil)
-	limitIs("")
-	if a := k.GetOnce("/db", "X-Key: a"); a.Status != 200 {
-		t.Errorf("after the DELETE: %s, want the route served without a limit", a)
-	}
-	redisGoesIdle(t, rds)
+	adminAPILifecycle(t, k, k, up, rds)
 }
 
 // TestKongHybrid: a control plane on Postgres and a data plane, each
 // with tollgate's plugin servers registered, certificates from `kong
 // hybrid gen_cert`: tollgate configured on the control plane decides on
-// the data plane, a new limit there replaces the data plane's instances
-// and keeps its counters, and a deleted plugin stops deciding and costs
-// Redis nothing.
+// the data plane (see adminAPILifecycle).
 func TestKongHybrid(t *testing.T) {
 	up := StartUpstream(t)
 	rds := redistest.StartT(t)
@@ -325,26 +277,36 @@ func TestKongHybrid(t *testing.T) {
 		fmt.Sprintf("cluster_listen = 127.0.0.1:%d", ports[0]), fmt.Sprintf("cluster_telemetry_listen = 127.0.0.1:%d", ports[1]))})
 	dp := Start(t, Options{DataPlane: true, Extra: append(append(slices.Clone(defaultLogLevel), certs...), "role = data_plane", "lua_ssl_trusted_certificate = "+cert,
 		fmt.Sprintf("cluster_control_plane = 127.0.0.1:%d", ports[0]), fmt.Sprintf("cluster_telemetry_endpoint = 127.0.0.1:%d", ports[1]))})
-	admin := func(want int, method, path string, body any) map[string]any {
+	adminAPILifecycle(t, cp, dp, up, rds)
+}
+
+// adminAPILifecycle configures tollgate through admin's Admin API and
+// checks it on proxy's traffic: created (eventual mode on rds), it
+// decides; a PATCH to a new limit replaces the instances and keeps the
+// counters; deleted, it stops deciding, and its syncing stops costing
+// Redis anything.
+func adminAPILifecycle(t *testing.T, admin, proxy *Kong, up *Upstream, rds *redistest.Server) {
+	t.Helper()
+	call := func(want int, method, path string, body any) map[string]any {
 		t.Helper()
-		status, b := cp.Admin(method, path, body)
+		status, b := admin.Admin(method, path, body)
 		if status != want {
-			t.Fatalf("control plane: %s %s: %d %s, want %d", method, path, status, b, want)
+			t.Fatalf("%s %s: %d %s, want %d", method, path, status, b, want)
 		}
 		var out map[string]any
 		_ = json.Unmarshal(b, &out)
 		return out
 	}
-	admin(201, "POST", "/services", map[string]any{"name": "hybrid", "url": up.URL})
-	admin(201, "POST", "/services/hybrid/routes", map[string]any{"name": "hybrid", "paths": []string{"/hybrid"}})
-	plugin := admin(201, "POST", "/routes/hybrid/plugins", map[string]any{"name": "tollgate", "config": map[string]any{
+	call(201, "POST", "/services", map[string]any{"name": "managed", "url": up.URL})
+	call(201, "POST", "/services/managed/routes", map[string]any{"name": "managed", "paths": []string{"/managed"}})
+	plugin := call(201, "POST", "/routes/managed/plugins", map[string]any{"name": "tollgate", "config": map[string]any{
 		"hour": 5, "limit_by": "header", "header_name": "X-Key", "policy": "redis", "redis": rds.KongRecord(), "sync_rate": 1}})
 	id, _ := plugin["id"].(string)
 	limitIs := func(want string) {
 		t.Helper()
-		waitfor.TrueEvery(t, 60*time.Second, 200*time.Millisecond, "the data plane deciding with X-RateLimit-Limit-Hour "+want, func() bool {
-			for i := 0; i < 4; i++ {
-				if dp.GetOnce("/hybrid", "X-Key: probe").Headers.Get("X-Ratelimit-Limit-Hour") != want {
+		waitfor.TrueEvery(t, 60*time.Second, 200*time.Millisecond, "every worker deciding with X-RateLimit-Limit-Hour "+want, func() bool {
+			for i := 0; i < 4; i++ { // either worker may take a request
+				if proxy.GetOnce("/managed", "X-Key: probe").Headers.Get("X-Ratelimit-Limit-Hour") != want {
 					return false
 				}
 			}
@@ -354,18 +316,21 @@ func TestKongHybrid(t *testing.T) {
 	limitIs("5")
 	notNearEnd(t, time.Hour, 30*time.Second)
 	remaining := func() string {
-		a := dp.GetOnce("/hybrid", "X-Key: a")
+		a := proxy.GetOnce("/managed", "X-Key: a")
 		return fmt.Sprintf("%d/%s", a.Status, a.Headers.Get("X-Ratelimit-Remaining-Hour"))
 	}
 	if got := fmt.Sprint(remaining(), " ", remaining()); got != "200/4 200/3" {
-		t.Fatalf("two requests of key a on the data plane: %s, want 200/4 200/3", got)
+		t.Fatalf("two requests of key a: %s, want 200/4 200/3", got)
 	}
-	admin(200, "PATCH", "/plugins/"+id, map[string]any{"config": map[string]any{"hour": 6}})
+	call(200, "PATCH", "/plugins/"+id, map[string]any{"config": map[string]any{"hour": 6}})
 	limitIs("6")
 	if got := remaining(); got != "200/3" {
-		t.Errorf("after the control plane's PATCH to 6 an hour: %s, want 200/3 (the 2 used kept)", got)
+		t.Errorf("after the PATCH to 6 an hour: %s, want 200/3 (the 2 used kept)", got)
 	}
-	admin(204, "DELETE", "/plugins/"+id, nil)
+	call(204, "DELETE", "/plugins/"+id, nil)
 	limitIs("")
+	if a := proxy.GetOnce("/managed", "X-Key: a"); a.Status != 200 {
+		t.Errorf("after the DELETE: %s, want the route served without a limit", a)
+	}
 	redisGoesIdle(t, rds)
 }
