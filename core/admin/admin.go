@@ -87,9 +87,10 @@ func signature(p *core.Policy) string {
 // are prefix followed by the key operators give, until the returned func
 // is called (when its config is closed). It replaces an earlier
 // registration of the same name: an adapter that starts the new config
-// before it closes the old one (Kong's plugin instances, one per nginx
-// worker) answers with the newest, and a config that is never closed
-// (Kong forgets some) leaves no entry behind once replaced.
+// before it closes the old one (a gateway's plugin instances, one per
+// worker process) answers with the newest, and a config that is never
+// closed (a gateway may forget some) leaves no entry behind once
+// replaced.
 func RegisterRule(name, prefix string, g *gate.Gate, h *store.Handle) (unregister func()) {
 	mu.Lock()
 	registered = slices.DeleteFunc(registered, func(e *entry) bool { return e.name == name })

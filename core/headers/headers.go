@@ -274,7 +274,7 @@ func (v *headerValues) renderPerLimit(d *core.Decision, o Options) {
 		v.addInt(f.perLimit[2*i+1], max(0, d.Results[i].Remaining))
 	}
 	// On a denial, the reset is when this request would pass, as the IETF
-	// fields' t: for a fixed window that is its end, as Kong's.
+	// fields' t: for a fixed window that is its end.
 	reset := max(1, core.Seconds(d.Reset))
 	if !d.Allowed {
 		reset = max(1, core.Seconds(d.RetryAfter))
@@ -284,13 +284,13 @@ func (v *headerValues) renderPerLimit(d *core.Decision, o Options) {
 	v.addInt(PerLimitReset, reset)
 	if !d.Allowed {
 		// When a retry can pass: for a fixed window its end, the reset
-		// (Kong's own Retry-After); for a bucket the next token, not the
+		// (as gateways' own per-limit sets say); for a bucket the next token, not the
 		// time to fill it.
 		v.addInt(RetryAfter, o.RetryAfterSeconds(d))
 	}
 }
 
-// quotaOf is what a limit's limit headers (X-RateLimit-Limit, Kong's
+// quotaOf is what a limit's limit headers (X-RateLimit-Limit, the per-limit set's
 // RateLimit-Limit and X-RateLimit-Limit-<Name>) say: the q of its
 // RateLimit-Policy item (see ietfQuota; in_flight's slots), so every header
 // of a response describes the same limit, and its remaining is never above

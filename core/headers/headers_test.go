@@ -140,7 +140,7 @@ func TestParseStyle(t *testing.T) {
 // (20 per 10 s, burst 20, emptied) says Retry-After 1, when its next token
 // comes, not 10, when it is full again; and its limit header is its
 // burst, the same figure RateLimit-Policy gives as q, so the remaining is
-// never above it. A fixed window says its end, as Kong's plugin does.
+// never above it. A fixed window says its end.
 func TestRetryAfterIsWhenARetryPasses(t *testing.T) {
 	clock := &core.ManualClock{Micros: 1_700_000_040_000_000} // a minute's start
 	store := memory.MustNew(memory.Options{Clock: clock})

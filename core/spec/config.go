@@ -59,7 +59,7 @@ type EmptyKey uint8
 const (
 	// EmptyKeyClient keys the request by the client's address instead
 	// (the default): leaving the key out (an API key header, say) does not
-	// get a client out of the limit. Kong's rate-limiting falls back the
+	// get a client out of the limit. API gateways' own limiters fall back the
 	// same way. An adapter that knows no client address counts such
 	// requests in the shared bucket.
 	EmptyKeyClient EmptyKey = iota
