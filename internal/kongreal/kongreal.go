@@ -252,6 +252,7 @@ type Kong struct {
 	extra     []string // the names of Options.Servers
 	noServers bool     // a control plane: no plugin server runs
 	noAdmin   bool     // a data plane: no Admin API
+	workers   int      // nginx_worker_processes
 	cmd       *exec.Cmd
 	done      chan struct{}
 	t         T
@@ -284,7 +285,7 @@ func Start(t T, opts Options) *Kong {
 	}
 	k := &Kong{ProxyURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), AdminURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
 		H2URL:  fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
-		Prefix: prefix, conf: filepath.Join(dir, "kong.conf"), done: make(chan struct{}), t: t, noServers: opts.ControlPlane, noAdmin: opts.DataPlane}
+		Prefix: prefix, conf: filepath.Join(dir, "kong.conf"), done: make(chan struct{}), t: t, noServers: opts.ControlPlane, noAdmin: opts.DataPlane, workers: opts.Workers}
 	declarative := filepath.Join(dir, "kong.yml")
 	if opts.Declarative == "" {
 		opts.Declarative = "_format_version: \"3.0\"\n"
@@ -440,6 +441,18 @@ func (k *Kong) Reload() {
 	for strings.Count(k.ErrorLog(), "[pluginserver] started, pid") < started+len(Commands) {
 		if time.Now().After(deadline) {
 			k.t.Fatalf("kong reload: the new plugin servers did not start in 60 s:\n%s", k.logTail(40))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The reload is done when the old workers have exited: until then one
+	// may still be running its timers and its plugin servers.
+	for {
+		workers, _ := k.Processes(PluginDir(k.t))
+		if len(workers) <= k.workers {
+			break
+		}
+		if time.Now().After(deadline) {
+			k.t.Fatalf("kong reload: %d nginx workers 60 s after it, want the %d new ones alone", len(workers), k.workers)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
