@@ -51,6 +51,7 @@ func (v Variant) start(raw []byte) (any, error) {
 		return &refusal{plugin: v.name(), scope: scopeOf(raw), err: err}, nil
 	}
 	if err := c.compiled.open(); err != nil {
+		c.compiled.release() // the adaptive controller compile took
 		return &refusal{plugin: v.name(), scope: c.compiled.name, err: err}, nil
 	}
 	return &c, nil
