@@ -762,7 +762,7 @@ func TestCaddyTopDeniedKeys(t *testing.T) {
 	counted := map[string][2]float64{} // hash: denials, error
 	for _, h := range top["top_denied"].([]any) {
 		m := h.(map[string]any)
-		counted[m["key"].(string)] = [2]float64{m["denials"].(float64), m["error"].(float64)}
+		counted[m["key"].(string)] = [2]float64{m["denials"].(float64), m["overcount"].(float64)}
 	}
 	for i := 0; i < 10; i++ {
 		key, want := "heavy-"+strconv.Itoa(i), heavy+i

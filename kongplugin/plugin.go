@@ -33,7 +33,7 @@ const Priority = 910
 // Serve runs the plugin server of variant v as Kong starts it; with -dump
 // it prints the plugin's info, v's phases and v's full schema for Kong's
 // query command, and with `keys` it is the operators' command
-// (kongschema.Main). adminSocket is the path of the operators' API's Unix
+// (kongschema.Schema.Main). adminSocket is the path of the operators' API's Unix
 // socket ("": none).
 func Serve(v Variant, adminSocket string) error {
 	return schemas[v].Main(kongschema.Info{Version: Version, Priority: Priority, Phases: v.phases()},

@@ -178,6 +178,14 @@ var kongRefuses = []struct {
 	{`{"limits": [{"count": 5, "window": "10x"}]}`, "config.limits[0].window: must be a duration such as 500ms, 10s, 1m, 1h, 1d, 1mo or 1y"},
 	{`{"limits": [{"count": 5, "window": "1m", "algorithm": "leaky_bucket", "max_delay": "soon"}]}`, "config.limits[0].max_delay: must be a duration"},
 	{`{"plans": [{"name": "p", "limits": [{"count": 5, "window": "m"}]}], "default_plan": "p"}`, "config.plans[0].limits[0].window: must be a duration"},
+	// An option the limit's algorithm ignores, refused at the Admin API as
+	// Kong 3.9.3's schema code refuses it on the dump (../shared/kong-schema:
+	// config.limits.1.burst "value must be 0" and the entry's @entity
+	// message). A limit that inherits config.algorithm is checked when the
+	// plugin starts it (an entity check sees its own record only).
+	{`{"limits": [{"count": 5, "window": "1m", "algorithm": "sliding_log", "burst": 3}]}`, "config.limits[0].burst: burst means nothing to fixed_window, sliding_log, sliding_counter or in_flight"},
+	{`{"plans": [{"name": "p", "limits": [{"count": 5, "window": "1m", "algorithm": "fixed_window", "burst": 3}]}], "default_plan": "p"}`, "config.plans[0].limits[0].burst: burst means nothing"},
+	{`{"limits": [{"count": 5, "window": "1m", "algorithm": "gcra", "max_delay": "1s"}]}`, "config.limits[0].max_delay: max_delay means nothing to fixed_window, sliding_log, sliding_counter, token_bucket or gcra"},
 	// tollgate-response's charge record, as Kong 3.9.3's schema code
 	// refuses it on the dump (../shared/kong-schema).
 	{`{"minute": 5, "charge": {"status": ["hello"]}}`, "want a status code (401), a class (4xx) or a range (500-599)"}, // Kong: config.charge.status; the plugin names the element
@@ -216,6 +224,8 @@ var kongAccepts = []string{
 	`{"minute": 5, "charge": {"cost_header": "X-Usage", "cost_entry": "total", "cost": 0}}`,
 	`{"minute": 5, "penalty": {"denials": 3, "within": 600, "duration": 3600}}`,
 	`{"minute": 5, "reserve": {"share": 0.2, "priority_header": "X-Priority"}}`,
+	`{"limits": [{"count": 5, "window": "1m", "algorithm": "gcra", "burst": 3, "max_delay": "0s"}]}`,
+	`{"algorithm": "token_bucket", "limits": [{"count": 5, "window": "1m", "burst": 3}]}`,
 }
 
 // kongRefusesTollgateTakes are configs Kong's rate-limiting refuses with

@@ -246,7 +246,7 @@ func (e *entry) answer(ctx context.Context, i int, method, path string, q url.Va
 	case path == "top" && method == http.MethodGet:
 		top := []map[string]any{}
 		for _, h := range e.gate.TopDenied(i) {
-			top = append(top, map[string]any{"key": e.showKey(p, h.Key), "denials": h.Count, "error": h.Error})
+			top = append(top, map[string]any{"key": e.showKey(p, h.Key), "denials": h.Count, "overcount": h.Error})
 		}
 		return map[string]any{"policy": name, "top_denied": top}, 0, nil
 	case path != "keys":

@@ -2,8 +2,14 @@ package admin
 
 import (
 	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -135,5 +141,51 @@ func TestVersion(t *testing.T) {
 	Handler("/tollgate/").ServeHTTP(w, httptest.NewRequest("GET", "/tollgate/version", nil))
 	if w.Code != 200 || w.Body.String() != `{"version":"`+core.Version+`"}`+"\n" {
 		t.Errorf("GET version: %d %q", w.Code, w.Body.String())
+	}
+}
+
+// TestEveryAnswerFieldDocumented: every field name the operators' API
+// answers with (each string key of a map this package builds) is in
+// docs/operations.md's table of answers, as `name`.
+func TestEveryAnswerFieldDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var names []string
+	for _, file := range []string{"admin.go", "socket.go"} {
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.CompositeLit:
+				if m, ok := n.Type.(*ast.MapType); ok && fmt.Sprint(m.Key) == "string" {
+					for _, el := range n.Elts {
+						if kv, ok := el.(*ast.KeyValueExpr); ok {
+							if lit, ok := kv.Key.(*ast.BasicLit); ok {
+								names = append(names, lit.Value)
+							}
+						}
+					}
+				}
+			case *ast.IndexExpr: // lim["burst"] = ...
+				if lit, ok := n.Index.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					names = append(names, lit.Value)
+				}
+			}
+			return true
+		})
+	}
+	if len(names) < 20 {
+		t.Fatalf("found only %d field names in admin.go: %v", len(names), names)
+	}
+	for _, quoted := range names {
+		name, _ := strconv.Unquote(quoted)
+		if !strings.Contains(string(doc), "`"+name+"`") {
+			t.Errorf("the answers' field %q is not in docs/operations.md", name)
+		}
 	}
 }

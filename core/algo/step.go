@@ -263,7 +263,7 @@ func stepFixedWindow(l *Limit, s State, now, cost int64, r *Result) State {
 		r.Remaining = n - s.B
 		return s
 	}
-	// Counts shared eventually (redis.EventualStore) may pass n.
+	// Counts shared eventually (eventual.Store) may pass n.
 	r.Remaining = max(0, n-s.B)
 	r.RetryAfter = reset
 	if cost > n {

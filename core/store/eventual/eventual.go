@@ -6,7 +6,7 @@
 // Decisions never wait for the shared store.
 //
 // Only the counting algorithms can be shared this way: fixed_window and
-// sliding_counter, whose states are per-window counts (core.CountedWindows).
+// sliding_counter, whose states are per-window counts (algo.CountedWindows).
 // The sync moves counts and nothing else: the windows are the step
 // function's own.
 //
@@ -31,7 +31,7 @@ import (
 // Options configures a Store.
 type Options struct {
 	// SyncInterval is how often a node pushes its counts and pulls the
-	// fleet's; 0 means 1s, and it must be at least core.MinSyncInterval.
+	// fleet's; 0 means 1s, and it must be at least spec.MinSyncInterval.
 	SyncInterval time.Duration
 	// MaxKeys caps the keys tracked locally; 0 means 100,000.
 	MaxKeys int

@@ -9,7 +9,7 @@ import (
 	"github.com/tollgate/tollgate/core/adaptive"
 )
 
-// aimdScript and gradientScript are core.AIMD's and core.Gradient's Lua
+// aimdScript and gradientScript are adaptive.AIMD's and adaptive.Gradient's Lua
 // twins, run on the server's TIME.
 var (
 	aimdScript     = goredis.NewScript(adaptive.AIMDLua)
@@ -22,7 +22,7 @@ type factorSync struct {
 	key string
 }
 
-// FactorSync returns a core.FactorSync that shares the adaptive factor of
+// FactorSync returns a adaptive.FactorSync that shares the adaptive factor of
 // the policy scope (a name all nodes agree on) through this store's Redis.
 func (s *Store) FactorSync(scope string) adaptive.FactorSync {
 	return &factorSync{s: s, key: s.prefix + "{adaptive:" + scope + "}"}

@@ -2,7 +2,7 @@
 // against one Redis (standalone, Sentinel or Cluster) and so enforce one
 // exact limit together.
 //
-// Every decision runs one Lua script (core.StepLua) that applies the
+// Every decision runs one Lua script (algo.StepLua) that applies the
 // policy's stacked limits all or nothing, with the same arithmetic as the Go
 // step functions, so the conformance suite gets identical decisions from
 // this store and the memory store. Concurrent decisions share round trips:
@@ -33,8 +33,8 @@ import (
 	"github.com/tollgate/tollgate/core/algo"
 )
 
-// decideScript is core.StepLua: the step functions' Lua twin; leaseScript
-// is core.LeaseLua, EndLease's.
+// decideScript is algo.StepLua: the step functions' Lua twin; leaseScript
+// is algo.LeaseLua, EndLease's.
 var (
 	decideScript = goredis.NewScript(algo.StepLua)
 	leaseScript  = goredis.NewScript(algo.LeaseLua)
@@ -475,14 +475,14 @@ func (s *Store) now() int64 {
 }
 
 // DecideCommand returns the keys and arguments of the EVALSHA of
-// core.StepLua that decides a request of cost units for key under p (cost
+// algo.StepLua that decides a request of cost units for key under p (cost
 // -1: a probe that changes nothing), as Decide sends it alone: for tools
 // that replay the store's work (the benchmark's pipelined ceiling).
 func (s *Store) DecideCommand(p *core.Policy, key string, cost int64) (keys []string, args []any) {
 	return s.decisionKeys(p, key), stepArgs(p, s.now(), cost)
 }
 
-// stepArgs is the arguments of core.StepLua for one request.
+// stepArgs is the arguments of algo.StepLua for one request.
 func stepArgs(p *core.Policy, now, cost int64) []any {
 	args := make([]any, 0, 4+7*len(p.Limits()))
 	args = append(args, now, cost, len(p.Limits()), ttlMillis(p))
@@ -492,7 +492,7 @@ func stepArgs(p *core.Policy, now, cost int64) []any {
 // ttlMillis is how long, in ms, the script keeps an idle key of p's.
 func ttlMillis(p *core.Policy) int64 { return (p.IdleMicros()+999)/1000 + 1 }
 
-// appendLimits appends p's limits as core.StepLua reads them, 7 values
+// appendLimits appends p's limits as algo.StepLua reads them, 7 values
 // each, the first the algorithm and how p treats the limit (its
 // core.LimitMode, times 16).
 func appendLimits(args []any, p *core.Policy) []any {
@@ -544,7 +544,7 @@ func (s *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int
 }
 
 // CancelShaped gives back the places a shaped request took, in one round
-// trip (core.ShapeStore): core.CancelLua on the key's state hash, at
+// trip (core.ShapeStore): algo.CancelLua on the key's state hash, at
 // Redis TIME. The deny cache forgets the key: a place came free.
 func (s *Store) CancelShaped(ctx context.Context, sh *core.Shaped) error {
 	p := sh.Policy
@@ -571,7 +571,7 @@ func (s *Store) CancelShaped(ctx context.Context, sh *core.Shaped) error {
 }
 
 // EndLease ends or renews a lease a decision of this store took, in one
-// round trip (core.LeaseStore): core.LeaseLua over the policy's in_flight
+// round trip (core.LeaseStore): algo.LeaseLua over the policy's in_flight
 // limits' sorted sets, at Redis's TIME.
 func (s *Store) EndLease(ctx context.Context, l *core.Lease, renew bool) (found, now int64, err error) {
 	p := l.Policy
@@ -606,7 +606,7 @@ func (s *Store) EndLease(ctx context.Context, l *core.Lease, renew bool) (found,
 	return reply[1], reply[0], nil
 }
 
-// parseStates reads the states a denial's reply carries (see core.StepLua);
+// parseStates reads the states a denial's reply carries (see algo.StepLua);
 // nil if a sliding log was too long to send.
 func parseStates(limits []algo.Limit, v []int64) ([]algo.State, error) {
 	states := make([]algo.State, len(limits))

@@ -461,7 +461,7 @@ func TestGradientFleetJudgesSums(t *testing.T) {
 }
 
 // TestAIMDLuaTwin replays random interval traces (verdicts from several
-// nodes at jittered times) through core.AIMD and aimd.lua and requires the
+// nodes at jittered times) through adaptive.AIMD and aimd.lua and requires the
 // very same factor after every verdict.
 func TestAIMDLuaTwin(t *testing.T) {
 	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}})
@@ -490,7 +490,7 @@ func TestAIMDLuaTwin(t *testing.T) {
 
 // TestGradientLuaTwin replays random traces (signals from several nodes at
 // jittered times, including idle and failing intervals and latency that
-// climbs past the tolerance) through core.Gradient and gradient.lua and
+// climbs past the tolerance) through adaptive.Gradient and gradient.lua and
 // requires the very same factor after every step, and the same whole state
 // at the end of each trace.
 func TestGradientLuaTwin(t *testing.T) {
@@ -573,7 +573,7 @@ func gradientDefaults(paced bool) adaptive.Options {
 		Decrease: 0.95, Increase: 0.05, Interval: time.Second, MinSamples: 10, Paced: paced}
 }
 
-// replayGradientTwins runs a fixed trace through core.Gradient (from
+// replayGradientTwins runs a fixed trace through adaptive.Gradient (from
 // state) and gradient.lua (on key) alike, each interval's signals then the
 // read that judges them, one interval apart, and fails unless both give
 // the same factor after every interval. what names the trace in the
@@ -600,7 +600,7 @@ func replayGradientTwins(t *testing.T, s *Store, key string, o adaptive.Options,
 	return state
 }
 
-// TestGradientLuaTwinForgetsTheCeiling replays, through core.Gradient and
+// TestGradientLuaTwinForgetsTheCeiling replays, through adaptive.Gradient and
 // gradient.lua alike, probes past a known capacity that stay clean: the
 // factor held once, the Ceiling forgotten, the same step once more, then
 // doubling steps. The random traces seldom stay clean that long below a
@@ -623,7 +623,7 @@ func TestGradientLuaTwinForgetsTheCeiling(t *testing.T) {
 }
 
 // TestGradientLuaTwinRestoresAtMostTheDrainedCapacity replays, through
-// core.Gradient and gradient.lua alike, a measurement after a cut made
+// adaptive.Gradient and gradient.lua alike, a measurement after a cut made
 // while a rate limit did not bind: the upstream drains at its capacity
 // while the limit, held at MinFactor, binds, and the factor restored is at
 // most that capacity for a paced limit, the factor held for an in-flight

@@ -264,7 +264,7 @@ func (m *fixedModel) charge(now, cost int64) {
 
 // logModel: at most n units in any window (t-w, t]; one time per unit.
 // In flight, each time is a lease's, live for w unless ended or renewed,
-// and a denial's retry is capped at core.MaxInFlightRetry.
+// and a denial's retry is capped at algo.MaxInFlightRetry.
 type logModel struct {
 	w, n     int64
 	times    []int64 // every allowed unit, oldest first
