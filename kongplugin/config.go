@@ -472,6 +472,17 @@ func storeOf(policy string, faultTolerant bool, onError string, syncRate float64
 	spec.Username, spec.Password = r.Username, r.Password
 	spec.DB, spec.TLS, spec.TLSServerName = r.Database, r.SSL, r.ServerName
 	spec.TLSSkipVerify = !r.SSLVerify
+	if r.SSL && r.SSLVerify {
+		prefix := ""
+		if p := kongPrefix.Load(); p != nil {
+			prefix = *p
+		}
+		trust, err := readKongTrust(prefix)
+		if err != nil {
+			return store.Config{}, err
+		}
+		spec.TLSCA, spec.TLSMaxChain = trust.caFile, trust.maxChain
+	}
 	switch host := r.Host; {
 	case len(r.ClusterAddresses) > 0:
 		spec.Type, spec.Addrs = "cluster", r.ClusterAddresses

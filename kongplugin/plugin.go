@@ -37,7 +37,11 @@ const Priority = 910
 // socket ("": none).
 func Serve(v Variant, adminSocket string) error {
 	return schemas[v].Main(kongschema.Info{Version: Version, Priority: Priority, Phases: v.phases()},
-		func() error { return pluginserver.ListenAndServe(v.start) }, v.KeysTarget, adminSocket)
+		func() error {
+			prefix := pluginserver.KongPrefix()
+			kongPrefix.Store(&prefix) // Kong's trust for ssl_verify is in its .kong_env
+			return pluginserver.ListenAndServe(v.start)
+		}, v.KeysTarget, adminSocket)
 }
 
 // start starts an instance from the config Kong sends: checked against

@@ -78,6 +78,10 @@ type Settings struct {
 	// (turning TLS on); empty means the system's (SSL_CERT_FILE names
 	// another file for the whole process).
 	TLSCA string `json:"tls_ca,omitempty"`
+	// TLSMaxChain bounds the certificates of a verified chain, the
+	// server's and the trusted CA's included (2: the server's certificate
+	// signed by a trusted CA directly); 0 means no bound.
+	TLSMaxChain int `json:"tls_max_chain,omitempty"`
 	// Timeout bounds dialing, reading and writing for one decision; 0 means
 	// DefaultTimeout.
 	Timeout algo.Duration `json:"timeout,omitempty"`
@@ -270,6 +274,19 @@ func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 				return nil, fmt.Errorf("tls_ca: %s holds no PEM certificate", o.TLSCA)
 			}
 			uo.TLSConfig.RootCAs = roots
+		}
+		if o.TLSMaxChain < 0 {
+			return nil, fmt.Errorf("tls_max_chain: %d must not be negative", o.TLSMaxChain)
+		}
+		if most := o.TLSMaxChain; most > 0 && !o.TLSSkipVerify {
+			uo.TLSConfig.VerifyConnection = func(cs tls.ConnectionState) error {
+				for _, chain := range cs.VerifiedChains {
+					if len(chain) <= most {
+						return nil
+					}
+				}
+				return fmt.Errorf("tls_max_chain: the server's certificate verifies only through a chain longer than %d certificates", most)
+			}
 		}
 	}
 	timeout := time.Duration(o.Timeout)

@@ -455,6 +455,10 @@ var (
 	_          = flag.Bool("dump", false, "print the plugin's info and schema, as Kong's query command reads them")
 )
 
+// KongPrefix is the prefix of the Kong that started the server
+// (-kong-prefix), after flag.Parse.
+func KongPrefix() string { return *kongPrefix }
+
 // ListenAndServe serves the plugin whose instances start makes (see New)
 // on <kong-prefix>/<executable's name>.socket, after flag.Parse.
 func ListenAndServe(start func(config []byte) (any, error)) error {
