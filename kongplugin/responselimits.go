@@ -214,16 +214,31 @@ func (c *ResponseLimitsConfig) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event
 		deny(ev, 429, "API rate limit exceeded for '"+outcome.Decision.Policy.Name()+"'", nil)
 		return
 	}
+	grpc := isGRPC(kong)
 	if !rl.HideClientHeaders {
 		h := map[string][]string{}
 		for i, name := range rl.resources {
 			if d := &seen[i]; d.Policy != nil && !d.Fallback {
 				h["X-RateLimit-Remaining-"+name] = []string{strconv.FormatInt(max(0, d.Remaining), 10)}
+				if grpc {
+					rl.setUsage(h, name, d) // what Kong's header_filter shows for a response that reports no usage
+				}
 			}
 		}
 		if len(h) > 0 {
 			_ = kong.Response.SetHeaders(h)
 		}
+	}
+	if grpc {
+		// Kong proxies a request through its buffered path (Kong.response,
+		// kong/init.lua) when a plugin on it has a response handler
+		// (kong/runloop/plugins_iterator.lua), and that path cannot carry
+		// gRPC: every gRPC request would get a 500. Turned off, the
+		// response event does not run for this request, so its response is
+		// not charged (a Go plugin sees no gRPC response before the log
+		// phase: see docs/kong.md).
+		_ = ev.SetCtxAtEnd("buffered_proxying", false)
+		return
 	}
 	if id := parkCharges(&outcome, seen); id != "" {
 		_ = kong.Ctx.SetShared(chargeKey, id) // the response phase charges
@@ -329,4 +344,12 @@ func ResponseLimitsKeysTarget(b []byte) (keys.Target, error) {
 	}
 	rl := c.compiled
 	return keys.Target{Name: rl.name, Policies: rl.policies, Store: rl.storeConfig, Prefix: rl.scope}, nil
+}
+
+// isGRPC reports whether the request is gRPC: its Content-Type starts
+// with application/grpc, the test kong.response.exit makes
+// (kong/pdk/response.lua).
+func isGRPC(kong *pdk.PDK) bool {
+	ct, _ := kong.Request.GetHeader("Content-Type")
+	return strings.HasPrefix(strings.ToLower(ct), "application/grpc")
 }

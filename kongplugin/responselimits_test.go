@@ -412,7 +412,7 @@ func TestKongResponseLimitsFleet(t *testing.T) {
 		t.Fatalf("a call that reports no usage: %d remaining %d, want 200 and 0 (it takes nothing)", r.status, r.int("X-Ratelimit-Remaining-Tokens"))
 	}
 	t.Logf("events per request: %d; PDK calls: %v", r.events, r.calls)
-	wantCalls := []string{"kong.client.get_forwarded_ip", "kong.response.set_headers", "kong.ctx.shared.set",
+	wantCalls := []string{"kong.client.get_forwarded_ip", "kong.request.get_header", "kong.response.set_headers", "kong.ctx.shared.set",
 		"kong.ctx.shared.get", "kong.response.get_headers", "kong.response.clear_header", "kong.response.set_headers"}
 	if r.events != 2 || !slices.Equal(r.calls, wantCalls) {
 		t.Fatalf("events %d calls %v, want 2 events and %v", r.events, r.calls, wantCalls)

@@ -276,3 +276,34 @@ func (kc *kongCounters) counted(delta int64) {
 		kc.t.Fatalf("Kong's counters in Redis: %d, want %d", got, kc.want)
 	}
 }
+
+// TestKongResponseLimitsProxyGRPC: a gRPC call on a gRPC route with
+// tollgate-response-ratelimiting is proxied to its gRPC service (a plugin
+// with a response handler would send it through Kong's buffered path,
+// which answers gRPC with 500), with the same headers as Kong's
+// response-ratelimiting beside it (04-access_spec.lua's "returns remaining
+// counter #grpc"), on policy local.
+func TestKongResponseLimitsProxyGRPC(t *testing.T) {
+	grpcURL, calls := StartGRPCUpstream(t)
+	k := Start(t, Options{Extra: realIP, Workers: 1})
+	d := NewDeclarative("/probe-rrl-grpc")
+	s := sides("rrl-grpc", "response-ratelimiting", "tollgate-response-ratelimiting")
+	for i, sd := range s {
+		d.AddService(map[string]any{"name": fmt.Sprintf("rrl-grpc-svc-%d", i), "url": grpcURL,
+			"routes": []any{map[string]any{"name": fmt.Sprintf("rrl-grpc-%d", i), "protocols": []string{"grpc"},
+				"paths": []string{sd.path}, "strip_path": false,
+				"plugins": []any{map[string]any{"name": sd.plugin, "config": map[string]any{"limits": map[string]any{"video": map[string]any{"minute": 6}}}}}}}})
+	}
+	k.MustLoad(d)
+	notNearMinuteEnd(t, 15*time.Second)
+	kong, tg := interleaveWith(k.GetH2, s, 3, "/hello.HelloService/SayHello", "Content-Type: application/grpc", "X-Forwarded-For: 198.51.100.40")
+	for i, a := range tg {
+		if a.Status != 200 || a.Headers.Get("Content-Type") != "application/grpc" || a.Headers.Get("X-Ratelimit-Remaining-Video-Minute") != "6" {
+			t.Errorf("gRPC call %d through tollgate-response-ratelimiting: %s, want the service's 200 (application/grpc) and X-RateLimit-Remaining-video-minute 6\n%s", i+1, a, k.logTail(10))
+		}
+	}
+	same(t, kong, tg, nil)
+	if n := calls.Load(); n != 6 {
+		t.Errorf("the gRPC service had %d calls, want 6 (3 through each plugin)", n)
+	}
+}

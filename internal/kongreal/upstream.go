@@ -74,3 +74,26 @@ func StartUpstream(t T) *Upstream {
 	u.URL = srv.URL
 	return u
 }
+
+// StartGRPCUpstream starts, for test t, a gRPC service on loopback over
+// HTTP/2 without TLS (Kong's grpc:// services): every call gets one empty
+// message and grpc-status 0, whatever the method. It returns its URL for
+// a Kong service (grpc://127.0.0.1:<port>) and counts calls.
+func StartGRPCUpstream(t T) (url string, calls *atomic.Int64) {
+	t.Helper()
+	calls = new(atomic.Int64)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set("Trailer", "Grpc-Status, Grpc-Message")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte{0, 0, 0, 0, 0}) // uncompressed, length 0: an empty message
+		w.Header().Set("Grpc-Status", "0")
+		w.Header().Set("Grpc-Message", "")
+	}))
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return "grpc://" + srv.Listener.Addr().String(), calls
+}
