@@ -97,7 +97,10 @@ func TestConfigRedisFlatAndNested(t *testing.T) {
 
 func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 	for _, tc := range []struct{ fields, want string }{
-		{`"policy":"local"`, `at least one of these fields must be non-empty: 'config.second', 'config.minute', 'config.hour', 'config.day', 'config.month', 'config.year', 'config.limits'`},
+		// Kong's words exactly (01-schema_spec.lua "invalid limit"), though
+		// limits and plans satisfy it too.
+		{`"policy":"local"`, `at least one of these fields must be non-empty: 'config.second', 'config.minute', 'config.hour', 'config.day', 'config.month', 'config.year'`},
+		{`"limits":[]`, `at least one of these fields must be non-empty: 'config.second', 'config.minute', 'config.hour', 'config.day', 'config.month', 'config.year'`},
 		{`"minute":0`, `config.minute: value must be greater than 0 (got 0)`},
 		{`"minute":-3`, `config.minute: value must be greater than 0 (got -3)`},
 		{`"minute":5,"limit_by":"cookie"`, `config.limit_by: expected one of: consumer, credential, ip, service, header, path (got "cookie")`},

@@ -697,3 +697,23 @@ func TestKongSchemaProtocols(t *testing.T) {
 		t.Fatalf("protocols: %v, want %v", protocols, want)
 	}
 }
+
+// TestKongAtLeastOneLimitInKongsWords: a config with no limit is refused
+// with exactly Kong's message under @entity (01-schema_spec.lua "invalid
+// limit" compares it whole), though limits and plans satisfy it too; an
+// entry of limits or plans alone is a limit.
+func TestKongAtLeastOneLimitInKongsWords(t *testing.T) {
+	const kongs = "at least one of these fields must be non-empty: 'config.second', 'config.minute', 'config.hour', 'config.day', 'config.month', 'config.year'"
+	for _, v := range []Variant{AccessOnly, WithResponse} {
+		for _, config := range []string{`{}`, `{"limits": []}`, `{"policy": "local"}`} {
+			if err := schemas[v].Check(object(t, config)); err == nil || !strings.HasSuffix(err.Error(), kongs) {
+				t.Errorf("variant %d: %s: %v, want exactly %q", v, config, err, kongs)
+			}
+		}
+		for _, config := range []string{`{"limits": [{"count": 1, "window": "1m"}]}`, `{"plans": [{"name": "p", "minute": 1}], "default_plan": "p"}`} {
+			if err := schemas[v].Check(object(t, config)); err != nil {
+				t.Errorf("variant %d: %s: %v", v, config, err)
+			}
+		}
+	}
+}

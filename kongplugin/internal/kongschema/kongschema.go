@@ -61,6 +61,7 @@ type Field struct {
 	OneOf      []any     `json:"one_of"`
 	Gt         *float64  `json:"gt"`
 	Between    []float64 `json:"between"` // [low, high], inclusive
+	LenEq      *int      `json:"len_eq"`  // strings and arrays
 	LenMin     *int      `json:"len_min"` // strings default to 1, as Kong's
 	StartsWith string    `json:"starts_with"`
 	MatchNone  []Match   `json:"match_none"`
@@ -411,6 +412,9 @@ func (s *Schema) value(f *Field, typ string, v any, path string, errs *[]string)
 	case len(f.Between) == 2 && isNumber && (n < f.Between[0] || n > f.Between[1]):
 		return "value should be between " + num(f.Between[0]) + " and " + num(f.Between[1])
 	}
+	if f.LenEq != nil && length >= 0 && length != *f.LenEq {
+		return fmt.Sprintf("length must be %d", *f.LenEq)
+	}
 	lenMin := f.LenMin
 	if lenMin == nil && typ == "string" {
 		one := 1 // empty strings are refused unless a field allows them
@@ -480,7 +484,7 @@ func (s *Schema) entityCheck(c Check, fields []map[string]*Field, obj map[string
 		}
 		list := quoted(path, k.ThenAtLeastOneOf)
 		if k.ThenErr != "" {
-			*errs = append(*errs, fmt.Sprintf(k.ThenErr, list))
+			*errs = append(*errs, luaFormat(k.ThenErr, list))
 		} else {
 			*errs = append(*errs, "at least one of these fields must be non-empty: "+list)
 		}
@@ -778,4 +782,13 @@ func jsonKind(v any) string {
 		return "a boolean"
 	}
 	return fmt.Sprintf("%T", v)
+}
+
+// luaFormat is Lua's format(s, arg) for a string with at most one %s:
+// without one, the argument is ignored, as Lua ignores extra arguments.
+func luaFormat(s, arg string) string {
+	if !strings.Contains(s, "%s") {
+		return s
+	}
+	return fmt.Sprintf(s, arg)
 }
