@@ -135,8 +135,11 @@ type specLog struct {
 var outcomeLine = regexp.MustCompile(`^\[ *(OK|FAILED|ERROR|SKIPPED) *\] (.*) \([0-9.]+ ms\)$`)
 
 // renamed puts Kong's plugin names back into a test's name, as the
-// substitution took them out.
-var renamed = strings.NewReplacer("tollgate-response-ratelimiting", "response-ratelimiting", "Plugin: tollgate", "Plugin: rate-limiting")
+// substitution took them out (in this order: the longer name first).
+func renamed(name string) string {
+	name = strings.ReplaceAll(name, "tollgate-response-ratelimiting", "response-ratelimiting")
+	return strings.ReplaceAll(name, "Plugin: tollgate", "Plugin: rate-limiting")
+}
 
 func readLog(path string) (*specLog, error) {
 	f, err := os.Open(path)
@@ -158,7 +161,7 @@ func readLog(path string) (*specLog, error) {
 		if m == nil {
 			continue
 		}
-		name := renamed.Replace(m[2])
+		name := renamed(m[2])
 		seen[name]++
 		if seen[name] > 1 { // a name the spec's matrix repeats
 			name = fmt.Sprintf("%s #%d", name, seen[name])
