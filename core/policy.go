@@ -38,11 +38,10 @@ type Policy struct {
 	idleUS int64
 	// derived is what a renderer derives from the limits in force (the
 	// header fields), kept so it is derived once, not per request.
-	derived    atomic.Value
-	scopeHash  uint64
-	scopeHash2 uint64
-	nameHash   uint64
-	limitIDs   []string
+	derived   atomic.Value
+	scopeHash uint64
+	nameHash  uint64
+	limitIDs  []string
 	// plan names the plan these limits are ("" for a policy without
 	// plans); plans are the policy's variants, one per plan.
 	plan      string
@@ -74,9 +73,9 @@ type planTable struct {
 	defaultPlan string
 }
 
-// scopeSeed and scopeSeed2 hash policy scopes, once per policy, for the
-// stores' indexes.
-var scopeSeed, scopeSeed2 = maphash.MakeSeed(), maphash.MakeSeed()
+// scopeSeed and nameSeed hash a policy's scope and its name, once per
+// policy, for the stores' indexes.
+var scopeSeed, nameSeed = maphash.MakeSeed(), maphash.MakeSeed()
 
 // limitSet is a set of limits in force.
 type limitSet struct {
@@ -150,16 +149,15 @@ func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, 
 	}
 	p.scope = sig.String()
 	p.scopeHash = maphash.String(scopeSeed, p.scope)
-	p.scopeHash2 = maphash.String(scopeSeed2, p.scope)
-	p.nameHash = maphash.String(scopeSeed, name)
+	p.nameHash = maphash.String(nameSeed, name)
 	p.oneStep = !p.shadow && !p.phased
 	p.use(p.limits, 1)
 	if p.phased {
 		p.charging = p.twin()
 	}
 	if opts.Reserve != 0 {
-		if !(opts.Reserve > 0 && opts.Reserve < 1) {
-			return nil, fmt.Errorf("policy %q reserve: %g must be between 0 and 1 (a share of each limit)", name, opts.Reserve)
+		if err := CheckReserveShare(opts.Reserve); err != nil {
+			return nil, fmt.Errorf("policy %q %w", name, err)
 		}
 		u := make([]algo.Limit, len(p.limits))
 		for i := range p.limits {
@@ -198,7 +196,7 @@ func (p *Policy) Reserved() (unreserved *Policy, level int) { return p.unreserve
 // same state in every store (name, scope, limits, plan), another Apply.
 func (p *Policy) twin() *Policy {
 	t := &Policy{name: p.name, limits: p.limits, adapt: p.adapt, shadow: p.shadow, scope: p.scope, idleUS: p.idleUS,
-		scopeHash: p.scopeHash, scopeHash2: p.scopeHash2, nameHash: p.nameHash, limitIDs: p.limitIDs, plan: p.plan,
+		scopeHash: p.scopeHash, nameHash: p.nameHash, limitIDs: p.limitIDs, plan: p.plan,
 		clearKeys: p.clearKeys, phased: true, charges: true, penalty: p.penalty}
 	t.use(t.limits, 1)
 	return t
@@ -482,12 +480,9 @@ func (p *Policy) Scope() string { return p.scope }
 // limit whose count changes keeps its state.
 func (p *Policy) LimitID(i int) string { return p.limitIDs[i] }
 
-// ScopeHash returns a hash of Scope(), fixed for the process's life, for
-// stores that index state by it.
+// ScopeHash returns a hash of Scope(), fixed for the process's life and
+// seeded apart from NameHash, for stores that index state by it.
 func (p *Policy) ScopeHash() uint64 { return p.scopeHash }
-
-// ScopeHash2 is a second hash of Scope(), independent of ScopeHash.
-func (p *Policy) ScopeHash2() uint64 { return p.scopeHash2 }
 
 // NameHash returns a hash of Name() alone, fixed for the process's life:
 // the policies of one name (a policy and its reloads with limits added,
@@ -666,4 +661,13 @@ func (p *Policy) penalize(limits []algo.Limit, next []algo.State, now, cost int6
 	}
 	l := &limits[i]
 	next[i] = algo.StepInto(l, algo.Penalize(l, next[i], now), now, 0, &d.Results[i])
+}
+
+// CheckReserveShare checks a reserve's share of each limit (a fraction,
+// 0 < share < 1), in the one wording every adapter reports.
+func CheckReserveShare(share float64) error {
+	if !(share > 0 && share < 1) {
+		return fmt.Errorf("reserve: a share of %g must be between 0 and 1, both excluded", share)
+	}
+	return nil
 }

@@ -321,9 +321,6 @@ func compile(c *Config) (*instance, error) {
 		policy.Adaptive = c.Adaptive.spec()
 	}
 	if c.Reserve != nil {
-		if !(c.Reserve.Share > 0 && c.Reserve.Share < 1) {
-			return nil, fmt.Errorf("reserve.share: %g must be between 0 and 1, both excluded", c.Reserve.Share)
-		}
 		policy.Reserve = &spec.Reserve{Share: c.Reserve.Share, For: c.Reserve.Level}
 	}
 	if c.Penalty != nil {

@@ -2,6 +2,7 @@ package spec_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,28 @@ func TestPlanSpecErrorsNameTheFault(t *testing.T) {
 		release()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want %q", err, tc.want)
+		}
+	}
+}
+
+// TestReserveShareInOneWording: a reserve's share outside (0, 1) is
+// refused in core's one wording, whether written in a spec (where a share
+// of 0 is written, not absent) or passed to core.NewPolicy.
+func TestReserveShareInOneWording(t *testing.T) {
+	for _, share := range []float64{0, 1, 1.5, -0.2} {
+		s := spec.Policy{Name: "api", Limits: []spec.Limit{{Count: 10, Window: algo.Duration(time.Minute)}}, Reserve: &spec.Reserve{Share: share}}
+		_, _, release, err := s.Build("test")
+		release()
+		want := fmt.Sprintf(`policy "api" reserve: a share of %g must be between 0 and 1, both excluded`, share)
+		if err == nil || err.Error() != want {
+			t.Errorf("spec share %g: %v, want %q", share, err, want)
+		}
+		if share == 0 {
+			continue // core.PolicyOptions.Reserve 0 is no reserve
+		}
+		_, err = core.NewPolicy("api", core.PolicyOptions{Reserve: share}, algo.Limit{Count: 10, Window: time.Minute})
+		if err == nil || err.Error() != want {
+			t.Errorf("core.NewPolicy share %g: %v, want %q", share, err, want)
 		}
 	}
 }

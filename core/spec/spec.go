@@ -210,8 +210,10 @@ func (s *Policy) Check() ([]algo.Limit, error) {
 	if err := CheckCost(s.Cost); err != nil {
 		return nil, fmt.Errorf("policy %q cost: %w", s.Name, err)
 	}
-	if r := s.Reserve; r != nil && !(r.Share > 0 && r.Share < 1) {
-		return nil, fmt.Errorf("policy %q reserve: a share of %g must be between 0 and 1", s.Name, r.Share)
+	if r := s.Reserve; r != nil {
+		if err := core.CheckReserveShare(r.Share); err != nil { // a share of 0 here is written, not absent
+			return nil, fmt.Errorf("policy %q %w", s.Name, err)
+		}
 	}
 	if s.Priority != "" && s.Reserve == nil {
 		return nil, fmt.Errorf("policy %q priority: %q chooses nothing without a reserve", s.Name, s.Priority)

@@ -76,7 +76,6 @@ type Store struct {
 	monotonic   bool
 	seed, seed2 uintptr
 	perShard    int
-	evicted     atomic.Int64
 }
 
 type shard struct {
@@ -245,7 +244,7 @@ func (s *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 		now = s.clock.NowMicros()
 	}
 	id1 := uint64(strhash(unsafe.Pointer(&key), s.seed)) ^ p.NameHash()
-	id2 := uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ p.ScopeHash2()
+	id2 := uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ p.ScopeHash()
 	sh := &s.shards[(id1>>32)%shardCount]
 	for {
 		e := sh.table.Load().find(id1, id2)
@@ -284,7 +283,7 @@ func (s *Store) now() int64 {
 // the other with its limits folded in.
 func (s *Store) identity(p *core.Policy, key string) (id1, id2 uint64) {
 	return uint64(strhash(unsafe.Pointer(&key), s.seed)) ^ p.NameHash(),
-		uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ p.ScopeHash2()
+		uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ p.ScopeHash()
 }
 
 // strhash is the runtime's hash of the string *p with seed h: what
@@ -444,7 +443,6 @@ func (s *Store) takeOver(sh *shard, t *table, e, old *entry, id1 uint64) {
 	for i := id1 & t.mask; ; i = (i + 1) & t.mask {
 		if t.slots[i].entry.Load() == old {
 			s.drop(sh, t, i, old)
-			s.evicted.Add(-1) // moved, not evicted
 			return
 		}
 	}
@@ -503,7 +501,6 @@ func (s *Store) drop(sh *shard, t *table, i uint64, e *entry) {
 	e.lastUsed = dead
 	t.slots[i].entry.Store(tombstone)
 	sh.n--
-	s.evicted.Add(1)
 }
 
 // Len returns how many (policy, key) pairs are tracked now.
@@ -517,9 +514,6 @@ func (s *Store) Len() int {
 	}
 	return n
 }
-
-// Evicted returns how many entries were dropped, expired or evicted, so far.
-func (s *Store) Evicted() int64 { return s.evicted.Load() }
 
 // MaxKeys returns the effective cap on tracked keys.
 func (s *Store) MaxKeys() int { return s.perShard * shardCount }
