@@ -677,14 +677,15 @@ func (s *Schema) Dump(w io.Writer, info Info) error {
 	})
 }
 
-// Main is a go-pdk plugin server's main. With -dump (go-pdk's flag, as
-// Kong's query command runs it) it prints the plugin's info with this full
-// schema (go-pdk's own dump has the fields' types only, so Kong would
-// accept any value). With `version` (or -version) it prints the version. With the arguments `keys ...` it is the operators'
-// command (keys.Run; target compiles a plugin config) and exits. Otherwise
-// it serves the operators' API on the Unix socket adminSocket ("": none),
-// then runs serve, go-pdk's server. Kong names a Go plugin after its executable; its
-// socket is <-kong-prefix>/<name>.socket.
+// Main is a Kong plugin server's main, on go-pdk's command line. With
+// -dump (as Kong's query command runs it) it prints the plugin's info with
+// this full schema (go-pdk's own dump has the fields' types only, so Kong
+// would accept any value). With `version` (or -version) it prints the
+// version. With the arguments `keys ...` it is the operators' command
+// (keys.Run; target compiles a plugin config) and exits. Otherwise it
+// serves the operators' API on the Unix socket adminSocket ("": none), then
+// runs serve, the plugin server. Kong names a Go plugin after its
+// executable; its socket is <-kong-prefix>/<name>.socket.
 func (s *Schema) Main(info Info, serve func() error, target func([]byte) (keys.Target, error), adminSocket string) error {
 	if len(os.Args) > 1 && (os.Args[1] == "version" || os.Args[1] == "-version" || os.Args[1] == "--version") {
 		fmt.Println(info.Version)
