@@ -20,8 +20,6 @@ type PolicyConfig struct {
 	MatcherSetsRaw caddyhttp.RawMatcherSets `json:"match,omitempty" caddy:"namespace=http.matchers"`
 }
 
-func init() {
-	// `headers kong`: the per-limit set, as Kong's rate-limiting sends it
-	// (headers.PerLimit).
-	headers.AliasStyle("kong", headers.PerLimit)
-}
+// styleNames are the header styles' names in Caddy configs beside core's:
+// `headers kong`, the per-limit set as Kong's rate-limiting sends it.
+var styleNames = map[string]headers.Style{"kong": headers.PerLimit}

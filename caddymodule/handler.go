@@ -83,7 +83,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if len(h.Policies) == 0 {
 		return fmt.Errorf("policies: need at least one policy")
 	}
-	gc, err := h.ResponseSpec.GateConfig(headers.Both)
+	gc, err := h.ResponseSpec.GateConfig(headers.Both, styleNames)
 	if err != nil {
 		return err
 	}

@@ -413,7 +413,7 @@ func setResponse(s *gate.ResponseSpec, opt, v string) error {
 	switch opt {
 	case "headers":
 		s.Headers = v
-		_, err := headers.ParseStyle(v)
+		_, err := headers.ParseStyle(v, styleNames)
 		return err
 	case "body":
 		s.Body = v

@@ -287,7 +287,7 @@ func compile(c *Config) (*instance, error) {
 		warnPeriodOrder(&c.Plans[i].Periods, fmt.Sprintf("plans[%d]: ", i))
 	}
 	inst := &instance{Config: c}
-	style, _ := headers.ParseStyle(c.Headers) // the schema's one_of, as error_code's range
+	style, _ := headers.ParseStyle(c.Headers, styleNames) // the schema's one_of, as error_code's range
 	if c.HideClientHeaders {
 		style = headers.None
 	}
@@ -543,8 +543,6 @@ func shorthand[T comparable](name string, legacy *T, field *T, def T) error {
 	return nil
 }
 
-func init() {
-	// `headers: kong`, the default: exactly the set Kong's rate-limiting
-	// sends (headers.PerLimit).
-	headers.AliasStyle("kong", headers.PerLimit)
-}
+// styleNames are the header styles' names in Kong configs beside core's:
+// `headers: kong`, the default, exactly the set Kong's rate-limiting sends.
+var styleNames = map[string]headers.Style{"kong": headers.PerLimit}

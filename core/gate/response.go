@@ -30,11 +30,12 @@ type ResponseSpec struct {
 }
 
 // GateConfig returns the gate settings s describes, with style when
-// Headers is empty; New checks the rest.
-func (s *ResponseSpec) GateConfig(style headers.Style) (Config, error) {
+// Headers is empty; New checks the rest. styleNames are the adapter's own
+// names of header styles (headers.ParseStyle).
+func (s *ResponseSpec) GateConfig(style headers.Style, styleNames map[string]headers.Style) (Config, error) {
 	if s.Headers != "" {
 		var err error
-		if style, err = headers.ParseStyle(s.Headers); err != nil {
+		if style, err = headers.ParseStyle(s.Headers, styleNames); err != nil {
 			return Config{}, err
 		}
 	}

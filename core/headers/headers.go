@@ -2,6 +2,7 @@ package headers
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -9,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate/core"
@@ -47,30 +47,22 @@ const (
 
 var headerStyleNames = []string{Both: "both", IETF: "ietf", XRateLimit: "xratelimit", None: "none", PerLimit: "per_limit"}
 
-// headerStyleAliases are further names of styles, as adapters register
-// them (the name a gateway's users know a style by).
-var headerStyleAliases sync.Map // string -> Style
-
-// AliasStyle makes ParseStyle read name as style too. Call it
-// from an adapter's init.
-func AliasStyle(name string, style Style) { headerStyleAliases.Store(name, style) }
-
 // String returns the configuration name of s.
 func (s Style) String() string { return enum.Name(headerStyleNames, s, "Style") }
 
-// ParseStyle reads "ietf", "xratelimit", "both", "none", "per_limit"
-// or a name an adapter gave a style (AliasStyle).
-func ParseStyle(s string) (Style, error) {
+// ParseStyle reads "ietf", "xratelimit", "both", "none", "per_limit", or
+// one of names: the adapter's own names for styles, as its users know them
+// (nil for none).
+func ParseStyle(s string, names map[string]Style) (Style, error) {
 	if style, ok := enum.Parse[Style](headerStyleNames, s); ok {
 		return style, nil
 	}
-	if style, ok := headerStyleAliases.Load(s); ok {
-		return style.(Style), nil
+	if style, ok := names[s]; ok {
+		return style, nil
 	}
-	names := []string{"ietf", "xratelimit", "both", "none", "per_limit"}
-	headerStyleAliases.Range(func(name, _ any) bool { names = append(names, name.(string)); return true })
-	slices.Sort(names[5:])
-	return 0, fmt.Errorf("headers: unknown style %q (want %s or %s)", s, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
+	all := []string{"ietf", "xratelimit", "both", "none", "per_limit"}
+	all = append(all, slices.Sorted(maps.Keys(names))...)
+	return 0, fmt.Errorf("headers: unknown style %q (want %s or %s)", s, strings.Join(all[:len(all)-1], ", "), all[len(all)-1])
 }
 
 // Options configures header rendering.

@@ -128,11 +128,23 @@ func TestPolicyFieldFollowsAdaptiveFactor(t *testing.T) {
 	}
 }
 
+// TestParseStyle: core's names always read; an adapter's names only when
+// it passes them, so what a name means never depends on what is linked.
 func TestParseStyle(t *testing.T) {
-	for _, s := range []Style{Both, IETF, XRateLimit, None} {
-		if got, err := ParseStyle(s.String()); err != nil || got != s {
+	for _, s := range []Style{Both, IETF, XRateLimit, None, PerLimit} {
+		if got, err := ParseStyle(s.String(), nil); err != nil || got != s {
 			t.Errorf("%v: %v %v", s, got, err)
 		}
+	}
+	names := map[string]Style{"gateway": PerLimit}
+	if got, err := ParseStyle("gateway", names); err != nil || got != PerLimit {
+		t.Errorf("an adapter's name: %v %v", got, err)
+	}
+	if _, err := ParseStyle("gateway", nil); err == nil || err.Error() != `headers: unknown style "gateway" (want ietf, xratelimit, both, none or per_limit)` {
+		t.Errorf("an adapter's name not passed: %v", err)
+	}
+	if _, err := ParseStyle("x", names); err == nil || err.Error() != `headers: unknown style "x" (want ietf, xratelimit, both, none, per_limit or gateway)` {
+		t.Errorf("an unknown name, with the adapter's: %v", err)
 	}
 }
 
