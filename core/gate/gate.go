@@ -258,7 +258,11 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 		if in.Empty && r.EmptyKey == spec.EmptyKeyClient && in.Client != "" {
 			in.Key = in.Client
 		}
-		key := core.BoundKey(in.Key) // as the store holds it; a long key's hash once
+		// As the store holds it: a long key is hashed here, once, and the
+		// bounded key goes everywhere after (bounding it again is a length
+		// check).
+		key := core.BoundKey(in.Key)
+		in.Key = key
 		pol := r.Limiter.Policy()
 		if pol.Plans() != nil {
 			var limited bool
@@ -302,7 +306,7 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 			}
 			break
 		}
-		outcome.keep(r.Limiter, in.Key, d)
+		outcome.keep(r.Limiter, key, d)
 		if r.Charge != nil && pol.Charging() != nil {
 			outcome.charges = append(outcome.charges, heldCharge{r.Limiter, pol, key, r.Charge})
 		}

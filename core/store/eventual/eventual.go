@@ -161,10 +161,9 @@ func CheckPolicy(p *core.Policy) error {
 func (e *Store) Syncs() int64 { return e.syncs.Load() }
 
 // Decide decides locally with Policy.Apply; it never calls the shared store.
+// p must be one CheckPolicy accepts, as store.Handle.Rule checks once when
+// a config is loaded: the request path does not check it again.
 func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
-	if err := CheckPolicy(p); err != nil {
-		return err
-	}
 	now := e.opts.Clock.NowMicros()
 	e.mu.Lock()
 	defer e.mu.Unlock()
