@@ -155,12 +155,16 @@ unit: deps bin/caddy-race
 mutants: deps
 	bash core/store/storetest/mutants/run.sh
 
-# The Redis store's tests start real redis-server processes on loopback.
+# The Redis store's tests start real redis-server processes on loopback,
+# and the Kong cluster policy's (kongplugin/internal/kongdb) a PostgreSQL
+# server of their own.
 deps:
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  echo "redis-server missing: installing it with apt-get"; \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } || { \
-	    echo "make test needs redis-server and redis-cli: apt-get install -y redis-server"; exit 1; }; }
+	@missing=""; command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	[ -z "$$missing" ] || { \
+	  echo "missing:$$missing: installing with apt-get"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; } || { \
+	    echo "make test needs redis-server and postgresql: apt-get install -y$$missing"; exit 1; }; }
 
 # The fault and hostile-input tests in their long form (make test runs them
 # short): Redis killed and paused for 5 s under load through a real Caddy,

@@ -243,6 +243,16 @@ func calendarBounds(now, months int64) (start, end int64) {
 	return first.UnixMicro(), first.AddDate(0, int(months), 0).UnixMicro()
 }
 
+// FixedWindowAt returns the window (start and end, µs) of a FixedWindow
+// limit l that holds now: aligned to the Unix epoch, or a calendar month
+// or year in UTC, as its step function aligns it (this asks the step
+// function), for a store that keeps one record per window.
+func (l *Limit) FixedWindowAt(now int64) (start, end int64) {
+	var r Result
+	s := stepFixedWindow(l, State{}, now, 0, &r)
+	return s.A, now + int64(r.Reset/time.Microsecond)
+}
+
 func stepFixedWindow(l *Limit, s State, now, cost int64, r *Result) State {
 	w, n := l.windowUS, l.Count
 	mustBePositive(w, n)

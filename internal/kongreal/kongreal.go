@@ -295,7 +295,7 @@ func Start(t T, opts Options) *Kong {
 	}
 	conf := []string{"prefix = " + prefix, "database = off", "declarative_config = " + declarative}
 	if opts.Postgres != nil {
-		conf = append([]string{"prefix = " + prefix}, opts.Postgres.confLines()...)
+		conf = append([]string{"prefix = " + prefix}, postgresConf(opts.Postgres)...)
 	}
 	conf = append(conf,
 		"router_flavor = traditional",
