@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
+	"github.com/tollgate/tollgate/kongplugin/internal/kongdb"
 )
 
 // Config is the plugin's configuration as Kong sends it: a superset of
@@ -337,7 +338,13 @@ func compile(c *Config) (*instance, error) {
 		return nil, err
 	}
 	inst.charge = policy.ResponseCost()
-	if inst.storeConfig, err = storeConfig(c); err == nil {
+	if c.Policy == "cluster" {
+		err = checkCluster(inst.policy, c.Namespace)
+	}
+	if err == nil {
+		inst.storeConfig, err = storeConfig(c, inst.scope)
+	}
+	if err == nil {
 		if err = inst.storeConfig.CheckPolicy(inst.policy); err != nil { // eventual mode's algorithms
 			err = fmt.Errorf("sync_rate: %v", err)
 		}
@@ -435,14 +442,21 @@ func warnPeriodOrder(ps *Periods, field string) {
 
 // storeConfig reads policy, redis, sync_rate, fault_tolerant and on_error
 // into a store spec, which core validates.
-func storeConfig(c *Config) (store.Config, error) {
-	return storeOf(c.Policy, c.FaultTolerant, c.OnError, c.SyncRate, &c.RedisSettings)
+func storeConfig(c *Config, scope string) (store.Config, error) {
+	return storeOf(c.Policy, c.FaultTolerant, c.OnError, c.SyncRate, &c.RedisSettings, clusterScope{table: kongdb.RateLimiting,
+		prefix: scope, serviceID: c.attached.ServiceID, routeID: c.attached.RouteID})
 }
 
 // storeOf reads a config's store fields (policy, fault_tolerant, on_error,
 // sync_rate and the Redis settings) into a store spec, which core
 // validates.
-func storeOf(policy string, faultTolerant bool, onError string, syncRate float64, rs *RedisSettings) (store.Config, error) {
+func storeOf(policy string, faultTolerant bool, onError string, syncRate float64, rs *RedisSettings, cs clusterScope) (store.Config, error) {
+	if policy == "cluster" {
+		if syncRate != -1 {
+			return store.Config{}, fmt.Errorf("sync_rate: %s counts on the node and syncs through Redis; policy cluster decides every request in Kong's database (sync_rate -1)", strconv.FormatFloat(syncRate, 'g', -1, 64))
+		}
+		return clusterStore(cs, faultTolerant, onError)
+	}
 	if policy != "redis" {
 		return store.Config{}, nil
 	}

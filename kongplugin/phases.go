@@ -57,6 +57,13 @@ var schemas = [...]*kongschema.Schema{
 	WithResponse: kongschema.MustParse(schemaJSON),
 }
 
+// dblessSchemas are schemas without policy cluster, for a Kong with no
+// database (see forKong).
+var dblessSchemas = [...]*kongschema.Schema{
+	AccessOnly:   kongschema.MustParse(accessOnly(withoutCluster(schemaJSON))),
+	WithResponse: kongschema.MustParse(withoutCluster(schemaJSON)),
+}
+
 // needsResponse are what AccessOnly leaves out of the declaration: the
 // adaptive and charge records, and in_flight among the algorithms.
 const (

@@ -36,7 +36,7 @@ const Priority = 910
 // (kongschema.Schema.Main). adminSocket is the path of the operators' API's Unix
 // socket ("": none).
 func Serve(v Variant, adminSocket string) error {
-	return schemas[v].Main(kongschema.Info{Version: Version, Priority: Priority, Phases: v.phases()},
+	return schemas[v].Main(kongschema.Info{Version: Version, Priority: Priority, Phases: v.phases(), ForKong: forKong(schemas[v], dblessSchemas[v])},
 		func() error {
 			prefix := pluginserver.KongPrefix()
 			kongPrefix.Store(&prefix) // Kong's trust for ssl_verify is in its .kong_env

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
+	"github.com/tollgate/tollgate/kongplugin/internal/kongdb"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
 	"github.com/tollgate/tollgate/kongplugin/internal/pluginserver"
 )
@@ -46,7 +47,8 @@ var responseLimitsSchema = kongschema.MustParse(responseLimitsJSON)
 // spent resource, and charges the rest. With -dump it prints the plugin's
 // info and schema; with `keys` it is the operators' command.
 func ServeResponseLimits(adminSocket string) error {
-	return responseLimitsSchema.Main(kongschema.Info{Version: Version, Priority: ResponseLimitsPriority, Phases: []string{"access", "response"}},
+	return responseLimitsSchema.Main(kongschema.Info{Version: Version, Priority: ResponseLimitsPriority, Phases: []string{"access", "response"},
+		ForKong: forKong(responseLimitsSchema, kongschema.MustParse(withoutCluster(responseLimitsJSON)))},
 		func() error { return pluginserver.ListenAndServe(startResponseLimits) }, ResponseLimitsKeysTarget, adminSocket)
 }
 
@@ -162,7 +164,8 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 		rl.policies, rl.charges = append(rl.policies, policy), append(rl.charges, p.ResponseCost())
 	}
 	var err error
-	if rl.storeConfig, err = storeOf(c.Policy, c.FaultTolerant, "", -1, &c.RedisSettings); err != nil {
+	cs := clusterScope{table: kongdb.ResponseRateLimiting, prefix: rl.scope, serviceID: c.attached.ServiceID, routeID: c.attached.RouteID}
+	if rl.storeConfig, err = storeOf(c.Policy, c.FaultTolerant, "", -1, &c.RedisSettings, cs); err != nil {
 		return nil, err
 	}
 	return rl, nil

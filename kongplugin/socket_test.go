@@ -208,7 +208,9 @@ func TestKongRefusedConfigs(t *testing.T) {
 		// tollgate serves the access phase only: in-flight slots could never go back.
 		{map[string]any{"limits": []any{map[string]any{"count": 2, "window": "1m", "algorithm": "in_flight"}}},
 			`config.limits[0].algorithm: expected one of: fixed_window, sliding_log, sliding_counter, token_bucket, gcra, leaky_bucket (got "in_flight")`},
-		{map[string]any{"minute": 5, "policy": "cluster"}, `config.policy: expected one of: local, redis (got "cluster")`},
+		// A plugin server Kong did not start in a prefix of its own: no
+		// database settings to read.
+		{map[string]any{"minute": 5, "policy": "cluster"}, `policy: cluster keeps counters in Kong's database, and ` + srv.Prefix + `/.kong_env, where Kong writes its settings, is missing`},
 		{map[string]any{"minute": 5, "limit_by": "header"}, "config.header_name: required field missing"},
 		{map[string]any{"minute": 5, "policy": "redis", "redis": map[string]any{"host": "h", "port": 65536}}, "config.redis.port: value should be between 0 and 65535 (got 65536)"},
 		{map[string]any{"minute": 5, "limit_by": "path", "path": "login"}, `config.path: should start with: / (got "login")`},

@@ -335,6 +335,8 @@ func policies() []map[string]any {
 	for _, e := range entries {
 		kind, open := "memory", false
 		switch {
+		case e.store.Kind != "":
+			kind = e.store.Kind
 		case e.store.Eventual != nil:
 			kind = "redis (eventual)"
 		case e.store.Redis != nil:

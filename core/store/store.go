@@ -42,6 +42,24 @@ type Config struct {
 	Eventual bool
 	// SyncInterval is eventual mode's sync period; 0 means 1s.
 	SyncInterval time.Duration
+	// External, if set, is a shared store its adapter opens itself (a
+	// gateway's own database), composed as Redis is: OnError's failure
+	// policy around it, one store per ID across reloads, closed with the
+	// last handle. It takes the place of Redis, and not eventual mode.
+	External *External `json:",omitempty"`
+}
+
+// External is a shared store an adapter opens: what Open returns decides
+// requests (a failover.Pinger is probed while it fails; a core.Operator
+// shows and resets keys) and close gives it back.
+type External struct {
+	// ID is what makes two configs the same store (the connection and
+	// what the store keeps apart).
+	ID string
+	// Kind names the store to operators ("postgres").
+	Kind string
+	// Open opens the store, when no live handle has the same ID.
+	Open func() (s core.Store, close func() error, err error) `json:"-"`
 }
 
 // RedisConfig is the Redis store's options: the redis.Settings a config
@@ -67,6 +85,8 @@ type Handle struct {
 	Eventual *eventual.Store
 	// Redis is the Redis store underneath, nil for the memory store.
 	Redis *redis.Store
+	// Kind names an External store to operators ("" for the others).
+	Kind string
 
 	key     string
 	closers []func() error
@@ -111,6 +131,9 @@ func open(c Config) (*Handle, error) {
 		return nil, err
 	}
 	h := &Handle{listeners: map[int]func(bool, error){}}
+	if c.External != nil {
+		return h.openExternal(c, local)
+	}
 	if c.Redis == nil {
 		if c.Eventual {
 			return nil, errors.New("mode: eventual needs the redis store")
@@ -151,6 +174,25 @@ func open(c Config) (*Handle, error) {
 	}
 	h.Store, h.Failover = fo, fo
 	h.closers = append([]func() error{fo.Close}, h.closers...)
+	return h, nil
+}
+
+// openExternal opens c.External behind c.OnError's failure policy.
+func (h *Handle) openExternal(c Config, local core.Store) (*Handle, error) {
+	if c.Redis != nil || c.Eventual {
+		return nil, errors.New("store: an external store takes the place of Redis, and has no eventual mode")
+	}
+	shared, closeShared, err := c.External.Open()
+	if err != nil {
+		return nil, err
+	}
+	fo, err := failover.New(shared, failover.Options{OnError: c.OnError, Local: local, OnStateChange: h.notify})
+	if err != nil {
+		_ = closeShared()
+		return nil, err
+	}
+	h.Store, h.Failover, h.Kind = fo, fo, c.External.Kind
+	h.closers = []func() error{fo.Close, closeShared}
 	return h, nil
 }
 

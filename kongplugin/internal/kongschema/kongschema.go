@@ -656,6 +656,11 @@ type Info struct {
 	Priority int
 	Phases   []string
 	Socket   string // the socket Kong connects to
+	// ForKong, if set, returns the schema to dump for the Kong whose
+	// prefix -kong-prefix names, when the command line names one (a
+	// schema that depends on Kong's settings, as Kong's own plugins'
+	// do); nil keeps the schema.
+	ForKong func(prefix string) (*Schema, error) `json:"-"`
 }
 
 // Dump writes what `-dump` prints: info and the full schema, as declared,
@@ -731,7 +736,15 @@ flags:
 		return err
 	}
 	info.Name = filepath.Base(exe)
-	info.Socket = filepath.Join(flag.Lookup("kong-prefix").Value.String(), info.Name+".socket")
+	prefix := flag.Lookup("kong-prefix").Value.String()
+	info.Socket = filepath.Join(prefix, info.Name+".socket")
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "kong-prefix" })
+	if given && info.ForKong != nil {
+		if s, err = info.ForKong(prefix); err != nil {
+			return err
+		}
+	}
 	return s.Dump(os.Stdout, info)
 }
 
