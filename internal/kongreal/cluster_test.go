@@ -1,0 +1,137 @@
+//go:build kongreal
+
+package kongreal
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate/tollgate/internal/waitfor"
+)
+
+// TestKongClusterKeepsKongsCounts: on Kong with Postgres, a route limited
+// by Kong's rate-limiting on policy cluster, then by tollgate on cluster,
+// then by Kong's again, keeps one count: tollgate reads and adds to the
+// rows Kong's plugin wrote (ratelimiting_metrics), and Kong's plugin
+// reads tollgate's. Each switch changes the hour's limit, so the
+// X-RateLimit-Limit-Hour header tells which plugin answered.
+func TestKongClusterKeepsKongsCounts(t *testing.T) {
+	up := StartUpstream(t)
+	pg := StartPostgres(t)
+	k := Start(t, Options{Extra: defaultLogLevel, Postgres: pg})
+	call := func(want int, method, path string, body any) map[string]any {
+		t.Helper()
+		status, b := k.Admin(method, path, body)
+		if status != want {
+			t.Fatalf("%s %s: %d %s, want %d", method, path, status, b, want)
+		}
+		var out map[string]any
+		_ = json.Unmarshal(b, &out)
+		return out
+	}
+	ctx := context.Background()
+	db, err := pgx.Connect(ctx, pg.DSN("kong"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	const client = "198.51.100.50"
+	counted := func(want int64) {
+		t.Helper()
+		var got int64
+		waitfor.TrueEvery(t, 20*time.Second, 50*time.Millisecond, "the hour's row of "+client+" in ratelimiting_metrics at "+strconv.FormatInt(want, 10), func() bool {
+			got = 0
+			_ = db.QueryRow(ctx, `SELECT COALESCE(SUM(value), 0) FROM ratelimiting_metrics WHERE identifier = $1 AND period = 'hour'
+				AND period_date = date_trunc('hour', now())`, client).Scan(&got)
+			return got == want
+		})
+	}
+	answeredBy := func(limit string) {
+		t.Helper()
+		waitfor.TrueEvery(t, 60*time.Second, 200*time.Millisecond, "every worker answering with X-RateLimit-Limit-Hour "+limit, func() bool {
+			for i := 0; i < 4; i++ {
+				if k.GetOnce("/cl", "X-Forwarded-For: 198.51.100.99").Headers.Get("X-Ratelimit-Limit-Hour") != limit {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	request := func() string {
+		a := k.GetOnce("/cl", "X-Forwarded-For: "+client)
+		return strconv.Itoa(a.Status) + "/" + a.Headers.Get("X-Ratelimit-Remaining-Hour")
+	}
+	call(201, "POST", "/services", map[string]any{"name": "cl", "url": up.URL})
+	call(201, "POST", "/services/cl/routes", map[string]any{"name": "cl", "paths": []string{"/cl"}})
+	config := func(hour int) map[string]any {
+		return map[string]any{"hour": hour, "limit_by": "ip", "policy": "cluster", "fault_tolerant": false}
+	}
+	plugin := call(201, "POST", "/routes/cl/plugins", map[string]any{"name": "rate-limiting", "config": config(5)})
+	answeredBy("5")
+	notNearEnd(t, time.Hour, 60*time.Second)
+	for i, want := range []string{"200/4", "200/3"} {
+		if got := request(); got != want {
+			t.Fatalf("Kong's plugin, request %d: %s, want %s", i+1, got, want)
+		}
+		counted(int64(i + 1)) // Kong counts in a timer after the response
+	}
+
+	call(204, "DELETE", "/plugins/"+plugin["id"].(string), nil)
+	plugin = call(201, "POST", "/routes/cl/plugins", map[string]any{"name": "tollgate", "config": config(6)})
+	answeredBy("6")
+	for i, want := range []string{"200/3", "200/2", "200/1", "200/0", "429/0"} {
+		if got := request(); got != want {
+			t.Fatalf("tollgate after Kong's 2, request %d: %s, want %s", i+1, got, want)
+		}
+	}
+	counted(6) // the denial counts nothing
+
+	call(204, "DELETE", "/plugins/"+plugin["id"].(string), nil)
+	call(201, "POST", "/routes/cl/plugins", map[string]any{"name": "rate-limiting", "config": config(7)})
+	answeredBy("7")
+	if got := request(); got != "200/0" {
+		t.Fatalf("Kong's plugin after tollgate's 6 of 7: %s, want 200/0", got)
+	}
+	counted(7)
+	if got := request(); got != "429/0" {
+		t.Fatalf("Kong's plugin at 7 of 7: %s, want 429/0", got)
+	}
+}
+
+// TestKongClusterRefusedWithoutDatabase: a DB-less Kong has no cluster
+// policy. With -kong-prefix on its query command the dump leaves cluster
+// out, as Kong's rate-limiting's schema does there; an instance that
+// gets it anyway is refused at Kong's default log level with the reason,
+// and its requests get Kong's 500.
+func TestKongClusterRefusedWithoutDatabase(t *testing.T) {
+	up := StartUpstream(t)
+	k := Start(t, Options{Extra: defaultLogLevel})
+	out, err := exec.Command(filepath.Join(PluginDir(t), "tollgate"), "-dump", "-kong-prefix", k.Prefix).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(out); !strings.Contains(s, `"one_of":["local","redis"]`) || strings.Contains(s, `"cluster"`) {
+		t.Errorf("-dump for a DB-less Kong offers policy cluster:\n%s", s)
+	}
+	if out, _ = exec.Command(filepath.Join(PluginDir(t), "tollgate"), "-dump").Output(); !strings.Contains(string(out), `"one_of":["local","cluster","redis"]`) {
+		t.Errorf("-dump without -kong-prefix leaves cluster out:\n%s", out)
+	}
+	d := NewDeclarative("/probe-cluster")
+	d.AddService(map[string]any{"name": "cl", "url": up.URL, "routes": []any{map[string]any{"name": "cl", "paths": []string{"/cl"},
+		"plugins": []any{map[string]any{"name": "tollgate", "config": map[string]any{"minute": 5, "policy": "cluster"}}}}}})
+	k.MustLoad(d)
+	if a := k.GetOnce("/cl"); a.Status != 500 {
+		t.Errorf("a cluster instance on a DB-less Kong: %s, want 500", a)
+	}
+	waitfor.TrueEvery(t, 10*time.Second, 50*time.Millisecond, "Kong's error.log saying why", func() bool {
+		return strings.Contains(k.ErrorLog(), "policy: cluster keeps counters in Kong's database, and this Kong has none (database = off in")
+	})
+}
