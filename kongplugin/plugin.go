@@ -37,11 +37,7 @@ const Priority = 910
 // socket ("": none).
 func Serve(v Variant, adminSocket string) error {
 	return schemas[v].Main(kongschema.Info{Version: Version, Priority: Priority, Phases: v.phases(), ForKong: forKong(schemas[v], dblessSchemas[v])},
-		func() error {
-			prefix := pluginserver.KongPrefix()
-			kongPrefix.Store(&prefix) // Kong's trust for ssl_verify is in its .kong_env
-			return pluginserver.ListenAndServe(v.start)
-		}, v.KeysTarget, adminSocket)
+		func() error { return listenAndServe(v.start) }, v.KeysTarget, adminSocket)
 }
 
 // start starts an instance from the config Kong sends: checked against
@@ -368,4 +364,13 @@ func deny(ev *pluginserver.Event, status int, message string, headers map[string
 		"content":     map[string]any{"message": message},
 		"headers":     h,
 	})
+}
+
+// listenAndServe serves a plugin's instances on the socket of the Kong
+// whose prefix -kong-prefix names, whose settings (.kong_env: its trust,
+// its database) the instances read.
+func listenAndServe(start func(config []byte) (any, error)) error {
+	prefix := pluginserver.KongPrefix()
+	kongPrefix.Store(&prefix)
+	return pluginserver.ListenAndServe(start)
 }

@@ -49,7 +49,7 @@ var responseLimitsSchema = kongschema.MustParse(responseLimitsJSON)
 func ServeResponseLimits(adminSocket string) error {
 	return responseLimitsSchema.Main(kongschema.Info{Version: Version, Priority: ResponseLimitsPriority, Phases: []string{"access", "response"},
 		ForKong: forKong(responseLimitsSchema, kongschema.MustParse(withoutCluster(responseLimitsJSON)))},
-		func() error { return pluginserver.ListenAndServe(startResponseLimits) }, ResponseLimitsKeysTarget, adminSocket)
+		func() error { return listenAndServe(startResponseLimits) }, ResponseLimitsKeysTarget, adminSocket)
 }
 
 // startResponseLimits starts an instance from the config Kong sends, as

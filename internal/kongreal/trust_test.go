@@ -39,6 +39,10 @@ func TestKongRedisTrustIsKongs(t *testing.T) {
 			d := NewDeclarative("/probe-trust")
 			s := sides("trust", "rate-limiting", "tollgate")
 			addPair(d, up, "trust", s, config, pairOpts{})
+			// The response plugin's server reads Kong's trust too.
+			rrl := map[string]any{"limits": map[string]any{"video": map[string]any{"hour": 3}}, "policy": "redis", "fault_tolerant": false, "redis": config["redis"]}
+			d.AddService(map[string]any{"name": "trust-rrl", "url": up.URL, "routes": []any{map[string]any{"name": "trust-rrl", "paths": []string{"/trust-rrl"},
+				"plugins": []any{map[string]any{"name": "tollgate-response-ratelimiting", "config": rrl}}}}})
 			k.MustLoad(d)
 			notNearEnd(t, time.Hour, 30*time.Second)
 			kong, tg := interleave(k, s, len(tc.want), "", "X-Forwarded-For: 198.51.100.7")
@@ -50,6 +54,9 @@ func TestKongRedisTrustIsKongs(t *testing.T) {
 				t.Errorf("tollgate answered %v, want %v (Kong's rate-limiting: %v)\n%s", got, tc.want, kong, k.logTail(20))
 			}
 			same(t, kong, tg, nil)
+			if a := k.GetOnce("/trust-rrl", "X-Forwarded-For: 198.51.100.7"); a.Status != tc.want[0] {
+				t.Errorf("tollgate-response-ratelimiting: %s, want %d", a, tc.want[0])
+			}
 		})
 	}
 }
