@@ -45,7 +45,8 @@ type Config struct {
 	LimitBy    string `json:"limit_by"`
 	HeaderName string `json:"header_name"`
 	Path       string `json:"path"`
-	// Policy is local (this node's memory) or redis.
+	// Policy is local (this node's memory), cluster (Kong's database) or
+	// redis.
 	Policy string `json:"policy"`
 	// FaultTolerant keeps proxying while Redis fails, with no rate-limit
 	// headers, as Kong does; false answers 500.

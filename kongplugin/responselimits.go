@@ -31,8 +31,7 @@ const ResponseLimitsPriority = 900
 // responseLimitsJSON declares ResponseLimitsConfig in Kong's schema
 // language: Kong 3.9.3's kong/plugins/response-ratelimiting/schema.lua,
 // field for field, with tollgate's redis record (Cluster and Sentinel
-// beside Kong's fields) and without the cluster policy (Kong's database,
-// which a plugin server cannot reach).
+// beside Kong's fields).
 //
 //go:embed response_ratelimiting.json
 var responseLimitsJSON []byte
@@ -82,7 +81,8 @@ type ResponseLimitsConfig struct {
 	HeaderName string `json:"header_name"`
 	// LimitBy picks the identifier: consumer, credential or ip.
 	LimitBy string `json:"limit_by"`
-	// Policy is local (this node's memory) or redis.
+	// Policy is local (this node's memory), cluster (Kong's database) or
+	// redis.
 	Policy string `json:"policy"`
 	// FaultTolerant proxies while Redis fails, unlimited and without
 	// headers; false answers 500.
