@@ -4,7 +4,6 @@ package kongreal
 
 import (
 	"context"
-	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -27,16 +26,7 @@ func TestKongClusterKeepsKongsCounts(t *testing.T) {
 	up := StartUpstream(t)
 	pg := StartPostgres(t)
 	k := Start(t, Options{Extra: defaultLogLevel, Postgres: pg})
-	call := func(want int, method, path string, body any) map[string]any {
-		t.Helper()
-		status, b := k.Admin(method, path, body)
-		if status != want {
-			t.Fatalf("%s %s: %d %s, want %d", method, path, status, b, want)
-		}
-		var out map[string]any
-		_ = json.Unmarshal(b, &out)
-		return out
-	}
+	call := k.AdminWant
 	ctx := context.Background()
 	db, err := pgx.Connect(ctx, pg.DSN("kong"))
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/pgtest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/reporoot"
 )
@@ -36,11 +37,8 @@ import (
 // T is what the package needs of a test: *testing.T and *testing.B
 // are one, and so is a benchmark command's own (bench/kongcompare).
 type T interface {
-	Helper()
-	Fatal(args ...any)
-	Fatalf(format string, args ...any)
+	pgtest.T // Helper, Fatal, Fatalf, Cleanup
 	Logf(format string, args ...any)
-	Cleanup(func())
 	TempDir() string
 	Failed() bool
 }
@@ -499,6 +497,19 @@ func (k *Kong) Admin(method, path string, body any) (int, []byte) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b
+}
+
+// AdminWant is Admin for a call that must answer want: it fails the test
+// otherwise, and returns the answer's JSON object.
+func (k *Kong) AdminWant(want int, method, path string, body any) map[string]any {
+	k.t.Helper()
+	status, b := k.Admin(method, path, body)
+	if status != want {
+		k.t.Fatalf("%s %s: %d %s, want %d", method, path, status, b, want)
+	}
+	var out map[string]any
+	_ = json.Unmarshal(b, &out)
+	return out
 }
 
 // AdminGet returns the Admin API's answer to GET path.

@@ -3,7 +3,6 @@
 package kongreal
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -285,16 +284,7 @@ func TestKongHybrid(t *testing.T) {
 // Redis anything.
 func adminAPILifecycle(t *testing.T, admin, proxy *Kong, up *Upstream, rds *redistest.Server) {
 	t.Helper()
-	call := func(want int, method, path string, body any) map[string]any {
-		t.Helper()
-		status, b := admin.Admin(method, path, body)
-		if status != want {
-			t.Fatalf("%s %s: %d %s, want %d", method, path, status, b, want)
-		}
-		var out map[string]any
-		_ = json.Unmarshal(b, &out)
-		return out
-	}
+	call := admin.AdminWant
 	call(201, "POST", "/services", map[string]any{"name": "managed", "url": up.URL})
 	call(201, "POST", "/services/managed/routes", map[string]any{"name": "managed", "paths": []string{"/managed"}})
 	plugin := call(201, "POST", "/routes/managed/plugins", map[string]any{"name": "tollgate", "config": map[string]any{

@@ -175,15 +175,9 @@ func (s *Store) identifier(key string) string { return strings.TrimPrefix(key, s
 func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	now := s.clock.NowMicros()
-	rows, err := s.rows(p, now)
+	now, rows, id, conn, err := s.begin(ctx, p, key)
 	if err != nil {
 		return err
-	}
-	id := s.identifier(key)
-	conn, err := s.pool.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("kong database: %w", err)
 	}
 	defer conn.Release()
 	b := &pgx.Batch{}
@@ -202,11 +196,7 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 		s.abort(conn)
 		return err
 	}
-	var states [core.MaxLimits]algo.State
-	for i := range rows {
-		states[i] = algo.State{A: rows[i].start, B: rows[i].value}
-	}
-	p.Apply(states[:len(rows)], now, cost, d)
+	states := apply(p, rows, now, cost, d)
 	b = &pgx.Batch{}
 	for i := range rows {
 		if delta := states[i].B - rows[i].value; delta != 0 {
@@ -219,6 +209,30 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 		return fmt.Errorf("kong database: %w", err)
 	}
 	return nil
+}
+
+// begin reads the time, key's identifier and the rows of p's limits, and
+// takes a connection for them.
+func (s *Store) begin(ctx context.Context, p *core.Policy, key string) (now int64, rows []row, id string, conn *pgxpool.Conn, err error) {
+	now = s.clock.NowMicros()
+	if rows, err = s.rows(p, now); err != nil {
+		return 0, nil, "", nil, err
+	}
+	if conn, err = s.pool.pool.Acquire(ctx); err != nil {
+		return 0, nil, "", nil, fmt.Errorf("kong database: %w", err)
+	}
+	return now, rows, s.identifier(key), conn, nil
+}
+
+// apply runs p's step functions (Policy.Apply) on the rows' counts in
+// their windows and returns the states they leave.
+func apply(p *core.Policy, rows []row, now, cost int64, d *core.Decision) [core.MaxLimits]algo.State {
+	var states [core.MaxLimits]algo.State
+	for i := range rows {
+		states[i] = algo.State{A: rows[i].start, B: rows[i].value}
+	}
+	p.Apply(states[:len(rows)], now, cost, d)
+	return states
 }
 
 // readBatch sends b, whose first skip statements return no rows and whose
@@ -262,15 +276,9 @@ func (s *Store) abort(conn *pgxpool.Conn) {
 func (s *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core.Decision) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	now := s.clock.NowMicros()
-	rows, err := s.rows(p, now)
+	now, rows, id, conn, err := s.begin(ctx, p, key)
 	if err != nil {
 		return err
-	}
-	id := s.identifier(key)
-	conn, err := s.pool.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("kong database: %w", err)
 	}
 	defer conn.Release()
 	b := &pgx.Batch{}
@@ -280,11 +288,7 @@ func (s *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core
 	if err := s.readBatch(ctx, conn, b, rows, 0); err != nil {
 		return err
 	}
-	var states [core.MaxLimits]algo.State
-	for i := range rows {
-		states[i] = algo.State{A: rows[i].start, B: rows[i].value}
-	}
-	p.Apply(states[:len(rows)], now, 0, d)
+	apply(p, rows, now, 0, d)
 	return nil
 }
 
