@@ -4,7 +4,6 @@ import (
 	"cmp"
 	_ "embed" // schema.json
 	"fmt"
-	"log"
 	"math"
 	"net"
 	"strconv"
@@ -190,6 +189,9 @@ type RedisSettings struct {
 	RedisSSL        *bool   `json:"redis_ssl"`
 	RedisSSLVerify  *bool   `json:"redis_ssl_verify"`
 	RedisServerName *string `json:"redis_server_name"`
+
+	// notes are redisRecord's deprecation warnings, for Kong's log.
+	notes []string
 }
 
 // ReserveConfig is spec.Reserve, with the request header that carries a
@@ -284,11 +286,11 @@ func or[T any](p *T, def T) T {
 // compile makes the checks the schema cannot declare (eventual mode's
 // algorithms, a limit's window) and builds what a request needs.
 func compile(c *Config) (*instance, error) {
-	warnPeriodOrder(&c.Periods, "")
-	for i := range c.Plans {
-		warnPeriodOrder(&c.Plans[i].Periods, fmt.Sprintf("plans[%d]: ", i))
-	}
 	inst := &instance{Config: c}
+	warnPeriodOrder(&c.Periods, "", &inst.warnings)
+	for i := range c.Plans {
+		warnPeriodOrder(&c.Plans[i].Periods, fmt.Sprintf("plans[%d]: ", i), &inst.warnings)
+	}
 	style, _ := headers.ParseStyle(c.Headers, styleNames) // the schema's one_of, as error_code's range
 	if c.HideClientHeaders {
 		style = headers.None
@@ -344,6 +346,7 @@ func compile(c *Config) (*instance, error) {
 	}
 	if err == nil {
 		inst.storeConfig, err = storeConfig(c, inst.scope)
+		inst.warnings.lines = append(inst.warnings.lines, c.RedisSettings.notes...)
 	}
 	if err == nil {
 		if err = inst.storeConfig.CheckPolicy(inst.policy); err != nil { // eventual mode's algorithms
@@ -419,13 +422,13 @@ func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]spec.
 	return limits, nil
 }
 
-// warnPeriodOrder logs, in Kong's words, a longer period that allows fewer
+// warnPeriodOrder notes, in Kong's words, a longer period that allows fewer
 // requests than a shorter one: Kong's rate-limiting refuses that order in
 // Lua (schema.lua, validate_periods_order), which no dumped schema can
 // carry, so Kong's Admin API stores it for tollgate. tollgate enforces each
 // period on its own, so the config works; refusing it here would fail
 // every request of the route.
-func warnPeriodOrder(ps *Periods, field string) {
+func warnPeriodOrder(ps *Periods, field string, w *warnings) {
 	var prev *float64
 	prevName := ""
 	for _, p := range ps.each() {
@@ -433,7 +436,7 @@ func warnPeriodOrder(ps *Periods, field string) {
 			continue
 		}
 		if prev != nil && *p.count < *prev {
-			log.Printf("tollgate: config: %sThe limit for %s(%.1f) cannot be lower than the limit for %s(%.1f) in Kong's rate-limiting; tollgate enforces each period",
+			w.add("config: %sThe limit for %s(%.1f) cannot be lower than the limit for %s(%.1f) in Kong's rate-limiting; tollgate enforces each period",
 				field, p.name, *p.count, prevName, *prev)
 			return
 		}
@@ -524,16 +527,17 @@ func storeOf(policy string, faultTolerant bool, onError string, syncRate float64
 // 6379}}; the plugin dials 6380).
 func (c *RedisSettings) redisRecord() (RedisConfig, error) {
 	r := c.Redis
+	w := &c.notes
 	errs := []error{
-		shorthand("host", c.RedisHost, &r.Host, ""),
-		shorthand("port", c.RedisPort, &r.Port, 6379),
-		shorthand("username", c.RedisUsername, &r.Username, ""),
-		shorthand("password", c.RedisPassword, &r.Password, ""),
-		shorthand("database", c.RedisDatabase, &r.Database, 0),
-		shorthand("timeout", c.RedisTimeout, &r.Timeout, 2000),
-		shorthand("ssl", c.RedisSSL, &r.SSL, false),
-		shorthand("ssl_verify", c.RedisSSLVerify, &r.SSLVerify, false),
-		shorthand("server_name", c.RedisServerName, &r.ServerName, ""),
+		shorthand("host", c.RedisHost, &r.Host, "", w),
+		shorthand("port", c.RedisPort, &r.Port, 6379, w),
+		shorthand("username", c.RedisUsername, &r.Username, "", w),
+		shorthand("password", c.RedisPassword, &r.Password, "", w),
+		shorthand("database", c.RedisDatabase, &r.Database, 0, w),
+		shorthand("timeout", c.RedisTimeout, &r.Timeout, 2000, w),
+		shorthand("ssl", c.RedisSSL, &r.SSL, false, w),
+		shorthand("ssl_verify", c.RedisSSLVerify, &r.SSLVerify, false, w),
+		shorthand("server_name", c.RedisServerName, &r.ServerName, "", w),
 	}
 	for _, err := range errs {
 		if err != nil {
@@ -545,11 +549,11 @@ func (c *RedisSettings) redisRecord() (RedisConfig, error) {
 
 // shorthand applies the flat field redis_<name> (legacy, nil when unset)
 // to the record's field, whose default is def (Kong's null for strings).
-func shorthand[T comparable](name string, legacy *T, field *T, def T) error {
+func shorthand[T comparable](name string, legacy *T, field *T, def T, notes *[]string) error {
 	if legacy == nil {
 		return nil
 	}
-	log.Printf("tollgate: config.redis_%s is deprecated, please use config.redis.%s instead", name, name)
+	*notes = append(*notes, fmt.Sprintf("config.redis_%s is deprecated, please use config.redis.%s instead", name, name))
 	if *field != def && *field != *legacy {
 		return fmt.Errorf("config.redis_%s: both deprecated and new field are used but their values mismatch: redis_%s = %v vs redis.%s = %v",
 			name, name, *legacy, name, *field)

@@ -67,6 +67,7 @@ type instance struct {
 	name        string          // the scope, to operators: ns=<namespace> or route=<id>,service=<id>
 	headers     headers.Options // style none when hide_client_headers
 	sampler     *gate.DenialSampler
+	warnings    warnings // told Kong's log at the first request
 	charge      *spec.ResponseCost // what a response costs, or nil
 
 	opened // the gate over the store, from open to Close
@@ -157,6 +158,7 @@ func (c *Config) Access(kong *pdk.PDK) {
 func (c *Config) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 	inst := c.compiled
 	plantedPanic(inst)
+	inst.warnings.tell(kong, "tollgate ("+inst.name+"): ")
 	g := inst.gate
 	// One rule, keyed as Kong's rate-limiting keys, in the instance's scope.
 	id, consumer := identifier(kong, inst.LimitBy, inst.HeaderName, inst.Path)

@@ -2,6 +2,7 @@ package kongplugin
 
 import (
 	"encoding/json"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/Kong/go-pdk"
@@ -43,4 +44,26 @@ func scopeOf(raw []byte) string {
 	}
 	_ = json.Unmarshal(raw, &attached)
 	return "route=" + attached.RouteID + ",service=" + attached.ServiceID
+}
+
+// warnings are what a config's compile has to tell Kong's log: what Kong's
+// own plugin would refuse or warn about, which tollgate takes. Kong logs
+// a plugin server's output at info, below its default level, so the
+// instance's first request tells them through kong.log.warn, once.
+type warnings struct {
+	lines []string
+	told  atomic.Bool
+}
+
+func (w *warnings) add(format string, args ...any) { w.lines = append(w.lines, fmt.Sprintf(format, args...)) }
+
+// tell logs the warnings at [warn] on the first call, prefixed with who
+// warns; later calls cost one atomic load.
+func (w *warnings) tell(kong *pdk.PDK, who string) {
+	if len(w.lines) == 0 || w.told.Load() || w.told.Swap(true) {
+		return
+	}
+	for _, l := range w.lines {
+		_ = kong.Log.Warn(who + l)
+	}
 }

@@ -113,6 +113,7 @@ type responseLimits struct {
 	charges     []*spec.ResponseCost
 	storeConfig store.Config
 	scope, name string
+	warnings    warnings // told Kong's log at the first request
 
 	opened // the gate over the store, from start to Close
 }
@@ -150,7 +151,7 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 	for _, name := range rl.resources {
 		periods := c.Limits[name]
 		field := "limits." + name + "."
-		warnPeriodOrder(&periods, "limits."+name+": ")
+		warnPeriodOrder(&periods, "limits."+name+": ", &rl.warnings)
 		limits, err := periods.limits(nil, algo.FixedWindow.String(), field)
 		if err != nil {
 			return nil, err
@@ -168,6 +169,7 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 	if rl.storeConfig, err = storeOf(c.Policy, c.FaultTolerant, "", -1, &c.RedisSettings, cs); err != nil {
 		return nil, err
 	}
+	rl.warnings.lines = append(rl.warnings.lines, c.RedisSettings.notes...)
 	return rl, nil
 }
 
@@ -205,6 +207,7 @@ func (c *ResponseLimitsConfig) Access(kong *pdk.PDK) {
 // resource is spent. Nothing is charged here.
 func (c *ResponseLimitsConfig) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 	rl := c.compiled
+	rl.warnings.tell(kong, "tollgate-response-ratelimiting ("+rl.name+"): ")
 	seen := make([]core.Decision, len(rl.resources))
 	var outcome gate.Outcome
 	id, _ := identifier(kong, rl.LimitBy, "", "")

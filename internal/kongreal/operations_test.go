@@ -138,6 +138,24 @@ func TestKongRefusalSeenAtDefaultLevel(t *testing.T) {
 	if strings.Contains(logged, "starting instance") {
 		t.Errorf("Kong logged a failed instance start:\n%s", logged)
 	}
+
+	// What Kong's plugin refuses with Lua and tollgate takes (periods out
+	// of order) is told at [warn], also above the default level.
+	d := NewDeclarative("/probe-order")
+	d.AddService(map[string]any{"name": "order", "url": up.URL, "routes": []any{map[string]any{
+		"name": "order", "paths": []string{"/order"}, "plugins": []any{map[string]any{"name": "tollgate",
+			"config": map[string]any{"second": 20, "hour": 10}}}}}})
+	k.MustLoad(d)
+	before = k.ErrorLog()
+	for i := 0; i < 4; i++ {
+		if a := k.Get("/order"); a.Status != 200 {
+			t.Errorf("request %d, periods out of order: %s, want it served", i+1, a)
+		}
+	}
+	logged = strings.TrimPrefix(k.ErrorLog(), before)
+	if !strings.Contains(logged, "[warn]") || !strings.Contains(logged, "The limit for hour(10.0) cannot be lower than the limit for second(20.0) in Kong's rate-limiting; tollgate enforces each period") {
+		t.Errorf("periods out of order: Kong's log at its default level lacks the warning:\n%s", logged)
+	}
 }
 
 // TestKongIdleKeysCostRedisNothing: tollgate on policy redis with
