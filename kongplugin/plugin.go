@@ -67,7 +67,7 @@ type instance struct {
 	name        string          // the scope, to operators: ns=<namespace> or route=<id>,service=<id>
 	headers     headers.Options // style none when hide_client_headers
 	sampler     *gate.DenialSampler
-	warnings    warnings // told Kong's log at the first request
+	warnings    warnings           // told Kong's log at the first request
 	charge      *spec.ResponseCost // what a response costs, or nil
 
 	opened // the gate over the store, from open to Close

@@ -55,7 +55,9 @@ type warnings struct {
 	told  atomic.Bool
 }
 
-func (w *warnings) add(format string, args ...any) { w.lines = append(w.lines, fmt.Sprintf(format, args...)) }
+func (w *warnings) add(format string, args ...any) {
+	w.lines = append(w.lines, fmt.Sprintf(format, args...))
+}
 
 // tell logs the warnings at [warn] on the first call, prefixed with who
 // warns; later calls cost one atomic load.
