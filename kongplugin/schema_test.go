@@ -226,6 +226,10 @@ var kongAccepts = []string{
 	`{"minute": 5, "reserve": {"share": 0.2, "priority_header": "X-Priority"}}`,
 	`{"limits": [{"count": 5, "window": "1m", "algorithm": "gcra", "burst": 3, "max_delay": "0s"}]}`,
 	`{"algorithm": "token_bucket", "limits": [{"count": 5, "window": "1m", "burst": 3}]}`,
+	// An entry naming an algorithm without a burst or max_delay: Kong's
+	// validate_field would refuse a null an `eq` match wants (so the check
+	// matches with between [0, 0], which a null passes).
+	`{"limits": [{"count": 5, "window": "1m", "algorithm": "fixed_window"}, {"count": 50, "window": "1h", "algorithm": "sliding_log", "burst": 0}]}`,
 }
 
 // kongRefusesTollgateTakes are configs Kong's rate-limiting refuses with

@@ -463,6 +463,10 @@ func (s *Schema) entityCheck(c Check, fields []map[string]*Field, obj map[string
 		switch {
 		case then == nil && (k.ThenMatch.isRequired() || thenField.isRequired()):
 			msg = "required field missing"
+		case then == nil && k.ThenMatch.Eq != nil:
+			// Kong's validate_field refuses a null a match wants equal
+			// to a value.
+			msg = fmt.Sprintf("value must be %v", k.ThenMatch.Eq)
 		case then != nil:
 			// The field's own validators have already reported on it.
 			var nested []string
