@@ -316,7 +316,7 @@ func compile(c *Config) (*instance, error) {
 
 	// Counters are per route and service the plugin is attached to, as
 	// Kong's, unless a namespace shares them.
-	inst.name = "route=" + c.attached.RouteID + ",service=" + c.attached.ServiceID
+	inst.name = instanceName(c.attached.RouteID, c.attached.ServiceID)
 	if c.Namespace != "" {
 		inst.name, policy.Name = "ns="+c.Namespace, c.Namespace
 	}

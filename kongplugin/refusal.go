@@ -43,7 +43,7 @@ func scopeOf(raw []byte) string {
 		ServiceID string `json:"service_id"`
 	}
 	_ = json.Unmarshal(raw, &attached)
-	return "route=" + attached.RouteID + ",service=" + attached.ServiceID
+	return instanceName(attached.RouteID, attached.ServiceID)
 }
 
 // warnings are what a config's compile has to tell Kong's log: what Kong's
@@ -68,4 +68,11 @@ func (w *warnings) tell(kong *pdk.PDK, who string) {
 	for _, l := range w.lines {
 		_ = kong.Log.Warn(who + l)
 	}
+}
+
+// instanceName names an instance to operators, in log lines and in the
+// keys command as Kong keys its counters: by the route and service it is
+// attached to, "route=<id>,service=<id>" (either id empty when absent).
+func instanceName(routeID, serviceID string) string {
+	return "route=" + routeID + ",service=" + serviceID
 }

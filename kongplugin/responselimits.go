@@ -145,7 +145,7 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 	slices.Sort(rl.resources)
 	// Counters are per route and service, as Kong's (policies/init.lua,
 	// get_local_key): a plugin on a service shares them across its routes.
-	rl.name = "route=" + c.attached.RouteID + ",service=" + c.attached.ServiceID
+	rl.name = instanceName(c.attached.RouteID, c.attached.ServiceID)
 	rl.scope = rl.name + "|"
 	zero := int64(0)
 	for _, name := range rl.resources {
@@ -337,7 +337,7 @@ func headerValues(all map[string][]string, name string) string {
 			out = append(out, v...)
 		}
 	}
-	return strings.Join(out, ",")
+	return gate.JoinFieldLines(out)
 }
 
 // ResponseLimitsKeysTarget compiles a tollgate-response-ratelimiting

@@ -88,8 +88,7 @@ type chargeWriter struct {
 func (c *chargeWriter) charge(status int) {
 	c.charged = true
 	c.err = c.outcome.Charge(c.ctx, status, func(name string) string {
-		// Every line of a repeated header, as one field (RFC 9110 5.3).
-		return strings.Join(c.ResponseWriter.Header().Values(name), ", ")
+		return JoinFieldLines(c.ResponseWriter.Header().Values(name))
 	})
 	c.gate.WriteHeaders(c.ResponseWriter.Header(), c.outcome)
 }
@@ -120,3 +119,8 @@ func (c *chargeWriter) Flush() {
 
 // Unwrap returns the writer underneath, for http.ResponseController.
 func (c *chargeWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// JoinFieldLines reads every line of a repeated header as one field, as
+// RFC 9110 section 5.3 combines them: the values joined by ", ". Every
+// adapter reads a response's cost header so.
+func JoinFieldLines(lines []string) string { return strings.Join(lines, ", ") }
