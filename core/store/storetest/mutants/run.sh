@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Plants each bug in this folder (one .patch each) and runs the conformance
+# Plants each bug in this folder (one .patch each), and in every other
+# mutants folder of the tree (a store that lives beside its adapter keeps
+# its planted bugs there), and runs the conformance
 # test its "# run:" line names, once whole and once with its random traces
 # alone (checked against the reference model). Every run must fail with a
 # conformance mismatch: a planted bug the suite does not catch, or one that
@@ -68,6 +70,8 @@ export -f plant
 export root work
 
 survived=0
-printf '%s\0' "$here"/*.patch | xargs -0 -n1 -P3 bash -c 'plant "$0"' || survived=1
+{ printf '%s\0' "$here"/*.patch
+  find "$root" -path "$root/.git" -prune -o -path "$root/.tmp" -prune -o -path "$here" -prune -o -path '*/mutants/*.patch' -print0
+} | xargs -0 -n1 -P3 bash -c 'plant "$0"' || survived=1
 rm -rf "$work"
 exit $survived
