@@ -30,22 +30,13 @@ type clusterScope struct {
 // pg_* settings Kong resolved in its prefix's .kong_env. fault_tolerant
 // (or on_error) decides while the database fails, as with Redis.
 func clusterStore(cs clusterScope, faultTolerant bool, onError string) (store.Config, error) {
-	prefix := ""
-	if p := kongPrefix.Load(); p != nil {
-		prefix = *p
-	}
-	conn, err := kongDatabase(prefix)
+	conn, err := kongDatabase(startingKong())
 	if err != nil {
 		return store.Config{}, err
 	}
-	oe := core.OnErrorAllow // as Kong: fault tolerant proxies, without headers
-	if !faultTolerant {
-		oe = core.OnErrorFail
-	}
-	if onError != "" {
-		if oe, err = core.ParseOnError(onError); err != nil {
-			return store.Config{}, fmt.Errorf("on_error: %w", err)
-		}
+	oe, err := core.ParseOnError(failurePolicy(faultTolerant, onError))
+	if err != nil {
+		return store.Config{}, fmt.Errorf("on_error: %w", err)
 	}
 	o := kongdb.Options{Conn: conn, Table: cs.table, ServiceID: cs.serviceID, RouteID: cs.routeID, Prefix: cs.prefix}
 	id, _ := json.Marshal(o)

@@ -464,13 +464,7 @@ func storeOf(policy string, faultTolerant bool, onError string, syncRate float64
 	if policy != "redis" {
 		return store.Config{}, nil
 	}
-	// As Kong: fault tolerant proxies with no rate-limit headers while
-	// Redis fails; on_error local keeps tollgate's local limiting instead.
-	spec := store.Spec{Type: "redis", OnError: "allow"}
-	if !faultTolerant {
-		spec.OnError = "fail"
-	}
-	spec.OnError = cmp.Or(onError, spec.OnError)
+	spec := store.Spec{Type: "redis", OnError: failurePolicy(faultTolerant, onError)}
 	if syncRate != -1 {
 		const longest = 24 * time.Hour // far beyond any period a sync can serve; a larger value is a typo
 		if syncRate > longest.Seconds() {
@@ -488,11 +482,7 @@ func storeOf(policy string, faultTolerant bool, onError string, syncRate float64
 	spec.DB, spec.TLS, spec.TLSServerName = r.Database, r.SSL, r.ServerName
 	spec.TLSSkipVerify = !r.SSLVerify
 	if r.SSL && r.SSLVerify {
-		prefix := ""
-		if p := kongPrefix.Load(); p != nil {
-			prefix = *p
-		}
-		trust, err := readKongTrust(prefix)
+		trust, err := readKongTrust(startingKong())
 		if err != nil {
 			return store.Config{}, err
 		}
@@ -512,6 +502,21 @@ func storeOf(policy string, faultTolerant bool, onError string, syncRate float64
 		return sc, fmt.Errorf("redis: %w", err)
 	}
 	return sc, nil
+}
+
+// failurePolicy is the on_error a config's fault_tolerant and on_error
+// name for a shared store (Redis, or Kong's database) that fails: as Kong,
+// fault tolerant proxies with no rate-limit headers ("allow") and
+// otherwise answers an error ("fail"); on_error, when set, decides
+// instead (local keeps limiting on the node).
+func failurePolicy(faultTolerant bool, onError string) string {
+	if onError != "" {
+		return onError
+	}
+	if faultTolerant {
+		return "allow"
+	}
+	return "fail"
 }
 
 // redisRecord is the redis record with the flat redis_* names applied as

@@ -16,6 +16,15 @@ import (
 // (the keys command, Go tests), where the system's CAs verify Redis.
 var kongPrefix atomic.Pointer[string]
 
+// startingKong is kongPrefix's value: the prefix of the Kong that started
+// this plugin server, "" if none did.
+func startingKong() string {
+	if p := kongPrefix.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
 // kongTrust is what Kong's own cosockets verify a TLS server with:
 // lua_ssl_trusted_certificate (files and `system`, which Kong resolves
 // to the system's bundle and concatenates into the file named by

@@ -173,55 +173,63 @@ func (s *Store) identifier(key string) string { return strings.TrimPrefix(key, s
 // Decide locks key's rows of p's limits, runs p's step functions on their
 // counts and adds what they counted, in one transaction: two round trips.
 func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	now, rows, id, conn, err := s.begin(ctx, p, key)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	for i := range rows {
-		a := s.args(id, &rows[i])
-		if s.opts.Table.TTL {
-			a = append(a, float64(rows[i].len)/1e6)
+	return s.withRows(ctx, p, key, func(ctx context.Context, v *visit) error {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		for i := range v.rows {
+			a := s.args(v.id, &v.rows[i])
+			if s.opts.Table.TTL {
+				a = append(a, float64(v.rows[i].len)/1e6)
+			}
+			b.Queue(s.insert, a...)
 		}
-		b.Queue(s.insert, a...)
-	}
-	for i := range rows {
-		b.Queue(s.lock, s.args(id, &rows[i])...)
-	}
-	if err := s.readBatch(ctx, conn, b, rows, 1+len(rows)); err != nil {
-		s.abort(conn)
-		return err
-	}
-	states := apply(p, rows, now, cost, d)
-	b = &pgx.Batch{}
-	for i := range rows {
-		if delta := states[i].B - rows[i].value; delta != 0 {
-			b.Queue(s.update, append(s.args(id, &rows[i]), delta)...)
+		for i := range v.rows {
+			b.Queue(s.lock, s.args(v.id, &v.rows[i])...)
 		}
-	}
-	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		s.abort(conn)
-		return fmt.Errorf("kong database: %w", err)
-	}
-	return nil
+		if err := s.readBatch(ctx, v.conn, b, v.rows, 1+len(v.rows)); err != nil {
+			s.abort(v.conn)
+			return err
+		}
+		states := apply(p, v.rows, v.now, cost, d)
+		b = &pgx.Batch{}
+		for i := range v.rows {
+			if delta := states[i].B - v.rows[i].value; delta != 0 {
+				b.Queue(s.update, append(s.args(v.id, &v.rows[i]), delta)...)
+			}
+		}
+		b.Queue("COMMIT")
+		if err := v.conn.SendBatch(ctx, b).Close(); err != nil {
+			s.abort(v.conn)
+			return fmt.Errorf("kong database: %w", err)
+		}
+		return nil
+	})
 }
 
-// begin reads the time, key's identifier and the rows of p's limits, and
-// takes a connection for them.
-func (s *Store) begin(ctx context.Context, p *core.Policy, key string) (now int64, rows []row, id string, conn *pgxpool.Conn, err error) {
-	now = s.clock.NowMicros()
-	if rows, err = s.rows(p, now); err != nil {
-		return 0, nil, "", nil, err
+// visit is what a decision or an inspection works on: the time, key's
+// identifier, the rows of the policy's limits and a connection.
+type visit struct {
+	now  int64
+	id   string
+	rows []row
+	conn *pgxpool.Conn
+}
+
+// withRows runs f on key's rows of p's limits, within s's timeout, on a
+// connection it gives back after.
+func (s *Store) withRows(ctx context.Context, p *core.Policy, key string, f func(context.Context, *visit) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	v := visit{now: s.clock.NowMicros(), id: s.identifier(key)}
+	var err error
+	if v.rows, err = s.rows(p, v.now); err != nil {
+		return err
 	}
-	if conn, err = s.pool.pool.Acquire(ctx); err != nil {
-		return 0, nil, "", nil, fmt.Errorf("kong database: %w", err)
+	if v.conn, err = s.pool.pool.Acquire(ctx); err != nil {
+		return fmt.Errorf("kong database: %w", err)
 	}
-	return now, rows, s.identifier(key), conn, nil
+	defer v.conn.Release()
+	return f(ctx, &v)
 }
 
 // apply runs p's step functions (Policy.Apply) on the rows' counts in
@@ -274,22 +282,17 @@ func (s *Store) abort(conn *pgxpool.Conn) {
 // Inspect fills d with what a request of cost 0 for key would see under p
 // now, changing nothing (core.Operator): one round trip.
 func (s *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core.Decision) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	now, rows, id, conn, err := s.begin(ctx, p, key)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	b := &pgx.Batch{}
-	for i := range rows {
-		b.Queue(s.read, s.args(id, &rows[i])...)
-	}
-	if err := s.readBatch(ctx, conn, b, rows, 0); err != nil {
-		return err
-	}
-	apply(p, rows, now, 0, d)
-	return nil
+	return s.withRows(ctx, p, key, func(ctx context.Context, v *visit) error {
+		b := &pgx.Batch{}
+		for i := range v.rows {
+			b.Queue(s.read, s.args(v.id, &v.rows[i])...)
+		}
+		if err := s.readBatch(ctx, v.conn, b, v.rows, 0); err != nil {
+			return err
+		}
+		apply(p, v.rows, v.now, 0, d)
+		return nil
+	})
 }
 
 // Reset deletes key's rows of limit (an index of p's limits, or
