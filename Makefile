@@ -121,7 +121,7 @@ vet: govet
 
 govet:
 	$(GO) vet -race $(PKGS)
-	$(GO) vet -race -tags tollgate_testclock ./core/store/
+	$(GO) vet -race -tags tollgate_testclock ./core/openstore/
 	$(GO) vet -race -tags dockertest ./internal/dockerfleet/
 	$(GO) vet -race -tags kongreal ./internal/kongreal/
 	$(GO) vet -race -tags tollgate_testpanic ./kongplugin/

@@ -22,8 +22,8 @@ import (
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
 	"github.com/tollgate/tollgate/core/metrics"
+	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/core/spec"
-	"github.com/tollgate/tollgate/core/store"
 )
 
 func init() {
@@ -37,7 +37,7 @@ var ErrRateLimited = errors.New("rate limit exceeded")
 // Handler limits the rate of requests by policies over one store.
 type Handler struct {
 	// Store holds the counters; default memory.
-	Store *store.Spec `json:"store,omitempty"`
+	Store *openstore.Spec `json:"store,omitempty"`
 	// Policies are applied in order; a request must pass every policy that
 	// matches it.
 	Policies []*PolicyConfig `json:"policies"`
@@ -50,7 +50,7 @@ type Handler struct {
 
 	policies []*policy
 	gate     *gate.Gate
-	store    *store.Handle
+	store    *openstore.Handle
 	stopLog  func()
 	releases []func() // adaptive controllers acquired
 	metrics  *metrics.Set
@@ -115,7 +115,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return errors.New(why)
 		}
 	}
-	h.store, err = store.Acquire(sc)
+	h.store, err = openstore.Acquire(sc)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/tollgate/tollgate/core/store"
+	"github.com/tollgate/tollgate/core/openstore"
 )
 
 // provision loads h from JSON as Caddy would (Provision, then Validate).
@@ -39,7 +39,7 @@ func provision(t *testing.T, raw string) (*Handler, error) {
 // TestJSONErrors checks that bad Caddy JSON is refused at load with an
 // error naming the field and value.
 func TestJSONErrors(t *testing.T) {
-	before := store.Live()
+	before := openstore.Live()
 	for _, tc := range []struct{ json, want string }{
 		{`{}`, `policies: need at least one policy`},
 		{`{"policies":[{"name":"","limits":[{"count":1,"window":1000000000}]}]}`, `policy name: must not be empty`},
@@ -89,7 +89,7 @@ func TestJSONErrors(t *testing.T) {
 			t.Errorf("%s:\n got %v\nwant %q", tc.json, err, tc.want)
 		}
 	}
-	if after := store.Live(); after != before {
+	if after := openstore.Live(); after != before {
 		t.Errorf("refused configs left %d stores open", after-before)
 	}
 }
@@ -98,7 +98,7 @@ func TestJSONErrors(t *testing.T) {
 // the same store (counters survive a reload), and the store closes with
 // the last handler.
 func TestReloadSharesStore(t *testing.T) {
-	before := store.Live()
+	before := openstore.Live()
 	const cfg = `{"store":{"max_keys":777},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`
 	old, err := provision(t, cfg)
 	if err != nil {
@@ -111,15 +111,15 @@ func TestReloadSharesStore(t *testing.T) {
 	if old.store != reloaded.store {
 		t.Fatal("equal store configs got different stores")
 	}
-	if got := store.Live(); got != before+1 {
+	if got := openstore.Live(); got != before+1 {
 		t.Fatalf("%d stores open, want %d", got, before+1)
 	}
 	_ = old.Cleanup()
-	if got := store.Live(); got != before+1 {
+	if got := openstore.Live(); got != before+1 {
 		t.Fatalf("store closed while a handler still uses it")
 	}
 	_ = reloaded.Cleanup()
-	if got := store.Live(); got != before {
+	if got := openstore.Live(); got != before {
 		t.Fatalf("store still open after its last handler's cleanup")
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
+	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/core/spec"
-	"github.com/tollgate/tollgate/core/store"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongdb"
 )
@@ -446,7 +446,7 @@ func warnPeriodOrder(ps *Periods, field string, w *warnings) {
 
 // storeConfig reads policy, redis, sync_rate, fault_tolerant and on_error
 // into a store spec, which core validates.
-func storeConfig(c *Config, scope string) (store.Config, error) {
+func storeConfig(c *Config, scope string) (openstore.Config, error) {
 	return storeOf(c.Policy, c.FaultTolerant, c.OnError, c.SyncRate, &c.RedisSettings, clusterScope{table: kongdb.RateLimiting,
 		prefix: scope, serviceID: c.attached.ServiceID, routeID: c.attached.RouteID})
 }
@@ -454,27 +454,27 @@ func storeConfig(c *Config, scope string) (store.Config, error) {
 // storeOf reads a config's store fields (policy, fault_tolerant, on_error,
 // sync_rate and the Redis settings) into a store spec, which core
 // validates.
-func storeOf(policy string, faultTolerant bool, onError string, syncRate float64, rs *RedisSettings, cs clusterScope) (store.Config, error) {
+func storeOf(policy string, faultTolerant bool, onError string, syncRate float64, rs *RedisSettings, cs clusterScope) (openstore.Config, error) {
 	if policy == "cluster" {
 		if syncRate != -1 {
-			return store.Config{}, fmt.Errorf("sync_rate: %s counts on the node and syncs through Redis; policy cluster decides every request in Kong's database (sync_rate -1)", strconv.FormatFloat(syncRate, 'g', -1, 64))
+			return openstore.Config{}, fmt.Errorf("sync_rate: %s counts on the node and syncs through Redis; policy cluster decides every request in Kong's database (sync_rate -1)", strconv.FormatFloat(syncRate, 'g', -1, 64))
 		}
 		return clusterStore(cs, faultTolerant, onError)
 	}
 	if policy != "redis" {
-		return store.Config{}, nil
+		return openstore.Config{}, nil
 	}
-	spec := store.Spec{Type: "redis", OnError: failurePolicy(faultTolerant, onError)}
+	spec := openstore.Spec{Type: "redis", OnError: failurePolicy(faultTolerant, onError)}
 	if syncRate != -1 {
 		const longest = 24 * time.Hour // far beyond any period a sync can serve; a larger value is a typo
 		if syncRate > longest.Seconds() {
-			return store.Config{}, fmt.Errorf("sync_rate: %s seconds is above a day (%g)", strconv.FormatFloat(syncRate, 'g', -1, 64), longest.Seconds())
+			return openstore.Config{}, fmt.Errorf("sync_rate: %s seconds is above a day (%g)", strconv.FormatFloat(syncRate, 'g', -1, 64), longest.Seconds())
 		}
 		spec.Mode, spec.Sync = "eventual", algo.Duration(syncRate*float64(time.Second))
 	}
 	r, err := rs.redisRecord()
 	if err != nil {
-		return store.Config{}, err
+		return openstore.Config{}, err
 	}
 	// Kong allows a timeout of 0 ms: it takes the default, never unbounded.
 	spec.Timeout = algo.Duration(time.Duration(cmp.Or(r.Timeout, 2000)) * time.Millisecond)
@@ -484,7 +484,7 @@ func storeOf(policy string, faultTolerant bool, onError string, syncRate float64
 	if r.SSL && r.SSLVerify {
 		trust, err := readKongTrust(startingKong())
 		if err != nil {
-			return store.Config{}, err
+			return openstore.Config{}, err
 		}
 		spec.TLSCA, spec.TLSMaxChain = trust.caFile, trust.maxChain
 	}

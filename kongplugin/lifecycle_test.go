@@ -10,7 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/core/gate"
-	"github.com/tollgate/tollgate/core/store"
+	"github.com/tollgate/tollgate/core/openstore"
 )
 
 // TestInstanceLifecycle: an instance opens its store and registers with
@@ -20,7 +20,7 @@ import (
 // config of the same store keeps every counter; the last close closes
 // the store.
 func TestInstanceLifecycle(t *testing.T) {
-	before := store.Live()
+	before := openstore.Live()
 	start := func(minute int) *Config {
 		t.Helper()
 		raw, _ := json.Marshal(map[string]any{"minute": minute, "limit_by": "ip", "namespace": "lifecycle", "__seq__": minute})
@@ -51,19 +51,19 @@ func TestInstanceLifecycle(t *testing.T) {
 	old := start(5)
 	remaining(old)
 	remaining(old)
-	if store.Live() != before+1 || !registered() {
-		t.Fatalf("started: %d stores open (was %d), registered %v", store.Live(), before, registered())
+	if openstore.Live() != before+1 || !registered() {
+		t.Fatalf("started: %d stores open (was %d), registered %v", openstore.Live(), before, registered())
 	}
 	renewed := start(6) // a new config of the same store, started before the old one closes
 	old.Close()
 	if got := remaining(renewed); got != 3 {
 		t.Errorf("after the config change: %d left of 6, want 3 (the old instance's 2 kept)", got)
 	}
-	if store.Live() != before+1 || !registered() {
-		t.Errorf("the old instance closed: %d stores open, registered %v; want the store and the entry kept", store.Live(), registered())
+	if openstore.Live() != before+1 || !registered() {
+		t.Errorf("the old instance closed: %d stores open, registered %v; want the store and the entry kept", openstore.Live(), registered())
 	}
 	renewed.Close()
-	if store.Live() != before || registered() {
-		t.Errorf("every instance closed: %d stores open (was %d), registered %v; want none left", store.Live(), before, registered())
+	if openstore.Live() != before || registered() {
+		t.Errorf("every instance closed: %d stores open (was %d), registered %v; want none left", openstore.Live(), before, registered())
 	}
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
+	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/core/spec"
-	"github.com/tollgate/tollgate/core/store"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
 	"github.com/tollgate/tollgate/kongplugin/internal/pluginserver"
 )
@@ -62,7 +62,7 @@ type instance struct {
 	*Config     // as checked, with Kong's defaults filled
 	policy      *core.Policy
 	release     func() // gives back the policy's adaptive controller
-	storeConfig store.Config
+	storeConfig openstore.Config
 	scope       string          // prefixed to every identifier
 	name        string          // the scope, to operators: ns=<namespace> or route=<id>,service=<id>
 	headers     headers.Options // style none when hide_client_headers
@@ -104,7 +104,7 @@ func (c *Config) Close() {
 // gives back at close.
 type opened struct {
 	gate       *gate.Gate
-	store      *store.Handle
+	store      *openstore.Handle
 	unregister func()
 }
 
@@ -122,8 +122,8 @@ func (o *opened) close() {
 // one rule per policy in scope, charged after the response as charges[i]
 // says (nil: as requests arrive), and registers it with the operators' API
 // as name.
-func openGate(sc store.Config, name, scope string, cfg gate.Config, policies []*core.Policy, charges []*spec.ResponseCost) (opened, error) {
-	h, err := store.Acquire(sc)
+func openGate(sc openstore.Config, name, scope string, cfg gate.Config, policies []*core.Policy, charges []*spec.ResponseCost) (opened, error) {
+	h, err := openstore.Acquire(sc)
 	if err != nil {
 		return opened{}, err
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
+	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/core/spec"
-	"github.com/tollgate/tollgate/core/store"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongdb"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
@@ -111,7 +111,7 @@ type responseLimits struct {
 	resources   []string
 	policies    []*core.Policy
 	charges     []*spec.ResponseCost
-	storeConfig store.Config
+	storeConfig openstore.Config
 	scope, name string
 	warnings    warnings // told Kong's log at the first request
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/core/store"
+	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/internal/kongproc"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
@@ -29,7 +29,7 @@ import (
 // clock moved to a window's end and the fleet on one Redis, in make test's
 // seconds, without Kong.
 
-// rrlClock pins the plugin server's clock (store.TestClockFileEnv) half way
+// rrlClock pins the plugin server's clock (openstore.TestClockFileEnv) half way
 // through a second, so a test's requests share each period's window, as
 // the spec's wait() makes them share a second.
 type rrlClock struct {
@@ -59,7 +59,7 @@ type rrlNode struct {
 }
 
 func startRRL(t *testing.T, clock *rrlClock) *rrlNode {
-	srv := kongproc.StartPackage(t, kongproc.ResponseLimitsPackage, store.TestClockFileEnv+"="+clock.file)
+	srv := kongproc.StartPackage(t, kongproc.ResponseLimitsPackage, openstore.TestClockFileEnv+"="+clock.file)
 	n := &rrlNode{t: t, srv: srv, c: srv.Dial()}
 	t.Cleanup(func() { n.c.Close() })
 	return n
@@ -522,7 +522,7 @@ func TestKongResponseLimitsKeys(t *testing.T) {
 	run := func(want int, args ...string) (map[string]any, string) {
 		t.Helper()
 		cmd := exec.Command(kongproc.BinaryOf(t, kongproc.ResponseLimitsPackage), append([]string{"keys"}, args...)...)
-		cmd.Env = append(os.Environ(), store.TestClockFileEnv+"="+clock.file) // the plugin server's time
+		cmd.Env = append(os.Environ(), openstore.TestClockFileEnv+"="+clock.file) // the plugin server's time
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, _ := cmd.Output()

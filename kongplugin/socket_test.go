@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/core/store"
+	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/internal/headercheck"
 	"github.com/tollgate/tollgate/internal/kongproc"
 	"github.com/tollgate/tollgate/internal/redistest"
@@ -651,7 +651,7 @@ func TestKongRaisedLimitKeepsUsage(t *testing.T) {
 // in UTC. With month=3, three requests on 31 March and one on 1 April: the
 // fourth is allowed (a new month), and year=4 then denies the fifth until 1
 // January. The plugin server's stores read the time from a file the test
-// sets (store.TestClockFileEnv).
+// sets (openstore.TestClockFileEnv).
 func TestKongCalendarMonthAndYear(t *testing.T) {
 	clockFile := filepath.Join(t.TempDir(), "now")
 	setClock := func(at string) {
@@ -664,7 +664,7 @@ func TestKongCalendarMonthAndYear(t *testing.T) {
 		}
 	}
 	setClock("2025-03-31T23:59:00Z")
-	srv := kongproc.StartEnv(t, store.TestClockFileEnv+"="+clockFile)
+	srv := kongproc.StartEnv(t, openstore.TestClockFileEnv+"="+clockFile)
 	c := srv.Dial()
 	defer c.Close()
 	id := start(t, c, map[string]any{"month": 3, "year": 4, "limit_by": "ip"})

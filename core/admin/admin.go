@@ -20,7 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/gate"
-	"github.com/tollgate/tollgate/core/store"
+	"github.com/tollgate/tollgate/core/openstore"
 )
 
 // registered are the live gates, newest last.
@@ -31,7 +31,7 @@ var (
 
 type entry struct {
 	gate  *gate.Gate
-	store *store.Handle
+	store *openstore.Handle
 	// generation is the config the gate belongs to: within one, a policy
 	// name names one policy (Register refuses two different ones).
 	generation any
@@ -48,7 +48,7 @@ type entry struct {
 // different policy (other limits, plans or store) is refused, since the
 // API could then reach only one of them. During a reload the newest
 // generation's policy answers.
-func Register(g *gate.Gate, h *store.Handle, generation any) (unregister func(), err error) {
+func Register(g *gate.Gate, h *openstore.Handle, generation any) (unregister func(), err error) {
 	mu.Lock()
 	for _, e := range registered {
 		if e.generation == nil || e.generation != generation {
@@ -91,7 +91,7 @@ func signature(p *core.Policy) string {
 // worker process) answers with the newest, and a config that is never
 // closed (a gateway may forget some) leaves no entry behind once
 // replaced.
-func RegisterRule(name, prefix string, g *gate.Gate, h *store.Handle) (unregister func()) {
+func RegisterRule(name, prefix string, g *gate.Gate, h *openstore.Handle) (unregister func()) {
 	mu.Lock()
 	registered = slices.DeleteFunc(registered, func(e *entry) bool { return e.name == name })
 	mu.Unlock()

@@ -17,14 +17,14 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/gate"
+	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/core/spec"
-	"github.com/tollgate/tollgate/core/store"
 )
 
 // registerTestGate registers a gate of one policy named name on a fresh
 // memory store under generation.
 func registerTestGate(t testing.TB, name string, count int64, generation any) (func(), error) {
-	h, err := store.Acquire(store.Config{})
+	h, err := openstore.Acquire(openstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func FuzzAdminAPI(f *testing.F) {
 // rules (one per policy) names each "<name>,policy=<policy>", so every
 // rule's keys can be read and reset, not only the first one's.
 func TestRegisterRuleOfSeveralPolicies(t *testing.T) {
-	h, err := store.Acquire(store.Config{})
+	h, err := openstore.Acquire(openstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

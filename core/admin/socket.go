@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core/gate"
-	"github.com/tollgate/tollgate/core/store"
+	"github.com/tollgate/tollgate/core/openstore"
 )
 
 // SocketEnv names the environment variable a gateway's plugin server
@@ -46,7 +46,7 @@ func ServeSocket(path string) error {
 // tool that opens a policy's store itself (a gateway's keys command)
 // answers as the API would. name names the policy in answers; prefix is
 // prefixed to the keys q gives.
-func Answer(ctx context.Context, g *gate.Gate, h *store.Handle, name, prefix, method, path string, q url.Values) (any, error) {
+func Answer(ctx context.Context, g *gate.Gate, h *openstore.Handle, name, prefix, method, path string, q url.Values) (any, error) {
 	out, _, err := (&entry{gate: g, store: h, name: name, prefix: prefix}).answer(ctx, 0, method, path, q)
 	return out, err
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/gate"
-	"github.com/tollgate/tollgate/core/store"
+	"github.com/tollgate/tollgate/core/openstore"
 )
 
 // Set is the series of one config's policies.
@@ -108,7 +108,7 @@ var resultNames = [resultCount]string{"allowed", "denied", "shadowed", "delayed"
 // registry nobody reads) and returns them; equal series registered by
 // another config in the same registry are shared. Close the set when its
 // config is unloaded.
-func New(reg *prometheus.Registry, g *gate.Gate, h *store.Handle) (*Set, error) {
+func New(reg *prometheus.Registry, g *gate.Gate, h *openstore.Handle) (*Set, error) {
 	if reg == nil {
 		// A context without a registry (tests): count into one nobody reads.
 		reg = prometheus.NewRegistry()

@@ -13,8 +13,8 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/gate"
+	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/core/spec"
-	"github.com/tollgate/tollgate/core/store"
 )
 
 // TestSeriesCountDecisions: each decision lands in decisions_total under
@@ -23,7 +23,7 @@ import (
 // no series carries a request key but that one. Closing the set takes its
 // gate out of the shared collector.
 func TestSeriesCountDecisions(t *testing.T) {
-	h, err := store.Acquire(store.Config{})
+	h, err := openstore.Acquire(openstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

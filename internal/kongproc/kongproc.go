@@ -63,7 +63,7 @@ func BinaryOf(t testing.TB, pkg string) string {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, filepath.Base(pkg))
-	// tollgate_testclock: the stores read store.TestClockFileEnv, for the
+	// tollgate_testclock: the stores read openstore.TestClockFileEnv, for the
 	// tests that move the plugin server's clock; production builds cannot.
 	args := []string{"build", "-tags", "tollgate_testclock", "-o", path}
 	if raceEnabled {

@@ -73,10 +73,12 @@ func TestArrowsThatMustNeverExist(t *testing.T) {
 				t.Errorf("%s imports %s: core's concepts know no store or adapter", dir, imp)
 			case concepts[dir] != nil && concepts[local] != nil && !contains(concepts[dir], local):
 				t.Errorf("%s imports %s: core's concepts are layered (%s may import only %v)", dir, imp, dir, concepts[dir])
-			case contains(stores, dir) && isLocal && (contains(stores, local) || local == "core/store"):
-				t.Errorf("%s imports %s: stores are siblings; only core/store composes them", dir, imp)
+			case contains(stores, dir) && isLocal && (contains(stores, local) || local == "core/openstore"):
+				t.Errorf("%s imports %s: stores are siblings; only core/openstore composes them", dir, imp)
+			case contains(stores, dir) && isLocal && local == "core/gate":
+				t.Errorf("%s imports %s: stores sit below the gate; core/openstore makes them gate rules", dir, imp)
 			case contains(adapters, dir) && isLocal && contains(stores, local):
-				t.Errorf("%s imports %s: adapters reach stores only through core/store", dir, imp)
+				t.Errorf("%s imports %s: adapters reach stores only through core/openstore", dir, imp)
 			case contains(adapters, dir) && isLocal && contains(adapters, local):
 				t.Errorf("%s imports %s: adapters are siblings", dir, imp)
 			case isLocal && strings.HasPrefix(local, "internal/") && !strings.HasPrefix(dir, "internal/"):

@@ -161,7 +161,7 @@ func CheckPolicy(p *core.Policy) error {
 func (e *Store) Syncs() int64 { return e.syncs.Load() }
 
 // Decide decides locally with Policy.Apply; it never calls the shared store.
-// p must be one CheckPolicy accepts, as store.Handle.Rule checks once when
+// p must be one CheckPolicy accepts, as openstore.Handle.Rule checks once when
 // a config is loaded: the request path does not check it again.
 func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
 	now := e.opts.Clock.NowMicros()

@@ -23,7 +23,7 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/core/gate"
-	"github.com/tollgate/tollgate/core/store"
+	"github.com/tollgate/tollgate/core/openstore"
 )
 
 // Target is a plugin config's policies over their store, as the keys
@@ -36,7 +36,7 @@ type Target struct {
 	// Policies are the config's policies: one, or one per resource, of
 	// which --policy <name> picks one (the first by default).
 	Policies []*core.Policy
-	Store    store.Config
+	Store    openstore.Config
 	// Prefix is prefixed to the keys operators give (Kong's scope).
 	Prefix string
 }
@@ -140,7 +140,7 @@ func direct(ctx context.Context, file, method, path string, q url.Values, open f
 	if t.Store.Redis == nil {
 		return nil, fmt.Errorf("%s: policy local keeps its counters in the plugin server's memory: start the server with %s=PATH and use --socket PATH", file, admin.SocketEnv)
 	}
-	h, err := store.Acquire(t.Store)
+	h, err := openstore.Acquire(t.Store)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,7 @@
 // eventual (local decisions, counts synced through Redis) and failover (the
 // failure policy around Redis, falling back to a memory store). This
 // package composes them; adapters reach stores only through it.
-package store
+package openstore
 
 import (
 	"encoding/json"

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"time"
-	_ "unsafe" // go:linkname, for the runtime's monotonic clock
 )
 
 // Store keeps the state of every (policy, key) and decides requests
@@ -19,39 +18,6 @@ type Store interface {
 	// for request after request.
 	Decide(ctx context.Context, p *Policy, key string, cost int64, d *Decision) error
 }
-
-// Clock tells the time in µs. Stores take one so tests can inject time.
-type Clock interface {
-	// NowMicros returns the current time in µs since the Unix epoch.
-	NowMicros() int64
-}
-
-// MonotonicClock reads the process's monotonic clock, anchored once to the
-// wall clock so windows align to the epoch, but never stepping with it
-// (see MonotonicNow). A store may test for it to read MonotonicMicros
-// without a call through the Clock interface.
-type MonotonicClock struct{}
-
-// NewMonotonicClock returns the Clock stores use by default.
-func NewMonotonicClock() Clock { return MonotonicClock{} }
-
-// NowMicros returns MonotonicMicros.
-func (MonotonicClock) NowMicros() int64 { return MonotonicMicros() }
-
-// MonotonicMicros returns the time in µs since the Unix epoch, from the
-// monotonic clock (see MonotonicClock).
-func MonotonicMicros() int64 {
-	return clockOriginMicros + (nanotime()-clockOriginNanos)/1000
-}
-
-// ManualClock is a Clock that tests set by hand.
-type ManualClock struct{ Micros int64 }
-
-// NowMicros returns c.Micros.
-func (c *ManualClock) NowMicros() int64 { return c.Micros }
-
-// Advance moves c forward by d.
-func (c *ManualClock) Advance(d time.Duration) { c.Micros += int64(d / time.Microsecond) }
 
 // MaxKeyLen is the longest request key used as it is; longer keys are
 // replaced by a hash (see BoundKey), so no header can bloat a store.
@@ -261,29 +227,3 @@ type CountStore interface {
 	// operator's reset), in one round trip.
 	DeleteCounts(ctx context.Context, counts []SharedCount) error
 }
-
-// clockOrigin anchors the monotonic clock to the wall clock once; every
-// later reading is the runtime's monotonic clock (runtime.nanotime) alone,
-// read directly: about a quarter of what time.Now costs (it reads the wall
-// clock too), and each decision reads it at least once.
-var clockOrigin = time.Now()
-
-// clockOriginNanos is the monotonic clock's reading at clockOrigin (ns).
-var clockOriginNanos = nanotime()
-
-// clockOriginMicros is clockOrigin's Unix time in µs.
-var clockOriginMicros = clockOrigin.UnixMicro()
-
-// nanotime is the runtime's monotonic clock in ns, what time.Since reads
-// behind two calls. The runtime keeps it reachable by this name (Go issue
-// 67401) for packages that read it this way.
-//
-//go:linkname nanotime runtime.nanotime
-func nanotime() int64
-
-// MonotonicNow returns the time since clockOrigin, from the monotonic clock.
-func MonotonicNow() time.Duration { return time.Duration(nanotime() - clockOriginNanos) }
-
-// MonotonicTime is time.Now from the monotonic clock alone (see
-// MonotonicNow): a denial flood ages the sketch on every denial.
-func MonotonicTime() time.Time { return clockOrigin.Add(MonotonicNow()) }

@@ -1,6 +1,6 @@
 //go:build tollgate_testclock
 
-package store
+package openstore
 
 import (
 	"os"
