@@ -224,7 +224,7 @@ adaptive-fleet: deps bin/caddy-race
 FUZZ_TARGETS := ./kongplugin:FuzzKongConfig ./kongplugin:FuzzKeysPluginFile \
 	./caddymodule:FuzzCaddyfile ./caddymodule:FuzzCaddyJSON ./caddymodule:FuzzKeyTemplate ./caddymodule:FuzzClientAddressKey \
 	./core/admin:FuzzAdminAPI ./core/store/redis:FuzzReplyBounds
-CORE_FUZZ_TARGETS := ./core:FuzzStep ./core:FuzzParseRate ./core/headers:FuzzHeaders
+CORE_FUZZ_TARGETS := ./core/algo:FuzzStep ./core/algo:FuzzParseRate ./core/headers:FuzzHeaders
 
 fuzz: deps fuzz-short
 	@for t in $(FUZZ_TARGETS); do \

@@ -433,20 +433,6 @@ func (p *Policy) Adaptive() *adaptive.Controller { return p.adapt }
 // Configured returns the limits as configured, before adaptive scaling.
 func (p *Policy) Configured() []algo.Limit { return p.limits }
 
-// Dropped returns the state to keep for limit l when a request of cost that
-// Step allowed (turning before into after) is not committed, because another
-// limit of the stack denied it. Step it with cost 0 to report on it.
-func Dropped(l *algo.Limit, before, after algo.State, cost int64) algo.State {
-	if l.Algorithm == algo.SlidingLog || l.Algorithm == algo.InFlight {
-		// after's ring has already forgotten what expired, and before's
-		// expired slots may now hold this request's times: keep after's view
-		// without the request's entries, which are the newest.
-		after.B -= cost
-		return after
-	}
-	return before
-}
-
 // MustPolicy is NewPolicy for limits known to be valid; it panics on error.
 func MustPolicy(name string, opts PolicyOptions, limits ...algo.Limit) *Policy {
 	p, err := NewPolicy(name, opts, limits...)
@@ -643,7 +629,7 @@ func (p *Policy) dropDenied(limits []algo.Limit, states, next []algo.State, now,
 	for i := range limits {
 		if d.Results[i].Allowed && p.LimitMode(i) == LimitStep {
 			l := &limits[i]
-			next[i] = algo.StepInto(l, Dropped(l, states[i], next[i], cost), now, 0, &d.Results[i])
+			next[i] = algo.StepInto(l, algo.Dropped(l, states[i], next[i], cost), now, 0, &d.Results[i])
 			d.Results[i].Allowed = true
 		}
 	}

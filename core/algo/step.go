@@ -49,6 +49,20 @@ type Result struct {
 	Delay time.Duration
 }
 
+// Dropped returns the state to keep for limit l when a request of cost that
+// Step allowed (turning before into after) is not committed, because another
+// limit of the stack denied it. Step it with cost 0 to report on it.
+func Dropped(l *Limit, before, after State, cost int64) State {
+	if l.Algorithm == SlidingLog || l.Algorithm == InFlight {
+		// after's ring has already forgotten what expired, and before's
+		// expired slots may now hold this request's times: keep after's view
+		// without the request's entries, which are the newest.
+		after.B -= cost
+		return after
+	}
+	return before
+}
+
 // Step applies one request of cost units arriving at now (µs) to the state s
 // of limit l, and returns the state after it and the verdict. It does not
 // change s's fields, but a SlidingLog ring slot that s holds and that has

@@ -1,11 +1,9 @@
-package core
+package algo
 
 import (
 	"math/rand/v2"
 	"testing"
 	"time"
-
-	"github.com/tollgate/tollgate/core/algo"
 )
 
 // The reference model: each algorithm's promise written plainly, checked on
@@ -13,17 +11,17 @@ import (
 
 type event struct {
 	at, cost int64 // µs
-	res      algo.Result
+	res      Result
 }
 
 // runTrace feeds arrivals (sorted times, costs) through Step for l and
 // returns every request with its verdict.
-func runTrace(l *algo.Limit, times, costs []int64) []event {
-	var s algo.State
+func runTrace(l *Limit, times, costs []int64) []event {
+	var s State
 	out := make([]event, len(times))
 	for i, at := range times {
-		var r algo.Result
-		s, r = algo.Step(l, s, at, costs[i])
+		var r Result
+		s, r = Step(l, s, at, costs[i])
 		out[i] = event{at: at, cost: costs[i], res: r}
 	}
 	return out
@@ -48,7 +46,7 @@ func randomArrivals(rng *rand.Rand, n int, t0, maxGap int64, maxCost int64) (tim
 	return
 }
 
-func validated(t *testing.T, l algo.Limit) *algo.Limit {
+func validated(t *testing.T, l Limit) *Limit {
 	t.Helper()
 	if err := l.Normalize(); err != nil {
 		t.Fatal(err)
@@ -63,7 +61,7 @@ func TestModelSlidingLogNeverMoreThanNInAnyWindow(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		n := 1 + rng.Int64N(20)
 		w := 1000 + rng.Int64N(2_000_000)
-		l := validated(t, algo.Limit{Count: n, Window: algo.FromMicros(w), Algorithm: algo.SlidingLog})
+		l := validated(t, Limit{Count: n, Window: FromMicros(w), Algorithm: SlidingLog})
 		times, costs := randomArrivals(rng, 3000, t0, w/2, 3)
 		ev := runTrace(l, times, costs)
 		// For every allowed request, the allowed cost in (at-w, at] is ≤ n.
@@ -89,7 +87,7 @@ func TestModelFixedWindowAtMostNPerAlignedWindow(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 2))
 		n := 1 + rng.Int64N(20)
 		w := 1000 + rng.Int64N(2_000_000)
-		l := validated(t, algo.Limit{Count: n, Window: algo.FromMicros(w), Algorithm: algo.FixedWindow})
+		l := validated(t, Limit{Count: n, Window: FromMicros(w), Algorithm: FixedWindow})
 		times, costs := randomArrivals(rng, 3000, t0, w/2, 3)
 		perWindow := map[int64]int64{}
 		for _, e := range runTrace(l, times, costs) {
@@ -109,13 +107,13 @@ func TestModelFixedWindowAtMostNPerAlignedWindow(t *testing.T) {
 // at the start of the next, 2N within 2µs.
 func TestModelFixedWindowBoundaryBurstIs2N(t *testing.T) {
 	const n = 100
-	l := validated(t, algo.Limit{Count: n, Window: time.Minute, Algorithm: algo.FixedWindow})
-	var s algo.State
+	l := validated(t, Limit{Count: n, Window: time.Minute, Algorithm: FixedWindow})
+	var s State
 	allowed := 0
 	for _, at := range []int64{t0 + 60e6 - 1, t0 + 60e6} {
 		for i := 0; i < n+10; i++ {
-			var r algo.Result
-			if s, r = algo.Step(l, s, at, 1); r.Allowed {
+			var r Result
+			if s, r = Step(l, s, at, 1); r.Allowed {
 				allowed++
 			}
 		}
@@ -124,12 +122,12 @@ func TestModelFixedWindowBoundaryBurstIs2N(t *testing.T) {
 		t.Fatalf("fixed window allowed %d across the boundary, want the known 2N = %d", allowed, 2*n)
 	}
 	// The sliding log allows only N in the same pattern.
-	l = validated(t, algo.Limit{Count: n, Window: time.Minute, Algorithm: algo.SlidingLog})
-	s, allowed = algo.State{}, 0
+	l = validated(t, Limit{Count: n, Window: time.Minute, Algorithm: SlidingLog})
+	s, allowed = State{}, 0
 	for _, at := range []int64{t0 + 60e6 - 1, t0 + 60e6} {
 		for i := 0; i < n+10; i++ {
-			var r algo.Result
-			if s, r = algo.Step(l, s, at, 1); r.Allowed {
+			var r Result
+			if s, r = Step(l, s, at, 1); r.Allowed {
 				allowed++
 			}
 		}
@@ -142,12 +140,12 @@ func TestModelFixedWindowBoundaryBurstIs2N(t *testing.T) {
 // Token bucket and GCRA: allowed cost in any interval of length d is at most
 // burst + rate·d.
 func TestModelBucketsAtMostBurstPlusRateTimesT(t *testing.T) {
-	for _, a := range []algo.Algorithm{algo.TokenBucket, algo.GCRA} {
+	for _, a := range []Algorithm{TokenBucket, GCRA} {
 		for seed := uint64(0); seed < 30; seed++ {
 			rng := rand.New(rand.NewPCG(seed, 3))
 			n := 1 + rng.Int64N(50)
 			w := 1000 + rng.Int64N(2_000_000)
-			l := validated(t, algo.Limit{Count: n, Window: algo.FromMicros(w), Algorithm: a, Burst: 1 + rng.Int64N(10)})
+			l := validated(t, Limit{Count: n, Window: FromMicros(w), Algorithm: a, Burst: 1 + rng.Int64N(10)})
 			times, costs := randomArrivals(rng, 1500, t0, w/int64(n)*3+1, 2)
 			ev := runTrace(l, times, costs)
 			var allowed []event
@@ -184,7 +182,7 @@ func TestModelShaperOutputNeverFasterThanRate(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			burst = 1 + rng.Int64N(8)
 		}
-		l := validated(t, algo.Limit{Count: n, Window: algo.FromMicros(w), Algorithm: algo.LeakyBucket, MaxDelay: algo.FromMicros(maxDelay), Burst: burst})
+		l := validated(t, Limit{Count: n, Window: FromMicros(w), Algorithm: LeakyBucket, MaxDelay: FromMicros(maxDelay), Burst: burst})
 		times, costs := randomArrivals(rng, 1500, t0, w/int64(n)*3+1, 2)
 		type release struct{ at, cost int64 }
 		var out []release
@@ -226,7 +224,7 @@ func TestModelShaperOutputNeverFasterThanRate(t *testing.T) {
 // on steady traffic at twice the rate, admits close to N per window.
 func TestModelSlidingCounterError(t *testing.T) {
 	const n, w = 100, int64(1_000_000)
-	l := validated(t, algo.Limit{Count: n, Window: algo.FromMicros(w), Algorithm: algo.SlidingCounter})
+	l := validated(t, Limit{Count: n, Window: FromMicros(w), Algorithm: SlidingCounter})
 	worst := 0.0
 	for seed := uint64(0); seed < 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 5))
@@ -246,11 +244,11 @@ func TestModelSlidingCounterError(t *testing.T) {
 		}
 	}
 	// Steady arrivals at 2N per window: the allowed rate converges on N.
-	var s algo.State
+	var s State
 	allowed := 0
 	for i := int64(0); i < 20*2*n; i++ {
-		var r algo.Result
-		if s, r = algo.Step(l, s, t0+i*w/(2*n), 1); r.Allowed && i >= 10*2*n {
+		var r Result
+		if s, r = Step(l, s, t0+i*w/(2*n), 1); r.Allowed && i >= 10*2*n {
 			allowed++
 		}
 	}
@@ -266,34 +264,34 @@ func TestModelSlidingCounterError(t *testing.T) {
 // in-flight limit's RetryAfter is that exact time (when enough leases end
 // if none is released) capped at MaxInFlightRetry.
 func TestModelRetryAfterIsExact(t *testing.T) {
-	for _, a := range algo.Algorithms {
+	for _, a := range Algorithms {
 		for seed := uint64(0); seed < 30; seed++ {
 			rng := rand.New(rand.NewPCG(seed, 6))
 			n := 1 + rng.Int64N(20)
 			w := 1000 + rng.Int64N(2_000_000)
-			l := validated(t, meaningful(algo.Limit{Count: n, Window: algo.FromMicros(w), Algorithm: a, MaxDelay: algo.FromMicros(1 + rng.Int64N(w)), Burst: rng.Int64N(5)}))
+			l := validated(t, meaningful(Limit{Count: n, Window: FromMicros(w), Algorithm: a, MaxDelay: FromMicros(1 + rng.Int64N(w)), Burst: rng.Int64N(5)}))
 			times, costs := randomArrivals(rng, 500, t0, w/int64(n)*3+1, 2)
-			var s algo.State
+			var s State
 			for i, at := range times {
-				next, r := algo.Step(l, s, at, costs[i])
+				next, r := Step(l, s, at, costs[i])
 				if !r.Allowed && costs[i] <= capacity(l) {
 					ra := int64(r.RetryAfter / time.Microsecond)
 					if ra <= 0 {
 						t.Fatalf("%v seed %d: denied with RetryAfter %v", a, seed, r.RetryAfter)
 					}
-					if a == algo.InFlight {
+					if a == InFlight {
 						log := *l
-						log.Algorithm = algo.SlidingLog
-						_, exact := algo.Step(&log, clone(s), at, costs[i])
-						if r.RetryAfter != min(exact.RetryAfter, algo.MaxInFlightRetry) {
-							t.Fatalf("in_flight seed %d: RetryAfter %v, want min(%v, %v)", seed, r.RetryAfter, exact.RetryAfter, algo.MaxInFlightRetry)
+						log.Algorithm = SlidingLog
+						_, exact := Step(&log, clone(s), at, costs[i])
+						if r.RetryAfter != min(exact.RetryAfter, MaxInFlightRetry) {
+							t.Fatalf("in_flight seed %d: RetryAfter %v, want min(%v, %v)", seed, r.RetryAfter, exact.RetryAfter, MaxInFlightRetry)
 						}
 						ra = int64(exact.RetryAfter / time.Microsecond)
 					}
-					if _, later := algo.Step(l, clone(s), at+ra, costs[i]); !later.Allowed {
+					if _, later := Step(l, clone(s), at+ra, costs[i]); !later.Allowed {
 						t.Fatalf("%v seed %d: still denied after RetryAfter %dµs", a, seed, ra)
 					}
-					if _, early := algo.Step(l, clone(s), at+ra-1, costs[i]); early.Allowed {
+					if _, early := Step(l, clone(s), at+ra-1, costs[i]); early.Allowed {
 						t.Fatalf("%v seed %d: admitted before RetryAfter %dµs", a, seed, ra)
 					}
 				}
@@ -304,7 +302,7 @@ func TestModelRetryAfterIsExact(t *testing.T) {
 }
 
 // capacity is the most cost one request may ask for under l.
-func capacity(l *algo.Limit) int64 {
+func capacity(l *Limit) int64 {
 	if l.EffectiveBurst() > 0 {
 		return l.EffectiveBurst()
 	}
@@ -313,18 +311,18 @@ func capacity(l *algo.Limit) int64 {
 
 // Reset is when the full quota is back: a probe then sees all of it.
 func TestModelResetRestoresFullQuota(t *testing.T) {
-	for _, a := range algo.Algorithms {
+	for _, a := range Algorithms {
 		rng := rand.New(rand.NewPCG(7, uint64(a)))
 		n := 1 + rng.Int64N(20)
 		w := 1000 + rng.Int64N(2_000_000)
-		l := validated(t, meaningful(algo.Limit{Count: n, Window: algo.FromMicros(w), Algorithm: a, MaxDelay: algo.FromMicros(w / 2)}))
+		l := validated(t, meaningful(Limit{Count: n, Window: FromMicros(w), Algorithm: a, MaxDelay: FromMicros(w / 2)}))
 		times, costs := randomArrivals(rng, 300, t0, w/int64(n)*3+1, 2)
-		var s algo.State
-		_, fresh := algo.Step(l, algo.State{}, t0, 0)
+		var s State
+		_, fresh := Step(l, State{}, t0, 0)
 		for i, at := range times {
-			var r algo.Result
-			s, r = algo.Step(l, s, at, costs[i])
-			_, probe := algo.Step(l, clone(s), at+int64(r.Reset/time.Microsecond), 0)
+			var r Result
+			s, r = Step(l, s, at, costs[i])
+			_, probe := Step(l, clone(s), at+int64(r.Reset/time.Microsecond), 0)
 			if probe.Remaining != fresh.Remaining {
 				t.Fatalf("%v: after Reset %v remaining %d, a fresh key has %d", a, r.Reset, probe.Remaining, fresh.Remaining)
 			}
@@ -332,9 +330,9 @@ func TestModelResetRestoresFullQuota(t *testing.T) {
 	}
 }
 
-func clone(s algo.State) algo.State {
+func clone(s State) State {
 	if s.Log != nil {
-		s.Log = &algo.Ring{Times: append([]int64(nil), s.Log.Times...)}
+		s.Log = &Ring{Times: append([]int64(nil), s.Log.Times...)}
 	}
 	return s
 }
@@ -342,21 +340,21 @@ func clone(s algo.State) algo.State {
 // Dropping an allowed Step's result (what Policy.Apply does when another
 // limit denies) leaves the limit exactly as if the request never came.
 func TestDroppedStepLeavesNoTrace(t *testing.T) {
-	for _, a := range algo.Algorithms {
+	for _, a := range Algorithms {
 		rng := rand.New(rand.NewPCG(8, uint64(a)))
-		l := validated(t, meaningful(algo.Limit{Count: 5, Window: time.Second, Algorithm: a, MaxDelay: 300 * time.Millisecond}))
+		l := validated(t, meaningful(Limit{Count: 5, Window: time.Second, Algorithm: a, MaxDelay: 300 * time.Millisecond}))
 		times, costs := randomArrivals(rng, 2000, t0, 400_000, 3)
-		var s algo.State
+		var s State
 		for i, at := range times {
-			wantState, want := algo.Step(l, clone(s), at, 0)
+			wantState, want := Step(l, clone(s), at, 0)
 			wantSnap := snapshot(l, wantState)
-			next, r := algo.Step(l, s, at, costs[i])
+			next, r := Step(l, s, at, costs[i])
 			if rng.IntN(3) > 0 || !r.Allowed {
 				s = next
 				continue
 			}
-			var got algo.Result
-			s, got = algo.Step(l, Dropped(l, s, next, costs[i]), at, 0)
+			var got Result
+			s, got = Step(l, Dropped(l, s, next, costs[i]), at, 0)
 			if snap := snapshot(l, s); snap != wantSnap || got != want {
 				t.Fatalf("%v step %d: a dropped request left a trace: %s %+v, want %s %+v", a, i, snap, got, wantSnap, want)
 			}
@@ -364,9 +362,9 @@ func TestDroppedStepLeavesNoTrace(t *testing.T) {
 	}
 }
 
-func snapshot(l *algo.Limit, s algo.State) string {
+func snapshot(l *Limit, s State) string {
 	out := []int64{s.A, s.B, s.C}
-	for i := int64(0); i < s.B && (l.Algorithm == algo.SlidingLog || l.Algorithm == algo.InFlight); i++ {
+	for i := int64(0); i < s.B && (l.Algorithm == SlidingLog || l.Algorithm == InFlight); i++ {
 		out = append(out, s.Log.Times[(s.A+i)%l.Count])
 	}
 	return fmtInts(out)
@@ -383,7 +381,7 @@ func fmtInts(v []int64) string {
 
 // meaningful drops from l the options its algorithm has not (Normalize
 // refuses them): the model's loops over every algorithm set them all.
-func meaningful(l algo.Limit) algo.Limit {
+func meaningful(l Limit) Limit {
 	if !l.Algorithm.HasBurst() {
 		l.Burst = 0
 	}

@@ -1,0 +1,26 @@
+package core
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core/algo"
+)
+
+// TestCalendarWindowsHaveTheirOwnCounters: a calendar month and a 30-day
+// window are two limits, never one counter.
+func TestCalendarWindowsHaveTheirOwnCounters(t *testing.T) {
+	both := MustPolicy("ids", PolicyOptions{}, algo.Limit{Count: 3, Window: algo.CalendarMonth, Algorithm: algo.FixedWindow}, algo.Limit{Count: 5, Window: 30 * 24 * time.Hour, Algorithm: algo.FixedWindow})
+	if both.LimitID(0) == both.LimitID(1) {
+		t.Errorf("a calendar month and a 30-day window share counters: both %q", both.LimitID(0))
+	}
+}
+
+// TestPolicyErrorNamesTheLimit: a limit's error names its policy, its
+// position and its rate.
+func TestPolicyErrorNamesTheLimit(t *testing.T) {
+	_, err := NewPolicy("api", PolicyOptions{}, algo.Limit{Count: 5, Window: time.Second}, algo.Limit{Count: 0, Window: time.Minute})
+	if err == nil || err.Error() != `policy "api" limit 2 (0/1m): count: 0 must be at least 1` {
+		t.Errorf("policy error: %v", err)
+	}
+}
