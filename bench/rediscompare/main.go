@@ -279,7 +279,7 @@ func main() {
 func pipelinedCeiling(port int, s *tgredis.Store, p *core.Policy) (float64, error) {
 	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port)})
 	defer c.Close()
-	sha, err := c.ScriptLoad(context.Background(), algo.StepLua).Result()
+	sha, err := c.ScriptLoad(context.Background(), tgredis.DecideLua).Result()
 	if err != nil {
 		return 0, err
 	}

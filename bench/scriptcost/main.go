@@ -1,6 +1,6 @@
 // Command scriptcost measures, inside one real redis-server, what each part
-// of one request's decision in algo.StepLua costs: it runs each part 20,000
-// times in one EVAL (over 10,000 keys, step.lua's own definitions loaded)
+// of one request's decision in redis.DecideLua costs: it runs each part 20,000
+// times in one EVAL (over 10,000 keys, the script's own definitions loaded)
 // and reads Redis's TIME around the loop, so no network or client cost is
 // counted. It prints µs per run, the best of three, with the empty loop
 // first (its cost is in every other line). The first of the three runs of
@@ -17,6 +17,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/core/algo"
+	tgredis "github.com/tollgate/tollgate/core/store/redis"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -62,8 +63,8 @@ func main() {
 	defer srv.Stop()
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
 	defer c.Close()
-	// step.lua's definitions: everything before its entry points.
-	defs := algo.StepLua[:strings.Index(algo.StepLua, "local BATCH = -2")]
+	// The decide script's definitions: everything before its entry points.
+	defs := tgredis.DecideLua[:strings.Index(tgredis.DecideLua, "local BATCH = -2")]
 	body := strings.Replace(loop, "RUNS", fmt.Sprint(runs), 1)
 	// One GCRA limit: 1,000,000 per second, burst 1,000,000.
 	args := []any{int(algo.GCRA), 1_000_000, 1_000_000, 1_000_000, 0, 0, "a"}

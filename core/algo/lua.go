@@ -2,34 +2,26 @@ package algo
 
 import _ "embed" // the Lua twins of the Go rules, run by the Redis store
 
-// StepLua is the Lua twin of Step and Policy.Apply (step.lua beside
-// step.go): it decides one request for every stacked limit of a policy, all
-// or nothing, with the same integer arithmetic, in one Redis EVALSHA. Its
-// KEYS and ARGV are documented at step.lua's top; state.lua, which begins
-// it, stores each limit's state.
-var StepLua = stateLua + stepLua
+// Lua is the step functions' Lua twins (step.go's, beside them in six
+// pieces: arith, windows, buckets, penalty, charge, logs), for a store's
+// script to begin with and call: steps[code] for an algorithm whose state
+// is three integers, logged_step for the sliding log and in_flight over a
+// sorted set, charges[code], penalize and penalty, cancel_shaped. They
+// compute with the same integer arithmetic as the Go step functions; how
+// a store passes limits and states in and out is the store's own.
+var Lua = arithLua + windowsLua + bucketsLua + penaltyLua + chargeLua + logsLua
 
-// stateLua is the stored form of a limit's state, read and written by
-// StepLua and CancelLua (each begins with it).
-//
-//go:embed state.lua
-var stateLua string
-
-//go:embed step.lua
-var stepLua string
-
-// LeaseLua is the Lua twin of EndLease and Policy.ApplyLease (lease.lua
-// beside step.lua): it ends or renews the leases one request holds in a
-// policy's in_flight limits, in one Redis EVALSHA.
-//
-//go:embed lease.lua
-var LeaseLua string
-
-// CancelLua is the Lua twin of CancelShaped and Policy.ApplyCancel
-// (cancel.lua beside step.lua): it gives back the places a shaped request
-// took in a policy's leaky_bucket limits, in one Redis EVALSHA. It begins
-// with state.lua, as StepLua does.
-var CancelLua = stateLua + cancelLua
-
-//go:embed cancel.lua
-var cancelLua string
+var (
+	//go:embed arith.lua
+	arithLua string
+	//go:embed windows.lua
+	windowsLua string
+	//go:embed buckets.lua
+	bucketsLua string
+	//go:embed penalty.lua
+	penaltyLua string
+	//go:embed charge.lua
+	chargeLua string
+	//go:embed logs.lua
+	logsLua string
+)

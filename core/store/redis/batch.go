@@ -20,7 +20,7 @@ import (
 // while one batch is in flight the next one fills. A busy gateway is then
 // not capped at one decision per round trip per connection.
 //
-// On standalone Redis and Sentinel a batch is one EVALSHA of algo.StepLua
+// On standalone Redis and Sentinel a batch is one EVALSHA of DecideLua
 // in its batch form: Redis runs the script's set-up, reads the policies'
 // limits and its clock once per batch instead of once per decision. On a
 // Cluster (whose scripts must keep to one hash slot) a batch is a pipeline
@@ -200,7 +200,7 @@ func (b *batcher) script(ctx context.Context, batch []*call) error {
 }
 
 // split hands each call of batch its reply, or its own error, from the
-// batch form's flat answer (see algo.StepLua): per request, the length of
+// batch form's flat answer (see DecideLua): per request, the length of
 // its reply then the reply, or -1 then its error. An answer of any other
 // shape fails the whole batch.
 func split(answer []any, batch []*call) error {
@@ -251,7 +251,7 @@ func split(answer []any, batch []*call) error {
 	return nil
 }
 
-// batchCommand is the batch form's keys and arguments (see algo.StepLua):
+// batchCommand is the batch form's keys and arguments (see DecideLua):
 // each distinct policy's limits once, then each request's policy, now and
 // cost.
 func batchCommand(batch []*call) (keys []string, args []any) {

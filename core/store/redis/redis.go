@@ -2,7 +2,7 @@
 // against one Redis (standalone, Sentinel or Cluster) and so enforce one
 // exact limit together.
 //
-// Every decision runs one Lua script (algo.StepLua) that applies the
+// Every decision runs one Lua script (DecideLua) that applies the
 // policy's stacked limits all or nothing, with the same arithmetic as the Go
 // step functions, so the conformance suite gets identical decisions from
 // this store and the memory store. Concurrent decisions share round trips:
@@ -33,12 +33,10 @@ import (
 	"github.com/tollgate/tollgate/core/algo"
 )
 
-// decideScript is algo.StepLua: the step functions' Lua twin; leaseScript
-// is algo.LeaseLua, EndLease's.
 var (
-	decideScript = goredis.NewScript(algo.StepLua)
-	leaseScript  = goredis.NewScript(algo.LeaseLua)
-	cancelScript = goredis.NewScript(algo.CancelLua)
+	decideScript = goredis.NewScript(DecideLua)
+	leaseScript  = goredis.NewScript(leaseLua)
+	cancelScript = goredis.NewScript(cancelLua)
 )
 
 // DefaultPrefix starts every key the store writes.
@@ -492,14 +490,14 @@ func (s *Store) now() int64 {
 }
 
 // DecideCommand returns the keys and arguments of the EVALSHA of
-// algo.StepLua that decides a request of cost units for key under p (cost
+// DecideLua that decides a request of cost units for key under p (cost
 // -1: a probe that changes nothing), as Decide sends it alone: for tools
 // that replay the store's work (the benchmark's pipelined ceiling).
 func (s *Store) DecideCommand(p *core.Policy, key string, cost int64) (keys []string, args []any) {
 	return s.decisionKeys(p, key), stepArgs(p, s.now(), cost)
 }
 
-// stepArgs is the arguments of algo.StepLua for one request.
+// stepArgs is the arguments of DecideLua for one request.
 func stepArgs(p *core.Policy, now, cost int64) []any {
 	args := make([]any, 0, 4+7*len(p.Limits()))
 	args = append(args, now, cost, len(p.Limits()), ttlMillis(p))
@@ -509,7 +507,7 @@ func stepArgs(p *core.Policy, now, cost int64) []any {
 // ttlMillis is how long, in ms, the script keeps an idle key of p's.
 func ttlMillis(p *core.Policy) int64 { return (p.IdleMicros()+999)/1000 + 1 }
 
-// appendLimits appends p's limits as algo.StepLua reads them, 7 values
+// appendLimits appends p's limits as DecideLua reads them, 7 values
 // each, the first the algorithm and how p treats the limit (its
 // core.LimitMode, times 16).
 func appendLimits(args []any, p *core.Policy) []any {
@@ -561,7 +559,7 @@ func (s *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int
 }
 
 // CancelShaped gives back the places a shaped request took, in one round
-// trip (core.ShapeStore): algo.CancelLua on the key's state hash, at
+// trip (core.ShapeStore): the cancel script (lua/cancel.lua) on the key's state hash, at
 // Redis TIME. The deny cache forgets the key: a place came free.
 func (s *Store) CancelShaped(ctx context.Context, sh *core.Shaped) error {
 	p := sh.Policy
@@ -588,7 +586,7 @@ func (s *Store) CancelShaped(ctx context.Context, sh *core.Shaped) error {
 }
 
 // EndLease ends or renews a lease a decision of this store took, in one
-// round trip (core.LeaseStore): algo.LeaseLua over the policy's in_flight
+// round trip (core.LeaseStore): the lease script (lua/lease.lua) over the policy's in_flight
 // limits' sorted sets, at Redis's TIME.
 func (s *Store) EndLease(ctx context.Context, l *core.Lease, renew bool) (found, now int64, err error) {
 	p := l.Policy
@@ -623,7 +621,7 @@ func (s *Store) EndLease(ctx context.Context, l *core.Lease, renew bool) (found,
 	return reply[1], reply[0], nil
 }
 
-// parseStates reads the states a denial's reply carries (see algo.StepLua);
+// parseStates reads the states a denial's reply carries (see DecideLua);
 // nil if a sliding log was too long to send.
 func parseStates(limits []algo.Limit, v []int64) ([]algo.State, error) {
 	states := make([]algo.State, len(limits))

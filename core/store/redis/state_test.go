@@ -15,7 +15,7 @@ import (
 	"github.com/tollgate/tollgate/core/store/storetest"
 )
 
-// packedState is a state in the form core/algo/state.lua stores: a format byte
+// packedState is a state in the form lua/state.lua stores: a format byte
 // (1) and four little-endian doubles, the state's three integers and the
 // hash's expiry (Unix ms).
 func packedState(a, b, c, expires float64) string {

@@ -1,5 +1,5 @@
 -- tollgate: the stored form of one limit's state in a policy's state hash,
--- shared by step.lua and cancel.lua (each script is this file followed by
+-- shared by the decide and cancel scripts (each is algo.Lua, this file, then
 -- its own). A state is three integers below 2^53, as the step functions
 -- keep it, and the hash's expiry as of the write that stored it (Unix ms,
 -- by the server's clock; 0: not known), stored as a format byte (1) and

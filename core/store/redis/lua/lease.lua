@@ -1,9 +1,9 @@
 -- tollgate: end or renew the leases one request holds in a policy's
 -- in_flight limits, in one call. The Lua twin of EndLease in core/algo/step.go
--- (Policy.ApplyLease), over step.lua's sorted sets: a lease is live while
+-- (Policy.ApplyLease), over decide.lua's sorted sets: a lease is live while
 -- its score (the time it was taken or renewed) is after now - window.
 --
--- KEYS[i]  an in_flight limit's sorted set, as step.lua keeps it
+-- KEYS[i]  an in_flight limit's sorted set, as decide.lua keeps it
 -- ARGV[1]  now in µs, or -1 to use the server's TIME
 -- ARGV[2]  the lease's token: the µs it was taken or last renewed at
 -- ARGV[3]  how many slots it holds (its cost)
