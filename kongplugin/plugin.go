@@ -8,6 +8,7 @@ import (
 	"context"
 	"log"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/Kong/go-pdk"
@@ -19,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/core/headers"
 	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/core/spec"
+	"github.com/tollgate/tollgate/kongplugin/internal/command"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
 	"github.com/tollgate/tollgate/kongplugin/internal/pluginserver"
 )
@@ -30,14 +32,18 @@ const Version = core.Version
 // authentication, so the consumer is known.
 const Priority = 910
 
-// Serve runs the plugin server of variant v as Kong starts it; with -dump
-// it prints the plugin's info, v's phases and v's full schema for Kong's
-// query command, and with `keys` it is the operators' command
-// (kongschema.Schema.Main). adminSocket is the path of the operators' API's Unix
-// socket ("": none).
-func Serve(v Variant, adminSocket string) error {
-	return schemas[v].Main(kongschema.Info{Version: Version, Priority: Priority, Phases: v.phases(), ForKong: forKong(schemas[v], dblessSchemas[v])},
-		func() error { return listenAndServe(v.start) }, v.KeysTarget, adminSocket)
+// Main runs the plugin server of variant v on the command line args
+// (os.Args) and returns its exit status (command.Main): as Kong starts
+// it, it serves v's instances; with -dump it prints the plugin's info,
+// v's phases and v's full schema for Kong's query command; with `keys` it
+// is the operators' command. adminSocket is the path of the operators'
+// API's Unix socket ("": none).
+func Main(args []string, v Variant, adminSocket string) int {
+	return command.Main(args, command.Program{
+		Schema: schemas[v],
+		Info:   kongschema.Info{Version: Version, Priority: Priority, Phases: v.phases(), ForKong: forKong(schemas[v], dblessSchemas[v])},
+		Serve:  serveWith(v.start), Keys: v.KeysTarget, AdminSocket: adminSocket,
+	}, os.Stdout, os.Stderr)
 }
 
 // start starts an instance from the config Kong sends: checked against
@@ -368,11 +374,12 @@ func deny(ev *pluginserver.Event, status int, message string, headers map[string
 	})
 }
 
-// listenAndServe serves a plugin's instances on the socket of the Kong
-// whose prefix -kong-prefix names, whose settings (.kong_env: its trust,
-// its database) the instances read.
-func listenAndServe(start func(config []byte) (any, error)) error {
-	prefix := pluginserver.KongPrefix()
-	kongPrefix.Store(&prefix)
-	return pluginserver.ListenAndServe(start)
+// serveWith serves a plugin's instances, which start makes, on the
+// socket of the Kong whose prefix is prefix, whose settings (.kong_env:
+// its trust, its database) the instances read.
+func serveWith(start func(config []byte) (any, error)) func(prefix, name, socket string) error {
+	return func(prefix, name, socket string) error {
+		kongPrefix.Store(&prefix)
+		return pluginserver.ListenAndServe(name, socket, start)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed" // response_ratelimiting.json
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/core/headers"
 	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/core/spec"
+	"github.com/tollgate/tollgate/kongplugin/internal/command"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongdb"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
@@ -38,17 +40,20 @@ var responseLimitsJSON []byte
 
 var responseLimitsSchema = kongschema.MustParse(responseLimitsJSON)
 
-// ServeResponseLimits runs the plugin server of
+// MainResponseLimits runs the plugin server of
 // tollgate-response-ratelimiting, the drop-in for Kong's bundled
-// response-ratelimiting: its access phase reads each resource's usage
-// (and refuses with block_on_first_violation), its response phase reads
-// the upstream's usage header, refuses a response that takes from a
-// spent resource, and charges the rest. With -dump it prints the plugin's
-// info and schema; with `keys` it is the operators' command.
-func ServeResponseLimits(adminSocket string) error {
-	return responseLimitsSchema.Main(kongschema.Info{Version: Version, Priority: ResponseLimitsPriority, Phases: []string{"access", "response"},
-		ForKong: forKong(responseLimitsSchema, kongschema.MustParse(withoutCluster(responseLimitsJSON)))},
-		func() error { return listenAndServe(startResponseLimits) }, ResponseLimitsKeysTarget, adminSocket)
+// response-ratelimiting, on the command line args, as Main does
+// tollgate's: its access phase reads each resource's usage (and refuses
+// with block_on_first_violation), its response phase reads the
+// upstream's usage header, refuses a response that takes from a spent
+// resource, and charges the rest.
+func MainResponseLimits(args []string, adminSocket string) int {
+	return command.Main(args, command.Program{
+		Schema: responseLimitsSchema,
+		Info: kongschema.Info{Version: Version, Priority: ResponseLimitsPriority, Phases: []string{"access", "response"},
+			ForKong: forKong(responseLimitsSchema, kongschema.MustParse(withoutCluster(responseLimitsJSON)))},
+		Serve: serveWith(startResponseLimits), Keys: ResponseLimitsKeysTarget, AdminSocket: adminSocket,
+	}, os.Stdout, os.Stderr)
 }
 
 // startResponseLimits starts an instance from the config Kong sends, as

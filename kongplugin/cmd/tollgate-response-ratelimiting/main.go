@@ -7,7 +7,6 @@
 package main
 
 import (
-	"log"
 	"os"
 
 	"github.com/tollgate/tollgate/core/admin"
@@ -15,9 +14,8 @@ import (
 )
 
 // main reads the operators' socket path from $TOLLGATE_ADMIN_SOCKET
-// (admin.SocketEnv): the one environment variable the server reads.
+// (admin.SocketEnv): the one environment variable the server reads; its
+// command line is kongplugin.MainResponseLimits'.
 func main() {
-	if err := kongplugin.ServeResponseLimits(os.Getenv(admin.SocketEnv)); err != nil {
-		log.Fatal(err)
-	}
+	os.Exit(kongplugin.MainResponseLimits(os.Args, os.Getenv(admin.SocketEnv)))
 }

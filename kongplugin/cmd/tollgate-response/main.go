@@ -6,7 +6,6 @@
 package main
 
 import (
-	"log"
 	"os"
 
 	"github.com/tollgate/tollgate/core/admin"
@@ -14,9 +13,8 @@ import (
 )
 
 // main reads the operators' socket path from $TOLLGATE_ADMIN_SOCKET
-// (admin.SocketEnv): the one environment variable the server reads.
+// (admin.SocketEnv): the one environment variable the server reads; its
+// command line is kongplugin.Main's.
 func main() {
-	if err := kongplugin.Serve(kongplugin.WithResponse, os.Getenv(admin.SocketEnv)); err != nil {
-		log.Fatal(err)
-	}
+	os.Exit(kongplugin.Main(os.Args, kongplugin.WithResponse, os.Getenv(admin.SocketEnv)))
 }

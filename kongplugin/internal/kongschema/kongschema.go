@@ -18,19 +18,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/tollgate/tollgate/core/admin"
-	"github.com/tollgate/tollgate/kongplugin/internal/keys"
 )
 
 // Schema is a plugin's schema: fields (one "config" record for a plugin)
@@ -684,72 +678,6 @@ func (s *Schema) Dump(w io.Writer, info Info) error {
 			"Name": info.Name, "Version": info.Version, "Priority": info.Priority, "Phases": info.Phases, "Schema": schema,
 		}},
 	})
-}
-
-// Main is a Kong plugin server's main, on go-pdk's command line. With
-// -dump (as Kong's query command runs it) it prints the plugin's info with
-// this full schema (go-pdk's own dump has the fields' types only, so Kong
-// would accept any value). With `version` (or -version) it prints the
-// version. With the arguments `keys ...` it is the operators' command
-// (keys.Run; target compiles a plugin config) and exits. Otherwise it
-// serves the operators' API on the Unix socket adminSocket ("": none), then
-// runs serve, the plugin server. Kong names a Go plugin after its
-// executable; its socket is <-kong-prefix>/<name>.socket.
-func (s *Schema) Main(info Info, serve func() error, target func([]byte) (keys.Target, error), adminSocket string) error {
-	if len(os.Args) > 1 && (os.Args[1] == "version" || os.Args[1] == "-version" || os.Args[1] == "--version") {
-		fmt.Println(info.Version)
-		os.Exit(0)
-	}
-	if len(os.Args) > 1 && os.Args[1] == "keys" {
-		os.Exit(keys.Run(os.Args[2:], os.Stdout, os.Stderr, func(b []byte) (keys.Target, error) {
-			config, err := PluginConfig(b)
-			if err != nil {
-				return keys.Target{}, err
-			}
-			return target(config)
-		}))
-	}
-	name := filepath.Base(os.Args[0])
-	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), `usage:
-  %[1]s [-kong-prefix DIR]   serve Kong's plugin protocol on DIR/%[1]s.socket (Kong starts it so)
-  %[1]s -dump                print the plugin's info and schema (Kong's query command)
-  %[1]s version              print the version
-  %[1]s keys ...             read or reset a key's usage (%[1]s keys -h)
-
-flags:
-`, name)
-		flag.PrintDefaults()
-	}
-	flag.Parse() // the plugin server's flags (pluginserver); a bad flag exits 2
-	if flag.NArg() > 0 {
-		// A word it does not know (dump, key) must not start a server:
-		// it would take the socket of the one Kong runs.
-		fmt.Fprintf(flag.CommandLine.Output(), "%s: unknown subcommand or argument %q\n", name, flag.Arg(0))
-		flag.Usage()
-		os.Exit(2)
-	}
-	if f := flag.Lookup("dump"); f == nil || f.Value.String() != "true" {
-		if err := admin.ServeSocket(adminSocket); err != nil {
-			return err
-		}
-		return serve()
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	info.Name = filepath.Base(exe)
-	prefix := flag.Lookup("kong-prefix").Value.String()
-	info.Socket = filepath.Join(prefix, info.Name+".socket")
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "kong-prefix" })
-	if given && info.ForKong != nil {
-		if s, err = info.ForKong(prefix); err != nil {
-			return err
-		}
-	}
-	return s.Dump(os.Stdout, info)
 }
 
 // PluginConfig returns the config Kong sends a plugin server for a plugin

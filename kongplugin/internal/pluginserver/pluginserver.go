@@ -16,7 +16,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -114,16 +113,19 @@ func New(name string, start func(config []byte) (any, error)) *Server {
 	return &Server{name: name, start: start, instances: map[int32]*instance{}}
 }
 
-// Listen opens the Unix socket Kong connects to, <prefix>/<name>.socket
-// (Kong's prefix, where Kong looks for it), replacing one that is there.
+// SocketPath is the Unix socket Kong, whose prefix is prefix, connects to
+// for the plugin server named name.
+func SocketPath(prefix, name string) string { return filepath.Join(prefix, name+".socket") }
+
+// Listen opens the Unix socket Kong connects to, path (SocketPath),
+// replacing one that is there.
 // Replacing a live server's socket is how `kong reload` works: Kong's new
 // workers start a new plugin server while the old one still serves the
 // old workers' connections, until they exit and Kong stops it
 // (kong/runloop/plugin_servers/process.lua). A command run by mistake
 // cannot get here: the command line refuses what it does not know before
-// anything is opened (kongschema.Schema.Main).
-func Listen(prefix, name string) (net.Listener, error) {
-	path := filepath.Join(prefix, name+".socket")
+// anything is opened (command.Main).
+func Listen(path string) (net.Listener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("removing the old socket: %w", err)
 	}
@@ -446,28 +448,10 @@ func writeFrame(w *bufio.Writer, b []byte) error {
 	return err
 }
 
-// The command line Kong starts a plugin server with (go-pdk's flags, so
-// a kong.conf written for any go-pdk server works): -kong-prefix is
-// Kong's prefix, where Kong looks for the socket; -dump asks for the
-// plugin's info and schema (Kong's query command).
-var (
-	kongPrefix = flag.String("kong-prefix", "/usr/local/kong", "Kong's prefix, where Kong looks for this plugin server's socket")
-	_          = flag.Bool("dump", false, "print the plugin's info and schema, as Kong's query command reads them")
-)
-
-// KongPrefix is the prefix of the Kong that started the server
-// (-kong-prefix), after flag.Parse.
-func KongPrefix() string { return *kongPrefix }
-
-// ListenAndServe serves the plugin whose instances start makes (see New)
-// on <kong-prefix>/<executable's name>.socket, after flag.Parse.
-func ListenAndServe(start func(config []byte) (any, error)) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	name := filepath.Base(exe)
-	l, err := Listen(*kongPrefix, name)
+// ListenAndServe serves the plugin named name, whose instances start
+// makes (see New), on the Unix socket path (SocketPath).
+func ListenAndServe(name, path string, start func(config []byte) (any, error)) error {
+	l, err := Listen(path)
 	if err != nil {
 		return err
 	}

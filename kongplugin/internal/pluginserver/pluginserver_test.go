@@ -129,7 +129,7 @@ func (k *kong) status() *kong_plugin_protocol.InstanceStatus {
 }
 
 func start(t *testing.T) (*countingListener, func() *kong) {
-	l, err := Listen(t.TempDir(), "tollgate-test")
+	l, err := Listen(SocketPath(t.TempDir(), "tollgate-test"))
 	if err != nil {
 		t.Fatal(err)
 	}
