@@ -316,11 +316,10 @@ func compile(c *Config) (*instance, error) {
 
 	// Counters are per route and service the plugin is attached to, as
 	// Kong's, unless a namespace shares them.
-	inst.name = instanceName(c.attached.RouteID, c.attached.ServiceID)
+	inst.scope = instanceScope(c.attached.RouteID, c.attached.ServiceID, c.Namespace)
 	if c.Namespace != "" {
-		inst.name, policy.Name = "ns="+c.Namespace, c.Namespace
+		policy.Name = c.Namespace
 	}
-	inst.scope = inst.name + "|"
 	if c.Adaptive != nil && c.Adaptive.Enabled {
 		policy.Adaptive = c.Adaptive.spec()
 	}
@@ -337,7 +336,7 @@ func compile(c *Config) (*instance, error) {
 	// An adaptive controller is shared per scope and settings, so the factor
 	// survives Kong replacing the instance (it starts the new one before it
 	// closes the old); Close releases it.
-	if inst.policy, _, inst.release, err = policy.Build("kong|" + inst.scope); err != nil {
+	if inst.policy, _, inst.release, err = policy.Build("kong|" + inst.scope.Prefix); err != nil {
 		return nil, err
 	}
 	inst.charge = policy.ResponseCost()
@@ -345,7 +344,7 @@ func compile(c *Config) (*instance, error) {
 		err = checkCluster(inst.policy, c.Namespace)
 	}
 	if err == nil {
-		inst.storeConfig, err = storeConfig(c, inst.scope)
+		inst.storeConfig, err = storeConfig(c, inst.scope.Prefix)
 		inst.warnings.lines = append(inst.warnings.lines, c.RedisSettings.notes...)
 	}
 	if err == nil {
@@ -369,7 +368,7 @@ func (v Variant) KeysTarget(b []byte) (keys.Target, error) {
 		return keys.Target{}, err
 	}
 	inst := c.compiled
-	return keys.Target{Name: inst.name, Policies: []*core.Policy{inst.policy}, Store: inst.storeConfig, Prefix: inst.scope}, nil
+	return keys.Target{Scope: inst.scope, Policies: []*core.Policy{inst.policy}, Store: inst.storeConfig}, nil
 }
 
 // period is one of Kong's periods: its field, which is also the limit's

@@ -7,6 +7,7 @@ import (
 
 	"github.com/Kong/go-pdk/test"
 
+	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
 )
 
@@ -39,7 +40,7 @@ func TestConfigDefaultsSurviveNulls(t *testing.T) {
 	if l.Count != 5 || l.Window != time.Minute || l.Algorithm.String() != "fixed_window" {
 		t.Fatalf("limit %+v, want 5/1m fixed_window as Kong", l)
 	}
-	if inst.scope != "route=r-1,service=|" {
+	if inst.scope != (gate.Scope{Name: "route=r-1,service=", Prefix: "route=r-1,service=|"}) {
 		t.Fatalf("scope %q, want the attached route", inst.scope)
 	}
 }

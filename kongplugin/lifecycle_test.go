@@ -37,7 +37,7 @@ func TestInstanceLifecycle(t *testing.T) {
 	remaining := func(c *Config) int64 {
 		t.Helper()
 		var o gate.Outcome
-		req := gate.SameInput{Covered: true, Key: c.compiled.scope + "192.0.2.1", Cost: 1}
+		req := gate.SameInput{Covered: true, Key: c.compiled.scope.Key("192.0.2.1"), Cost: 1}
 		if err := c.compiled.gate.Decide(context.Background(), &req, &o); err != nil {
 			t.Fatal(err)
 		}

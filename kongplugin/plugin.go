@@ -58,7 +58,7 @@ func (v Variant) start(raw []byte) (any, error) {
 	}
 	if err := c.compiled.open(); err != nil {
 		c.compiled.release() // the adaptive controller compile took
-		return &refusal{plugin: v.name(), scope: c.compiled.name, err: err}, nil
+		return &refusal{plugin: v.name(), scope: c.compiled.scope.Name, err: err}, nil
 	}
 	return &c, nil
 }
@@ -69,8 +69,7 @@ type instance struct {
 	policy      *core.Policy
 	release     func() // gives back the policy's adaptive controller
 	storeConfig openstore.Config
-	scope       string          // prefixed to every identifier
-	name        string          // the scope, to operators: ns=<namespace> or route=<id>,service=<id>
+	scope       gate.Scope      // ns=<namespace> or route=<id>,service=<id> (instanceScope)
 	headers     headers.Options // style none when hide_client_headers
 	sampler     *gate.DenialSampler
 	warnings    warnings           // told Kong's log at the first request
@@ -82,13 +81,13 @@ type instance struct {
 // logf logs a line of the instance's, naming it as the keys command and
 // the operators' API do (scope="route=<id>,service=<id>" or "ns=<name>").
 func (inst *instance) logf(format string, args ...any) {
-	log.Printf(format+" scope=%q", append(args, inst.name)...)
+	log.Printf(format+" scope=%q", append(args, inst.scope.Name)...)
 }
 
 // open opens (or joins) the instance's store and builds its gate.
 func (inst *instance) open() error {
 	var err error
-	inst.opened, err = openGate(inst.storeConfig, inst.name, inst.scope,
+	inst.opened, err = openGate(inst.storeConfig, inst.scope,
 		gate.Config{Status: inst.ErrorCode, Headers: inst.headers}, []*core.Policy{inst.policy}, []*spec.ResponseCost{inst.charge})
 	return err
 }
@@ -127,15 +126,15 @@ func (o *opened) close() {
 // openGate opens (or joins) the store sc and builds a gate of cfg over it,
 // one rule per policy in scope, charged after the response as charges[i]
 // says (nil: as requests arrive), and registers it with the operators' API
-// as name.
-func openGate(sc openstore.Config, name, scope string, cfg gate.Config, policies []*core.Policy, charges []*spec.ResponseCost) (opened, error) {
+// as scope.Name.
+func openGate(sc openstore.Config, scope gate.Scope, cfg gate.Config, policies []*core.Policy, charges []*spec.ResponseCost) (opened, error) {
 	h, err := openstore.Acquire(sc)
 	if err != nil {
 		return opened{}, err
 	}
 	h.LogStateChanges(log.Printf) // Kong logs the plugin server's output
 	for i, p := range policies {
-		rule, err := h.Rule(p, spec.EmptyKeySkip, scope)
+		rule, err := h.Rule(p, spec.EmptyKeySkip, scope.Prefix)
 		if err != nil {
 			_ = h.Release()
 			return opened{}, err
@@ -148,7 +147,7 @@ func openGate(sc openstore.Config, name, scope string, cfg gate.Config, policies
 		_ = h.Release()
 		return opened{}, err
 	}
-	return opened{gate: g, store: h, unregister: admin.RegisterRule(name, scope, g, h)}, nil
+	return opened{gate: g, store: h, unregister: admin.RegisterRule(scope, g, h)}, nil
 }
 
 // Access is AccessEvent for go-pdk's server (and its test environment),
@@ -164,11 +163,11 @@ func (c *Config) Access(kong *pdk.PDK) {
 func (c *Config) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 	inst := c.compiled
 	plantedPanic(inst)
-	inst.warnings.tell(kong, "tollgate ("+inst.name+"): ")
+	inst.warnings.tell(kong, "tollgate ("+inst.scope.Name+"): ")
 	g := inst.gate
 	// One rule, keyed as Kong's rate-limiting keys, in the instance's scope.
 	id, consumer := identifier(kong, inst.LimitBy, inst.HeaderName, inst.Path)
-	req := gate.SameInput{Covered: true, Key: inst.scope + id, Cost: inst.Cost, Plan: planOf(kong, inst, consumer)}
+	req := gate.SameInput{Covered: true, Key: inst.scope.Key(id), Cost: inst.Cost, Plan: planOf(kong, inst, consumer)}
 	if inst.Reserve != nil { // no PDK call without a reserve
 		v, _ := kong.Request.GetHeader(inst.Reserve.PriorityHeader)
 		req.Priority = spec.ParsePriority(v)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/Kong/go-pdk"
 
+	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/kongplugin/internal/pluginserver"
 )
 
@@ -35,15 +36,16 @@ func (r *refusal) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 	fail(ev)
 }
 
-// scopeOf names the route and service a raw config is attached to, for a
-// config too broken to compile.
+// scopeOf names the scope of a raw config, for a config too broken to
+// compile.
 func scopeOf(raw []byte) string {
 	var attached struct {
 		RouteID   string `json:"route_id"`
 		ServiceID string `json:"service_id"`
+		Namespace string `json:"namespace"`
 	}
 	_ = json.Unmarshal(raw, &attached)
-	return instanceName(attached.RouteID, attached.ServiceID)
+	return instanceScope(attached.RouteID, attached.ServiceID, attached.Namespace).Name
 }
 
 // warnings are what a config's compile has to tell Kong's log: what Kong's
@@ -70,9 +72,16 @@ func (w *warnings) tell(kong *pdk.PDK, who string) {
 	}
 }
 
-// instanceName names an instance to operators, in log lines and in the
-// keys command as Kong keys its counters: by the route and service it is
-// attached to, "route=<id>,service=<id>" (either id empty when absent).
-func instanceName(routeID, serviceID string) string {
-	return "route=" + routeID + ",service=" + serviceID
+// instanceScope is an instance's scope, made here alone and used by its
+// keys, its log lines, the operators' API and the keys command: counters
+// are per route and service the plugin is attached to, as Kong's
+// (kong/plugins/rate-limiting/policies/init.lua, get_local_key), named
+// "route=<id>,service=<id>" (either id empty when absent), unless a
+// namespace shares them ("ns=<namespace>"); each key is "<name>|<id>".
+func instanceScope(routeID, serviceID, namespace string) gate.Scope {
+	name := "route=" + routeID + ",service=" + serviceID
+	if namespace != "" {
+		name = "ns=" + namespace
+	}
+	return gate.Scope{Name: name, Prefix: name + "|"}
 }

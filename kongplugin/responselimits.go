@@ -67,9 +67,9 @@ func startResponseLimits(raw []byte) (any, error) {
 	rl := c.compiled
 	var err error
 	// The headers are the plugin's own (see setUsage): none from the gate.
-	rl.opened, err = openGate(rl.storeConfig, rl.name, rl.scope, gate.Config{Headers: headers.Options{Style: headers.None}}, rl.policies, rl.charges)
+	rl.opened, err = openGate(rl.storeConfig, rl.scope, gate.Config{Headers: headers.Options{Style: headers.None}}, rl.policies, rl.charges)
 	if err != nil {
-		return &refusal{plugin: plugin, scope: rl.name, err: err}, nil
+		return &refusal{plugin: plugin, scope: rl.scope.Name, err: err}, nil
 	}
 	return &c, nil
 }
@@ -117,7 +117,7 @@ type responseLimits struct {
 	policies    []*core.Policy
 	charges     []*spec.ResponseCost
 	storeConfig openstore.Config
-	scope, name string
+	scope       gate.Scope
 	warnings    warnings // told Kong's log at the first request
 
 	opened // the gate over the store, from start to Close
@@ -150,8 +150,7 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 	slices.Sort(rl.resources)
 	// Counters are per route and service, as Kong's (policies/init.lua,
 	// get_local_key): a plugin on a service shares them across its routes.
-	rl.name = instanceName(c.attached.RouteID, c.attached.ServiceID)
-	rl.scope = rl.name + "|"
+	rl.scope = instanceScope(c.attached.RouteID, c.attached.ServiceID, "")
 	zero := int64(0)
 	for _, name := range rl.resources {
 		periods := c.Limits[name]
@@ -163,14 +162,14 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 		}
 		p := spec.Policy{Name: name, Limits: limits, Shadow: !c.BlockOnFirstViolation,
 			Charge: &spec.Charge{CostHeader: c.HeaderName, CostEntry: name, Cost: &zero}}
-		policy, _, _, err := p.Build("kong-response|" + rl.scope)
+		policy, _, _, err := p.Build("kong-response|" + rl.scope.Prefix)
 		if err != nil {
 			return nil, fmt.Errorf("limits.%s: %w", name, err)
 		}
 		rl.policies, rl.charges = append(rl.policies, policy), append(rl.charges, p.ResponseCost())
 	}
 	var err error
-	cs := clusterScope{table: kongdb.ResponseRateLimiting, prefix: rl.scope, serviceID: c.attached.ServiceID, routeID: c.attached.RouteID}
+	cs := clusterScope{table: kongdb.ResponseRateLimiting, prefix: rl.scope.Prefix, serviceID: c.attached.ServiceID, routeID: c.attached.RouteID}
 	if rl.storeConfig, err = storeOf(c.Policy, c.FaultTolerant, "", -1, &c.RedisSettings, cs); err != nil {
 		return nil, err
 	}
@@ -212,11 +211,11 @@ func (c *ResponseLimitsConfig) Access(kong *pdk.PDK) {
 // resource is spent. Nothing is charged here.
 func (c *ResponseLimitsConfig) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 	rl := c.compiled
-	rl.warnings.tell(kong, "tollgate-response-ratelimiting ("+rl.name+"): ")
+	rl.warnings.tell(kong, "tollgate-response-ratelimiting ("+rl.scope.Name+"): ")
 	seen := make([]core.Decision, len(rl.resources))
 	var outcome gate.Outcome
 	id, _ := identifier(kong, rl.LimitBy, "", "")
-	req := &usageSeen{in: gate.Input{Covered: true, Key: rl.scope + id, Cost: 1}, seen: seen} // passes while a unit is left
+	req := &usageSeen{in: gate.Input{Covered: true, Key: rl.scope.Key(id), Cost: 1}, seen: seen} // passes while a unit is left
 	if err := rl.gate.Decide(context.Background(), req, &outcome); err != nil {
 		fail(ev) // the store failed with fault_tolerant false
 		return
@@ -354,7 +353,7 @@ func ResponseLimitsKeysTarget(b []byte) (keys.Target, error) {
 		return keys.Target{}, err
 	}
 	rl := c.compiled
-	return keys.Target{Name: rl.name, Policies: rl.policies, Store: rl.storeConfig, Prefix: rl.scope}, nil
+	return keys.Target{Scope: rl.scope, Policies: rl.policies, Store: rl.storeConfig}, nil
 }
 
 // isGRPC reports whether the request is gRPC: its Content-Type starts

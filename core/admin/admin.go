@@ -35,10 +35,10 @@ type entry struct {
 	// generation is the config the gate belongs to: within one, a policy
 	// name names one policy (Register refuses two different ones).
 	generation any
-	// name, when set, names the gate's one rule instead of its policy's
-	// name, and prefix is prefixed to the keys operators give (plugin
-	// instances with scoped keys and one policy name for all).
-	name, prefix string
+	// scope, when its Name is set, names the gate's one rule instead of
+	// its policy's name, and the keys operators give are read in it
+	// (plugin instances with scoped keys and one policy name for all).
+	scope gate.Scope
 }
 
 // Register makes a gate's policies visible to the API, over the store
@@ -83,19 +83,19 @@ func signature(p *core.Policy) string {
 	return b.String()
 }
 
-// RegisterRule makes a gate visible as the policy name, whose store keys
-// are prefix followed by the key operators give, until the returned func
+// RegisterRule makes a gate visible as the policy scope.Name, whose store
+// keys are the keys operators give in scope, until the returned func
 // is called (when its config is closed). It replaces an earlier
 // registration of the same name: an adapter that starts the new config
 // before it closes the old one (a gateway's plugin instances, one per
 // worker process) answers with the newest, and a config that is never
 // closed (a gateway may forget some) leaves no entry behind once
 // replaced.
-func RegisterRule(name, prefix string, g *gate.Gate, h *openstore.Handle) (unregister func()) {
+func RegisterRule(scope gate.Scope, g *gate.Gate, h *openstore.Handle) (unregister func()) {
 	mu.Lock()
-	registered = slices.DeleteFunc(registered, func(e *entry) bool { return e.name == name })
+	registered = slices.DeleteFunc(registered, func(e *entry) bool { return e.scope.Name == scope.Name })
 	mu.Unlock()
-	return register(&entry{gate: g, store: h, name: name, prefix: prefix})
+	return register(&entry{gate: g, store: h, scope: scope})
 }
 
 func register(e *entry) (unregister func()) {
@@ -134,18 +134,18 @@ func find(name string) (*entry, int, bool) {
 func (e *entry) policyName(i int) string {
 	rules := e.gate.Rules()
 	switch {
-	case e.name == "":
+	case e.scope.Name == "":
 		return rules[i].Limiter.Policy().Name()
 	case len(rules) > 1:
-		return e.name + ",policy=" + rules[i].Limiter.Policy().Name()
+		return e.scope.Name + ",policy=" + rules[i].Limiter.Policy().Name()
 	}
-	return e.name
+	return e.scope.Name
 }
 
-// showKey is a store key as operators see it: without the entry's prefix,
-// hashed unless the policy shows keys in clear.
+// showKey is a store key as operators see it: its identifier in the
+// entry's scope, hashed unless the policy shows keys in clear.
 func (e *entry) showKey(p *core.Policy, key string) string {
-	return p.ShowKey(strings.TrimPrefix(key, e.prefix))
+	return p.ShowKey(e.scope.Identifier(key))
 }
 
 // Handler serves, under prefix (such as "/tollgate/"):
@@ -241,7 +241,7 @@ func serve(r *http.Request, path string) (any, int, error) {
 // answer serves one call on rule i of e.
 func (e *entry) answer(ctx context.Context, i int, method, path string, q url.Values) (any, int, error) {
 	lim := e.gate.Rules()[i].Limiter
-	p, name, key := lim.Policy(), e.policyName(i), e.prefix+q.Get("key")
+	p, name, key := lim.Policy(), e.policyName(i), e.scope.Key(q.Get("key"))
 	switch {
 	case path == "top" && method == http.MethodGet:
 		top := []map[string]any{}

@@ -112,7 +112,7 @@ func TestRegisterRuleOfSeveralPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	RegisterRule("route=r1,service=", "scope|", g, h)
+	RegisterRule(gate.Scope{Name: "route=r1,service=", Prefix: "scope|"}, g, h)
 	var d core.Decision
 	for range 3 {
 		if err := rules[1].Limiter.Decide(t.Context(), "scope|alice", 1, &d); err != nil {

@@ -44,9 +44,9 @@ func ServeSocket(path string) error {
 // Answer serves one call of the API (a method and path as Handler serves
 // them, q its parameters) on rule 0 of a gate that is not registered: a
 // tool that opens a policy's store itself (a gateway's keys command)
-// answers as the API would. name names the policy in answers; prefix is
-// prefixed to the keys q gives.
-func Answer(ctx context.Context, g *gate.Gate, h *openstore.Handle, name, prefix, method, path string, q url.Values) (any, error) {
-	out, _, err := (&entry{gate: g, store: h, name: name, prefix: prefix}).answer(ctx, 0, method, path, q)
+// answers as the API would. scope's Name names the policy in answers; the
+// keys q gives are read in scope.
+func Answer(ctx context.Context, g *gate.Gate, h *openstore.Handle, scope gate.Scope, method, path string, q url.Values) (any, error) {
+	out, _, err := (&entry{gate: g, store: h, scope: scope}).answer(ctx, 0, method, path, q)
 	return out, err
 }

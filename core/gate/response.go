@@ -68,14 +68,14 @@ func NewDenialSampler(perSecond int) *DenialSampler {
 }
 
 // Log logs outcome's denial with printf if Sample lets it through: the
-// policy, the deciding limit, the key as the policy shows it (without
-// prefix, hashed unless in clear), the retry-after and how many denials
-// were not logged before it.
-func (s *DenialSampler) Log(outcome *Outcome, prefix string, printf func(format string, args ...any)) {
+// policy, the deciding limit, the key as the policy shows it (its
+// identifier in scope, hashed unless in clear), the retry-after and how
+// many denials were not logged before it.
+func (s *DenialSampler) Log(outcome *Outcome, scope Scope, printf func(format string, args ...any)) {
 	if ok, dropped := s.Sample(); ok {
 		d := &outcome.Decision
 		printf("tollgate: rate limited policy=%q limit=%q key=%q retry_after=%s not_logged=%d", d.Policy.Name(),
-			d.DecidingLimit().Label(), d.Policy.ShowKey(strings.TrimPrefix(outcome.Key, prefix)), d.RetryAfter, dropped)
+			d.DecidingLimit().Label(), d.Policy.ShowKey(scope.Identifier(outcome.Key)), d.RetryAfter, dropped)
 	}
 }
 
@@ -96,3 +96,18 @@ func (s *DenialSampler) Sample() (ok bool, dropped int64) {
 	dropped, s.dropped = s.dropped, 0
 	return true, dropped
 }
+
+// Scope is where one config's keys live among a process's configs (a
+// gateway's plugin instance, say): Name shows it to operators, in log
+// lines and the operators' API, and Prefix begins each of its keys in the
+// store. The zero Scope is a config alone in its store.
+type Scope struct {
+	Name, Prefix string
+}
+
+// Key is the store key of identifier in the scope.
+func (s Scope) Key(identifier string) string { return s.Prefix + identifier }
+
+// Identifier is key without the scope's prefix: the identifier Key made
+// it from, as operators give it.
+func (s Scope) Identifier(key string) string { return strings.TrimPrefix(key, s.Prefix) }

@@ -30,15 +30,15 @@ import (
 // command reaches them without a running gateway (Kong's plugin config,
 // compiled).
 type Target struct {
-	// Name names the config's policy in answers; with several policies,
-	// each is Name,policy=<its name>, as the admin socket names them.
-	Name string
+	// Scope is the config's: its Name names the config's policy in
+	// answers (with several policies, each is Name,policy=<its name>, as
+	// the admin socket names them), and the keys operators give are read
+	// in it.
+	Scope gate.Scope
 	// Policies are the config's policies: one, or one per resource, of
 	// which --policy <name> picks one (the first by default).
 	Policies []*core.Policy
 	Store    openstore.Config
-	// Prefix is prefixed to the keys operators give (Kong's scope).
-	Prefix string
 }
 
 // Usage is the keys command's help.
@@ -153,11 +153,11 @@ func direct(ctx context.Context, file, method, path string, q url.Values, open f
 		return nil, err
 	}
 	// One call, no requests: no sketch of the keys denied most.
-	gate, err := gate.New(gate.Config{Rules: []gate.Rule{{Limiter: core.NewLimiter(p, h.Store)}}, TopDenied: -1})
+	g, err := gate.New(gate.Config{Rules: []gate.Rule{{Limiter: core.NewLimiter(p, h.Store)}}, TopDenied: -1})
 	if err != nil {
 		return nil, err
 	}
-	return admin.Answer(ctx, gate, h, name, t.Prefix, method, path, q)
+	return admin.Answer(ctx, g, h, gate.Scope{Name: name, Prefix: t.Scope.Prefix}, method, path, q)
 }
 
 // pick returns the policy --policy names (by its own name, or as the
@@ -168,11 +168,11 @@ func (t *Target) pick(want string) (*core.Policy, string, error) {
 		return nil, "", fmt.Errorf("the config has no policy")
 	}
 	if len(t.Policies) == 1 {
-		return t.Policies[0], t.Name, nil
+		return t.Policies[0], t.Scope.Name, nil
 	}
 	var names []string
 	for _, p := range t.Policies {
-		shown := t.Name + ",policy=" + p.Name()
+		shown := t.Scope.Name + ",policy=" + p.Name()
 		if want == "" || want == p.Name() || want == shown {
 			return p, shown, nil
 		}
