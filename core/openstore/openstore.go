@@ -1,12 +1,9 @@
-// Package store opens the store a gateway config describes and shares it
-// across the config's reloads: equal configs get the same store, so counters
-// survive a reload and one Redis client serves every handler that names it.
-//
-// The stores are its children and each other's siblings, none importing
-// another: memory (in process), redis (exact, with its deny cache),
-// eventual (local decisions, counts synced through Redis) and failover (the
-// failure policy around Redis, falling back to a memory store). This
-// package composes them; adapters reach stores only through it.
+// Package openstore opens the store a gateway config describes and shares
+// it across the config's reloads: equal configs get the same store, so
+// counters survive a reload and one Redis client serves every handler that
+// names it. It composes the stores of core/store (each a sibling of the
+// others, none importing another) and makes a policy a gate rule over
+// them; adapters reach stores only through it.
 package openstore
 
 import (
