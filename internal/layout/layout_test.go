@@ -159,21 +159,3 @@ func hasPrefix(s string, prefixes []string) bool {
 	}
 	return false
 }
-
-// TestArchitectureNamesEveryPackage: docs/architecture.md names every
-// package under core/, internal/ and kongplugin/internal/ (by its path's
-// last element), so the map stays whole as packages are added.
-func TestArchitectureNamesEveryPackage(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/architecture.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for dir := range imports(t) {
-		if !strings.HasPrefix(dir, "core/") && !strings.HasPrefix(dir, "internal/") && !strings.HasPrefix(dir, "kongplugin/internal/") {
-			continue
-		}
-		if !strings.Contains(string(doc), filepath.Base(dir)) {
-			t.Errorf("docs/architecture.md does not name %s", dir)
-		}
-	}
-}
