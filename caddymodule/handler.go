@@ -115,15 +115,17 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return errors.New(why)
 		}
 	}
+	for _, p := range h.policies {
+		if err := sc.CheckPolicy(p.pol); err != nil { // eventual mode's algorithms
+			return err
+		}
+	}
 	h.store, err = openstore.Acquire(sc)
 	if err != nil {
 		return err
 	}
 	for _, p := range h.policies {
-		rule, err := h.store.Rule(p.pol, p.emptyKey, "")
-		if err != nil {
-			return err
-		}
+		rule := h.store.Rule(p.pol, p.emptyKey, "")
 		rule.Charge = p.cfg.ResponseCost()
 		gc.Rules = append(gc.Rules, rule)
 	}

@@ -134,11 +134,7 @@ func openGate(sc openstore.Config, scope gate.Scope, cfg gate.Config, policies [
 	}
 	h.LogStateChanges(log.Printf) // Kong logs the plugin server's output
 	for i, p := range policies {
-		rule, err := h.Rule(p, spec.EmptyKeySkip, scope.Prefix)
-		if err != nil {
-			_ = h.Release()
-			return opened{}, err
-		}
+		rule := h.Rule(p, spec.EmptyKeySkip, scope.Prefix) // compile checked p against sc
 		rule.Charge = charges[i]
 		cfg.Rules = append(cfg.Rules, rule)
 	}

@@ -30,10 +30,7 @@ func registerTestGate(t testing.TB, name string, count int64, generation any) (f
 	}
 	t.Cleanup(func() { _ = h.Release() })
 	p := core.MustPolicy(name, core.PolicyOptions{}, algo.Limit{Count: count, Window: time.Minute})
-	rule, err := h.Rule(p, spec.EmptyKeySkip, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rule := h.Rule(p, spec.EmptyKeySkip, "")
 	g, err := gate.New(gate.Config{Rules: []gate.Rule{rule}})
 	if err != nil {
 		t.Fatal(err)
@@ -102,10 +99,7 @@ func TestRegisterRuleOfSeveralPolicies(t *testing.T) {
 	t.Cleanup(func() { _ = h.Release() })
 	var rules []gate.Rule
 	for _, name := range []string{"image", "video"} {
-		rule, err := h.Rule(core.MustPolicy(name, core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute}), spec.EmptyKeySkip, "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		rule := h.Rule(core.MustPolicy(name, core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute}), spec.EmptyKeySkip, "")
 		rules = append(rules, rule)
 	}
 	g, err := gate.New(gate.Config{Rules: rules})

@@ -29,10 +29,7 @@ func TestSeriesCountDecisions(t *testing.T) {
 	}
 	defer h.Release()
 	p := core.MustPolicy("api", core.PolicyOptions{}, algo.Limit{Name: "minute", Count: 2, Window: time.Minute, Algorithm: algo.FixedWindow})
-	rule, err := h.Rule(p, spec.EmptyKeySkip, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rule := h.Rule(p, spec.EmptyKeySkip, "")
 	g, err := gate.New(gate.Config{Rules: []gate.Rule{rule}})
 	if err != nil {
 		t.Fatal(err)

@@ -209,18 +209,14 @@ func (s *Spec) CheckPolicy(p *spec.Policy) error {
 	for _, specs := range sets {
 		limits := make([]algo.Limit, len(specs))
 		for i := range specs {
-			if limits[i], err = specs[i].Limit(); err != nil {
+			if limits[i], err = specs[i].Limit(); err == nil {
+				err = limits[i].Normalize() // the default algorithm filled in
+			}
+			if err != nil {
 				return fmt.Errorf("policy %q limit %d: %w", p.Name, i+1, err)
 			}
 		}
-		if len(limits) == 0 {
-			continue
-		}
-		pol, err := core.NewPolicy(p.Name, core.PolicyOptions{}, limits...)
-		if err == nil {
-			err = c.CheckPolicy(pol)
-		}
-		if err != nil {
+		if err := eventual.CheckLimits(p.Name, limits); err != nil {
 			return err
 		}
 	}
@@ -244,18 +240,16 @@ func (h *Handle) CheckPolicy(p *core.Policy) error {
 	return nil
 }
 
-// Rule returns p as a gate rule over this store: the policy checked
-// against the store, and an adaptive policy's factor shared through it
-// (syncScope, prefixed to the policy's scope, names the shared factor).
-func (h *Handle) Rule(p *core.Policy, emptyKey spec.EmptyKey, syncScope string) (gate.Rule, error) {
-	if err := h.CheckPolicy(p); err != nil {
-		return gate.Rule{}, err
-	}
+// Rule returns p as a gate rule over this store, an adaptive policy's
+// factor shared through it (syncScope, prefixed to the policy's scope,
+// names the shared factor). p must be one the store's Config.CheckPolicy
+// accepted: an adapter checks its config once, before it opens a store.
+func (h *Handle) Rule(p *core.Policy, emptyKey spec.EmptyKey, syncScope string) gate.Rule {
 	if a := p.Adaptive(); a != nil {
 		// With Redis, every node's controller moves one shared factor.
 		a.SetSync(h.FactorSync(syncScope + p.Scope()))
 	}
-	return gate.Rule{Limiter: core.NewLimiter(p, h.Store), EmptyKey: emptyKey}, nil
+	return gate.Rule{Limiter: core.NewLimiter(p, h.Store), EmptyKey: emptyKey}
 }
 
 // FactorSync returns how an adaptive policy's factor is shared: through

@@ -30,10 +30,7 @@ func TestClockEnvIgnoredInProductionBuilds(t *testing.T) {
 	}
 	defer h.Release()
 	p := core.MustPolicy("clock", core.PolicyOptions{}, algo.Limit{Count: 1, Window: 24 * time.Hour, Algorithm: algo.FixedWindow})
-	rule, err := h.Rule(p, spec.EmptyKeySkip, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rule := h.Rule(p, spec.EmptyKeySkip, "")
 	var d core.Decision
 	if err := rule.Limiter.Decide(context.Background(), "k", 1, &d); err != nil {
 		t.Fatal(err)

@@ -145,13 +145,25 @@ func New(shared core.CountStore, opts Options) (*Store, error) {
 	return e, nil
 }
 
-// CheckPolicy reports whether p can be decided eventually: every limit must
-// count per window.
-func CheckPolicy(p *core.Policy) error {
-	for i, l := range p.Limits() {
-		if _, n := algo.CountedWindows(&l, algo.State{}); n == 0 {
+// CheckLimits reports whether limits, those of the policy named policy,
+// can be decided eventually: eventual mode counts requests per window, so
+// every limit must count (fixed_window or sliding_counter). It is the one
+// place the rule is checked and worded.
+func CheckLimits(policy string, limits []algo.Limit) error {
+	for i := range limits {
+		if _, n := algo.CountedWindows(&limits[i], algo.State{}); n == 0 {
 			return fmt.Errorf("policy %q limit %d (%s): eventual mode counts requests, so it needs fixed_window or sliding_counter, not %s",
-				p.Name(), i+1, l.Rate(), l.Algorithm)
+				policy, i+1, limits[i].Rate(), limits[i].Algorithm)
+		}
+	}
+	return nil
+}
+
+// CheckPolicy is CheckLimits for p's limits in every plan.
+func CheckPolicy(p *core.Policy) error {
+	for _, v := range p.Variants() {
+		if err := CheckLimits(p.Name(), v.Limits()); err != nil {
+			return err
 		}
 	}
 	return nil
