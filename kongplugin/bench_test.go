@@ -82,7 +82,7 @@ func BenchmarkAccessOverSocket(b *testing.B) {
 
 // BenchmarkVsFloor measures the access event of an allowed request (limit
 // by IP, memory store) through tollgate's plugin server and through the
-// floor plugin server (internal/kongfloor: the same go-pdk server and the
+// floor plugin server (kongplugin/internal/kongfloor: the same plugin server and the
 // same PDK calls, no decision), one connection each, in five alternating
 // rounds of 2,000 events. It prints both p50s and p99s and `vs
 // floor-plugin kong-access-p50 <floor p50 ÷ tollgate p50>` (> 1 would mean
@@ -92,7 +92,7 @@ func BenchmarkVsFloor(b *testing.B) {
 		return // measured once, at b.N == 1, by its own rounds
 	}
 	names := []string{"floor", "tollgate"}
-	servers := []*kongproc.Server{kongproc.StartPackage(b, "github.com/tollgate/tollgate/internal/kongfloor"), kongproc.Start(b)}
+	servers := []*kongproc.Server{kongproc.StartPackage(b, "github.com/tollgate/tollgate/kongplugin/internal/kongfloor"), kongproc.Start(b)}
 	clients := make([]*kongproc.Client, len(servers))
 	ids := make([]int32, len(servers))
 	calls := make([][]string, len(servers))

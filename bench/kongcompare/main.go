@@ -98,9 +98,9 @@ func main() {
 	}
 	r.Cleanup(rds.Stop)
 	redis := rds.KongRecord()
-	// The floor: a go-pdk plugin server that decides nothing (internal/kongfloor).
+	// The floor: tollgate's plugin server deciding nothing (kongplugin/internal/kongfloor).
 	floorDir = r.TempDir()
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(floorDir, "kongfloor"), "./internal/kongfloor").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(floorDir, "kongfloor"), "./kongplugin/internal/kongfloor").CombinedOutput(); err != nil {
 		log.Fatalf("building the floor plugin: %v\n%s", err, out)
 	}
 	big := map[string]any{"minute": 1e9, "limit_by": "header", "header_name": "X-Key"}
