@@ -23,46 +23,57 @@ const MaxLimits = 8
 // only if every limit allows it, and a denied request consumes nothing from
 // any of them.
 type Policy struct {
+	// identity is what p's charging twin (see Charging) copies whole: the
+	// state they name in a store, and how it is shown.
+	identity
+	cur atomic.Pointer[limitSet] // the limits in force (scaled by an adaptive controller, else limits)
+	// derived is what a renderer derives from the limits in force (the
+	// header fields), kept so it is derived once, not per request.
+	derived atomic.Value
+	// planIndex is p's place among its policy's limited plans, in order;
+	// plans are the policy's variants, one per plan.
+	planIndex int
+	plans     *planTable
+	leases    bool // an InFlight limit holds leases
+	// charging is the twin that charges the limits charged after the
+	// response (see Charging), and charges marks that twin. oneStep: one
+	// plain Step decides (no shadow, no phases), Apply's fast path when
+	// there is one limit.
+	charging *Policy
+	charges  bool
+	oneStep  bool
+	// unreserved is the variant requests below reserveLevel take (see
+	// ForPriority), nil without a reserve.
+	unreserved   *Policy
+	reserveLevel int
+}
+
+// identity is a policy's name, configured limits and the state they name in
+// a store, with how the policy shows and scales them: built by NewPolicy,
+// copied whole into the policy's charging twin, so a field added here
+// reaches the twin without another line.
+type identity struct {
 	name string
-	// limits are the configured limits; cur the ones in force (scaled by an
-	// adaptive controller, else limits).
+	// limits are the configured limits.
 	limits []algo.Limit
-	cur    atomic.Pointer[limitSet]
 	adapt  *adaptive.Controller
 	shadow bool
 	// scope names the policy's state in a store: its name plus each limit's
 	// identity (algorithm and window, never the count), so a reloaded policy
 	// finds its counters again even when a count, burst or delay changed:
 	// raising a customer's quota keeps what was used, as gateways' own counters do.
-	scope  string
-	idleUS int64
-	// derived is what a renderer derives from the limits in force (the
-	// header fields), kept so it is derived once, not per request.
-	derived   atomic.Value
+	scope     string
+	idleUS    int64
 	scopeHash uint64
 	nameHash  uint64
 	limitIDs  []string
-	// plan names the plan these limits are ("" for a policy without
-	// plans); plans are the policy's variants, one per plan.
+	// plan names the plan these limits are ("" for a policy without plans).
 	plan      string
-	planIndex int // among the limited plans, in order
-	plans     *planTable
-	leases    bool // an InFlight limit holds leases
 	clearKeys bool
-	// phased: some limit is charged after the response (AfterResponse);
-	// charging is then the twin that charges it (see Charging), and
-	// charges marks that twin. oneStep: one plain Step decides (no
-	// shadow, no phases), Apply's fast path when there is one limit.
-	phased   bool
-	charging *Policy
-	charges  bool
-	oneStep  bool
+	// phased: some limit is charged after the response (AfterResponse).
+	phased bool
 	// penalty is the index of the Penalty limit, -1 without one.
 	penalty int
-	// unreserved is the variant requests below reserveLevel take (see
-	// ForPriority), nil without a reserve.
-	unreserved   *Policy
-	reserveLevel int
 }
 
 // planTable is a policy's plans: the variant for each plan name (nil for an
@@ -120,8 +131,8 @@ func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, 
 	if len(limits) > MaxLimits {
 		return nil, fmt.Errorf("policy %q: %d limits, at most %d may be stacked", name, len(limits), MaxLimits)
 	}
-	p := &Policy{name: name, shadow: opts.Shadow, adapt: opts.Adaptive, limits: make([]algo.Limit, len(limits)), plan: opts.Plan,
-		clearKeys: opts.ClearKeys, penalty: -1}
+	p := &Policy{identity: identity{name: name, shadow: opts.Shadow, adapt: opts.Adaptive, limits: make([]algo.Limit, len(limits)), plan: opts.Plan,
+		clearKeys: opts.ClearKeys, penalty: -1}}
 	var sig strings.Builder
 	sig.WriteString(name)
 	for i, l := range limits {
@@ -192,12 +203,10 @@ func (p *Policy) ForPriority(level int) *Policy {
 // level at or above which requests may use it; nil without a reserve.
 func (p *Policy) Reserved() (unreserved *Policy, level int) { return p.unreserved, p.reserveLevel }
 
-// twin returns the policy that charges p's after-response limits: the
-// same state in every store (name, scope, limits, plan), another Apply.
+// twin returns the policy that charges p's after-response limits: p's
+// identity (the same counters in every store), another Apply.
 func (p *Policy) twin() *Policy {
-	t := &Policy{name: p.name, limits: p.limits, adapt: p.adapt, shadow: p.shadow, scope: p.scope, idleUS: p.idleUS,
-		scopeHash: p.scopeHash, nameHash: p.nameHash, limitIDs: p.limitIDs, plan: p.plan,
-		clearKeys: p.clearKeys, phased: true, charges: true, penalty: p.penalty}
+	t := &Policy{identity: p.identity, charges: true}
 	t.use(t.limits, 1)
 	return t
 }
