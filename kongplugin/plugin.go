@@ -146,8 +146,9 @@ func openGate(sc openstore.Config, scope gate.Scope, cfg gate.Config, policies [
 	return opened{gate: g, store: h, unregister: admin.RegisterRule(scope, g, h)}, nil
 }
 
-// Access is AccessEvent for go-pdk's server (and its test environment),
-// which knows no event end: a denial's call is made as any other.
+// Access is AccessEvent for a caller that knows no event end (go-pdk's
+// test environment, which the unit tests drive): a denial's call is made
+// as any other.
 func (c *Config) Access(kong *pdk.PDK) {
 	var ev pluginserver.Event
 	c.AccessEvent(kong, &ev)

@@ -196,8 +196,9 @@ func (u *usageSeen) Decided(rule int, d *core.Decision, err error, _ time.Durati
 // some period when the request arrived (Kong: a remaining of 0 or less).
 func spent(d *core.Decision) bool { return d.Policy != nil && (!d.Allowed || d.Shadowed) }
 
-// Access is AccessEvent for go-pdk's server (and its test environment),
-// which knows no event end: a denial's call is made as any other.
+// Access is AccessEvent for a caller that knows no event end (go-pdk's
+// test environment, which the unit tests drive): a denial's call is made
+// as any other.
 func (c *ResponseLimitsConfig) Access(kong *pdk.PDK) {
 	var ev pluginserver.Event
 	c.AccessEvent(kong, &ev)

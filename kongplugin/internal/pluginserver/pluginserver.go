@@ -54,7 +54,8 @@ type (
 )
 
 // Flush makes the call SetCtxAtEnd left as an ordinary PDK call, for a
-// handler run by a server that does not know Event (go-pdk's).
+// handler run by a caller that does not know Event (go-pdk's test
+// environment).
 func (e *Event) Flush(kong *pdk.PDK) error {
 	if e.endCtx == nil {
 		return nil
