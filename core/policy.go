@@ -22,6 +22,17 @@ const MaxLimits = 8
 // Policy is a named stack of limits applied to one key. A request is allowed
 // only if every limit allows it, and a denied request consumes nothing from
 // any of them.
+//
+// A Policy does not change once NewPolicy (or NewPlans) returns it, but
+// for the limits in force, which an adaptive controller scales; it is
+// safe for concurrent use. Its variants (one per plan, ForPlan; the one
+// below a reserve, ForPriority; the charging twin, Charging) name the same
+// counters in every store: Scope and LimitID come from the name and each
+// limit's algorithm and window, never a count, so a key keeps its usage
+// across plans, priorities, charges and reloads that change a count.
+// Users build and read policies (NewPolicy, NewPlans, Name, Limits, the
+// variants); Apply, ApplyLease, ApplyCancel, LimitMode, LimitID, Scope,
+// IdleMicros and the hashes are what a Store implementation needs.
 type Policy struct {
 	// identity is what p's charging twin (see Charging) copies whole: the
 	// state they name in a store, and how it is shown.
