@@ -52,7 +52,7 @@ type Handler struct {
 	gate     *gate.Gate
 	store    *openstore.Handle
 	stopLog  func()
-	releases []func() // adaptive controllers acquired
+	compiled *spec.Compiled // the policies, built and checked once
 	metrics  *metrics.Set
 	logger   *zap.Logger
 	sampler  *gate.DenialSampler // nil unless log_denials
@@ -92,16 +92,19 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	seen := map[string]bool{}
-	for _, pc := range h.Policies {
+	specs := make([]*spec.Policy, len(h.Policies))
+	for i, pc := range h.Policies {
 		if pc == nil {
 			return fmt.Errorf("policies: null policy")
 		}
-		if seen[pc.Name] {
-			return fmt.Errorf("policy %q: name used twice", pc.Name)
-		}
-		seen[pc.Name] = true
-		p, err := h.provisionPolicy(ctx, pc)
+		specs[i] = &pc.Policy
+	}
+	// Keyed like the counters, so a reload keeps an adaptive factor.
+	if h.compiled, err = spec.Compile("caddy", sc.CheckPolicy, specs...); err != nil {
+		return err
+	}
+	for i, pc := range h.Policies {
+		p, err := provisionPolicy(ctx, pc, &h.compiled.Policies[i])
 		if err != nil {
 			return err
 		}
@@ -115,20 +118,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return errors.New(why)
 		}
 	}
-	for _, p := range h.policies {
-		if err := sc.CheckPolicy(p.pol); err != nil { // eventual mode's algorithms
-			return err
-		}
-	}
 	h.store, err = openstore.Acquire(sc)
 	if err != nil {
 		return err
 	}
-	for _, p := range h.policies {
-		rule := h.store.Rule(p.pol, p.emptyKey, "")
-		rule.Charge = p.cfg.ResponseCost()
-		gc.Rules = append(gc.Rules, rule)
-	}
+	gc.Rules = h.store.Rules(h.compiled, "")
 	if h.gate, err = gate.New(gc); err != nil {
 		return err
 	}
@@ -149,14 +143,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return err
 }
 
-func (h *Handler) provisionPolicy(ctx caddy.Context, pc *PolicyConfig) (*policy, error) {
-	// Keyed like the counters, so a reload keeps an adaptive factor.
-	pol, emptyKey, release, err := pc.Build("caddy")
-	if err != nil {
-		return nil, err
-	}
-	h.releases = append(h.releases, release)
-	p := &policy{cfg: pc, pol: pol, emptyKey: emptyKey, cost: pc.RequestCost()}
+// provisionPolicy loads what Caddy adds to a compiled policy: its key,
+// plan and priority templates and its matchers.
+func provisionPolicy(ctx caddy.Context, pc *PolicyConfig, compiled *spec.CompiledPolicy) (*policy, error) {
+	p := &policy{cfg: pc, pol: compiled.Policy, emptyKey: compiled.EmptyKey, cost: compiled.Cost}
+	var err error
 	if p.key, err = parseKeyTemplate(cmp.Or(pc.Key, DefaultKey)); err != nil {
 		return nil, fmt.Errorf("policy %q key: %w", pc.Name, err)
 	}
@@ -203,10 +194,9 @@ func (h *Handler) Cleanup() error {
 	if h.offAdmin != nil {
 		h.offAdmin()
 	}
-	for _, release := range h.releases {
-		release()
+	if h.compiled != nil {
+		h.compiled.Release()
 	}
-	h.releases = nil
 	if h.store == nil {
 		return nil
 	}

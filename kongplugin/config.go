@@ -333,30 +333,41 @@ func compile(c *Config) (*instance, error) {
 	if c.Charge != nil {
 		policy.Charge = c.Charge.spec() // Build checks it, naming charge's field
 	}
+	// The store's fields are read first, as eventual mode's check needs
+	// them, but their errors come after the policy's own.
+	sc, storeErr := storeConfig(c, inst.scope.Prefix)
 	// An adaptive controller is shared per scope and settings, so the factor
 	// survives Kong replacing the instance (it starts the new one before it
 	// closes the old); Close releases it.
-	if inst.policy, _, inst.release, err = policy.Build("kong|" + inst.scope.Prefix); err != nil {
+	if inst.built, err = spec.Compile("kong|"+inst.scope.Prefix, decidable(c, &sc, storeErr), &policy); err != nil {
 		return nil, err
 	}
-	inst.charge = policy.ResponseCost()
-	if c.Policy == "cluster" {
-		err = checkCluster(inst.policy, c.Namespace)
+	if storeErr != nil {
+		inst.built.Release()
+		return nil, storeErr
 	}
-	if err == nil {
-		inst.storeConfig, err = storeConfig(c, inst.scope.Prefix)
-		inst.warnings.lines = append(inst.warnings.lines, c.RedisSettings.notes...)
-	}
-	if err == nil {
-		if err = inst.storeConfig.CheckPolicy(inst.policy); err != nil { // eventual mode's algorithms
-			err = fmt.Errorf("sync_rate: %v", err)
-		}
-	}
-	if err != nil {
-		inst.release()
-		return nil, err
-	}
+	inst.policy, inst.storeConfig = inst.built.Policies[0].Policy, sc
+	inst.warnings.lines = append(inst.warnings.lines, c.RedisSettings.notes...)
 	return inst, nil
+}
+
+// decidable is the check of a policy against c's store, sc (unless
+// reading it failed with storeErr), naming the field that chose it:
+// policy cluster keeps Kong's rows, and sync_rate's eventual mode counts
+// requests.
+func decidable(c *Config, sc *openstore.Config, storeErr error) func(*core.Policy) error {
+	return func(p *core.Policy) error {
+		switch {
+		case c.Policy == "cluster":
+			return checkCluster(p, c.Namespace)
+		case storeErr != nil:
+			return nil // compile reports it
+		}
+		if err := sc.CheckPolicy(p); err != nil {
+			return fmt.Errorf("sync_rate: %v", err)
+		}
+		return nil
+	}
 }
 
 // KeysTarget compiles a plugin config of variant v as Kong sends it

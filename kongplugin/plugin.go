@@ -57,7 +57,7 @@ func (v Variant) start(raw []byte) (any, error) {
 		return &refusal{plugin: v.name(), scope: scopeOf(raw), err: err}, nil
 	}
 	if err := c.compiled.open(); err != nil {
-		c.compiled.release() // the adaptive controller compile took
+		c.compiled.built.Release() // the adaptive controller compile took
 		return &refusal{plugin: v.name(), scope: c.compiled.scope.Name, err: err}, nil
 	}
 	return &c, nil
@@ -65,15 +65,14 @@ func (v Variant) start(raw []byte) (any, error) {
 
 // instance is a validated config, ready for requests once open.
 type instance struct {
-	*Config     // as checked, with Kong's defaults filled
-	policy      *core.Policy
-	release     func() // gives back the policy's adaptive controller
+	*Config                    // as checked, with Kong's defaults filled
+	built       *spec.Compiled // its one policy, released at Close
+	policy      *core.Policy   // built's
 	storeConfig openstore.Config
 	scope       gate.Scope      // ns=<namespace> or route=<id>,service=<id> (instanceScope)
 	headers     headers.Options // style none when hide_client_headers
 	sampler     *gate.DenialSampler
-	warnings    warnings           // told Kong's log at the first request
-	charge      *spec.ResponseCost // what a response costs, or nil
+	warnings    warnings // told Kong's log at the first request
 
 	opened // the gate over the store, from open to Close
 }
@@ -88,7 +87,7 @@ func (inst *instance) logf(format string, args ...any) {
 func (inst *instance) open() error {
 	var err error
 	inst.opened, err = openGate(inst.storeConfig, inst.scope,
-		gate.Config{Status: inst.ErrorCode, Headers: inst.headers}, []*core.Policy{inst.policy}, []*spec.ResponseCost{inst.charge})
+		gate.Config{Status: inst.ErrorCode, Headers: inst.headers}, inst.built)
 	return err
 }
 
@@ -102,7 +101,7 @@ func (inst *instance) open() error {
 // config, and parked leases end by id, whichever instance asks.
 func (c *Config) Close() {
 	c.compiled.opened.close()
-	c.compiled.release()
+	c.compiled.built.Release()
 }
 
 // opened is what an open instance holds: its gate, and the handles it
@@ -124,20 +123,15 @@ func (o *opened) close() {
 }
 
 // openGate opens (or joins) the store sc and builds a gate of cfg over it,
-// one rule per policy in scope, charged after the response as charges[i]
-// says (nil: as requests arrive), and registers it with the operators' API
+// one rule per policy of built, and registers it with the operators' API
 // as scope.Name.
-func openGate(sc openstore.Config, scope gate.Scope, cfg gate.Config, policies []*core.Policy, charges []*spec.ResponseCost) (opened, error) {
+func openGate(sc openstore.Config, scope gate.Scope, cfg gate.Config, built *spec.Compiled) (opened, error) {
 	h, err := openstore.Acquire(sc)
 	if err != nil {
 		return opened{}, err
 	}
 	h.LogStateChanges(log.Printf) // Kong logs the plugin server's output
-	for i, p := range policies {
-		rule := h.Rule(p, spec.EmptyKeySkip, scope.Prefix) // compile checked p against sc
-		rule.Charge = charges[i]
-		cfg.Rules = append(cfg.Rules, rule)
-	}
+	cfg.Rules = h.Rules(built, scope.Prefix)
 	g, err := gate.New(cfg)
 	if err != nil {
 		_ = h.Release()
@@ -216,7 +210,7 @@ func (c *Config) Log(kong *pdk.PDK) {
 			endParkedLeases(id) // the response is finished: its slots go back
 		}
 	}
-	if inst != nil && inst.charge != nil {
+	if inst != nil && inst.built.Policies[0].Charge != nil {
 		chargeResponse(kong)
 	}
 	if inst == nil || inst.policy.Adaptive() == nil {

@@ -3,6 +3,7 @@ package kongplugin
 import (
 	"context"
 	_ "embed" // response_ratelimiting.json
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -67,7 +68,7 @@ func startResponseLimits(raw []byte) (any, error) {
 	rl := c.compiled
 	var err error
 	// The headers are the plugin's own (see setUsage): none from the gate.
-	rl.opened, err = openGate(rl.storeConfig, rl.scope, gate.Config{Headers: headers.Options{Style: headers.None}}, rl.policies, rl.charges)
+	rl.opened, err = openGate(rl.storeConfig, rl.scope, gate.Config{Headers: headers.Options{Style: headers.None}}, rl.built)
 	if err != nil {
 		return &refusal{plugin: plugin, scope: rl.scope.Name, err: err}, nil
 	}
@@ -110,12 +111,12 @@ type ResponseLimitsConfig struct {
 // responseLimits is a validated ResponseLimitsConfig, ready for requests.
 type responseLimits struct {
 	*ResponseLimitsConfig
-	// resources are the names of Limits in order; policies[i] counts
-	// resources[i] (fixed windows, charged after the response) and
-	// charges[i] reads its entry of the usage header.
+	// resources are the names of Limits in order; built.Policies[i]
+	// counts resources[i] (fixed windows, charged after the response what
+	// its entry of the usage header says).
 	resources   []string
-	policies    []*core.Policy
-	charges     []*spec.ResponseCost
+	built       *spec.Compiled // a policy per resource, charged by the usage header
+	policies    []*core.Policy // built's
 	storeConfig openstore.Config
 	scope       gate.Scope
 	warnings    warnings // told Kong's log at the first request
@@ -152,7 +153,8 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 	// get_local_key): a plugin on a service shares them across its routes.
 	rl.scope = instanceScope(c.attached.RouteID, c.attached.ServiceID, "")
 	zero := int64(0)
-	for _, name := range rl.resources {
+	specs := make([]*spec.Policy, len(rl.resources))
+	for i, name := range rl.resources {
 		periods := c.Limits[name]
 		field := "limits." + name + "."
 		warnPeriodOrder(&periods, "limits."+name+": ", &rl.warnings)
@@ -160,13 +162,8 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 		if err != nil {
 			return nil, err
 		}
-		p := spec.Policy{Name: name, Limits: limits, Shadow: !c.BlockOnFirstViolation,
+		specs[i] = &spec.Policy{Name: name, Limits: limits, Shadow: !c.BlockOnFirstViolation,
 			Charge: &spec.Charge{CostHeader: c.HeaderName, CostEntry: name, Cost: &zero}}
-		policy, _, _, err := p.Build("kong-response|" + rl.scope.Prefix)
-		if err != nil {
-			return nil, fmt.Errorf("limits.%s: %w", name, err)
-		}
-		rl.policies, rl.charges = append(rl.policies, policy), append(rl.charges, p.ResponseCost())
 	}
 	var err error
 	cs := clusterScope{table: kongdb.ResponseRateLimiting, prefix: rl.scope.Prefix, serviceID: c.attached.ServiceID, routeID: c.attached.RouteID}
@@ -174,6 +171,15 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 		return nil, err
 	}
 	rl.warnings.lines = append(rl.warnings.lines, c.RedisSettings.notes...)
+	// Fixed windows only, which every store decides; nothing adaptive to release.
+	if rl.built, err = spec.Compile("kong-response|"+rl.scope.Prefix, nil, specs...); err != nil {
+		var pe *spec.PolicyError
+		errors.As(err, &pe)
+		return nil, fmt.Errorf("limits.%s: %w", rl.resources[pe.Index], pe.Err)
+	}
+	for _, cp := range rl.built.Policies {
+		rl.policies = append(rl.policies, cp.Policy)
+	}
 	return rl, nil
 }
 
@@ -293,7 +299,7 @@ func (c *ResponseLimitsConfig) Response(kong *pdk.PDK) {
 
 	stop := false
 	for i := range rl.resources {
-		if cost, _ := rl.charges[i].Cost(0, header); cost > 0 && spent(&shown[i]) {
+		if cost, _ := rl.built.Policies[i].Charge.Cost(0, header); cost > 0 && spent(&shown[i]) {
 			stop = true
 		}
 	}

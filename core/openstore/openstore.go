@@ -232,14 +232,6 @@ func (c *Config) CheckPolicy(p *core.Policy) error {
 	return nil
 }
 
-// CheckPolicy reports whether the store can decide p (see Config.CheckPolicy).
-func (h *Handle) CheckPolicy(p *core.Policy) error {
-	if h.Eventual != nil {
-		return eventual.CheckPolicy(p)
-	}
-	return nil
-}
-
 // Rule returns p as a gate rule over this store, an adaptive policy's
 // factor shared through it (syncScope, prefixed to the policy's scope,
 // names the shared factor). p must be one the store's Config.CheckPolicy
@@ -250,6 +242,19 @@ func (h *Handle) Rule(p *core.Policy, emptyKey spec.EmptyKey, syncScope string) 
 		a.SetSync(h.FactorSync(syncScope + p.Scope()))
 	}
 	return gate.Rule{Limiter: core.NewLimiter(p, h.Store), EmptyKey: emptyKey}
+}
+
+// Rules returns a compiled config's policies as gate rules over this
+// store, in order (see Rule). c must have been compiled for this store's
+// Config (spec.Compile with its CheckPolicy).
+func (h *Handle) Rules(c *spec.Compiled, syncScope string) []gate.Rule {
+	rules := make([]gate.Rule, len(c.Policies))
+	for i := range c.Policies {
+		cp := &c.Policies[i]
+		rules[i] = h.Rule(cp.Policy, cp.EmptyKey, syncScope)
+		rules[i].Charge = cp.Charge
+	}
+	return rules
 }
 
 // FactorSync returns how an adaptive policy's factor is shared: through

@@ -26,13 +26,13 @@ func TestAdaptivePolicyTellsItsControllerWhetherItIsPaced(t *testing.T) {
 		for _, a := range tc.algorithms {
 			s.Limits = append(s.Limits, spec.Limit{Count: 100, Window: algo.Duration(time.Second), Algorithm: a})
 		}
-		p, _, release, err := s.Build(t.Name())
+		c, err := spec.Compile(t.Name(), nil, &s)
 		if err != nil {
 			t.Fatalf("%v: %v", tc.algorithms, err)
 		}
-		if got := p.Adaptive().Options().Paced; got != tc.paced {
+		if got := c.Policies[0].Policy.Adaptive().Options().Paced; got != tc.paced {
 			t.Errorf("%v: Options.Paced %v, want %v", tc.algorithms, got, tc.paced)
 		}
-		release()
+		c.Release()
 	}
 }

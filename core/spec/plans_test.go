@@ -28,12 +28,13 @@ func planSpec() spec.Policy {
 // nothing counted; a key moved from free to pro keeps what it used; the
 // headers and the decision's fields name the plan in force.
 func TestPlansChooseLimitsPerRequest(t *testing.T) {
-	spec := planSpec()
-	p, _, release, err := spec.Build("test")
+	ps := planSpec()
+	c, err := spec.Compile("test", nil, &ps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer release()
+	defer c.Release()
+	p := c.Policies[0].Policy
 	clock := &core.ManualClock{Micros: 1_700_006_400_000_000}
 	store, err := memory.New(memory.Options{Clock: clock})
 	if err != nil {
@@ -115,8 +116,7 @@ func TestPlanSpecErrorsNameTheFault(t *testing.T) {
 			ps.Plans[i].Limits = append([]spec.Limit(nil), ps.Plans[i].Limits...)
 		}
 		tc.edit(&ps)
-		_, _, release, err := ps.Build("test")
-		release()
+		_, err := spec.Compile("test", nil, &ps)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want %q", err, tc.want)
 		}
@@ -129,8 +129,7 @@ func TestPlanSpecErrorsNameTheFault(t *testing.T) {
 func TestReserveShareInOneWording(t *testing.T) {
 	for _, share := range []float64{0, 1, 1.5, -0.2} {
 		s := spec.Policy{Name: "api", Limits: []spec.Limit{{Count: 10, Window: algo.Duration(time.Minute)}}, Reserve: &spec.Reserve{Share: share}}
-		_, _, release, err := s.Build("test")
-		release()
+		_, err := spec.Compile("test", nil, &s)
 		want := fmt.Sprintf(`policy "api" reserve: a share of %g must be between 0 and 1, both excluded`, share)
 		if err == nil || err.Error() != want {
 			t.Errorf("spec share %g: %v, want %q", share, err, want)

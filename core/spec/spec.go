@@ -291,16 +291,6 @@ func (s *Policy) chargeAfterResponse(limits []algo.Limit) error {
 	return nil
 }
 
-// ResponseCost returns what responses cost the policy (see Charge), or nil
-// when its limits are charged as requests arrive. s must have been checked.
-func (s *Policy) ResponseCost() *ResponseCost {
-	if s.Charge == nil {
-		return nil
-	}
-	rc, _ := s.Charge.Compile()
-	return rc
-}
-
 // checkAdaptable refuses to adapt a limit that admits a window's count at
 // once (fixed_window, sliding_log, sliding_counter): scaled by a factor,
 // it still lets each window's count through in a burst, which an upstream
@@ -380,26 +370,6 @@ func (s *Policy) checkPlans() error {
 	return nil
 }
 
-// Build validates s and returns its policy and the rule's empty-key
-// handling. An adaptive policy's controller is shared by every config that
-// builds the same policy under the same owner (a gateway's name for the
-// process), so a reload keeps its factor; release gives it
-// back when the config is unloaded (a no-op without adaptive).
-func (s *Policy) Build(owner string) (p *core.Policy, emptyKey EmptyKey, release func(), err error) {
-	release = func() {}
-	limits, err := s.Check()
-	if err != nil {
-		return nil, 0, release, err
-	}
-	emptyKey, _ = ParseEmptyKey(s.EmptyKey)
-	if len(s.Plans) > 0 {
-		p, release, err = s.buildPlans(owner)
-		return p, emptyKey, release, err
-	}
-	p, release, err = s.build(owner, limits, "")
-	return p, emptyKey, release, err
-}
-
 // buildPlans builds a variant of the policy per limited plan, sharing one
 // adaptive controller (they count the same windows), and joins them.
 func (s *Policy) buildPlans(owner string) (*core.Policy, func(), error) {
@@ -472,13 +442,4 @@ func paced(limits []algo.Limit) bool {
 		}
 	}
 	return true
-}
-
-// RequestCost returns the units one request takes under s: Cost, or 1 when
-// unset.
-func (s *Policy) RequestCost() int64 {
-	if s.Cost == 0 {
-		return 1
-	}
-	return s.Cost
 }

@@ -140,18 +140,18 @@ func direct(ctx context.Context, file, method, path string, q url.Values, open f
 	if t.Store.Redis == nil {
 		return nil, fmt.Errorf("%s: policy local keeps its counters in the plugin server's memory: start the server with %s=PATH and use --socket PATH", file, admin.SocketEnv)
 	}
+	p, name, err := t.pick(q.Get("policy"))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if err := t.Store.CheckPolicy(p); err != nil {
+		return nil, err
+	}
 	h, err := openstore.Acquire(t.Store)
 	if err != nil {
 		return nil, err
 	}
 	defer h.Release()
-	p, name, err := t.pick(q.Get("policy"))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	if err := h.CheckPolicy(p); err != nil {
-		return nil, err
-	}
 	// One call, no requests: no sketch of the keys denied most.
 	g, err := gate.New(gate.Config{Rules: []gate.Rule{{Limiter: core.NewLimiter(p, h.Store)}}, TopDenied: -1})
 	if err != nil {
