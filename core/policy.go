@@ -34,8 +34,9 @@ const MaxLimits = 8
 // variants); Apply, ApplyLease, ApplyCancel, LimitMode, LimitID, Scope,
 // IdleMicros and the hashes are what a Store implementation needs.
 type Policy struct {
-	// identity is what p's charging twin (see Charging) copies whole: the
-	// state they name in a store, and how it is shown.
+	// identity is what p's variants (its charging twin, its unreserved
+	// variant) copy whole: the state they name in a store, and how it is
+	// shown.
 	identity
 	cur atomic.Pointer[limitSet] // the limits in force (scaled by an adaptive controller, else limits)
 	// derived is what a renderer derives from the limits in force (the
@@ -61,8 +62,9 @@ type Policy struct {
 
 // identity is a policy's name, configured limits and the state they name in
 // a store, with how the policy shows and scales them: built by NewPolicy,
-// copied whole into the policy's charging twin, so a field added here
-// reaches the twin without another line.
+// copied whole into the policy's charging twin (twin) and its unreserved
+// variant (variant, with the unreserved limits), so a field added here
+// reaches them without another line.
 type identity struct {
 	name string
 	// limits are the configured limits.
@@ -142,61 +144,69 @@ func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, 
 	if len(limits) > MaxLimits {
 		return nil, fmt.Errorf("policy %q: %d limits, at most %d may be stacked", name, len(limits), MaxLimits)
 	}
-	p := &Policy{identity: identity{name: name, shadow: opts.Shadow, adapt: opts.Adaptive, limits: make([]algo.Limit, len(limits)), plan: opts.Plan,
-		clearKeys: opts.ClearKeys, penalty: -1}}
+	ident := &identity{name: name, shadow: opts.Shadow, adapt: opts.Adaptive, limits: make([]algo.Limit, len(limits)), plan: opts.Plan,
+		clearKeys: opts.ClearKeys, penalty: -1}
 	var sig strings.Builder
 	sig.WriteString(name)
 	for i, l := range limits {
 		if err := l.Normalize(); err != nil {
 			return nil, fmt.Errorf("policy %q limit %d (%s): %w", name, i+1, l.Rate(), err)
 		}
-		p.limits[i] = l
-		p.idleUS = max(p.idleUS, l.IdleMicros())
-		p.leases = p.leases || l.Algorithm == algo.InFlight
-		p.phased = p.phased || l.AfterResponse
+		ident.limits[i] = l
+		ident.idleUS = max(ident.idleUS, l.IdleMicros())
+		ident.phased = ident.phased || l.AfterResponse
 		if l.Algorithm == algo.Penalty {
-			if p.penalty >= 0 {
+			if ident.penalty >= 0 {
 				return nil, fmt.Errorf("policy %q limit %d (%s): a second penalty; a policy has at most one", name, i+1, l.Rate())
 			}
-			p.penalty = i
+			ident.penalty = i
 		}
 		id := limitIdentity(limits[:i], l)
 		sig.WriteString("|" + id)
 		h := fnv.New64a()
 		h.Write([]byte(id))
-		p.limitIDs = append(p.limitIDs, strconv.FormatUint(h.Sum64(), 36))
+		ident.limitIDs = append(ident.limitIDs, strconv.FormatUint(h.Sum64(), 36))
 	}
-	if p.penalty >= 0 && len(limits) == 1 {
+	if ident.penalty >= 0 && len(limits) == 1 {
 		return nil, fmt.Errorf("policy %q: a penalty counts the denials of the policy's other limits, and it has none", name)
 	}
-	p.scope = sig.String()
-	p.scopeHash = maphash.String(scopeSeed, p.scope)
-	p.nameHash = maphash.String(nameSeed, name)
-	p.oneStep = !p.shadow && !p.phased
-	p.use(p.limits, 1)
-	if p.phased {
-		p.charging = p.twin()
+	ident.scope = sig.String()
+	ident.scopeHash = maphash.String(scopeSeed, ident.scope)
+	ident.nameHash = maphash.String(nameSeed, name)
+	var charging *Policy
+	if ident.phased {
+		charging = twin(*ident)
 	}
+	pol := variant(*ident, charging)
 	if opts.Reserve != 0 {
 		if err := CheckReserveShare(opts.Reserve); err != nil {
 			return nil, fmt.Errorf("policy %q %w", name, err)
 		}
-		u := make([]algo.Limit, len(p.limits))
-		for i := range p.limits {
-			u[i] = p.limits[i].Unreserved(opts.Reserve)
+		// The same state as pol's (the same identity, kept as long), and
+		// charged after the response as pol is (a charge takes no reserve
+		// into account).
+		u := *ident
+		u.limits = make([]algo.Limit, len(ident.limits))
+		for i := range ident.limits {
+			u.limits[i] = ident.limits[i].Unreserved(opts.Reserve)
 		}
-		plain := opts
-		plain.Reserve = 0
-		v, err := NewPolicy(name, plain, u...)
-		if err != nil {
-			return nil, err
-		}
-		// The same state as p's, kept as long, and charged after the
-		// response as p is (a charge takes no reserve into account).
-		v.idleUS, v.charging, v.reserveLevel = p.idleUS, p.charging, opts.ReserveLevel
-		p.unreserved, p.reserveLevel = v, opts.ReserveLevel
+		pol.unreserved, pol.reserveLevel = variant(u, charging), opts.ReserveLevel
+		pol.unreserved.reserveLevel = opts.ReserveLevel
 	}
-	return p, nil
+	return pol, nil
+}
+
+// variant returns a policy of id, charged after the response by charging
+// (nil when id has no such limit): a policy and its unreserved variant are
+// both built here, so what is derived from the identity is derived in one
+// place (their charging twin is twin's).
+func variant(id identity, charging *Policy) *Policy {
+	p := &Policy{identity: id, charging: charging, oneStep: !id.shadow && !id.phased}
+	for i := range id.limits {
+		p.leases = p.leases || id.limits[i].Algorithm == algo.InFlight
+	}
+	p.use(p.limits, 1)
+	return p
 }
 
 // ForPriority returns the variant of p a request of priority level takes:
@@ -214,10 +224,11 @@ func (p *Policy) ForPriority(level int) *Policy {
 // level at or above which requests may use it; nil without a reserve.
 func (p *Policy) Reserved() (unreserved *Policy, level int) { return p.unreserved, p.reserveLevel }
 
-// twin returns the policy that charges p's after-response limits: p's
-// identity (the same counters in every store), another Apply.
-func (p *Policy) twin() *Policy {
-	t := &Policy{identity: p.identity, charges: true}
+// twin returns the policy that charges id's after-response limits: the
+// same identity (the same counters in every store), another Apply. It only
+// charges, so it holds no lease and takes no one-step path.
+func twin(id identity) *Policy {
+	t := &Policy{identity: id, charges: true}
 	t.use(t.limits, 1)
 	return t
 }
