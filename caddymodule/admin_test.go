@@ -57,7 +57,7 @@ func adminSend(t *testing.T, c *caddyproc.Caddy, method, path, body string) (int
 // exactly one after, no more, no less.
 func TestCaddyAdminAPI(t *testing.T) {
 	rs := redistest.StartT(t)
-	c := caddyproc.Start(t, fmt.Sprintf(`
+	c := caddyproc.StartInProcess(t, fmt.Sprintf(`
 	tollgate {
 		store redis redis://%s
 		policy api {
@@ -248,7 +248,7 @@ func adminPost(t *testing.T, c *caddyproc.Caddy, path, body string) (int, map[st
 // object is refused with the reason.
 func TestCaddyAdminAPIKeysInBody(t *testing.T) {
 	const secret = "sk_live_tollgate_secret_41"
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy api {
 			key {http.request.header.X-Key}
@@ -300,7 +300,7 @@ func TestCaddyAdminAPIKeysInBody(t *testing.T) {
 // loaded, naming the policy; the same policy (same limits, same store) in
 // two routes is one policy, and the API reaches it.
 func TestCaddyPolicyNameTwice(t *testing.T) {
-	c := caddyproc.Start(t, `respond "ok"`)
+	c := caddyproc.StartInProcess(t, `respond "ok"`)
 	code, body := c.Load(`
 	route /a* {
 		tollgate {
@@ -356,7 +356,7 @@ func TestCaddyPolicyNameTwice(t *testing.T) {
 // requests; GET policies shows the burst; GET top without a policy lists
 // every policy's offenders.
 func TestCaddyAdminAPIBucketsInTheirOwnTerms(t *testing.T) {
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy bucket {
 			key {http.request.header.X-Key}

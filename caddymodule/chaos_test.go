@@ -122,7 +122,7 @@ func mostInWindow(at []int64, w time.Duration) int {
 // are limited like any key (long keys are hashed); a 1 MB header is refused
 // by Caddy itself (431) before any handler runs; Caddy keeps serving.
 func TestCaddyHostileKeys(t *testing.T) {
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy p {
 			key {http.request.header.X-Key}
@@ -228,7 +228,7 @@ func TestCaddyStoreFailureLogsOnce(t *testing.T) {
 // policy, the limit, the key hashed and the retry-after, and the count of
 // denials it did not log.
 func TestCaddyDenialLogSampled(t *testing.T) {
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy api {
 			key {http.request.header.X-Key}

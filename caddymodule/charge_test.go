@@ -34,7 +34,7 @@ func loginUpstream(t *testing.T) *httptest.Server {
 // refused with a Retry-After until the first failure leaves the window.
 func TestCaddyChargesFailedLogins(t *testing.T) {
 	upstream := loginUpstream(t)
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy login {
 			key {client_ip}
@@ -174,7 +174,7 @@ func available(field string) int {
 // the box as the key's "penalty" limit and reset the key to let it in.
 func TestCaddyPenaltyBoxAfterFailedLogins(t *testing.T) {
 	upstream := loginUpstream(t)
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy login {
 			key {client_ip}
@@ -222,7 +222,7 @@ func TestCaddyPenaltyBoxAfterFailedLogins(t *testing.T) {
 // held back, and a priority the client garbles counts as 0. The metrics
 // count decisions by priority (two values).
 func TestCaddyReserveForCriticalTraffic(t *testing.T) {
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy api {
 			key all

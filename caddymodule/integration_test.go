@@ -35,7 +35,7 @@ func expectHeaders(t *testing.T, label string, resp *http.Response, want map[str
 }
 
 func TestCaddyPerKeyLimitAndHeaders(t *testing.T) {
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy per-key {
 			key {http.request.header.X-Key}
@@ -91,7 +91,7 @@ func TestCaddyPerKeyLimitAndHeaders(t *testing.T) {
 }
 
 func TestCaddyStackedLimits(t *testing.T) {
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy stacked {
 			key {http.request.header.X-Key}
@@ -136,7 +136,7 @@ func TestCaddyStackedLimits(t *testing.T) {
 }
 
 func TestCaddyStatusBodyHeaderStyles(t *testing.T) {
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	route /x* {
 		tollgate {
 			policy x {
@@ -184,7 +184,7 @@ func TestCaddyStatusBodyHeaderStyles(t *testing.T) {
 }
 
 func TestCaddyShadowMatchersAndEmptyKey(t *testing.T) {
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy api {
 			match {
@@ -248,7 +248,7 @@ func TestCaddyShadowMatchersAndEmptyKey(t *testing.T) {
 }
 
 func TestCaddyHandleErrorsAndPlaceholders(t *testing.T) {
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy p {
 			limit 1/1m fixed_window
@@ -271,7 +271,7 @@ func TestCaddyHandleErrorsAndPlaceholders(t *testing.T) {
 // not refused, released no faster than the rate, never held past max_delay,
 // and those beyond the queue are refused.
 func TestCaddyShapingDelays(t *testing.T) {
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy shaped {
 			limit 10/1s leaky_bucket max_delay 500ms
@@ -339,7 +339,7 @@ func TestCaddyReloadKeepsCounters(t *testing.T) {
 	}
 	respond %q`, version, count, version)
 	}
-	c := caddyproc.Start(t, site("v1", 3))
+	c := caddyproc.StartInProcess(t, site("v1", 3))
 	c.Get("/")
 	c.Get("/")
 	if code, body := c.Load(site("v2", 3)); code != 200 {
@@ -620,7 +620,7 @@ func TestCaddyPlans(t *testing.T) {
 	}
 	respond "ok {http.tollgate.plan}"`
 	}
-	c := caddyproc.Start(t, site("free"))
+	c := caddyproc.StartInProcess(t, site("free"))
 	statuses := func(key string, n int) string {
 		var got []string
 		for i := 0; i < n; i++ {
@@ -703,7 +703,7 @@ func TestCaddyTopDeniedKeys(t *testing.T) {
 	if long {
 		lights, heavy = 100_000, 300
 	}
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy api {
 			match {
@@ -858,7 +858,7 @@ func TestCaddyUnknownPlaceholdersRefused(t *testing.T) {
 // TestCaddyPlaceholdersWhereNoPolicyApplies: on a path no policy covers,
 // the http.tollgate.* placeholders read empty, not as written.
 func TestCaddyPlaceholdersWhereNoPolicyApplies(t *testing.T) {
-	c := caddyproc.Start(t, `
+	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy api {
 			match {

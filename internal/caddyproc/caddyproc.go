@@ -1,6 +1,7 @@
-// Package caddyproc runs the xcaddy-built Caddy (bin/caddy, with tollgate)
-// as a real process on free loopback ports for tests, and talks to its admin
-// API.
+// Package caddyproc runs Caddy for tests on free loopback ports, and talks
+// to its admin API: the xcaddy-built Caddy (bin/caddy, with tollgate) as a
+// real process (Start), or Caddy in the test's own process
+// (StartInProcess).
 package caddyproc
 
 import (
