@@ -1,0 +1,88 @@
+package spec_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/spec"
+)
+
+func perMinute(name string, count int64) *spec.Policy {
+	return &spec.Policy{Name: name, Limits: []spec.Limit{{Count: count, Window: algo.Duration(time.Minute), Algorithm: "gcra"}}}
+}
+
+// TestCompileBuildsWhatARequestNeeds: each compiled policy carries its
+// empty-key handling, the units a request takes (1 when unset) and what a
+// response charges (nil when its limits are charged as requests arrive),
+// in the order given.
+func TestCompileBuildsWhatARequestNeeds(t *testing.T) {
+	plain := perMinute("plain", 10)
+	costly := perMinute("costly", 10)
+	costly.Cost, costly.EmptyKey = 3, "shared"
+	charged := perMinute("charged", 10)
+	one := int64(1)
+	charged.Charge = &spec.Charge{Status: []string{"401"}, Cost: &one}
+	c, err := spec.Compile(t.Name(), nil, plain, costly, charged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	var got []string
+	for _, p := range c.Policies {
+		got = append(got, fmt.Sprintf("%s cost %d empty %s charged %v", p.Policy.Name(), p.Cost, p.EmptyKey, p.Charge != nil))
+	}
+	want := "[plain cost 1 empty client charged false costly cost 3 empty shared charged false charged cost 1 empty client charged true]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("compiled %v\nwant     %s", got, want)
+	}
+}
+
+// TestCompileRefusalNamesThePolicyAndHoldsNothing: a policy the store
+// cannot decide, or a name given twice, refuses the whole config with a
+// *PolicyError naming the policy's place, and gives back every adaptive
+// controller the policies before it took: once the loaded config that
+// shares one is released too, the next config starts a fresh controller.
+func TestCompileRefusalNamesThePolicyAndHoldsNothing(t *testing.T) {
+	adaptivePolicy := perMinute("adaptive", 100)
+	adaptivePolicy.Adaptive = &spec.Adaptive{}
+	loaded, err := spec.Compile(t.Name(), nil, adaptivePolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := loaded.Policies[0].Policy.Adaptive()
+
+	refuse := errors.New("this store cannot decide it")
+	decidable := func(p *core.Policy) error {
+		if p.Name() == "refused" {
+			return refuse
+		}
+		return nil
+	}
+	for _, tc := range []struct {
+		policies []*spec.Policy
+		want     string
+	}{
+		{[]*spec.Policy{adaptivePolicy, perMinute("refused", 5)}, "this store cannot decide it"},
+		{[]*spec.Policy{adaptivePolicy, perMinute("adaptive", 5)}, `policy "adaptive": name used twice`},
+	} {
+		c, err := spec.Compile(t.Name(), decidable, tc.policies...)
+		var pe *spec.PolicyError
+		if c != nil || !errors.As(err, &pe) || pe.Index != 1 || err.Error() != tc.want {
+			t.Fatalf("compiled %v, %v; want a *PolicyError at index 1 saying %q", c, err, tc.want)
+		}
+	}
+	loaded.Release()
+	loaded.Release() // a no-op
+	again, err := spec.Compile(t.Name(), nil, adaptivePolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Release()
+	if again.Policies[0].Policy.Adaptive() == shared {
+		t.Error("a refused compile kept the adaptive controller it took: the next config shares the old one")
+	}
+}
