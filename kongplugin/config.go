@@ -331,7 +331,7 @@ func compile(c *Config) (*instance, error) {
 			For: algo.Duration(c.Penalty.Duration * float64(time.Second))}
 	}
 	if c.Charge != nil {
-		policy.Charge = c.Charge.spec() // Build checks it, naming charge's field
+		policy.Charge = c.Charge.spec() // Compile checks it, naming charge's field
 	}
 	// The store's fields are read first, as eventual mode's check needs
 	// them, but their errors come after the policy's own.

@@ -70,13 +70,17 @@ func startResponseLimits(raw []byte) (any, error) {
 	// The headers are the plugin's own (see setUsage): none from the gate.
 	rl.opened, err = openGate(rl.storeConfig, rl.scope, gate.Config{Headers: headers.Options{Style: headers.None}}, rl.built)
 	if err != nil {
+		rl.built.Release()
 		return &refusal{plugin: plugin, scope: rl.scope.Name, err: err}, nil
 	}
 	return &c, nil
 }
 
 // Close gives back what the instance holds (see Config.Close).
-func (c *ResponseLimitsConfig) Close() { c.compiled.opened.close() }
+func (c *ResponseLimitsConfig) Close() {
+	c.compiled.opened.close()
+	c.compiled.built.Release()
+}
 
 // ResponseLimitsConfig is tollgate-response-ratelimiting's config as Kong
 // sends it: Kong's response-ratelimiting's, so renaming the plugin keeps
@@ -171,7 +175,7 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 		return nil, err
 	}
 	rl.warnings.lines = append(rl.warnings.lines, c.RedisSettings.notes...)
-	// Fixed windows only, which every store decides; nothing adaptive to release.
+	// Fixed windows only, which every store decides.
 	if rl.built, err = spec.Compile("kong-response|"+rl.scope.Prefix, nil, specs...); err != nil {
 		var pe *spec.PolicyError
 		errors.As(err, &pe)
