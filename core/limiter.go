@@ -213,6 +213,11 @@ type SharedCount struct {
 	// Add is the units this node counted since it last shared them (0 to
 	// only read).
 	Add int64
+	// Keep is how long from now the shared store keeps the window's count:
+	// until the window stops counting (algo.CountsUntil), plus a margin
+	// for nodes whose clocks or syncs lag. Relative, so the store needs no
+	// clock of its own.
+	Keep time.Duration
 	// Total is set by AddCounts: the fleet's units in that window.
 	Total int64
 }

@@ -111,3 +111,49 @@ func TestCountsStayWithinStructuredFieldIntegers(t *testing.T) {
 		}
 	}
 }
+
+// CountsUntil is when a window's count stops mattering: a decision just
+// before it depends on that count, one at it or after does not.
+func TestCountsUntilIsWhenAWindowStopsCounting(t *testing.T) {
+	for _, l := range []Limit{
+		{Count: 10, Window: time.Minute, Algorithm: FixedWindow},
+		{Count: 10, Window: time.Minute, Algorithm: SlidingCounter},
+		{Count: 10, Window: CalendarMonth, Algorithm: FixedWindow},
+	} {
+		lim := l
+		if err := lim.Normalize(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Date(2026, time.February, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+		s, _ := Step(&lim, State{}, start, 0)
+		windows, _ := CountedWindows(&lim, s)
+		if windows[0].Start != start {
+			t.Fatalf("%v: the window holding %d starts at %d", l, start, windows[0].Start)
+		}
+		until := CountsUntil(&lim, start)
+		remaining := func(count, at int64) int64 {
+			_, r := Step(&lim, WithCounts(&lim, s, [2]int64{count, 0}), at, 0)
+			return r.Remaining
+		}
+		// The last instant a sliding counter still weighs the window enough
+		// to show in a whole unit is half a window before its end.
+		before := until - 1
+		if l.Algorithm == SlidingCounter {
+			before = until - lim.windowUS/2
+		}
+		if remaining(0, before) == remaining(10, before) {
+			t.Errorf("%v: the window's count does not matter at %d, before CountsUntil %d", l, before, until)
+		}
+		if remaining(0, until) != remaining(10, until) {
+			t.Errorf("%v: the window's count still matters at CountsUntil %d", l, until)
+		}
+	}
+	month := Limit{Count: 1, Window: CalendarMonth, Algorithm: FixedWindow}
+	if err := month.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	feb := time.Date(2026, time.February, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	if got, want := CountsUntil(&month, feb), time.Date(2026, time.March, 1, 0, 0, 0, 0, time.UTC).UnixMicro(); got != want {
+		t.Errorf("February's window counts until %d, want March 1st %d", got, want)
+	}
+}

@@ -680,6 +680,23 @@ func CountedWindows(l *Limit, s State) (windows [2]WindowCount, n int) {
 	return windows, 0
 }
 
+// CountsUntil returns when (µs) the window starting at start, one that
+// CountedWindows reported under l, stops counting in any decision: its end
+// for FixedWindow (a calendar month or year ends when it does), the end of
+// the window after it for SlidingCounter, which weighs the window before
+// the current one. It returns start for the other algorithms. Eventual
+// mode's shared store keeps a window's count until then.
+func CountsUntil(l *Limit, start int64) int64 {
+	switch l.Algorithm {
+	case FixedWindow:
+		_, end := l.FixedWindowAt(start)
+		return end
+	case SlidingCounter:
+		return start + 2*l.windowUS
+	}
+	return start
+}
+
 // CountedSince returns the start of the window a FixedWindow or
 // SlidingCounter state counts now (after) and the units counted in it
 // since before: a request's cost when it was committed, a charge's whole

@@ -335,7 +335,8 @@ func (e *Store) Sync(ctx context.Context) error {
 				return &work[i]
 			}
 			index[s] = len(work)
-			work = append(work, core.SharedCount{Policy: ent.policy, Key: ent.key, Limit: limit, Start: start})
+			work = append(work, core.SharedCount{Policy: ent.policy, Key: ent.key, Limit: limit, Start: start,
+				Keep: e.keep(&ent.policy.Limits()[limit], start, now)})
 			return &work[len(work)-1]
 		}
 		for _, p := range ent.pending {
@@ -399,6 +400,14 @@ func (e *Store) Sync(ctx context.Context) error {
 	return nil
 }
 
+// keep is how long the shared store keeps the count of l's window that
+// starts at start, asked at now: until the window stops counting (as the
+// step function says), plus one sync interval for a node whose clock or
+// last sync of the window lags.
+func (e *Store) keep(l *algo.Limit, start, now int64) time.Duration {
+	return algo.FromMicros(max(algo.CountsUntil(l, start)-now, 0)) + e.opts.SyncInterval
+}
+
 // windowsNow returns key's states under p as this node holds them, moved
 // to now by a request of cost 0 (so the step function, not this store,
 // says which windows count now), and a SharedCount for each window each
@@ -418,7 +427,8 @@ func (e *Store) windowsNow(p *core.Policy, key string, limit int, now int64) ([]
 		}
 		w, n := algo.CountedWindows(&limits[i], states[i])
 		for _, win := range w[:n] {
-			windows = append(windows, core.SharedCount{Policy: p, Key: key, Limit: i, Start: win.Start})
+			windows = append(windows, core.SharedCount{Policy: p, Key: key, Limit: i, Start: win.Start,
+				Keep: e.keep(&limits[i], win.Start, now)})
 		}
 	}
 	return states, windows

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/store/redis"
@@ -299,6 +300,80 @@ func TestEventualIdleKeysCostNothing(t *testing.T) {
 			}
 			if err := e.Inspect(ctx, p, "k5", &d); err != nil || d.Remaining != 99 {
 				t.Errorf("an idle key's count after the idle syncs: remaining %d (%v), want 99", d.Remaining, err)
+			}
+		})
+	}
+}
+
+// A window's shared count lives in Redis as long as the window counts, plus
+// one sync interval (algo.CountsUntil): Kong's own plugin's counters expire
+// when their period ends (kong/plugins/rate-limiting/policies/init.lua), and
+// whoever counts keys in Redis a window later finds only the current ones.
+func TestEventualWindowCountsExpireWhenTheWindowStopsCounting(t *testing.T) {
+	admin := goredis.NewClient(&goredis.Options{Addr: standalone.Addr})
+	t.Cleanup(func() { admin.Close() })
+	ctx := context.Background()
+	const minute = int64(60_000_000)
+	start := int64(1_700_006_400_000_000) // a minute's start
+	for _, tc := range []struct {
+		algorithm algo.Algorithm
+		// how long the window starting at start still counts, seen from
+		// start+20s and from start+61s (in the next window), and how long
+		// the next window counts, seen from start+61s
+		at20, at61, next time.Duration
+	}{
+		{algo.FixedWindow, 40 * time.Second, 0, 59 * time.Second},
+		{algo.SlidingCounter, 100 * time.Second, 59 * time.Second, 119 * time.Second},
+	} {
+		t.Run(tc.algorithm.String(), func(t *testing.T) {
+			prefix := fmt.Sprintf("keep%d:", time.Now().UnixNano())
+			s, err := redis.New(redis.Options{Settings: redis.Settings{Addrs: []string{standalone.Addr}, Prefix: prefix}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			clock := &core.ManualClock{Micros: start + 20_000_000}
+			const every = 2 * time.Second
+			e, err := New(s, Options{SyncInterval: every, Clock: clock, Manual: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { e.Close(); s.Close() })
+			p := core.MustPolicy("keep", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute, Algorithm: tc.algorithm})
+			ttl := func(windowStart int64) time.Duration {
+				t.Helper()
+				keys, err := admin.Keys(ctx, prefix+"*:"+fmt.Sprint(windowStart)).Result()
+				if err != nil || len(keys) != 1 {
+					t.Fatalf("the count of the window at %d: keys %q, %v", windowStart, keys, err)
+				}
+				return admin.PTTL(ctx, keys[0]).Val()
+			}
+			// Redis' clock runs while the test reads: a TTL is at most what
+			// was set and at most a few seconds less.
+			near := func(got, want time.Duration) bool { return got <= want && got > want-5*time.Second }
+			var d core.Decision
+			if err := e.Decide(ctx, p, "k", 1, &d); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := ttl(start), tc.at20+every; !near(got, want) {
+				t.Errorf("after a sync at 20s into the window, its count expires in %v, want %v", got, want)
+			}
+			clock.Micros = start + minute + 1_000_000
+			if err := e.Decide(ctx, p, "k", 1, &d); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := ttl(start+minute), tc.next+every; !near(got, want) {
+				t.Errorf("the next window's count expires in %v, want %v", got, want)
+			}
+			if tc.algorithm == algo.SlidingCounter { // read again as the window before the current one
+				if got, want := ttl(start), tc.at61+every; !near(got, want) {
+					t.Errorf("the window before the current one expires in %v, want %v", got, want)
+				}
 			}
 		})
 	}

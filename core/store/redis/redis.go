@@ -670,8 +670,8 @@ var tagEscaper = strings.NewReplacer("%", "%25", "}", "%7D")
 
 // AddCounts adds each count to its window's shared count and reads the
 // fleet's totals back, in one pipeline (eventual mode's sync). Window counts
-// live beside the key's state, in its hash slot, and expire after twice the
-// policy's idle time.
+// live beside the key's state, in its hash slot, and expire after each
+// count's Keep.
 func (s *Store) AddCounts(ctx context.Context, counts []core.SharedCount) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -681,7 +681,7 @@ func (s *Store) AddCounts(ctx context.Context, counts []core.SharedCount) error 
 			c := &counts[i]
 			key := s.countKey(c)
 			cmds[i] = pipe.IncrBy(ctx, key, c.Add)
-			pipe.PExpire(ctx, key, 2*c.Policy.IdleTTL()+time.Second)
+			pipe.PExpire(ctx, key, max(c.Keep, time.Millisecond))
 		}
 		return nil
 	})
