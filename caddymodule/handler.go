@@ -61,14 +61,11 @@ type Handler struct {
 
 // policy is a provisioned PolicyConfig.
 type policy struct {
-	cfg      *PolicyConfig
-	pol      *core.Policy
+	compiled *spec.CompiledPolicy // the policy, its empty-key handling and cost
 	matchers caddyhttp.MatcherSets
 	key      *keyTemplate
 	plan     *keyTemplate // the template naming the request's plan; nil: none
 	priority *keyTemplate // the template giving the request's priority; nil: none
-	emptyKey spec.EmptyKey
-	cost     int64
 }
 
 // CaddyModule returns the Caddy module information.
@@ -146,7 +143,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 // provisionPolicy loads what Caddy adds to a compiled policy: its key,
 // plan and priority templates and its matchers.
 func provisionPolicy(ctx caddy.Context, pc *PolicyConfig, compiled *spec.CompiledPolicy) (*policy, error) {
-	p := &policy{cfg: pc, pol: compiled.Policy, emptyKey: compiled.EmptyKey, cost: compiled.Cost}
+	p := &policy{compiled: compiled}
 	var err error
 	if p.key, err = parseKeyTemplate(cmp.Or(pc.Key, DefaultKey)); err != nil {
 		return nil, fmt.Errorf("policy %q key: %w", pc.Name, err)
@@ -227,8 +224,8 @@ func (q *request) Input(i int) (gate.Input, error) {
 		return gate.Input{}, err
 	}
 	key := p.key.eval(q.r, q.repl)
-	in := gate.Input{Covered: true, Key: key, Empty: key == p.key.literal && !p.key.constant, Cost: p.cost}
-	if in.Empty && p.emptyKey == spec.EmptyKeyClient {
+	in := gate.Input{Covered: true, Key: key, Empty: key == p.key.literal && !p.key.constant, Cost: p.compiled.Cost}
+	if in.Empty && p.compiled.EmptyKey == spec.EmptyKeyClient {
 		in.Client = clientAddress(q.r) // the default key's own value
 	}
 	if p.plan != nil {

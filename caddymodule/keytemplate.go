@@ -262,7 +262,7 @@ func spoofableClientIP(srv *caddyhttp.Server, policies []*policy) string {
 	for _, p := range policies {
 		for _, part := range p.key.parts {
 			if part.kind == addressPart && part.name == "http.vars.client_ip" {
-				keyed = append(keyed, fmt.Sprintf("%q", p.pol.Name()))
+				keyed = append(keyed, fmt.Sprintf("%q", p.compiled.Policy.Name()))
 				break
 			}
 		}
@@ -316,7 +316,7 @@ func unsetPlaceholder(srv *caddyhttp.Server, policies []*policy) string {
 					return fmt.Sprintf("policy %q %s: {%s} is not a placeholder a request fills: Caddy's replacer has no such name, "+
 						"and no map handler of this server sets it (a name without dots is a map destination; "+
 						"request values are {http.request.header.*}, {http.request.uri.query.*}, {http.request.cookie.*}, {http.vars.*}, ...)",
-						p.pol.Name(), field, part.name)
+						p.compiled.Policy.Name(), field, part.name)
 				}
 			}
 		}

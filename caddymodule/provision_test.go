@@ -132,7 +132,7 @@ func TestReloadKeepsAdaptiveFactor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := old.policies[0].pol.Adaptive()
+	a := old.policies[0].compiled.Policy.Adaptive()
 	for i := 0; i < 50; i++ {
 		a.Observe(503, time.Millisecond)
 	}
@@ -142,10 +142,10 @@ func TestReloadKeepsAdaptiveFactor(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = old.Cleanup()
-	if got := reloaded.policies[0].pol.Adaptive(); got != a || got.Factor() != 0.1 {
+	if got := reloaded.policies[0].compiled.Policy.Adaptive(); got != a || got.Factor() != 0.1 {
 		t.Fatalf("after reload: same controller %v, factor %g; want the old one at 0.1", got == a, got.Factor())
 	}
-	if got := reloaded.policies[0].pol.Limits()[0].Count; got != 10 {
+	if got := reloaded.policies[0].compiled.Policy.Limits()[0].Count; got != 10 {
 		t.Fatalf("after reload the count is %d, want the adapted 10", got)
 	}
 	_ = reloaded.Cleanup()
