@@ -56,8 +56,7 @@ type Policy struct {
 	oneStep  bool
 	// unreserved is the variant requests below reserveLevel take (see
 	// ForPriority), nil without a reserve.
-	unreserved   *Policy
-	reserveLevel int
+	unreserved *Policy
 }
 
 // identity is a policy's name, configured limits and the state they name in
@@ -87,6 +86,9 @@ type identity struct {
 	phased bool
 	// penalty is the index of the Penalty limit, -1 without one.
 	penalty int
+	// reserveLevel is the priority level at or above which requests may
+	// use the reserve (0 without one).
+	reserveLevel int
 }
 
 // planTable is a policy's plans: the variant for each plan name (nil for an
@@ -173,15 +175,18 @@ func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, 
 	ident.scope = sig.String()
 	ident.scopeHash = maphash.String(scopeSeed, ident.scope)
 	ident.nameHash = maphash.String(nameSeed, name)
+	if opts.Reserve != 0 {
+		if err := CheckReserveShare(opts.Reserve); err != nil {
+			return nil, fmt.Errorf("policy %q %w", name, err)
+		}
+		ident.reserveLevel = opts.ReserveLevel
+	}
 	var charging *Policy
 	if ident.phased {
 		charging = twin(*ident)
 	}
 	pol := variant(*ident, charging)
 	if opts.Reserve != 0 {
-		if err := CheckReserveShare(opts.Reserve); err != nil {
-			return nil, fmt.Errorf("policy %q %w", name, err)
-		}
 		// The same state as pol's (the same identity, kept as long), and
 		// charged after the response as pol is (a charge takes no reserve
 		// into account).
@@ -190,8 +195,7 @@ func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, 
 		for i := range ident.limits {
 			u.limits[i] = ident.limits[i].Unreserved(opts.Reserve)
 		}
-		pol.unreserved, pol.reserveLevel = variant(u, charging), opts.ReserveLevel
-		pol.unreserved.reserveLevel = opts.ReserveLevel
+		pol.unreserved = variant(u, charging)
 	}
 	return pol, nil
 }
