@@ -215,8 +215,8 @@ type SharedCount struct {
 	Add int64
 	// Keep is how long from now the shared store keeps the window's count:
 	// until the window stops counting (algo.CountsUntil), plus a margin
-	// for nodes whose clocks or syncs lag. Relative, so the store needs no
-	// clock of its own.
+	// for nodes whose clocks lag; 0 or less: it may forget it at once.
+	// Relative, so the store needs no clock of its own.
 	Keep time.Duration
 	// Total is set by AddCounts: the fleet's units in that window.
 	Total int64

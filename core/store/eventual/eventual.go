@@ -336,7 +336,7 @@ func (e *Store) Sync(ctx context.Context) error {
 			}
 			index[s] = len(work)
 			work = append(work, core.SharedCount{Policy: ent.policy, Key: ent.key, Limit: limit, Start: start,
-				Keep: e.keep(&ent.policy.Limits()[limit], start, now)})
+				Keep: keep(&ent.policy.Limits()[limit], start, now)})
 			return &work[len(work)-1]
 		}
 		for _, p := range ent.pending {
@@ -400,12 +400,16 @@ func (e *Store) Sync(ctx context.Context) error {
 	return nil
 }
 
-// keep is how long the shared store keeps the count of l's window that
-// starts at start, asked at now: until the window stops counting (as the
-// step function says), plus one sync interval for a node whose clock or
-// last sync of the window lags.
-func (e *Store) keep(l *algo.Limit, start, now int64) time.Duration {
-	return algo.FromMicros(max(algo.CountsUntil(l, start)-now, 0)) + e.opts.SyncInterval
+// clockSkew is how long a window's shared count outlives the window (as
+// this node's clock tells it), for nodes whose clocks lag this one's.
+const clockSkew = time.Second
+
+// keep is how long from now the shared store keeps the count of l's window
+// that starts at start: until the window stops counting (as the step
+// function says) plus clockSkew, whenever the sync that asks is. A window
+// past that is counted by no one: its count goes at once (0 or less).
+func keep(l *algo.Limit, start, now int64) time.Duration {
+	return algo.FromMicros(algo.CountsUntil(l, start)-now) + clockSkew
 }
 
 // windowsNow returns key's states under p as this node holds them, moved
@@ -428,7 +432,7 @@ func (e *Store) windowsNow(p *core.Policy, key string, limit int, now int64) ([]
 		w, n := algo.CountedWindows(&limits[i], states[i])
 		for _, win := range w[:n] {
 			windows = append(windows, core.SharedCount{Policy: p, Key: key, Limit: i, Start: win.Start,
-				Keep: e.keep(&limits[i], win.Start, now)})
+				Keep: keep(&limits[i], win.Start, now)})
 		}
 	}
 	return states, windows

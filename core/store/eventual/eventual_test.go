@@ -306,14 +306,15 @@ func TestEventualIdleKeysCostNothing(t *testing.T) {
 }
 
 // A window's shared count lives in Redis as long as the window counts, plus
-// one sync interval (algo.CountsUntil): Kong's own plugin's counters expire
-// when their period ends (kong/plugins/rate-limiting/policies/init.lua), and
-// whoever counts keys in Redis a window later finds only the current ones.
+// clockSkew, whenever the sync that pushes or reads it is
+// (algo.CountsUntil): Kong's own plugin's counters expire when their period
+// ends (kong/plugins/rate-limiting/policies/init.lua), and whoever counts
+// keys in Redis a window later finds only the current ones.
 func TestEventualWindowCountsExpireWhenTheWindowStopsCounting(t *testing.T) {
 	admin := goredis.NewClient(&goredis.Options{Addr: standalone.Addr})
 	t.Cleanup(func() { admin.Close() })
 	ctx := context.Background()
-	const minute = int64(60_000_000)
+	const second, minute = int64(1_000_000), int64(60_000_000)
 	start := int64(1_700_006_400_000_000) // a minute's start
 	for _, tc := range []struct {
 		algorithm algo.Algorithm
@@ -331,9 +332,8 @@ func TestEventualWindowCountsExpireWhenTheWindowStopsCounting(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			clock := &core.ManualClock{Micros: start + 20_000_000}
-			const every = 2 * time.Second
-			e, err := New(s, Options{SyncInterval: every, Clock: clock, Manual: true})
+			clock := &core.ManualClock{Micros: start + 20*second}
+			e, err := New(s, Options{SyncInterval: 10 * time.Second, Clock: clock, Manual: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -351,30 +351,64 @@ func TestEventualWindowCountsExpireWhenTheWindowStopsCounting(t *testing.T) {
 			// was set and at most a few seconds less.
 			near := func(got, want time.Duration) bool { return got <= want && got > want-5*time.Second }
 			var d core.Decision
-			if err := e.Decide(ctx, p, "k", 1, &d); err != nil {
-				t.Fatal(err)
+			decideAndSync := func() {
+				t.Helper()
+				if err := e.Decide(ctx, p, "k", 1, &d); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.Sync(ctx); err != nil {
+					t.Fatal(err)
+				}
 			}
-			if err := e.Sync(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if got, want := ttl(start), tc.at20+every; !near(got, want) {
+			decideAndSync()
+			if got, want := ttl(start), tc.at20+clockSkew; !near(got, want) {
 				t.Errorf("after a sync at 20s into the window, its count expires in %v, want %v", got, want)
 			}
-			clock.Micros = start + minute + 1_000_000
-			if err := e.Decide(ctx, p, "k", 1, &d); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Sync(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if got, want := ttl(start+minute), tc.next+every; !near(got, want) {
+			clock.Micros = start + minute + second
+			decideAndSync()
+			if got, want := ttl(start+minute), tc.next+clockSkew; !near(got, want) {
 				t.Errorf("the next window's count expires in %v, want %v", got, want)
 			}
 			if tc.algorithm == algo.SlidingCounter { // read again as the window before the current one
-				if got, want := ttl(start), tc.at61+every; !near(got, want) {
+				if got, want := ttl(start), tc.at61+clockSkew; !near(got, want) {
 					t.Errorf("the window before the current one expires in %v, want %v", got, want)
 				}
 			}
 		})
+	}
+	// A node that pushes a window's count after the window ended (its last
+	// request before the end, its sync after) does not make it live longer:
+	// it goes clockSkew after the end, or at once once that has passed.
+	for _, late := range []int64{second / 2, 2 * second} {
+		prefix := fmt.Sprintf("late%d:", time.Now().UnixNano())
+		s, err := redis.New(redis.Options{Settings: redis.Settings{Addrs: []string{standalone.Addr}, Prefix: prefix}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock := &core.ManualClock{Micros: start + 59*second}
+		e, err := New(s, Options{SyncInterval: 10 * time.Second, Clock: clock, Manual: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := core.MustPolicy("late", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute, Algorithm: algo.FixedWindow})
+		var d core.Decision
+		if err := e.Decide(ctx, p, "k", 1, &d); err != nil {
+			t.Fatal(err)
+		}
+		clock.Micros = start + minute + late
+		if err := e.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		keys, _ := admin.Keys(ctx, prefix+"*").Result()
+		switch {
+		case late < int64(clockSkew/time.Microsecond):
+			if len(keys) != 1 || admin.PTTL(ctx, keys[0]).Val() > clockSkew-time.Duration(late)*time.Microsecond {
+				t.Errorf("a push %v after the window's end: keys %q, want one expiring at most %v later", time.Duration(late)*time.Microsecond, keys, clockSkew-time.Duration(late)*time.Microsecond)
+			}
+		case len(keys) != 0:
+			t.Errorf("a push %v after the window's end left %q, want its count gone at once", time.Duration(late)*time.Microsecond, keys)
+		}
+		e.Close()
+		s.Close()
 	}
 }

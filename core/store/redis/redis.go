@@ -681,7 +681,11 @@ func (s *Store) AddCounts(ctx context.Context, counts []core.SharedCount) error 
 			c := &counts[i]
 			key := s.countKey(c)
 			cmds[i] = pipe.IncrBy(ctx, key, c.Add)
-			pipe.PExpire(ctx, key, max(c.Keep, time.Millisecond))
+			if c.Keep < time.Millisecond { // a window no one counts any more
+				pipe.Del(ctx, key)
+			} else {
+				pipe.PExpire(ctx, key, c.Keep)
+			}
 		}
 		return nil
 	})
