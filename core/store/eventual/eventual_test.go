@@ -36,6 +36,22 @@ func newEventual(t *testing.T, prefix string, every time.Duration, clock core.Cl
 	return e
 }
 
+// newManual is a node on the standalone Redis that syncs only when the
+// test calls Sync, every 10s in name.
+func newManual(t *testing.T, prefix string, clock core.Clock) *Store {
+	t.Helper()
+	s, err := redis.New(redis.Options{Settings: redis.Settings{Addrs: []string{standalone.Addr}, Prefix: prefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(s, Options{SyncInterval: 10 * time.Second, Clock: clock, Manual: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(); s.Close() })
+	return e
+}
+
 func TestEventualNodesLearnEachOthersCounts(t *testing.T) {
 	prefix := fmt.Sprintf("ev%d:", time.Now().UnixNano())
 	clock := &core.ManualClock{Micros: 1_700_006_400_000_000}
@@ -328,16 +344,8 @@ func TestEventualWindowCountsExpireWhenTheWindowStopsCounting(t *testing.T) {
 	} {
 		t.Run(tc.algorithm.String(), func(t *testing.T) {
 			prefix := fmt.Sprintf("keep%d:", time.Now().UnixNano())
-			s, err := redis.New(redis.Options{Settings: redis.Settings{Addrs: []string{standalone.Addr}, Prefix: prefix}})
-			if err != nil {
-				t.Fatal(err)
-			}
 			clock := &core.ManualClock{Micros: start + 20*second}
-			e, err := New(s, Options{SyncInterval: 10 * time.Second, Clock: clock, Manual: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { e.Close(); s.Close() })
+			e := newManual(t, prefix, clock)
 			p := core.MustPolicy("keep", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute, Algorithm: tc.algorithm})
 			ttl := func(windowStart int64) time.Duration {
 				t.Helper()
@@ -381,15 +389,8 @@ func TestEventualWindowCountsExpireWhenTheWindowStopsCounting(t *testing.T) {
 	// it goes clockSkew after the end, or at once once that has passed.
 	for _, late := range []int64{second / 2, 2 * second} {
 		prefix := fmt.Sprintf("late%d:", time.Now().UnixNano())
-		s, err := redis.New(redis.Options{Settings: redis.Settings{Addrs: []string{standalone.Addr}, Prefix: prefix}})
-		if err != nil {
-			t.Fatal(err)
-		}
 		clock := &core.ManualClock{Micros: start + 59*second}
-		e, err := New(s, Options{SyncInterval: 10 * time.Second, Clock: clock, Manual: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := newManual(t, prefix, clock)
 		p := core.MustPolicy("late", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute, Algorithm: algo.FixedWindow})
 		var d core.Decision
 		if err := e.Decide(ctx, p, "k", 1, &d); err != nil {
@@ -408,7 +409,5 @@ func TestEventualWindowCountsExpireWhenTheWindowStopsCounting(t *testing.T) {
 		case len(keys) != 0:
 			t.Errorf("a push %v after the window's end left %q, want its count gone at once", time.Duration(late)*time.Microsecond, keys)
 		}
-		e.Close()
-		s.Close()
 	}
 }
