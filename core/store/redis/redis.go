@@ -671,7 +671,7 @@ var tagEscaper = strings.NewReplacer("%", "%25", "}", "%7D")
 // AddCounts adds each count to its window's shared count and reads the
 // fleet's totals back, in one pipeline (eventual mode's sync). Window counts
 // live beside the key's state, in its hash slot, and expire after each
-// count's Keep.
+// count's Keep (at once when it is under a millisecond).
 func (s *Store) AddCounts(ctx context.Context, counts []core.SharedCount) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
