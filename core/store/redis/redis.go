@@ -15,13 +15,11 @@ package redis
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +29,7 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/tlstrust"
 )
 
 var (
@@ -263,13 +262,9 @@ func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 		uo.TLSConfig.ServerName = o.TLSServerName
 		uo.TLSConfig.InsecureSkipVerify = o.TLSSkipVerify
 		if o.TLSCA != "" {
-			pem, err := os.ReadFile(o.TLSCA)
+			roots, err := tlstrust.CAFile(o.TLSCA)
 			if err != nil {
 				return nil, fmt.Errorf("tls_ca: %w", err)
-			}
-			roots := x509.NewCertPool()
-			if !roots.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("tls_ca: %s holds no PEM certificate", o.TLSCA)
 			}
 			uo.TLSConfig.RootCAs = roots
 		}
@@ -277,14 +272,7 @@ func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 			return nil, fmt.Errorf("tls_max_chain: %d must not be negative", o.TLSMaxChain)
 		}
 		if most := o.TLSMaxChain; most > 0 && !o.TLSSkipVerify {
-			uo.TLSConfig.VerifyConnection = func(cs tls.ConnectionState) error {
-				for _, chain := range cs.VerifiedChains {
-					if len(chain) <= most {
-						return nil
-					}
-				}
-				return fmt.Errorf("tls_max_chain: the server's certificate verifies only through a chain longer than %d certificates", most)
-			}
+			uo.TLSConfig.VerifyConnection = tlstrust.MaxChain(most, "tls_max_chain")
 		}
 	}
 	timeout := time.Duration(o.Timeout)

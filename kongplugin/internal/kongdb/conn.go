@@ -3,16 +3,15 @@ package kongdb
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/tollgate/tollgate/core/tlstrust"
 )
 
 // Conn is how to reach Kong's database: Kong's pg_* settings.
@@ -118,25 +117,14 @@ func (c Conn) config() (*pgxpool.Config, error) {
 		t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.Host, InsecureSkipVerify: !c.SSLVerify}
 		if c.SSLVerify {
 			if c.CAFile != "" {
-				pem, err := os.ReadFile(c.CAFile)
+				roots, err := tlstrust.CAFile(c.CAFile)
 				if err != nil {
 					return nil, fmt.Errorf("kong database: pg_ssl_verify: %w", err)
-				}
-				roots := x509.NewCertPool()
-				if !roots.AppendCertsFromPEM(pem) {
-					return nil, fmt.Errorf("kong database: pg_ssl_verify: %s holds no PEM certificate", c.CAFile)
 				}
 				t.RootCAs = roots
 			}
 			if most := c.MaxChain; most > 0 {
-				t.VerifyConnection = func(cs tls.ConnectionState) error {
-					for _, chain := range cs.VerifiedChains {
-						if len(chain) <= most {
-							return nil
-						}
-					}
-					return fmt.Errorf("the server's certificate verifies only through a chain longer than %d certificates (lua_ssl_verify_depth)", most)
-				}
+				t.VerifyConnection = tlstrust.MaxChain(most, "lua_ssl_verify_depth")
 			}
 		}
 		cc.TLSConfig = t
