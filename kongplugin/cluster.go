@@ -56,7 +56,7 @@ func clusterStore(cs clusterScope, faultTolerant bool, onError string) (openstor
 // cluster policy, as Kong's own schema says (rate-limiting/schema.lua).
 func kongDatabase(prefix string) (kongdb.Conn, error) {
 	if prefix == "" {
-		return kongdb.Conn{}, fmt.Errorf("policy: cluster keeps counters in Kong's database, and this plugin server was not started by Kong (no -kong-prefix)")
+		return kongdb.Conn{}, fmt.Errorf("policy: cluster keeps counters in Kong's database, and no Kong prefix says which (-kong-prefix; the keys command's --kong-prefix)")
 	}
 	env, err := kongenv.Read(prefix)
 	if err != nil {

@@ -372,8 +372,13 @@ func decidable(c *Config, sc *openstore.Config, storeErr error) func(*core.Polic
 
 // KeysTarget compiles a plugin config of variant v as Kong sends it
 // (route_id and service_id beside its fields; see
-// kongschema.PluginConfig) for the keys command.
-func (v Variant) KeysTarget(b []byte) (keys.Target, error) {
+// kongschema.PluginConfig) for the keys command, with the settings of the
+// Kong whose prefix is prefix ("": none), as a server that Kong started
+// reads them (the keys command is a process of its own).
+func (v Variant) KeysTarget(prefix string, b []byte) (keys.Target, error) {
+	if prefix != "" {
+		kongPrefix.Store(&prefix)
+	}
 	var c Config
 	if err := c.decode(b, v); err != nil {
 		return keys.Target{}, err

@@ -107,7 +107,7 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{`"minute":5,"limit_by":"cookie"`, `config.limit_by: expected one of: consumer, credential, ip, service, header, path (got "cookie")`},
 		{`"minute":5,"limit_by":"header"`, `config.header_name: required field missing (failed conditional validation given value of field 'config.limit_by')`},
 		{`"minute":5,"limit_by":"path"`, `config.path: required field missing (failed conditional validation given value of field 'config.limit_by')`},
-		{`"minute":5,"policy":"cluster"`, `policy: cluster keeps counters in Kong's database, and this plugin server was not started by Kong (no -kong-prefix)`},
+		{`"minute":5,"policy":"cluster"`, `policy: cluster keeps counters in Kong's database, and no Kong prefix says which (-kong-prefix; the keys command's --kong-prefix)`},
 		{`"minute":5,"policy":"cluster","sync_rate":1`, `sync_rate: 1 counts on the node and syncs through Redis; policy cluster decides every request in Kong's database (sync_rate -1)`},
 		{`"minute":5,"policy":"cluster","algorithm":"gcra"`, `algorithm: policy cluster keeps one count per period in Kong's database, as Kong's rate-limiting, so it takes fixed_window only, not gcra (limit 1, minute)`},
 		{`"minute":5,"policy":"cluster","namespace":"shared"`, `namespace: "shared" shares counters across instances, and policy cluster keeps Kong's rows, one set per service and route`},

@@ -47,7 +47,7 @@ func FuzzKeysPluginFile(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		config, err := kongschema.PluginConfig(b)
 		if err == nil {
-			_, err = AccessOnly.KeysTarget(config)
+			_, err = AccessOnly.KeysTarget("", config)
 		}
 		if err != nil && err.Error() == "" {
 			t.Fatalf("refused %s without a reason", b)

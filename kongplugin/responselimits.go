@@ -357,8 +357,12 @@ func headerValues(all map[string][]string, name string) string {
 
 // ResponseLimitsKeysTarget compiles a tollgate-response-ratelimiting
 // config as Kong sends it for the keys command: one policy per resource,
-// which --policy picks by the resource's name.
-func ResponseLimitsKeysTarget(b []byte) (keys.Target, error) {
+// which --policy picks by the resource's name; prefix as for
+// Variant.KeysTarget.
+func ResponseLimitsKeysTarget(prefix string, b []byte) (keys.Target, error) {
+	if prefix != "" {
+		kongPrefix.Store(&prefix)
+	}
 	var c ResponseLimitsConfig
 	if err := c.decode(b); err != nil {
 		return keys.Target{}, err

@@ -12,8 +12,9 @@ import (
 )
 
 // kongPrefix is the prefix of the Kong that started this plugin server
-// (-kong-prefix), set once by Serve; "" when the plugin runs elsewhere
-// (the keys command, Go tests), where the system's CAs verify Redis.
+// (-kong-prefix), set once by Serve, or the keys command's --kong-prefix;
+// "" when the plugin runs elsewhere (the keys command without it, Go
+// tests), where the system's CAs verify Redis.
 var kongPrefix atomic.Pointer[string]
 
 // startingKong is kongPrefix's value: the prefix of the Kong that started

@@ -4,6 +4,8 @@ package kongreal
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -83,6 +85,7 @@ func TestKongClusterKeepsKongsCounts(t *testing.T) {
 		}
 	}
 	counted(6) // the denial counts nothing
+	keysShowsTheRows(t, k, plugin, client)
 
 	call(204, "DELETE", "/plugins/"+plugin["id"].(string), nil)
 	call(201, "POST", "/routes/cl/plugins", map[string]any{"name": "rate-limiting", "config": config(7)})
@@ -93,6 +96,40 @@ func TestKongClusterKeepsKongsCounts(t *testing.T) {
 	counted(7)
 	if got := request(); got != "429/0" {
 		t.Fatalf("Kong's plugin at 7 of 7: %s, want 429/0", got)
+	}
+}
+
+// keysShowsTheRows: the keys command reads a key's usage from Kong's rows
+// given the plugin as Kong's Admin API returns it and the Kong whose
+// database they are in (--kong-prefix); without the prefix it says what
+// it needs.
+func keysShowsTheRows(t *testing.T, k *Kong, plugin map[string]any, client string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "plugin.json")
+	b, err := json.Marshal(plugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(PluginDir(t), "tollgate")
+	out, err := exec.Command(bin, "keys", "show", "--plugin", file, "--kong-prefix", k.Prefix, "--key", client).Output()
+	var shown struct {
+		Limits []struct {
+			Limit       string
+			Used, Count int64
+		}
+	}
+	if err != nil || json.Unmarshal(out, &shown) != nil || len(shown.Limits) != 1 ||
+		shown.Limits[0].Limit != "hour" || shown.Limits[0].Used != 6 || shown.Limits[0].Count != 6 {
+		t.Fatalf("keys show --kong-prefix on policy cluster: %v\n%s\nwant the hour's 6 of 6", err, out)
+	}
+	cmd := exec.Command(bin, "keys", "show", "--plugin", file, "--key", client)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); cmd.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "--kong-prefix") {
+		t.Errorf("keys show on policy cluster without --kong-prefix: %v %q, want exit 1 naming --kong-prefix", err, stderr.String())
 	}
 }
 

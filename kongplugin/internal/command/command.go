@@ -34,8 +34,9 @@ type Program struct {
 	// socket, for the Kong whose prefix is prefix; it returns when the
 	// server fails.
 	Serve func(prefix, name, socket string) error
-	// Keys compiles a plugin config for the keys command.
-	Keys func(config []byte) (keys.Target, error)
+	// Keys compiles a plugin config for the keys command, for the Kong
+	// whose prefix is kongPrefix ("": none).
+	Keys func(kongPrefix string, config []byte) (keys.Target, error)
 	// AdminSocket is the operators' API's Unix socket ("": none).
 	AdminSocket string
 }
@@ -55,12 +56,12 @@ func Main(args []string, p Program, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, p.Info.Version)
 			return 0
 		case "keys":
-			return keys.Run(args[2:], stdout, stderr, func(b []byte) (keys.Target, error) {
+			return keys.Run(args[2:], stdout, stderr, func(b []byte, kongPrefix string) (keys.Target, error) {
 				config, err := kongschema.PluginConfig(b)
 				if err != nil {
 					return keys.Target{}, err
 				}
-				return p.Keys(config)
+				return p.Keys(kongPrefix, config)
 			})
 		}
 	}

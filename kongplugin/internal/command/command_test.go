@@ -23,7 +23,7 @@ func program(served *[]string) Program {
 			*served = append(*served, prefix, name, socket)
 			return os.ErrClosed
 		},
-		Keys: func([]byte) (keys.Target, error) { return keys.Target{}, nil },
+		Keys: func(string, []byte) (keys.Target, error) { return keys.Target{}, nil },
 	}
 }
 

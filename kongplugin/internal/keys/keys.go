@@ -43,10 +43,13 @@ type Target struct {
 
 // Usage is the keys command's help.
 const Usage = `usage:
-  keys show  --plugin FILE --key KEY [--plan PLAN]    a key's usage in each limit, read from Redis
+  keys show  --plugin FILE --key KEY [--plan PLAN]    a key's usage in each limit, read from its store
   keys reset --plugin FILE --key KEY [--limit LIMIT]  forget a key's usage (every limit, or one)
              [--policy NAME]                          with --plugin, a config of several policies'
                                                       (response-ratelimiting's resources) one
+             [--kong-prefix DIR]                      with --plugin, the Kong whose settings the
+                                                      store takes: policy cluster's database,
+                                                      ssl_verify's trusted CAs (none by default)
   keys show|reset|top|policies --socket PATH [--policy NAME] ...
                                                      the same, and the keys denied most, asked of a
                                                      running server started with ` + admin.SocketEnv + `=PATH
@@ -56,13 +59,18 @@ IP address, a header's value). Answers are JSON, keys hashed unless shown in
 clear; the exit status is 1 when the store or server refuses, 2 on bad usage.
 `
 
-// Run runs the keys command with args (after "keys"); open compiles a
-// plugin file's bytes into a Target. It returns the exit status.
-func Run(args []string, stdout, stderr io.Writer, open func([]byte) (Target, error)) int {
+// Open compiles a plugin file's bytes into a Target, for the Kong whose
+// prefix is kongPrefix ("": none; its settings are not read).
+type Open func(config []byte, kongPrefix string) (Target, error)
+
+// Run runs the keys command with args (after "keys"); open compiles the
+// plugin file. It returns the exit status.
+func Run(args []string, stdout, stderr io.Writer, open Open) int {
 	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	plugin := fs.String("plugin", "", "")
 	socket := fs.String("socket", "", "")
+	kongPrefix := fs.String("kong-prefix", "", "")
 	q := url.Values{}
 	for _, name := range []string{"policy", "key", "plan", "limit"} {
 		fs.Func(name, "", func(v string) error { q.Set(name, v); return nil })
@@ -81,6 +89,10 @@ func Run(args []string, stdout, stderr io.Writer, open func([]byte) (Target, err
 	method, path := call.method, call.path
 	if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 || (*plugin == "") == (*socket == "") {
 		fmt.Fprintf(stderr, "keys %s: give --plugin or --socket, and flags only (%v)\n%s", op, err, Usage)
+		return 2
+	}
+	if *kongPrefix != "" && *socket != "" {
+		fmt.Fprintf(stderr, "keys %s: --kong-prefix goes with --plugin: a server started by Kong knows its Kong\n%s", op, Usage)
 		return 2
 	}
 	// Each subcommand takes its own flags: one it would ignore is refused.
@@ -103,7 +115,7 @@ func Run(args []string, stdout, stderr io.Writer, open func([]byte) (Target, err
 	if *socket != "" {
 		out, err = askSocket(ctx, *socket, method, path, q)
 	} else {
-		out, err = direct(ctx, *plugin, method, path, q, open)
+		out, err = direct(ctx, *plugin, *kongPrefix, method, path, q, open)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "keys %s: %v\n", op, err)
@@ -125,19 +137,19 @@ func flagList(names []string) string {
 }
 
 // direct answers from the store the plugin config names, without a server.
-func direct(ctx context.Context, file, method, path string, q url.Values, open func([]byte) (Target, error)) (any, error) {
+func direct(ctx context.Context, file, kongPrefix, method, path string, q url.Values, open Open) (any, error) {
 	if path != "keys" {
-		return nil, fmt.Errorf("--plugin reads and resets keys in Redis; the policies in force and the keys denied most live in the server: use --socket")
+		return nil, fmt.Errorf("--plugin reads and resets keys in the shared store; the policies in force and the keys denied most live in the server: use --socket")
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
-	t, err := open(b)
+	t, err := open(b, kongPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
-	if t.Store.Redis == nil {
+	if t.Store.Redis == nil && t.Store.External == nil {
 		return nil, fmt.Errorf("%s: policy local keeps its counters in the plugin server's memory: start the server with %s=PATH and use --socket PATH", file, admin.SocketEnv)
 	}
 	p, name, err := t.pick(q.Get("policy"))

@@ -59,6 +59,6 @@ func main() {
 		Serve: func(_, name, socket string) error {
 			return pluginserver.ListenAndServe(name, socket, start)
 		},
-		Keys: func([]byte) (keys.Target, error) { return keys.Target{}, errors.New("the floor keeps no keys") },
+		Keys: func(string, []byte) (keys.Target, error) { return keys.Target{}, errors.New("the floor keeps no keys") },
 	}, os.Stdout, os.Stderr))
 }
