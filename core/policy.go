@@ -515,11 +515,8 @@ func (p *Policy) NameHash() uint64 { return p.nameHash }
 // policy's own and must not be changed.
 func (p *Policy) LimitIDs() []string { return p.limitIDs }
 
-// IdleTTL returns how long after its last request a key's state is
-// equivalent to a fresh one, so a store may forget it.
-func (p *Policy) IdleTTL() time.Duration { return algo.FromMicros(p.idleUS) }
-
-// IdleMicros is IdleTTL in µs.
+// IdleMicros returns how long after its last request (µs) a key's state
+// is equivalent to a fresh one, so a store may forget it.
 func (p *Policy) IdleMicros() int64 { return p.idleUS }
 
 // ShowKey is key as operators see it: in clear if the policy says so, else
