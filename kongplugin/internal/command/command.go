@@ -56,7 +56,7 @@ func Main(args []string, p Program, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, p.Info.Version)
 			return 0
 		case "keys":
-			return keys.Run(args[2:], stdout, stderr, func(b []byte, kongPrefix string) (keys.Target, error) {
+			return keys.Run(args[2:], stdout, stderr, func(kongPrefix string, b []byte) (keys.Target, error) {
 				config, err := kongschema.PluginConfig(b)
 				if err != nil {
 					return keys.Target{}, err

@@ -61,7 +61,7 @@ clear; the exit status is 1 when the store or server refuses, 2 on bad usage.
 
 // Open compiles a plugin file's bytes into a Target, for the Kong whose
 // prefix is kongPrefix ("": none; its settings are not read).
-type Open func(config []byte, kongPrefix string) (Target, error)
+type Open func(kongPrefix string, config []byte) (Target, error)
 
 // Run runs the keys command with args (after "keys"); open compiles the
 // plugin file. It returns the exit status.
@@ -145,7 +145,7 @@ func direct(ctx context.Context, file, kongPrefix, method, path string, q url.Va
 	if err != nil {
 		return nil, err
 	}
-	t, err := open(b, kongPrefix)
+	t, err := open(kongPrefix, b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
