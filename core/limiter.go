@@ -213,11 +213,18 @@ type SharedCount struct {
 	// Add is the units this node counted since it last shared them (0 to
 	// only read).
 	Add int64
-	// Keep is how long from now the shared store keeps the window's count:
-	// until the window stops counting (algo.CountsUntil), plus a margin
-	// for nodes whose clocks lag; 0 or less: it may forget it at once.
-	// Relative, so the store needs no clock of its own.
+	// Keep is how long from now the shared store keeps the window's count
+	// at least: until the window stops counting (algo.CountsUntil), plus a
+	// margin for nodes whose clocks lag; 0 or less: it forgets it at once.
+	// Relative, so the store needs no clock of its own; an expiry it set
+	// only moves later.
 	Keep time.Duration
+	// KeepNew is how long from now the store keeps a count it did not hold
+	// before, at least: the span the window counts for (from its start to
+	// algo.CountsUntil), so whoever reads the store finds a window's count
+	// that long after the push that created it, late in its window or not.
+	// 0 once the window has stopped counting.
+	KeepNew time.Duration
 	// Total is set by AddCounts: the fleet's units in that window.
 	Total int64
 }

@@ -335,8 +335,7 @@ func (e *Store) Sync(ctx context.Context) error {
 				return &work[i]
 			}
 			index[s] = len(work)
-			work = append(work, core.SharedCount{Policy: ent.policy, Key: ent.key, Limit: limit, Start: start,
-				Keep: keep(&ent.policy.Limits()[limit], start, now)})
+			work = append(work, sharedCount(ent.policy, ent.key, limit, start, now))
 			return &work[len(work)-1]
 		}
 		for _, p := range ent.pending {
@@ -404,12 +403,20 @@ func (e *Store) Sync(ctx context.Context) error {
 // this node's clock tells it), for nodes whose clocks lag this one's.
 const clockSkew = time.Second
 
-// keep is how long from now the shared store keeps the count of l's window
-// that starts at start: until the window stops counting (as the step
-// function says) plus clockSkew, whenever the sync that asks is. A window
-// past that is counted by no one: its count goes at once (0 or less).
-func keep(l *algo.Limit, start, now int64) time.Duration {
-	return algo.FromMicros(algo.CountsUntil(l, start)-now) + clockSkew
+// sharedCount is the SharedCount of l's window that starts at start, with
+// how long the shared store keeps it: until the window stops counting (as
+// the step function says) plus clockSkew, whenever the sync that asks is,
+// and, while the window counts, a count it creates at least the span the
+// window counts for. A window past that is counted by no one: its count
+// goes at once (Keep 0 or less).
+func sharedCount(p *core.Policy, key string, limit int, start, now int64) core.SharedCount {
+	until := algo.CountsUntil(&p.Limits()[limit], start)
+	c := core.SharedCount{Policy: p, Key: key, Limit: limit, Start: start,
+		Keep: algo.FromMicros(until-now) + clockSkew}
+	if now < until {
+		c.KeepNew = algo.FromMicros(until - start)
+	}
+	return c
 }
 
 // windowsNow returns key's states under p as this node holds them, moved
@@ -431,8 +438,7 @@ func (e *Store) windowsNow(p *core.Policy, key string, limit int, now int64) ([]
 		}
 		w, n := algo.CountedWindows(&limits[i], states[i])
 		for _, win := range w[:n] {
-			windows = append(windows, core.SharedCount{Policy: p, Key: key, Limit: i, Start: win.Start,
-				Keep: keep(&limits[i], win.Start, now)})
+			windows = append(windows, sharedCount(p, key, i, win.Start, now))
 		}
 	}
 	return states, windows

@@ -310,9 +310,11 @@ func TestEventualIdleKeysCostNothing(t *testing.T) {
 			if err := e.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
-			// Each touched key's window: INCRBY and PEXPIRE, in one pipeline.
-			if busy := commands() - before - 1; busy != 6 {
-				t.Errorf("a sync after traffic on 3 of %d keys sent Redis %d commands, want 6 (INCRBY and PEXPIRE of each)", keys, busy)
+			// Each touched key's window: one count.lua (EVALSHA, and in it
+			// INCRBY and PTTL; no PEXPIRE, the expiry is already as late
+			// as it must be), in one pipeline.
+			if busy := commands() - before - 1; busy != 9 {
+				t.Errorf("a sync after traffic on 3 of %d keys sent Redis %d commands, want 9 (EVALSHA, INCRBY and PTTL of each)", keys, busy)
 			}
 			if err := e.Inspect(ctx, p, "k5", &d); err != nil || d.Remaining != 99 {
 				t.Errorf("an idle key's count after the idle syncs: remaining %d (%v), want 99", d.Remaining, err)
@@ -321,46 +323,49 @@ func TestEventualIdleKeysCostNothing(t *testing.T) {
 	}
 }
 
-// A window's shared count lives in Redis as long as the window counts, plus
-// clockSkew, whenever the sync that pushes or reads it is
-// (algo.CountsUntil): Kong's own plugin's counters expire when their period
-// ends (kong/plugins/rate-limiting/policies/init.lua), and whoever counts
-// keys in Redis a window later finds only the current ones.
+// A window's shared count lives in Redis at least until the window stops
+// counting plus clockSkew (algo.CountsUntil), whenever the sync that pushes
+// or reads it is, and a count a sync creates at least the span its window
+// counts for (as counters that EXPIRE on their first INCR live a period):
+// whoever counts keys in Redis a window later finds only the current ones,
+// and a second after a window's end still finds it.
 func TestEventualWindowCountsExpireWhenTheWindowStopsCounting(t *testing.T) {
 	admin := goredis.NewClient(&goredis.Options{Addr: standalone.Addr})
 	t.Cleanup(func() { admin.Close() })
 	ctx := context.Background()
 	const second, minute = int64(1_000_000), int64(60_000_000)
 	start := int64(1_700_006_400_000_000) // a minute's start
+	// Redis' clock runs while the test reads: a TTL is at most what was
+	// set and at most a few seconds less.
+	near := func(got, want time.Duration) bool { return got <= want && got > want-5*time.Second }
 	for _, tc := range []struct {
 		algorithm algo.Algorithm
+		span      time.Duration // how long a window counts for
 		// how long the window starting at start still counts, seen from
-		// start+20s and from start+61s (in the next window), and how long
-		// the next window counts, seen from start+61s
-		at20, at61, next time.Duration
+		// start+30s, start+40s and start+61s (in the next window)
+		at30, at40, at61 time.Duration
 	}{
-		{algo.FixedWindow, 40 * time.Second, 0, 59 * time.Second},
-		{algo.SlidingCounter, 100 * time.Second, 59 * time.Second, 119 * time.Second},
+		{algo.FixedWindow, time.Minute, 30 * time.Second, 20 * time.Second, 0},
+		{algo.SlidingCounter, 2 * time.Minute, 90 * time.Second, 80 * time.Second, 59 * time.Second},
 	} {
 		t.Run(tc.algorithm.String(), func(t *testing.T) {
 			prefix := fmt.Sprintf("keep%d:", time.Now().UnixNano())
 			clock := &core.ManualClock{Micros: start + 20*second}
 			e := newManual(t, prefix, clock)
 			p := core.MustPolicy("keep", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute, Algorithm: tc.algorithm})
-			ttl := func(windowStart int64) time.Duration {
+			key := func(windowStart int64) string {
 				t.Helper()
 				keys, err := admin.Keys(ctx, prefix+"*:"+fmt.Sprint(windowStart)).Result()
 				if err != nil || len(keys) != 1 {
 					t.Fatalf("the count of the window at %d: keys %q, %v", windowStart, keys, err)
 				}
-				return admin.PTTL(ctx, keys[0]).Val()
+				return keys[0]
 			}
-			// Redis' clock runs while the test reads: a TTL is at most what
-			// was set and at most a few seconds less.
-			near := func(got, want time.Duration) bool { return got <= want && got > want-5*time.Second }
+			ttl := func(windowStart int64) time.Duration { return admin.PTTL(ctx, key(windowStart)).Val() }
 			var d core.Decision
-			decideAndSync := func() {
+			decideAndSync := func(at int64) {
 				t.Helper()
+				clock.Micros = at
 				if err := e.Decide(ctx, p, "k", 1, &d); err != nil {
 					t.Fatal(err)
 				}
@@ -368,14 +373,27 @@ func TestEventualWindowCountsExpireWhenTheWindowStopsCounting(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			decideAndSync()
-			if got, want := ttl(start), tc.at20+clockSkew; !near(got, want) {
-				t.Errorf("after a sync at 20s into the window, its count expires in %v, want %v", got, want)
+			decideAndSync(start + 20*second)
+			if got := ttl(start); !near(got, tc.span) {
+				t.Errorf("created by a sync 20s into the window, its count expires in %v, want %v (the span it counts for)", got, tc.span)
 			}
-			clock.Micros = start + minute + second
-			decideAndSync()
-			if got, want := ttl(start+minute), tc.next+clockSkew; !near(got, want) {
-				t.Errorf("the next window's count expires in %v, want %v", got, want)
+			// A sync moves an expiry later, to when the window stops
+			// counting, never earlier.
+			admin.PExpire(ctx, key(start), 5*time.Second)
+			decideAndSync(start + 30*second)
+			if got, want := ttl(start), tc.at30+clockSkew; !near(got, want) {
+				t.Errorf("a count expiring in 5s, after a sync 30s into the window: expires in %v, want %v", got, want)
+			}
+			later := tc.at40 + clockSkew + 10*time.Second
+			admin.PExpire(ctx, key(start), later)
+			decideAndSync(start + 40*second)
+			if got := ttl(start); !near(got, later) {
+				t.Errorf("a count expiring in %v, after a sync 40s into the window: expires in %v, want %v", later, got, later)
+			}
+			admin.PExpire(ctx, key(start), 5*time.Second)
+			decideAndSync(start + minute + second)
+			if got := ttl(start + minute); !near(got, tc.span) {
+				t.Errorf("the next window's count expires in %v, want %v", got, tc.span)
 			}
 			if tc.algorithm == algo.SlidingCounter { // read again as the window before the current one
 				if got, want := ttl(start), tc.at61+clockSkew; !near(got, want) {
@@ -384,10 +402,11 @@ func TestEventualWindowCountsExpireWhenTheWindowStopsCounting(t *testing.T) {
 			}
 		})
 	}
-	// A node that pushes a window's count after the window ended (its last
-	// request before the end, its sync after) does not make it live longer:
-	// it goes clockSkew after the end, or at once once that has passed.
-	for _, late := range []int64{second / 2, 2 * second} {
+	// A count created just before its window's end lives the window's
+	// span; one a node pushes after the end (its last request before the
+	// end, its sync after) lives no longer than clockSkew after the end,
+	// and goes at once once that has passed.
+	for _, late := range []int64{-second / 2, second / 2, 2 * second} {
 		prefix := fmt.Sprintf("late%d:", time.Now().UnixNano())
 		clock := &core.ManualClock{Micros: start + 59*second}
 		e := newManual(t, prefix, clock)
@@ -401,13 +420,18 @@ func TestEventualWindowCountsExpireWhenTheWindowStopsCounting(t *testing.T) {
 			t.Fatal(err)
 		}
 		keys, _ := admin.Keys(ctx, prefix+"*").Result()
+		after := time.Duration(late) * time.Microsecond
 		switch {
+		case late < 0:
+			if len(keys) != 1 || !near(admin.PTTL(ctx, keys[0]).Val(), time.Minute) {
+				t.Errorf("a push %v before the window's end: keys %q, want one expiring in a minute", -after, keys)
+			}
 		case late < int64(clockSkew/time.Microsecond):
-			if len(keys) != 1 || admin.PTTL(ctx, keys[0]).Val() > clockSkew-time.Duration(late)*time.Microsecond {
-				t.Errorf("a push %v after the window's end: keys %q, want one expiring at most %v later", time.Duration(late)*time.Microsecond, keys, clockSkew-time.Duration(late)*time.Microsecond)
+			if len(keys) != 1 || admin.PTTL(ctx, keys[0]).Val() > clockSkew-after {
+				t.Errorf("a push %v after the window's end: keys %q, want one expiring at most %v later", after, keys, clockSkew-after)
 			}
 		case len(keys) != 0:
-			t.Errorf("a push %v after the window's end left %q, want its count gone at once", time.Duration(late)*time.Microsecond, keys)
+			t.Errorf("a push %v after the window's end left %q, want its count gone at once", after, keys)
 		}
 	}
 }

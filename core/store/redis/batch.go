@@ -313,13 +313,20 @@ func (b *batcher) pipelined(ctx context.Context, batch []*call) []*goredis.Cmd {
 	return cmds
 }
 
+// noScript says whether a server refused any of cmds for want of its script.
 func noScript(cmds []*goredis.Cmd) bool {
 	for _, c := range cmds {
-		if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if isNoScript(c.Err()) {
 			return true
 		}
 	}
 	return false
+}
+
+// isNoScript says whether err is a server's refusal of an EVALSHA whose
+// script it does not hold.
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
 func (b *batcher) close() {

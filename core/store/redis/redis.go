@@ -36,6 +36,7 @@ var (
 	decideScript = goredis.NewScript(DecideLua)
 	leaseScript  = goredis.NewScript(leaseLua)
 	cancelScript = goredis.NewScript(cancelLua)
+	countScript  = goredis.NewScript(countLua)
 )
 
 // DefaultPrefix starts every key the store writes.
@@ -657,33 +658,50 @@ func (s *Store) stateKey(p *core.Policy, key string) string {
 var tagEscaper = strings.NewReplacer("%", "%25", "}", "%7D")
 
 // AddCounts adds each count to its window's shared count and reads the
-// fleet's totals back, in one pipeline (eventual mode's sync). Window counts
-// live beside the key's state, in its hash slot, and expire after each
-// count's Keep (at once when it is under a millisecond).
+// fleet's totals back, in one pipeline (eventual mode's sync): one
+// count.lua per window. Window counts live beside the key's state, in its
+// hash slot, and expire as each count's Keep and KeepNew say.
 func (s *Store) AddCounts(ctx context.Context, counts []core.SharedCount) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	cmds := make([]*goredis.IntCmd, len(counts))
-	_, err := s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+	cmds := make([]*goredis.Cmd, len(counts))
+	s.pushCounts(ctx, counts, cmds, false)
+	if noScript(cmds) {
+		// A server that lost its scripts (a restart, a failover, a Cluster
+		// node that never had it): send the script itself, only for what
+		// was refused, so no count is added twice.
+		s.pushCounts(ctx, counts, cmds, true)
+	}
+	for i := range counts {
+		total, err := cmds[i].Int64()
+		if err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		counts[i].Total = total
+	}
+	return nil
+}
+
+// pushCounts runs count.lua, in one pipeline, for each count whose command
+// in cmds is nil or was refused for want of the script, and sets it: by
+// its digest (EVALSHA), or with the whole script (EVAL, which also gives
+// the server the script for the next sync).
+func (s *Store) pushCounts(ctx context.Context, counts []core.SharedCount, cmds []*goredis.Cmd, whole bool) {
+	_, _ = s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
 		for i := range counts {
+			if cmds[i] != nil && !isNoScript(cmds[i].Err()) {
+				continue
+			}
 			c := &counts[i]
-			key := s.countKey(c)
-			cmds[i] = pipe.IncrBy(ctx, key, c.Add)
-			if c.Keep < time.Millisecond { // a window no one counts any more
-				pipe.Del(ctx, key)
+			keys, args := []string{s.countKey(c)}, []any{c.Add, c.Keep.Milliseconds(), c.KeepNew.Milliseconds()}
+			if whole {
+				cmds[i] = countScript.Eval(ctx, pipe, keys, args...)
 			} else {
-				pipe.PExpire(ctx, key, c.Keep)
+				cmds[i] = countScript.EvalSha(ctx, pipe, keys, args...)
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("redis: %w", err)
-	}
-	for i := range counts {
-		counts[i].Total = cmds[i].Val()
-	}
-	return nil
 }
 
 // DeleteCounts forgets each count's window (core.CountStore), in one

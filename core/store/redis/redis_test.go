@@ -904,3 +904,48 @@ func TestGradientWaitCountFromALyingServer(t *testing.T) {
 		}
 	}
 }
+
+// A Redis that lost eventual mode's count script (a restart, a failover, a
+// Cluster master that never ran it) refuses the sync's EVALSHAs: AddCounts
+// sends the script itself for those, and only those, so no count is added
+// twice when some masters held it and others did not.
+func TestAddCountsAddEachCountOnceWhenScriptsAreLost(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{Settings: Settings{Addrs: cluster.Addrs()}, Cluster: true})
+	admin := adminCluster(t)
+	p := core.MustPolicy("counts", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute, Algorithm: algo.FixedWindow})
+	count := func(key string, add int64) core.SharedCount {
+		return core.SharedCount{Policy: p, Key: key, Start: 60_000_000, Add: add, Keep: time.Minute, KeepNew: time.Minute}
+	}
+	// Two keys whose counts live on different masters.
+	master := func(key string) string {
+		c := count(key, 0)
+		m, err := admin.MasterForKey(ctx, s.countKey(&c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Options().Addr
+	}
+	first, other := "a", ""
+	for i := 0; other == ""; i++ {
+		if k := fmt.Sprint("b", i); master(k) != master(first) {
+			other = k
+		}
+	}
+	counts := []core.SharedCount{count(first, 2), count(other, 2)}
+	if err := s.AddCounts(ctx, counts); err != nil || counts[0].Total != 2 || counts[1].Total != 2 {
+		t.Fatalf("first push: %v, totals %d and %d, want 2 and 2", err, counts[0].Total, counts[1].Total)
+	}
+	c := count(first, 0)
+	m, err := admin.MasterForKey(ctx, s.countKey(&c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	counts = []core.SharedCount{count(first, 3), count(other, 3)}
+	if err := s.AddCounts(ctx, counts); err != nil || counts[0].Total != 5 || counts[1].Total != 5 {
+		t.Fatalf("a push after one master lost the script: %v, totals %d and %d, want 5 and 5", err, counts[0].Total, counts[1].Total)
+	}
+}

@@ -17,7 +17,7 @@ var DecideLua = algo.Lua + stateLua + protocolLua + decideLua + batchLua
 
 // cancelLua gives back a shaped request's places (algo.Lua's
 // cancel_shaped on the state hash); leaseLua ends or renews a request's
-// leases.
+// leases. countLua adds to a window's shared count (eventual mode).
 var cancelLua = algo.Lua + stateLua + cancelPartLua
 
 var (
@@ -33,4 +33,6 @@ var (
 	cancelPartLua string
 	//go:embed lua/lease.lua
 	leaseLua string
+	//go:embed lua/count.lua
+	countLua string
 )
