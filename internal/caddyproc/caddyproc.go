@@ -21,6 +21,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/reporoot"
+	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
 // Binary returns the Caddy to test: $TOLLGATE_CADDY, else bin/caddy at the
@@ -53,7 +54,7 @@ func (c *Caddy) Pid() int { return c.cmd.Process.Pid }
 // Goroutines is how many goroutines Caddy runs, from its admin endpoint's
 // pprof.
 func (c *Caddy) Goroutines() (int, error) {
-	resp, err := http.Get(c.AdminURL + "/debug/pprof/goroutine?debug=1")
+	resp, err := c.adminGet("/debug/pprof/goroutine?debug=1")
 	if err != nil {
 		return 0, err
 	}
@@ -206,10 +207,38 @@ func (c *Caddy) Load(body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// adminGet sends GET path to the admin API. Caddy replaces its admin
+// server on every load, the old one stopping after it answered the load:
+// a GET sent then finds its connection closed unanswered (EOF, a reset)
+// or the new listener not open yet. A GET may be sent again: it is, on a
+// connection of its own, until the admin API answers (at most 5s).
+func (c *Caddy) adminGet(path string) (*http.Response, error) {
+	c.t.Helper()
+	var resp *http.Response
+	var err error
+	waitfor.TrueEvery(c.t, 5*time.Second, 20*time.Millisecond, "the admin API to answer GET "+path, func() bool {
+		req, errReq := http.NewRequest(http.MethodGet, c.AdminURL+path, nil)
+		if errReq != nil {
+			resp, err = nil, errReq
+			return true
+		}
+		req.Close = true
+		resp, err = http.DefaultClient.Do(req)
+		return err == nil || !adminRestarting(err)
+	})
+	return resp, err
+}
+
+// adminRestarting says whether err is what a request meets while Caddy
+// replaces its admin server.
+func adminRestarting(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
 // Metrics returns the admin API's /metrics page.
 func (c *Caddy) Metrics() string {
 	c.t.Helper()
-	resp, err := http.Get(c.AdminURL + "/metrics")
+	resp, err := c.adminGet("/metrics")
 	if err != nil {
 		c.t.Fatal(err)
 	}
