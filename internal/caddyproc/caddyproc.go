@@ -54,7 +54,7 @@ func (c *Caddy) Pid() int { return c.cmd.Process.Pid }
 // Goroutines is how many goroutines Caddy runs, from its admin endpoint's
 // pprof.
 func (c *Caddy) Goroutines() (int, error) {
-	resp, err := c.adminGet("/debug/pprof/goroutine?debug=1")
+	resp, err := c.AdminGet("/debug/pprof/goroutine?debug=1")
 	if err != nil {
 		return 0, err
 	}
@@ -207,12 +207,12 @@ func (c *Caddy) Load(body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// adminGet sends GET path to the admin API. Caddy replaces its admin
+// AdminGet sends GET path to the admin API. Caddy replaces its admin
 // server on every load, the old one stopping after it answered the load:
 // a GET sent then finds its connection closed unanswered (EOF, a reset)
 // or the new listener not open yet. A GET may be sent again: it is, on a
 // connection of its own, until the admin API answers (at most 5s).
-func (c *Caddy) adminGet(path string) (*http.Response, error) {
+func (c *Caddy) AdminGet(path string) (*http.Response, error) {
 	c.t.Helper()
 	var resp *http.Response
 	var err error
@@ -238,7 +238,7 @@ func adminRestarting(err error) bool {
 // Metrics returns the admin API's /metrics page.
 func (c *Caddy) Metrics() string {
 	c.t.Helper()
-	resp, err := c.adminGet("/metrics")
+	resp, err := c.AdminGet("/metrics")
 	if err != nil {
 		c.t.Fatal(err)
 	}
