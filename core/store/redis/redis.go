@@ -658,46 +658,94 @@ func (s *Store) stateKey(p *core.Policy, key string) string {
 var tagEscaper = strings.NewReplacer("%", "%25", "}", "%7D")
 
 // AddCounts adds each count to its window's shared count and reads the
-// fleet's totals back, in one pipeline (eventual mode's sync): one
-// count.lua per window. Window counts live beside the key's state, in its
-// hash slot, and expire as each count's Keep and KeepNew say.
+// fleet's totals back, in one pipeline (eventual mode's sync) of count.lua
+// calls, each taking up to countsPerCall windows (on a Cluster, those of
+// one key, which share a hash slot). Window counts live beside the key's
+// state, in its hash slot, and expire as each count's Keep and KeepNew say.
 func (s *Store) AddCounts(ctx context.Context, counts []core.SharedCount) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	cmds := make([]*goredis.Cmd, len(counts))
-	s.pushCounts(ctx, counts, cmds, false)
-	if noScript(cmds) {
+	calls := s.countCalls(counts)
+	s.pushCounts(ctx, counts, calls, false)
+	if noScript(cmdsOf(calls)) {
 		// A server that lost its scripts (a restart, a failover, a Cluster
-		// node that never had it): send the script itself, only for what
-		// was refused, so no count is added twice.
-		s.pushCounts(ctx, counts, cmds, true)
+		// node that never had it): send the script itself, only for the
+		// calls it refused (each a script: all of it ran, or none), so no
+		// count is added twice.
+		s.pushCounts(ctx, counts, calls, true)
 	}
-	for i := range counts {
-		total, err := cmds[i].Int64()
+	for _, c := range calls {
+		totals, err := c.cmd.Int64Slice()
+		if err == nil && len(totals) != c.to-c.from {
+			err = fmt.Errorf("count script answered %d counts for %d windows", len(totals), c.to-c.from)
+		}
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
-		counts[i].Total = total
+		for i, total := range totals {
+			counts[c.from+i].Total = total
+		}
 	}
 	return nil
 }
 
-// pushCounts runs count.lua, in one pipeline, for each count whose command
-// in cmds is nil or was refused for want of the script, and sets it: by
-// its digest (EVALSHA), or with the whole script (EVAL, which also gives
-// the server the script for the next sync).
-func (s *Store) pushCounts(ctx context.Context, counts []core.SharedCount, cmds []*goredis.Cmd, whole bool) {
+// countsPerCall bounds the windows one count.lua call takes, so one sync
+// holds Redis (which runs a script alone) for a bounded time.
+const countsPerCall = 256
+
+// countCall is one count.lua call: counts[from:to], and its command once
+// sent.
+type countCall struct {
+	from, to int
+	cmd      *goredis.Cmd
+}
+
+// countCalls splits counts into count.lua calls: runs of up to
+// countsPerCall, and on a Cluster runs of one key's windows.
+func (s *Store) countCalls(counts []core.SharedCount) []countCall {
+	_, cluster := s.client.(*goredis.ClusterClient)
+	var calls []countCall
+	for from := 0; from < len(counts); {
+		to := from + 1
+		for to < len(counts) && to-from < countsPerCall &&
+			(!cluster || counts[to].Policy == counts[from].Policy && counts[to].Key == counts[from].Key) {
+			to++
+		}
+		calls = append(calls, countCall{from: from, to: to})
+		from = to
+	}
+	return calls
+}
+
+func cmdsOf(calls []countCall) []*goredis.Cmd {
+	cmds := make([]*goredis.Cmd, len(calls))
+	for i := range calls {
+		cmds[i] = calls[i].cmd
+	}
+	return cmds
+}
+
+// pushCounts sends, in one pipeline, each call not sent yet or refused for
+// want of the script, and sets its command: by the script's digest
+// (EVALSHA), or with the whole script (EVAL, which also gives the server
+// the script for the next sync).
+func (s *Store) pushCounts(ctx context.Context, counts []core.SharedCount, calls []countCall, whole bool) {
 	_, _ = s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
-		for i := range counts {
-			if cmds[i] != nil && !isNoScript(cmds[i].Err()) {
+		for i := range calls {
+			c := &calls[i]
+			if c.cmd != nil && !isNoScript(c.cmd.Err()) {
 				continue
 			}
-			c := &counts[i]
-			keys, args := []string{s.countKey(c)}, []any{c.Add, c.Keep.Milliseconds(), c.KeepNew.Milliseconds()}
+			keys, args := make([]string, 0, c.to-c.from), make([]any, 0, 3*(c.to-c.from))
+			for j := c.from; j < c.to; j++ {
+				w := &counts[j]
+				keys = append(keys, s.countKey(w))
+				args = append(args, w.Add, w.Keep.Milliseconds(), w.KeepNew.Milliseconds())
+			}
 			if whole {
-				cmds[i] = countScript.Eval(ctx, pipe, keys, args...)
+				c.cmd = countScript.Eval(ctx, pipe, keys, args...)
 			} else {
-				cmds[i] = countScript.EvalSha(ctx, pipe, keys, args...)
+				c.cmd = countScript.EvalSha(ctx, pipe, keys, args...)
 			}
 		}
 		return nil

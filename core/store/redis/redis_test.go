@@ -949,3 +949,39 @@ func TestAddCountsAddEachCountOnceWhenScriptsAreLost(t *testing.T) {
 		t.Fatalf("a push after one master lost the script: %v, totals %d and %d, want 5 and 5", err, counts[0].Total, counts[1].Total)
 	}
 }
+
+// A sync of more windows than one count.lua call takes is split into
+// calls, each window's total read back into its own count, on standalone
+// Redis (runs of countsPerCall) and on a Cluster (runs of one key's
+// windows).
+func TestAddCountsSplitsIntoCallsAndReadsEachTotal(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		opts Options
+	}{
+		{"standalone", Options{Settings: Settings{Addrs: []string{standalone.Addr}}}},
+		{"cluster", Options{Settings: Settings{Addrs: cluster.Addrs()}, Cluster: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t, tc.opts)
+			p := core.MustPolicy("split", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute, Algorithm: algo.SlidingCounter})
+			n := 2*countsPerCall + 7
+			counts := make([]core.SharedCount, n)
+			for i := range counts { // two windows of each key, side by side
+				counts[i] = core.SharedCount{Policy: p, Key: fmt.Sprint("k", i/2), Start: int64(60_000_000 * (1 + i%2)),
+					Add: int64(i + 1), Keep: time.Minute, KeepNew: time.Minute}
+			}
+			for round := int64(1); round <= 2; round++ {
+				if err := s.AddCounts(ctx, counts); err != nil {
+					t.Fatal(err)
+				}
+				for i := range counts {
+					if want := round * int64(i+1); counts[i].Total != want {
+						t.Fatalf("round %d: window %d's total %d, want %d", round, i, counts[i].Total, want)
+					}
+				}
+			}
+		})
+	}
+}
