@@ -273,7 +273,7 @@ bench-kong-socket: deps
 bench-core:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/store/memory/
 	$(GO) test -run '^$$' -bench VsFloor ./caddymodule/
-	$(GO) test -run '^$$' -bench EventualSync ./core/store/redis/
+	$(GO) test -run '^$$' -bench EventualSync -benchtime 200x ./core/store/redis/
 
 clean:
 	rm -rf bin .tmp
