@@ -223,7 +223,7 @@ adaptive-fleet: deps bin/caddy-race
 # fuzz-short is core's targets alone.
 FUZZ_TARGETS := ./kongplugin:FuzzKongConfig ./kongplugin:FuzzKeysPluginFile \
 	./caddymodule:FuzzCaddyfile ./caddymodule:FuzzCaddyJSON ./caddymodule:FuzzKeyTemplate ./caddymodule:FuzzClientAddressKey \
-	./core/admin:FuzzAdminAPI ./core/store/redis:FuzzReplyBounds
+	./core/admin:FuzzAdminAPI ./core/store/redis/replybound:FuzzReplyBounds
 CORE_FUZZ_TARGETS := ./core/algo:FuzzStep ./core/algo:FuzzParseRate ./core/headers:FuzzHeaders
 
 fuzz: deps fuzz-short

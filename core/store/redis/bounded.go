@@ -2,159 +2,22 @@ package redis
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"strconv"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/core"
-)
-
-// What a reply from Redis may claim before tollgate reads it. go-redis
-// allocates an aggregate's elements and a bulk string's bytes as soon as it
-// reads their header, so a server (or anything between it and the gateway)
-// that claims 2^31 elements would make the gateway allocate them. The
-// largest reply a decision can need is a batch of maxBatch requests, each
-// denied on MaxLimits sliding logs carrying their 64 live times:
-// (2 + 5 + 65) values a limit, 64 KiB of interface values at most. The
-// bounds below are far above it and far below what hurts a gateway.
-const (
-	// maxReplyElements bounds an aggregate's count (array, set, map pairs,
-	// push): 65,536.
-	maxReplyElements = 1 << 16
-	// maxReplyBulk bounds a bulk string (or blob error, verbatim string) in
-	// bytes: 1 MiB, above CLUSTER NODES of a thousand-node cluster.
-	maxReplyBulk = 1 << 20
-	// maxReplyLine bounds a reply's header or simple line in bytes.
-	maxReplyLine = 64 << 10
+	"github.com/tollgate/tollgate/core/store/redis/replybound"
 )
 
 // maxBatch is the most decisions one batch may carry, so that its reply
-// stays within maxReplyElements: each request answers its length, then at
-// most 1 + 5 values and 65 state values a limit (or -1 and its error).
-const maxBatch = maxReplyElements / (2 + core.MaxLimits*(5+65))
+// stays within replybound.MaxElements: each request answers its length,
+// then at most 1 + 5 values and 65 state values a limit (or -1 and its
+// error): (2 + 5 + 65) values a limit, 64 KiB of interface values at most.
+const maxBatch = replybound.MaxElements / (2 + core.MaxLimits*(5+65))
 
-// boundedDialer wraps dial so that every connection's replies are checked
-// against the bounds above as they arrive.
-func boundedDialer(dial func(context.Context, string, string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &boundedConn{Conn: c}, nil
-	}
-}
-
-// newBoundedDialer is go-redis's own dialer (TLS included) with bounded
-// replies.
+// newBoundedDialer is go-redis's own dialer (TLS included), its replies'
+// claims bounded (replybound).
 func newBoundedDialer(uo *goredis.UniversalOptions) func(context.Context, string, string) (net.Conn, error) {
-	return boundedDialer(goredis.NewDialer(&goredis.Options{DialTimeout: uo.DialTimeout, TLSConfig: uo.TLSConfig}))
-}
-
-// boundedConn passes Redis's bytes on only after checking each reply
-// header in them (RESP2 and RESP3) against the bounds. A header that claims
-// more fails the read, before go-redis has seen the header's line end, so
-// go-redis closes the connection and the call fails as on any broken
-// connection: the store's failure policy answers.
-type boundedConn struct {
-	net.Conn
-	bounds replyBounds
-}
-
-func (c *boundedConn) Read(p []byte) (int, error) {
-	if c.bounds.failed != nil { // go-redis may read again before it closes the connection
-		return 0, c.bounds.failed
-	}
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		if berr := c.bounds.scan(p[:n]); berr != nil {
-			return 0, berr
-		}
-	}
-	return n, err
-}
-
-// replyBounds scans a stream of RESP replies: header and simple lines are
-// read, bulk payloads skipped by their length.
-type replyBounds struct {
-	skip    int64    // payload bytes (and CRLF) still to skip
-	lineLen int      // bytes of the current line so far
-	head    [24]byte // the current line's first bytes
-	failed  error
-}
-
-func (b *replyBounds) scan(p []byte) error {
-	if b.failed != nil {
-		return b.failed
-	}
-	for i := 0; i < len(p); {
-		if b.skip > 0 {
-			step := min(b.skip, int64(len(p)-i))
-			b.skip -= step
-			i += int(step)
-			continue
-		}
-		c := p[i]
-		i++
-		if c != '\n' {
-			if b.lineLen < len(b.head) {
-				b.head[b.lineLen] = c
-			}
-			b.lineLen++
-			if b.lineLen > maxReplyLine {
-				return b.fail(fmt.Errorf("redis: a reply line longer than %d bytes", maxReplyLine))
-			}
-			continue
-		}
-		line, full := b.head[:min(b.lineLen, len(b.head))], b.lineLen
-		b.lineLen = 0
-		if err := b.header(line, full); err != nil {
-			return b.fail(err)
-		}
-	}
-	return nil
-}
-
-func (b *replyBounds) fail(err error) error {
-	b.failed = err
-	return err
-}
-
-// header checks one complete line: its first bytes (its CR included, if
-// any) and its whole length.
-func (b *replyBounds) header(line []byte, full int) error {
-	if len(line) > 0 && line[len(line)-1] == '\r' {
-		line = line[:len(line)-1]
-	}
-	if len(line) == 0 {
-		return fmt.Errorf("redis: an empty reply line")
-	}
-	kind, rest := line[0], string(line[1:])
-	if full > len(b.head) {
-		rest = "(a number of more than 20 digits)" // no bound's length needs one
-	}
-	switch kind {
-	case '$', '!', '=': // bulk string, blob error, verbatim string
-		n, err := strconv.ParseInt(rest, 10, 64)
-		if err != nil || n < -1 {
-			return fmt.Errorf("redis: a reply of type %q with length %q", kind, rest)
-		}
-		if n > maxReplyBulk {
-			return fmt.Errorf("redis: a reply claims %d bytes, more than the %d a rate limiter reads", n, maxReplyBulk)
-		}
-		if n >= 0 {
-			b.skip = n + 2
-		}
-	case '*', '%', '~', '>', '|': // array, map, set, push, attribute
-		n, err := strconv.ParseInt(rest, 10, 64)
-		if err != nil || n < -1 {
-			return fmt.Errorf("redis: a reply of type %q with count %q", kind, rest)
-		}
-		if n > maxReplyElements {
-			return fmt.Errorf("redis: a reply claims %d elements, more than the %d a rate limiter reads", n, maxReplyElements)
-		}
-	}
-	return nil
+	return replybound.Dialer(goredis.NewDialer(&goredis.Options{DialTimeout: uo.DialTimeout, TLSConfig: uo.TLSConfig}))
 }

@@ -140,7 +140,7 @@ func readCommand(r *bufio.Reader) ([]string, error) {
 // TestLyingRedis: whatever a server sends in answer to a decision, the
 // gateway neither panics, nor hangs past the store's timeout, nor allocates
 // more than a decision can need: a reply that claims more than the bounds
-// (bounded.go) fails that decision with an error, before go-redis reads
+// (package replybound) fails that decision with an error, before go-redis reads
 // the claim, and the store's failure policy answers it.
 func TestLyingRedis(t *testing.T) {
 	policy := core.MustPolicy("lie", core.PolicyOptions{}, algo.Limit{Algorithm: algo.SlidingLog, Count: 3, Window: time.Minute},
@@ -200,31 +200,6 @@ func TestLyingRedis(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestReplyBoundsChunked: the bounds hold however the bytes arrive, one at a
-// time or all at once, and a reply within them passes whole.
-func TestReplyBoundsChunked(t *testing.T) {
-	good := "*3\r\n:1\r\n$5\r\nab\r\nc\r\n*2\r\n+OK\r\n$-1\r\n" + "$" + strconv.Itoa(maxReplyBulk) + "\r\n" + strings.Repeat("*", maxReplyBulk) + "\r\n%2\r\n+a\r\n:1\r\n+b\r\n:2\r\n"
-	bad := "*1\r\n*" + strconv.Itoa(maxReplyElements+1) + "\r\n"
-	for _, size := range []int{1, 2, 3, 7, 1 << 20} {
-		var b replyBounds
-		for i := 0; i < len(good); i += size {
-			if err := b.scan([]byte(good[i:min(i+size, len(good))])); err != nil {
-				t.Fatalf("chunks of %d: a good stream failed at %d: %v", size, i, err)
-			}
-		}
-		if b.skip != 0 || b.lineLen != 0 {
-			t.Fatalf("chunks of %d: the stream ended mid-reply (skip %d, line %d)", size, b.skip, b.lineLen)
-		}
-		var failed error
-		for i := 0; i < len(bad) && failed == nil; i += size {
-			failed = b.scan([]byte(bad[i:min(i+size, len(bad))]))
-		}
-		if failed == nil || !strings.Contains(failed.Error(), "elements") {
-			t.Fatalf("chunks of %d: an over-long array passed: %v", size, failed)
-		}
 	}
 }
 

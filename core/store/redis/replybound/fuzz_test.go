@@ -1,4 +1,4 @@
-package redis
+package replybound
 
 import (
 	"testing"
@@ -29,7 +29,7 @@ func FuzzReplyBounds(f *testing.F) {
 		if errWhole == nil && (whole.skip != pieces.skip || whole.lineLen != pieces.lineLen) {
 			t.Fatalf("whole ends at skip %d line %d; in reads of %d at skip %d line %d", whole.skip, whole.lineLen, size, pieces.skip, pieces.lineLen)
 		}
-		if whole.skip < 0 || whole.skip > maxReplyBulk+2 || whole.lineLen < 0 || whole.lineLen > maxReplyLine {
+		if whole.skip < 0 || whole.skip > MaxBulk+2 || whole.lineLen < 0 || whole.lineLen > MaxLine {
 			t.Fatalf("out of bounds: skip %d line %d", whole.skip, whole.lineLen)
 		}
 	})
