@@ -229,10 +229,17 @@ func (c *Caddy) AdminGet(path string) (*http.Response, error) {
 	return resp, err
 }
 
+// droppedUnanswered says whether err is a connection a stopping server
+// accepted, then reset or closed before answering: a GET may be sent again.
+func droppedUnanswered(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
 // adminRestarting says whether err is what a request meets while Caddy
-// replaces its admin server.
+// replaces its admin server: the old one dropped it, or the new one is not
+// listening yet.
 func adminRestarting(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
+	return droppedUnanswered(err) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // Metrics returns the admin API's /metrics page.
@@ -258,7 +265,7 @@ func (c *Caddy) Get(path string, header ...string) (*http.Response, string) {
 		req.Header.Add(header[i], header[i+1]) // a name given twice is sent twice
 	}
 	resp, err := http.DefaultClient.Do(req)
-	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) {
+	if droppedUnanswered(err) {
 		// Seen on the request right after a reload: a connection the
 		// previous config's server accepted as it stopped, then reset or
 		// closed unanswered (an EOF, seen once in make test). A GET may

@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -667,7 +668,7 @@ func (s *Store) AddCounts(ctx context.Context, counts []core.SharedCount) error 
 	defer cancel()
 	calls := s.countCalls(counts)
 	s.pushCounts(ctx, counts, calls, false)
-	if noScript(cmdsOf(calls)) {
+	if slices.ContainsFunc(calls, func(c countCall) bool { return isNoScript(c.cmd.Err()) }) {
 		// A server that lost its scripts (a restart, a failover, a Cluster
 		// node that never had it): send the script itself, only for the
 		// calls it refused (each a script: all of it ran, or none), so no
@@ -715,14 +716,6 @@ func (s *Store) countCalls(counts []core.SharedCount) []countCall {
 		from = to
 	}
 	return calls
-}
-
-func cmdsOf(calls []countCall) []*goredis.Cmd {
-	cmds := make([]*goredis.Cmd, len(calls))
-	for i := range calls {
-		cmds[i] = calls[i].cmd
-	}
-	return cmds
 }
 
 // pushCounts sends, in one pipeline, each call not sent yet or refused for
