@@ -91,6 +91,7 @@ func main() {
 	}
 	r := &runner{}
 	defer r.stop()
+	r.Cleanup(kongreal.RemovePluginDir) // runs last: after Kong, which runs them, stopped
 	up := kongreal.StartUpstream(r)
 	rds, err := redistest.Start(r.TempDir())
 	if err != nil {

@@ -29,9 +29,27 @@ import (
 )
 
 var (
-	buildMu sync.Mutex
-	built   = map[string]string{} // package → binary
+	buildMu     sync.Mutex
+	built       = map[string]string{} // package → binary
+	mainRunning bool                  // Main is running the tests
 )
+
+// Main is a TestMain body for packages whose tests build plugin servers: it
+// runs the tests, then removes the binaries they built (each is tens of
+// megabytes, built once per test process), and returns the exit code.
+func Main(m interface{ Run() int }) int {
+	buildMu.Lock()
+	mainRunning = true
+	buildMu.Unlock()
+	code := m.Run()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	for pkg, path := range built {
+		os.RemoveAll(filepath.Dir(path))
+		delete(built, pkg)
+	}
+	return code
+}
 
 // PluginPackage is the plugin server Kong runs: tollgate's, in the access
 // phase only; ResponsePackage is tollgate-response's, which Kong also runs
@@ -50,13 +68,16 @@ func Binary(t testing.TB) string { return BinaryOf(t, PluginPackage) }
 
 // BinaryOf builds the plugin server command pkg once per test process and
 // returns it, named after pkg's last element (go-pdk names its socket after
-// the binary).
+// the binary). The package's TestMain must be Main, which removes it.
 func BinaryOf(t testing.TB, pkg string) string {
 	t.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if path, ok := built[pkg]; ok {
 		return path
+	}
+	if !mainRunning {
+		t.Fatal("kongproc: a package that builds plugin servers runs its tests with func TestMain(m *testing.M) { os.Exit(kongproc.Main(m)) }, which removes them afterwards")
 	}
 	dir, err := os.MkdirTemp("", "tollgate-kong")
 	if err != nil {

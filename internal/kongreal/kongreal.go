@@ -120,6 +120,14 @@ func PluginDir(t T) string {
 	return binDir
 }
 
+// RemovePluginDir removes what PluginDir built; a test process calls it
+// after its tests (TestMain), a program before it exits.
+func RemovePluginDir() {
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+}
+
 // RepoRoot is the checkout's root (reporoot.Dir).
 func RepoRoot() (string, error) { return reporoot.Dir() }
 
