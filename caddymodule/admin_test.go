@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/internal/caddyproc"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testclock"
 	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
@@ -254,6 +255,7 @@ func adminPost(t *testing.T, c *caddyproc.Caddy, path, body string) (int, map[st
 // object is refused with the reason.
 func TestCaddyAdminAPIKeysInBody(t *testing.T) {
 	const secret = "sk_live_tollgate_secret_41"
+	testclock.New(t, midMinute).InProcess() // no window turns between its requests
 	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy api {

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/internal/caddyproc"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testclock"
 	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
@@ -122,6 +123,7 @@ func mostInWindow(at []int64, w time.Duration) int {
 // are limited like any key (long keys are hashed); a 1 MB header is refused
 // by Caddy itself (431) before any handler runs; Caddy keeps serving.
 func TestCaddyHostileKeys(t *testing.T) {
+	testclock.New(t, midMinute).InProcess() // no window turns between its requests
 	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy p {
@@ -228,6 +230,7 @@ func TestCaddyStoreFailureLogsOnce(t *testing.T) {
 // policy, the limit, the key hashed and the retry-after, and the count of
 // denials it did not log.
 func TestCaddyDenialLogSampled(t *testing.T) {
+	testclock.New(t, midMinute).InProcess() // no window turns between its requests
 	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy api {

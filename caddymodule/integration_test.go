@@ -25,7 +25,7 @@ import (
 	"github.com/tollgate/tollgate/internal/caddyproc"
 	"github.com/tollgate/tollgate/internal/headercheck"
 	"github.com/tollgate/tollgate/internal/redistest"
-	"github.com/tollgate/tollgate/internal/waitfor"
+	"github.com/tollgate/tollgate/internal/testclock"
 )
 
 // expectHeaders checks resp's headers (see headercheck.Expect).
@@ -34,7 +34,12 @@ func expectHeaders(t *testing.T, label string, resp *http.Response, want map[str
 	headercheck.Expect(t, label, resp.Header, want)
 }
 
+// midMinute is where the tests that pin the stores' clock start: half way
+// through a minute (and a second), so no window turns while they run.
+var midMinute = time.Date(2025, 6, 1, 12, 0, 30, 500_000_000, time.UTC)
+
 func TestCaddyPerKeyLimitAndHeaders(t *testing.T) {
+	testclock.New(t, midMinute).InProcess() // resets and retry-afters exact on any machine
 	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy per-key {
@@ -49,7 +54,7 @@ func TestCaddyPerKeyLimitAndHeaders(t *testing.T) {
 			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
 		}
 		expectHeaders(t, fmt.Sprint("request ", i), resp, map[string]string{
-			"X-Ratelimit-Limit": "3", "X-Ratelimit-Remaining": strconv.Itoa(3 - i), "X-Ratelimit-Reset": "59..60",
+			"X-Ratelimit-Limit": "3", "X-Ratelimit-Remaining": strconv.Itoa(3 - i), "X-Ratelimit-Reset": "60",
 			"Ratelimit-Policy": `"per-key";q=3;w=60`, "Ratelimit": fmt.Sprintf(`"per-key";r=%d;t=60`, 3-i),
 			"Retry-After": "",
 		})
@@ -59,7 +64,7 @@ func TestCaddyPerKeyLimitAndHeaders(t *testing.T) {
 		t.Fatalf("4th request: %d %q, want 429 and the default body", resp.StatusCode, body)
 	}
 	expectHeaders(t, "denied", resp, map[string]string{
-		"Retry-After": "59..60", "X-Ratelimit-Remaining": "0", "Content-Type": "text/plain; charset=utf-8",
+		"Retry-After": "60", "X-Ratelimit-Remaining": "0", "Content-Type": "text/plain; charset=utf-8",
 		"Ratelimit": `"per-key";r=0;t=60`, "Content-Length": "20",
 	})
 	// Another key has its own quota; a request without the key header is
@@ -91,6 +96,7 @@ func TestCaddyPerKeyLimitAndHeaders(t *testing.T) {
 }
 
 func TestCaddyStackedLimits(t *testing.T) {
+	clock := testclock.New(t, midMinute).InProcess()
 	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy stacked {
@@ -108,34 +114,37 @@ func TestCaddyStackedLimits(t *testing.T) {
 		}
 		return resp
 	}
-	// Knock on the key until the minute's 5 are used: each time the
-	// per-second limit denies, wait for its window to let the next through
-	// (polling, so denied requests keep arriving and must consume nothing).
-	waitfor.True(t, 10*time.Second, "5 allowed through the per-second limit", func() bool {
-		resp := get()
-		if resp.StatusCode != 200 && allowed < 5 {
-			if l := resp.Header.Get("X-Ratelimit-Limit"); l != "2" {
-				t.Fatalf("after %d allowed the per-second limit should deny, X-Ratelimit-Limit %q", allowed, l)
+	// Knock on the key until the minute's 5 are used, three times a second
+	// more than the per-second limit lets through: denied requests must
+	// consume nothing, in either limit.
+	for second := 0; allowed < 5; second++ {
+		for i := 0; i < 5; i++ {
+			before := allowed
+			resp := get()
+			if allowed == before && allowed < 5 {
+				expectHeaders(t, fmt.Sprintf("second %d, request %d: the per-second limit denies", second, i+1), resp, map[string]string{
+					"X-Ratelimit-Limit": "2", "X-Ratelimit-Remaining": "0", "Retry-After": "1"})
 			}
 		}
-		return allowed >= 5
-	})
-	get()
-	// Denied requests took nothing from the minute's quota: exactly 5 passed.
-	if allowed != 5 {
-		t.Fatalf("%d requests allowed in the minute, want exactly 5", allowed)
+		if want := min(2*(second+1), 5); allowed != want {
+			t.Fatalf("second %d: %d allowed in all, want %d", second, allowed, want)
+		}
+		clock.Advance(1100 * time.Millisecond)
 	}
+	// 3.3 s after the first request: the minute's quota is spent until 60 s
+	// after it.
 	resp := get()
 	expectHeaders(t, "after the minute's quota", resp, map[string]string{
-		"X-Ratelimit-Limit": "5", "X-Ratelimit-Remaining": "0", "Retry-After": "55..60",
+		"X-Ratelimit-Limit": "5", "X-Ratelimit-Remaining": "0", "Retry-After": "57",
 		"Ratelimit-Policy": `"second";q=2;w=1, "minute";q=5;w=60`,
 	})
-	if resp.StatusCode != http.StatusTooManyRequests {
-		t.Fatalf("status %d, want 429", resp.StatusCode)
+	if resp.StatusCode != http.StatusTooManyRequests || allowed != 5 {
+		t.Fatalf("status %d with %d allowed, want 429 and exactly 5", resp.StatusCode, allowed)
 	}
 }
 
 func TestCaddyStatusBodyHeaderStyles(t *testing.T) {
+	testclock.New(t, midMinute).InProcess() // no window turns between its requests
 	c := caddyproc.StartInProcess(t, `
 	route /x* {
 		tollgate {
@@ -184,6 +193,7 @@ func TestCaddyStatusBodyHeaderStyles(t *testing.T) {
 }
 
 func TestCaddyShadowMatchersAndEmptyKey(t *testing.T) {
+	testclock.New(t, midMinute).InProcess() // no window turns between its requests
 	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy api {
@@ -248,6 +258,7 @@ func TestCaddyShadowMatchersAndEmptyKey(t *testing.T) {
 }
 
 func TestCaddyHandleErrorsAndPlaceholders(t *testing.T) {
+	testclock.New(t, midMinute).InProcess() // no window turns between its requests
 	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy p {
@@ -703,6 +714,7 @@ func TestCaddyTopDeniedKeys(t *testing.T) {
 	if long {
 		lights, heavy = 100_000, 300
 	}
+	testclock.New(t, midMinute).InProcess() // no window turns between its requests
 	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy api {
@@ -858,6 +870,7 @@ func TestCaddyUnknownPlaceholdersRefused(t *testing.T) {
 // TestCaddyPlaceholdersWhereNoPolicyApplies: on a path no policy covers,
 // the http.tollgate.* placeholders read empty, not as written.
 func TestCaddyPlaceholdersWhereNoPolicyApplies(t *testing.T) {
+	testclock.New(t, midMinute).InProcess() // no window turns between its requests
 	c := caddyproc.StartInProcess(t, `
 	tollgate {
 		policy api {

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/internal/kongproc"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testclock"
 )
 
 // These tests drive the real tollgate-response-ratelimiting plugin server
@@ -29,26 +29,11 @@ import (
 // clock moved to a window's end and the fleet on one Redis, in make test's
 // seconds, without Kong.
 
-// rrlClock pins the plugin server's clock (openstore.TestClockFileEnv) half way
-// through a second, so a test's requests share each period's window, as
-// the spec's wait() makes them share a second.
-type rrlClock struct {
-	t    *testing.T
-	file string
-	now  time.Time
-}
-
-func newRRLClock(t *testing.T) *rrlClock {
-	c := &rrlClock{t: t, file: filepath.Join(t.TempDir(), "now"), now: time.Date(2025, 6, 1, 12, 0, 0, 500_000_000, time.UTC)}
-	c.advance(0)
-	return c
-}
-
-func (c *rrlClock) advance(d time.Duration) {
-	c.now = c.now.Add(d)
-	if err := os.WriteFile(c.file, []byte(strconv.FormatInt(c.now.UnixMicro(), 10)), 0o644); err != nil {
-		c.t.Fatal(err)
-	}
+// newRRLClock pins the plugin server's clock half way through a second, so
+// a test's requests share each period's window, as the spec's wait() makes
+// them share a second.
+func newRRLClock(t *testing.T) *testclock.Clock {
+	return testclock.New(t, time.Date(2025, 6, 1, 12, 0, 0, 500_000_000, time.UTC))
 }
 
 // rrlNode is one plugin server and Kong's connection to it.
@@ -58,8 +43,8 @@ type rrlNode struct {
 	c   *kongproc.Client
 }
 
-func startRRL(t *testing.T, clock *rrlClock) *rrlNode {
-	srv := kongproc.StartPackage(t, kongproc.ResponseLimitsPackage, openstore.TestClockFileEnv+"="+clock.file)
+func startRRL(t *testing.T, clock *testclock.Clock) *rrlNode {
+	srv := kongproc.StartPackage(t, kongproc.ResponseLimitsPackage, clock.Env())
 	n := &rrlNode{t: t, srv: srv, c: srv.Dial()}
 	t.Cleanup(func() { n.c.Close() })
 	return n
@@ -347,7 +332,7 @@ func TestKongResponseLimitsSpecAccess(t *testing.T) {
 					if r.status != 200 || r.int("X-Ratelimit-Limit-Video-Second") != iterations || r.int("X-Ratelimit-Remaining-Video-Second") != iterations-1 {
 						t.Fatalf("%d limit %d remaining %d, want 200, 10 and 9", r.status, r.int("X-Ratelimit-Limit-Video-Second"), r.int("X-Ratelimit-Remaining-Video-Second"))
 					}
-					clock.advance(time.Second) // the next second's counter
+					clock.Advance(time.Second) // the next second's counter
 				}
 			})
 
@@ -522,7 +507,7 @@ func TestKongResponseLimitsKeys(t *testing.T) {
 	run := func(want int, args ...string) (map[string]any, string) {
 		t.Helper()
 		cmd := exec.Command(kongproc.BinaryOf(t, kongproc.ResponseLimitsPackage), append([]string{"keys"}, args...)...)
-		cmd.Env = append(os.Environ(), openstore.TestClockFileEnv+"="+clock.file) // the plugin server's time
+		cmd.Env = append(os.Environ(), clock.Env()) // the plugin server's time
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, _ := cmd.Output()

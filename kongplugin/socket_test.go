@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/internal/headercheck"
 	"github.com/tollgate/tollgate/internal/kongproc"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testclock"
 	"github.com/tollgate/tollgate/internal/waitfor"
 	"github.com/tollgate/tollgate/kongplugin"
 )
@@ -653,18 +651,8 @@ func TestKongRaisedLimitKeepsUsage(t *testing.T) {
 // January. The plugin server's stores read the time from a file the test
 // sets (openstore.TestClockFileEnv).
 func TestKongCalendarMonthAndYear(t *testing.T) {
-	clockFile := filepath.Join(t.TempDir(), "now")
-	setClock := func(at string) {
-		tm, err := time.Parse(time.RFC3339, at)
-		if err == nil {
-			err = os.WriteFile(clockFile, []byte(strconv.FormatInt(tm.UnixMicro(), 10)), 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	setClock("2025-03-31T23:59:00Z")
-	srv := kongproc.StartEnv(t, openstore.TestClockFileEnv+"="+clockFile)
+	clock := testclock.New(t, time.Date(2025, 3, 31, 23, 59, 0, 0, time.UTC))
+	srv := kongproc.StartEnv(t, clock.Env())
 	c := srv.Dial()
 	defer c.Close()
 	id := start(t, c, map[string]any{"month": 3, "year": 4, "limit_by": "ip"})
@@ -677,7 +665,7 @@ func TestKongCalendarMonthAndYear(t *testing.T) {
 	if res.Status != 429 || res.Headers.Get("Retry-After") != "60" {
 		t.Fatalf("4th request on 31 Mar 23:59: status %d Retry-After %q, want 429 and 60 (the month ends in a minute)", res.Status, res.Headers.Get("Retry-After"))
 	}
-	setClock("2025-04-01T00:01:00Z")
+	clock.Set(time.Date(2025, 4, 1, 0, 1, 0, 0, time.UTC))
 	header(t, "1 Apr 00:01", access(t, c, id, req), map[string]string{
 		"X-RateLimit-Remaining-Month": "2", "X-RateLimit-Remaining-Year": "0",
 		"RateLimit-Remaining": "0", "RateLimit-Reset": strconv.Itoa(275*86400 - 60)})

@@ -10,6 +10,9 @@ import (
 	"github.com/tollgate/tollgate/core"
 )
 
+// TestClockBuilt says this binary's stores read TestClockFileEnv.
+const TestClockBuilt = true
+
 // testClock is the clock TestClockFileEnv names, in the integration tests'
 // builds (-tags tollgate_testclock); nil when it is not set.
 func testClock() core.Clock {
