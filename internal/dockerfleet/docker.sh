@@ -32,7 +32,8 @@ stop_dockerd() {
     for _ in $(seq 100); do kill -0 "$started" 2>/dev/null || break; sleep 0.1; done
   fi
 }
-trap stop_dockerd EXIT
+# dockerd's log stays for a failed run to read, and goes with a passed one.
+trap 'rc=$?; stop_dockerd; [ "$rc" != 0 ] || rm -f "$log"' EXIT
 if ! docker info >/dev/null 2>&1; then
   echo "docker-test: starting dockerd (log: $log)"
   $sudo dockerd >"$log" 2>&1 &
