@@ -48,14 +48,8 @@ func TestKongClusterKeepsKongsCounts(t *testing.T) {
 	}
 	answeredBy := func(limit string) {
 		t.Helper()
-		waitfor.TrueEvery(t, 60*time.Second, 200*time.Millisecond, "every worker answering with X-RateLimit-Limit-Hour "+limit, func() bool {
-			for i := 0; i < 4; i++ {
-				if k.GetOnce("/cl", "X-Forwarded-For: 198.51.100.99").Headers.Get("X-Ratelimit-Limit-Hour") != limit {
-					return false
-				}
-			}
-			return true
-		})
+		everyWorker(t, k, "X-RateLimit-Limit-Hour "+limit, "/cl", func() []string { return []string{probeClient()} },
+			func(a Answer) bool { return a.Headers.Get("X-Ratelimit-Limit-Hour") == limit })
 	}
 	request := func() string {
 		a := k.GetOnce("/cl", "X-Forwarded-For: "+client)
@@ -63,6 +57,7 @@ func TestKongClusterKeepsKongsCounts(t *testing.T) {
 	}
 	call(201, "POST", "/services", map[string]any{"name": "cl", "url": up.URL})
 	call(201, "POST", "/services/cl/routes", map[string]any{"name": "cl", "paths": []string{"/cl"}})
+	probeWorkers(k, "cl")
 	config := func(hour int) map[string]any {
 		return map[string]any{"hour": hour, "limit_by": "ip", "policy": "cluster", "fault_tolerant": false}
 	}

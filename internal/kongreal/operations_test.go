@@ -305,19 +305,14 @@ func adminAPILifecycle(t *testing.T, admin, proxy *Kong, up *Upstream, rds *redi
 	call := admin.AdminWant
 	call(201, "POST", "/services", map[string]any{"name": "managed", "url": up.URL})
 	call(201, "POST", "/services/managed/routes", map[string]any{"name": "managed", "paths": []string{"/managed"}})
+	probeWorkers(admin, "managed")
 	plugin := call(201, "POST", "/routes/managed/plugins", map[string]any{"name": "tollgate", "config": map[string]any{
 		"hour": 5, "limit_by": "header", "header_name": "X-Key", "policy": "redis", "redis": rds.KongRecord(), "sync_rate": 1}})
 	id, _ := plugin["id"].(string)
 	limitIs := func(want string) {
 		t.Helper()
-		waitfor.TrueEvery(t, 60*time.Second, 200*time.Millisecond, "every worker deciding with X-RateLimit-Limit-Hour "+want, func() bool {
-			for i := 0; i < 4; i++ { // either worker may take a request
-				if proxy.GetOnce("/managed", "X-Key: probe").Headers.Get("X-Ratelimit-Limit-Hour") != want {
-					return false
-				}
-			}
-			return true
-		})
+		everyWorker(t, proxy, "deciding with X-RateLimit-Limit-Hour "+want, "/managed", func() []string { return []string{"X-Key: probe"} },
+			func(a Answer) bool { return a.Headers.Get("X-Ratelimit-Limit-Hour") == want })
 	}
 	limitIs("5")
 	notNearEnd(t, time.Hour, 30*time.Second)
