@@ -24,7 +24,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 }
 
 // UnmarshalCaddyfile reads the tollgate directive. The options are core's
-// (openstore.Spec, spec.Policy, spec.Adaptive), which check them; this
+// (spec.Store, spec.Policy, spec.Adaptive), which check them; this
 // adds the Caddyfile line to their errors.
 //
 //	tollgate [<matcher>] {

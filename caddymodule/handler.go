@@ -37,7 +37,7 @@ var ErrRateLimited = errors.New("rate limit exceeded")
 // Handler limits the rate of requests by policies over one store.
 type Handler struct {
 	// Store holds the counters; default memory.
-	Store *openstore.Spec `json:"store,omitempty"`
+	Store *spec.Store `json:"store,omitempty"`
 	// Policies are applied in order; a request must pass every policy that
 	// matches it.
 	Policies []*PolicyConfig `json:"policies"`
@@ -97,7 +97,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		specs[i] = &pc.Policy
 	}
 	// Keyed like the counters, so a reload keeps an adaptive factor.
-	if h.compiled, err = spec.Compile("caddy", sc.CheckPolicy, specs...); err != nil {
+	if h.compiled, err = spec.Compile("caddy", sc, nil, specs...); err != nil {
 		return err
 	}
 	for i, pc := range h.Policies {
@@ -115,11 +115,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return errors.New(why)
 		}
 	}
-	h.store, err = openstore.Acquire(sc)
-	if err != nil {
+	if h.store, gc.Rules, err = openstore.Open(h.compiled, ""); err != nil {
 		return err
 	}
-	gc.Rules = h.store.Rules(h.compiled, "")
 	if h.gate, err = gate.New(gc); err != nil {
 		return err
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
-	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/core/spec"
 )
 
@@ -284,18 +283,18 @@ func oneArg(opt string, args []string) (string, error) {
 // parseStoreWords reads a store written as words: memory [max_keys <n>],
 // redis <url>, cluster <addr...> or sentinel <master> <addr...>. Options of
 // a Redis store follow with setStore.
-func parseStoreWords(args []string) (*openstore.Spec, error) {
+func parseStoreWords(args []string) (*spec.Store, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("store: want memory, redis <url>, cluster <addr...> or sentinel <master> <addr...>")
 	}
-	s := &openstore.Spec{Type: args[0]}
+	s := &spec.Store{Type: args[0]}
 	rest := args[1:]
 	switch s.Type {
 	case "memory":
 		if len(rest) == 2 && rest[0] == "max_keys" {
 			n, err := strconv.Atoi(rest[1])
-			if err != nil || n < 1 || n > openstore.MaxKeysLimit {
-				return nil, fmt.Errorf("store memory max_keys: %q is not a count between 1 and %d", rest[1], openstore.MaxKeysLimit)
+			if err != nil || n < 1 || n > spec.MaxKeysLimit {
+				return nil, fmt.Errorf("store memory max_keys: %q is not a count between 1 and %d", rest[1], spec.MaxKeysLimit)
 			}
 			s.MaxKeys = n
 		} else if len(rest) != 0 {
@@ -326,7 +325,7 @@ func parseStoreWords(args []string) (*openstore.Spec, error) {
 // local|allow|deny|fail, mode exact|eventual [sync <duration>], max_keys,
 // pool_size and db <n>, prefix, username, password and sentinel_password
 // <string>, tls [<server name>], tls_ca <PEM file>.
-func setStore(s *openstore.Spec, opt string, args []string) error {
+func setStore(s *spec.Store, opt string, args []string) error {
 	if s.Type == "memory" {
 		return fmt.Errorf("store memory: takes no block (got %q)", opt)
 	}
@@ -382,8 +381,8 @@ func setStore(s *openstore.Spec, opt string, args []string) error {
 		if n == 0 && opt != "db" { // 0 is how a spec leaves it unset
 			return fmt.Errorf("store %s: 0 must be at least 1 (leave %s out for its default)", opt, opt)
 		}
-		if opt == "max_keys" && n > openstore.MaxKeysLimit {
-			return fmt.Errorf("store max_keys: %d must be at most %d", n, openstore.MaxKeysLimit)
+		if opt == "max_keys" && n > spec.MaxKeysLimit {
+			return fmt.Errorf("store max_keys: %d must be at most %d", n, spec.MaxKeysLimit)
 		}
 		*map[string]*int{"max_keys": &s.MaxKeys, "pool_size": &s.PoolSize, "db": &s.DB}[opt] = n
 	case "prefix", "username", "password", "sentinel_password", "tls_ca":

@@ -13,7 +13,6 @@ import (
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
-	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongdb"
@@ -339,35 +338,26 @@ func compile(c *Config) (*instance, error) {
 	// An adaptive controller is shared per scope and settings, so the factor
 	// survives Kong replacing the instance (it starts the new one before it
 	// closes the old); Close releases it.
-	if inst.built, err = spec.Compile("kong|"+inst.scope.Prefix, decidable(c, &sc, storeErr), &policy); err != nil {
+	if inst.built, err = spec.Compile("kong|"+inst.scope.Prefix, sc, clusterCheck(c), &policy); err != nil {
 		return nil, err
 	}
 	if storeErr != nil {
 		inst.built.Release()
 		return nil, storeErr
 	}
-	inst.policy, inst.storeConfig = inst.built.Policies[0].Policy, sc
+	inst.policy = inst.built.Policies[0].Policy
 	inst.warnings.lines = append(inst.warnings.lines, c.RedisSettings.notes...)
 	return inst, nil
 }
 
-// decidable is the check of a policy against c's store, sc (unless
-// reading it failed with storeErr), naming the field that chose it:
-// policy cluster keeps Kong's rows, and sync_rate's eventual mode counts
-// requests.
-func decidable(c *Config, sc *openstore.Config, storeErr error) func(*core.Policy) error {
-	return func(p *core.Policy) error {
-		switch {
-		case c.Policy == "cluster":
-			return checkCluster(p, c.Namespace)
-		case storeErr != nil:
-			return nil // compile reports it
-		}
-		if err := sc.CheckPolicy(p); err != nil {
-			return fmt.Errorf("sync_rate: %v", err)
-		}
+// clusterCheck is what policy cluster adds to Compile's checks of c's
+// policy (Kong's rows keep one count per period and per route and
+// service); nil for the other policies.
+func clusterCheck(c *Config) func(*core.Policy) error {
+	if c.Policy != "cluster" {
 		return nil
 	}
+	return func(p *core.Policy) error { return checkCluster(p, c.Namespace) }
 }
 
 // KeysTarget compiles a plugin config of variant v as Kong sends it
@@ -384,7 +374,7 @@ func (v Variant) KeysTarget(prefix string, b []byte) (keys.Target, error) {
 		return keys.Target{}, err
 	}
 	inst := c.compiled
-	return keys.Target{Scope: inst.scope, Policies: []*core.Policy{inst.policy}, Store: inst.storeConfig}, nil
+	return keys.Target{Scope: inst.scope, Policies: []*core.Policy{inst.policy}, Store: inst.built.Store}, nil
 }
 
 // period is one of Kong's periods: its field, which is also the limit's
@@ -460,8 +450,9 @@ func warnPeriodOrder(ps *Periods, field string, w *warnings) {
 }
 
 // storeConfig reads policy, redis, sync_rate, fault_tolerant and on_error
-// into a store spec, which core validates.
-func storeConfig(c *Config, scope string) (openstore.Config, error) {
+// into a store spec, which core validates; a store that failed to read is
+// the zero config (its error says why).
+func storeConfig(c *Config, scope string) (spec.StoreConfig, error) {
 	return storeOf(c.Policy, c.FaultTolerant, c.OnError, c.SyncRate, &c.RedisSettings, clusterScope{table: kongdb.RateLimiting,
 		prefix: scope, serviceID: c.attached.ServiceID, routeID: c.attached.RouteID})
 }
@@ -469,52 +460,55 @@ func storeConfig(c *Config, scope string) (openstore.Config, error) {
 // storeOf reads a config's store fields (policy, fault_tolerant, on_error,
 // sync_rate and the Redis settings) into a store spec, which core
 // validates.
-func storeOf(policy string, faultTolerant bool, onError string, syncRate float64, rs *RedisSettings, cs clusterScope) (openstore.Config, error) {
+func storeOf(policy string, faultTolerant bool, onError string, syncRate float64, rs *RedisSettings, cs clusterScope) (spec.StoreConfig, error) {
 	if policy == "cluster" {
 		if syncRate != -1 {
-			return openstore.Config{}, fmt.Errorf("sync_rate: %s counts on the node and syncs through Redis; policy cluster decides every request in Kong's database (sync_rate -1)", strconv.FormatFloat(syncRate, 'g', -1, 64))
+			return spec.StoreConfig{}, fmt.Errorf("sync_rate: %s counts on the node and syncs through Redis; policy cluster decides every request in Kong's database (sync_rate -1)", strconv.FormatFloat(syncRate, 'g', -1, 64))
 		}
 		return clusterStore(cs, faultTolerant, onError)
 	}
 	if policy != "redis" {
-		return openstore.Config{}, nil
+		return spec.StoreConfig{}, nil
 	}
-	spec := openstore.Spec{Type: "redis", OnError: failurePolicy(faultTolerant, onError)}
+	st := spec.Store{Type: "redis", OnError: failurePolicy(faultTolerant, onError)}
 	if syncRate != -1 {
 		const longest = 24 * time.Hour // far beyond any period a sync can serve; a larger value is a typo
 		if syncRate > longest.Seconds() {
-			return openstore.Config{}, fmt.Errorf("sync_rate: %s seconds is above a day (%g)", strconv.FormatFloat(syncRate, 'g', -1, 64), longest.Seconds())
+			return spec.StoreConfig{}, fmt.Errorf("sync_rate: %s seconds is above a day (%g)", strconv.FormatFloat(syncRate, 'g', -1, 64), longest.Seconds())
 		}
-		spec.Mode, spec.Sync = "eventual", algo.Duration(syncRate*float64(time.Second))
+		st.Mode, st.Sync = "eventual", algo.Duration(syncRate*float64(time.Second))
 	}
 	r, err := rs.redisRecord()
 	if err != nil {
-		return openstore.Config{}, err
+		return spec.StoreConfig{}, err
 	}
 	// Kong allows a timeout of 0 ms: it takes the default, never unbounded.
-	spec.Timeout = algo.Duration(time.Duration(cmp.Or(r.Timeout, 2000)) * time.Millisecond)
-	spec.Username, spec.Password = r.Username, r.Password
-	spec.DB, spec.TLS, spec.TLSServerName = r.Database, r.SSL, r.ServerName
-	spec.TLSSkipVerify = !r.SSLVerify
+	st.Timeout = algo.Duration(time.Duration(cmp.Or(r.Timeout, 2000)) * time.Millisecond)
+	st.Username, st.Password = r.Username, r.Password
+	st.DB, st.TLS, st.TLSServerName = r.Database, r.SSL, r.ServerName
+	st.TLSSkipVerify = !r.SSLVerify
 	if r.SSL && r.SSLVerify {
 		trust, err := readKongTrust(startingKong())
 		if err != nil {
-			return openstore.Config{}, err
+			return spec.StoreConfig{}, err
 		}
-		spec.TLSCA, spec.TLSMaxChain = trust.caFile, trust.maxChain
+		st.TLSCA, st.TLSMaxChain = trust.caFile, trust.maxChain
 	}
 	switch host := r.Host; {
 	case len(r.ClusterAddresses) > 0:
-		spec.Type, spec.Addrs = "cluster", r.ClusterAddresses
+		st.Type, st.Addrs = "cluster", r.ClusterAddresses
 	case r.SentinelMaster != "":
-		spec.Type, spec.Master, spec.Addrs = "sentinel", r.SentinelMaster, r.SentinelAddresses
-		spec.SentinelUsername, spec.SentinelPassword = r.SentinelUsername, r.SentinelPassword
+		st.Type, st.Master, st.Addrs = "sentinel", r.SentinelMaster, r.SentinelAddresses
+		st.SentinelUsername, st.SentinelPassword = r.SentinelUsername, r.SentinelPassword
 	default:
-		spec.Addrs = []string{net.JoinHostPort(host, strconv.Itoa(r.Port))} // [::1]:6379 for IPv6
+		st.Addrs = []string{net.JoinHostPort(host, strconv.Itoa(r.Port))} // [::1]:6379 for IPv6
 	}
-	sc, err := spec.Config()
+	sc, err := st.Config()
 	if err != nil {
-		return sc, fmt.Errorf("redis: %w", err)
+		return spec.StoreConfig{}, fmt.Errorf("redis: %w", err)
+	}
+	if sc.Eventual {
+		sc.ModeSetting = "sync_rate" // eventual mode's errors name it
 	}
 	return sc, nil
 }

@@ -33,7 +33,7 @@ func TestConfigDefaultsSurviveNulls(t *testing.T) {
 	}
 	inst := c.compiled
 	if inst.LimitBy != "consumer" || inst.ErrorCode != 429 || inst.ErrorMessage != "API rate limit exceeded" ||
-		inst.headers.Style != headers.PerLimit || inst.Cost != 1 || inst.storeConfig.Redis != nil {
+		inst.headers.Style != headers.PerLimit || inst.Cost != 1 || inst.built.Store.Redis != nil {
 		t.Fatalf("defaults: %+v", inst)
 	}
 	l := inst.policy.Limits()[0]
@@ -50,7 +50,7 @@ func TestConfigRedisFlatAndNested(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := c.compiled.storeConfig.Redis
+	r := c.compiled.built.Store.Redis
 	if r.Addrs[0] != "old:6380" || time.Duration(r.Timeout) != 100*time.Millisecond {
 		t.Fatalf("flat names: %+v", r)
 	}
@@ -59,7 +59,7 @@ func TestConfigRedisFlatAndNested(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := c.compiled.storeConfig
+	sc := c.compiled.built.Store
 	if sc.Redis.Addrs[0] != "new:6379" || sc.Redis.DB != 2 || time.Duration(sc.Redis.Timeout) != 2*time.Second || !sc.Redis.TLS ||
 		sc.Redis.TLSSkipVerify || sc.Redis.TLSServerName != "r.internal" || !sc.Eventual || sc.SyncInterval != 500*time.Millisecond {
 		t.Fatalf("nested record: %+v %+v", sc, sc.Redis)
@@ -74,7 +74,7 @@ func TestConfigRedisFlatAndNested(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := c.compiled.storeConfig.Redis; r.Addrs[0] != "same:6380" || r.DB != 3 {
+	if r := c.compiled.built.Store.Redis; r.Addrs[0] != "same:6380" || r.DB != 3 {
 		t.Fatalf("flat into nested: %+v", r)
 	}
 	for fields, want := range map[string]string{
@@ -87,11 +87,11 @@ func TestConfigRedisFlatAndNested(t *testing.T) {
 		}
 	}
 	c, err = decode(t, `"minute":5,"policy":"redis","redis":{"cluster_addresses":["a:1","b:2"]}`)
-	if err != nil || !c.compiled.storeConfig.Redis.Cluster {
+	if err != nil || !c.compiled.built.Store.Redis.Cluster {
 		t.Fatalf("cluster: %v", err)
 	}
 	c, err = decode(t, `"minute":5,"policy":"redis","redis":{"sentinel_master":"m","sentinel_addresses":["a:1"],"sentinel_role":"master"}`)
-	if err != nil || c.compiled.storeConfig.Redis.Master != "m" {
+	if err != nil || c.compiled.built.Store.Redis.Master != "m" {
 		t.Fatalf("sentinel: %v", err)
 	}
 }
@@ -192,7 +192,7 @@ func TestAcceptsWhatKongAccepts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := c.compiled.storeConfig.Redis; r.Addrs[0] != "h:0" || time.Duration(r.Timeout) != 2*time.Second {
+	if r := c.compiled.built.Store.Redis; r.Addrs[0] != "h:0" || time.Duration(r.Timeout) != 2*time.Second {
 		t.Errorf("port 0, timeout 0: %+v, want h:0 and Kong's default 2000 ms", r)
 	}
 }

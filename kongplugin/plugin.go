@@ -65,14 +65,13 @@ func (v Variant) start(raw []byte) (any, error) {
 
 // instance is a validated config, ready for requests once open.
 type instance struct {
-	*Config                    // as checked, with Kong's defaults filled
-	built       *spec.Compiled // its one policy, released at Close
-	policy      *core.Policy   // built's
-	storeConfig openstore.Config
-	scope       gate.Scope      // ns=<namespace> or route=<id>,service=<id> (instanceScope)
-	headers     headers.Options // style none when hide_client_headers
-	sampler     *gate.DenialSampler
-	warnings    warnings // told Kong's log at the first request
+	*Config                  // as checked, with Kong's defaults filled
+	built    *spec.Compiled  // its one policy, released at Close
+	policy   *core.Policy    // built's
+	scope    gate.Scope      // ns=<namespace> or route=<id>,service=<id> (instanceScope)
+	headers  headers.Options // style none when hide_client_headers
+	sampler  *gate.DenialSampler
+	warnings warnings // told Kong's log at the first request
 
 	opened // the gate over the store, from open to Close
 }
@@ -86,8 +85,7 @@ func (inst *instance) logf(format string, args ...any) {
 // open opens (or joins) the instance's store and builds its gate.
 func (inst *instance) open() error {
 	var err error
-	inst.opened, err = openGate(inst.storeConfig, inst.scope,
-		gate.Config{Status: inst.ErrorCode, Headers: inst.headers}, inst.built)
+	inst.opened, err = openGate(inst.scope, gate.Config{Status: inst.ErrorCode, Headers: inst.headers}, inst.built)
 	return err
 }
 
@@ -122,16 +120,16 @@ func (o *opened) close() {
 	o.store = nil
 }
 
-// openGate opens (or joins) the store sc and builds a gate of cfg over it,
-// one rule per policy of built, and registers it with the operators' API
-// as scope.Name.
-func openGate(sc openstore.Config, scope gate.Scope, cfg gate.Config, built *spec.Compiled) (opened, error) {
-	h, err := openstore.Acquire(sc)
+// openGate opens (or joins) the store built runs on and builds a gate of
+// cfg over it, one rule per policy of built, and registers it with the
+// operators' API as scope.Name.
+func openGate(scope gate.Scope, cfg gate.Config, built *spec.Compiled) (opened, error) {
+	h, rules, err := openstore.Open(built, scope.Prefix)
 	if err != nil {
 		return opened{}, err
 	}
 	h.LogStateChanges(log.Printf) // Kong logs the plugin server's output
-	cfg.Rules = h.Rules(built, scope.Prefix)
+	cfg.Rules = rules
 	g, err := gate.New(cfg)
 	if err != nil {
 		_ = h.Release()

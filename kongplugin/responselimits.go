@@ -17,7 +17,6 @@ import (
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
-	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/kongplugin/internal/command"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
@@ -68,7 +67,7 @@ func startResponseLimits(raw []byte) (any, error) {
 	rl := c.compiled
 	var err error
 	// The headers are the plugin's own (see setUsage): none from the gate.
-	rl.opened, err = openGate(rl.storeConfig, rl.scope, gate.Config{Headers: headers.Options{Style: headers.None}}, rl.built)
+	rl.opened, err = openGate(rl.scope, gate.Config{Headers: headers.Options{Style: headers.None}}, rl.built)
 	if err != nil {
 		rl.built.Release()
 		return &refusal{plugin: plugin, scope: rl.scope.Name, err: err}, nil
@@ -118,12 +117,11 @@ type responseLimits struct {
 	// resources are the names of Limits in order; built.Policies[i]
 	// counts resources[i] (fixed windows, charged after the response what
 	// its entry of the usage header says).
-	resources   []string
-	built       *spec.Compiled // a policy per resource, charged by the usage header
-	policies    []*core.Policy // built's
-	storeConfig openstore.Config
-	scope       gate.Scope
-	warnings    warnings // told Kong's log at the first request
+	resources []string
+	built     *spec.Compiled // a policy per resource, charged by the usage header
+	policies  []*core.Policy // built's
+	scope     gate.Scope
+	warnings  warnings // told Kong's log at the first request
 
 	opened // the gate over the store, from start to Close
 }
@@ -171,12 +169,13 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 	}
 	var err error
 	cs := clusterScope{table: kongdb.ResponseRateLimiting, prefix: rl.scope.Prefix, serviceID: c.attached.ServiceID, routeID: c.attached.RouteID}
-	if rl.storeConfig, err = storeOf(c.Policy, c.FaultTolerant, "", -1, &c.RedisSettings, cs); err != nil {
+	sc, err := storeOf(c.Policy, c.FaultTolerant, "", -1, &c.RedisSettings, cs)
+	if err != nil {
 		return nil, err
 	}
 	rl.warnings.lines = append(rl.warnings.lines, c.RedisSettings.notes...)
 	// Fixed windows only, which every store decides.
-	if rl.built, err = spec.Compile("kong-response|"+rl.scope.Prefix, nil, specs...); err != nil {
+	if rl.built, err = spec.Compile("kong-response|"+rl.scope.Prefix, sc, nil, specs...); err != nil {
 		var pe *spec.PolicyError
 		errors.As(err, &pe)
 		return nil, fmt.Errorf("limits.%s: %w", rl.resources[pe.Index], pe.Err)
@@ -368,7 +367,7 @@ func ResponseLimitsKeysTarget(prefix string, b []byte) (keys.Target, error) {
 		return keys.Target{}, err
 	}
 	rl := c.compiled
-	return keys.Target{Scope: rl.scope, Policies: rl.policies, Store: rl.storeConfig}, nil
+	return keys.Target{Scope: rl.scope, Policies: rl.policies, Store: rl.built.Store}, nil
 }
 
 // isGRPC reports whether the request is gRPC: its Content-Type starts

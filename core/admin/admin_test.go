@@ -24,7 +24,7 @@ import (
 // registerTestGate registers a gate of one policy named name on a fresh
 // memory store under generation.
 func registerTestGate(t testing.TB, name string, count int64, generation any) (func(), error) {
-	h, err := openstore.Acquire(openstore.Config{})
+	h, err := openstore.Acquire(spec.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func FuzzAdminAPI(f *testing.F) {
 // rules (one per policy) names each "<name>,policy=<policy>", so every
 // rule's keys can be read and reset, not only the first one's.
 func TestRegisterRuleOfSeveralPolicies(t *testing.T) {
-	h, err := openstore.Acquire(openstore.Config{})
+	h, err := openstore.Acquire(spec.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

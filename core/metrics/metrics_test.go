@@ -23,7 +23,7 @@ import (
 // no series carries a request key but that one. Closing the set takes its
 // gate out of the shared collector.
 func TestSeriesCountDecisions(t *testing.T) {
-	h, err := openstore.Acquire(openstore.Config{})
+	h, err := openstore.Acquire(spec.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,11 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/adaptive"
-	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/internal/refcount"
 	"github.com/tollgate/tollgate/core/spec"
@@ -25,47 +23,8 @@ import (
 	"github.com/tollgate/tollgate/core/store/redis"
 )
 
-// Config describes a store.
-type Config struct {
-	// Redis, if set, makes the store Redis; nil means the memory store.
-	Redis *RedisConfig
-	// MaxKeys caps the keys the memory store tracks (also the local
-	// fallback's and eventual mode's); 0 means the memory store's default.
-	MaxKeys int
-	// OnError is the Redis failure policy.
-	OnError core.OnError
-	// Eventual decides locally and syncs counts with Redis every
-	// SyncInterval instead of asking Redis on every request.
-	Eventual bool
-	// SyncInterval is eventual mode's sync period; 0 means 1s.
-	SyncInterval time.Duration
-	// External, if set, is a shared store its adapter opens itself (a
-	// gateway's own database), composed as Redis is: OnError's failure
-	// policy around it, one store per ID across reloads, closed with the
-	// last handle. It takes the place of Redis, and not eventual mode.
-	External *External `json:",omitempty"`
-}
-
-// External is a shared store an adapter opens: what Open returns decides
-// requests (a failover.Pinger is probed while it fails; a core.Operator
-// shows and resets keys) and close gives it back.
-type External struct {
-	// ID is what makes two configs the same store (the connection and
-	// what the store keeps apart).
-	ID string
-	// Kind names the store to operators ("postgres").
-	Kind string
-	// Open opens the store, when no live handle has the same ID.
-	Open func() (s core.Store, close func() error, err error) `json:"-"`
-}
-
-// RedisConfig is the Redis store's options: the redis.Settings a config
-// gives (declared once there, embedded in Spec too), and Cluster. Configs
-// leave its tuning fields (Clock, Batch, Lanes, NoDenyCache) zero.
-type RedisConfig = redis.Options
-
 // identity is what makes two configs the same store.
-func (c *Config) identity() string {
+func identity(c *spec.StoreConfig) string {
 	b, _ := json.Marshal(c)
 	return string(b)
 }
@@ -99,8 +58,8 @@ var handles refcount.Pool[*Handle]
 
 // Acquire returns the shared store for c, opening it if no live handle has
 // the same config. Errors name the field and value at fault.
-func Acquire(c Config) (*Handle, error) {
-	key := c.identity()
+func Acquire(c spec.StoreConfig) (*Handle, error) {
+	key := identity(&c)
 	return handles.Acquire(key, func() (*Handle, error) {
 		h, err := open(c)
 		if err == nil {
@@ -118,7 +77,7 @@ func Acquire(c Config) (*Handle, error) {
 // reads it: its stores keep their own clocks whatever the environment says.
 const TestClockFileEnv = "TOLLGATE_TEST_CLOCK_FILE"
 
-func open(c Config) (*Handle, error) {
+func open(c spec.StoreConfig) (*Handle, error) {
 	if c.MaxKeys < 0 {
 		return nil, fmt.Errorf("max_keys: %d must not be negative", c.MaxKeys)
 	}
@@ -137,9 +96,6 @@ func open(c Config) (*Handle, error) {
 		}
 		h.Store = local
 		return h, nil
-	}
-	if err := spec.CheckSyncInterval(c.SyncInterval); err != nil {
-		return nil, fmt.Errorf("sync: %w", err)
 	}
 	opts := *c.Redis
 	opts.Clock = clock
@@ -175,7 +131,7 @@ func open(c Config) (*Handle, error) {
 }
 
 // openExternal opens c.External behind c.OnError's failure policy.
-func (h *Handle) openExternal(c Config, local core.Store) (*Handle, error) {
+func (h *Handle) openExternal(c spec.StoreConfig, local core.Store) (*Handle, error) {
 	if c.Redis != nil || c.Eventual {
 		return nil, errors.New("store: an external store takes the place of Redis, and has no eventual mode")
 	}
@@ -193,68 +149,36 @@ func (h *Handle) openExternal(c Config, local core.Store) (*Handle, error) {
 	return h, nil
 }
 
-// CheckPolicy reports, building nothing, whether a store from s can decide
-// the policy p (every plan's limits too): s must be valid, and eventual mode
-// counts requests, so it takes only the counting algorithms. A nil Spec is
-// the memory store. Config errors find these at parse time.
-func (s *Spec) CheckPolicy(p *spec.Policy) error {
-	c, err := s.Config()
-	if err != nil || !c.Eventual {
-		return err
+// Open opens the store a compiled config runs on (or joins it: see
+// Acquire) and returns the config's policies as gate rules over it, in
+// order; syncScope, prefixed to each policy's scope, names an adaptive
+// policy's shared factor (see Rule). Release the handle when the config
+// is unloaded.
+func Open(c *spec.Compiled, syncScope string) (*Handle, []gate.Rule, error) {
+	h, err := Acquire(c.Store)
+	if err != nil {
+		return nil, nil, err
 	}
-	sets := [][]spec.Limit{p.Limits}
-	for _, plan := range p.Plans {
-		sets = append(sets, plan.Limits)
-	}
-	for _, specs := range sets {
-		limits := make([]algo.Limit, len(specs))
-		for i := range specs {
-			if limits[i], err = specs[i].Limit(); err == nil {
-				err = limits[i].Normalize() // the default algorithm filled in
-			}
-			if err != nil {
-				return fmt.Errorf("policy %q limit %d: %w", p.Name, i+1, err)
-			}
-		}
-		if err := eventual.CheckLimits(p.Name, limits); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// CheckPolicy reports whether a store opened from c can decide p (eventual
-// mode counts requests, so it takes only the counting algorithms).
-func (c *Config) CheckPolicy(p *core.Policy) error {
-	if c.Eventual {
-		return eventual.CheckPolicy(p)
-	}
-	return nil
-}
-
-// Rule returns p as a gate rule over this store, an adaptive policy's
-// factor shared through it (syncScope, prefixed to the policy's scope,
-// names the shared factor). p must be one the store's Config.CheckPolicy
-// accepted: an adapter checks its config once, before it opens a store.
-func (h *Handle) Rule(p *core.Policy, emptyKey spec.EmptyKey, syncScope string) gate.Rule {
-	if a := p.Adaptive(); a != nil {
-		// With Redis, every node's controller moves one shared factor.
-		a.SetSync(h.FactorSync(syncScope + p.Scope()))
-	}
-	return gate.Rule{Limiter: core.NewLimiter(p, h.Store), EmptyKey: emptyKey}
-}
-
-// Rules returns a compiled config's policies as gate rules over this
-// store, in order (see Rule). c must have been compiled for this store's
-// Config (spec.Compile with its CheckPolicy).
-func (h *Handle) Rules(c *spec.Compiled, syncScope string) []gate.Rule {
 	rules := make([]gate.Rule, len(c.Policies))
 	for i := range c.Policies {
 		cp := &c.Policies[i]
 		rules[i] = h.Rule(cp.Policy, cp.EmptyKey, syncScope)
 		rules[i].Charge = cp.Charge
 	}
-	return rules
+	return h, rules, nil
+}
+
+// Rule returns p as a gate rule over this store, an adaptive policy's
+// factor shared through it (syncScope, prefixed to the policy's scope,
+// names the shared factor). p must be one the store's
+// spec.StoreConfig.CheckPolicy accepted (spec.Compile checks it): the
+// request path does not check it again.
+func (h *Handle) Rule(p *core.Policy, emptyKey spec.EmptyKey, syncScope string) gate.Rule {
+	if a := p.Adaptive(); a != nil {
+		// With Redis, every node's controller moves one shared factor.
+		a.SetSync(h.FactorSync(syncScope + p.Scope()))
+	}
+	return gate.Rule{Limiter: core.NewLimiter(p, h.Store), EmptyKey: emptyKey}
 }
 
 // FactorSync returns how an adaptive policy's factor is shared: through

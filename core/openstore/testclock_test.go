@@ -24,7 +24,7 @@ func TestClockEnvIgnoredInProductionBuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(TestClockFileEnv, file)
-	h, err := Acquire(Config{MaxKeys: 12345})
+	h, err := Acquire(spec.StoreConfig{MaxKeys: 12345})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func TestAdaptivePolicyTellsItsControllerWhetherItIsPaced(t *testing.T) {
 		for _, a := range tc.algorithms {
 			s.Limits = append(s.Limits, spec.Limit{Count: 100, Window: algo.Duration(time.Second), Algorithm: a})
 		}
-		c, err := spec.Compile(t.Name(), nil, &s)
+		c, err := spec.Compile(t.Name(), spec.StoreConfig{}, nil, &s)
 		if err != nil {
 			t.Fatalf("%v: %v", tc.algorithms, err)
 		}

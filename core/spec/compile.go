@@ -6,12 +6,15 @@ import (
 	"github.com/tollgate/tollgate/core"
 )
 
-// Compiled is a config's policies compiled once, for the store they will run
-// on: each checked and built, with what a request takes and what a
-// response charges. Nothing in it changes after Compile (but an adaptive
-// policy's factor, which its controller moves); an adapter holds it for as
-// long as the config is loaded and calls Release when it is unloaded.
+// Compiled is a config compiled once: its store and its policies, each
+// checked against that store and built, with what a request takes and
+// what a response charges. Nothing in it changes after Compile (but an
+// adaptive policy's factor, which its controller moves); an adapter opens
+// it (openstore.Open), holds it for as long as the config is loaded and
+// calls Release when it is unloaded.
 type Compiled struct {
+	// Store is the store the policies run on.
+	Store StoreConfig
 	// Policies are the compiled policies, in the order given to Compile.
 	Policies []CompiledPolicy
 
@@ -31,17 +34,17 @@ type CompiledPolicy struct {
 	Charge *ResponseCost
 }
 
-// Compile checks and builds policies into a Compiled config, each check made once
-// with one wording. decidable reports whether the store the config will run
-// on can decide a policy (openstore.Config.CheckPolicy: eventual mode
-// counts requests only); nil means any store. An adaptive policy's
-// controller is shared by every config that builds the same policy under the
-// same owner (a gateway's name for the process, and the instance's scope
-// when counters are per instance), so a reload keeps its factor. Policy
-// names must differ (they name counters, headers and metrics). Errors are
-// *PolicyError.
-func Compile(owner string, decidable func(*core.Policy) error, policies ...*Policy) (*Compiled, error) {
-	compiled := &Compiled{Policies: make([]CompiledPolicy, 0, len(policies))}
+// Compile checks and builds policies into a Compiled config for store,
+// each check made once with one wording: a policy's own, then whether store
+// can decide it (StoreConfig.CheckPolicy: eventual mode counts requests
+// only), then the adapter's check, if not nil (what a gateway's own store
+// takes). An adaptive policy's controller is shared by every config that
+// builds the same policy under the same owner (a gateway's name for the
+// process, and the instance's scope when counters are per instance), so a
+// reload keeps its factor. Policy names must differ (they name counters,
+// headers and metrics). Errors are *PolicyError.
+func Compile(owner string, store StoreConfig, check func(*core.Policy) error, policies ...*Policy) (*Compiled, error) {
+	compiled := &Compiled{Store: store, Policies: make([]CompiledPolicy, 0, len(policies))}
 	seen := make(map[string]bool, len(policies))
 	for _, s := range policies {
 		if seen[s.Name] {
@@ -50,8 +53,11 @@ func Compile(owner string, decidable func(*core.Policy) error, policies ...*Poli
 		}
 		seen[s.Name] = true
 		c, release, err := s.compile(owner)
-		if err == nil && decidable != nil {
-			if err = decidable(c.Policy); err != nil {
+		if err == nil {
+			if err = store.CheckPolicy(c.Policy); err == nil && check != nil {
+				err = check(c.Policy)
+			}
+			if err != nil {
 				release()
 			}
 		}

@@ -26,7 +26,7 @@ func TestCompileBuildsWhatARequestNeeds(t *testing.T) {
 	charged := perMinute("charged", 10)
 	one := int64(1)
 	charged.Charge = &spec.Charge{Status: []string{"401"}, Cost: &one}
-	c, err := spec.Compile(t.Name(), nil, plain, costly, charged)
+	c, err := spec.Compile(t.Name(), spec.StoreConfig{}, nil, plain, costly, charged)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestCompileBuildsWhatARequestNeeds(t *testing.T) {
 func TestCompileRefusalNamesThePolicyAndHoldsNothing(t *testing.T) {
 	adaptivePolicy := perMinute("adaptive", 100)
 	adaptivePolicy.Adaptive = &spec.Adaptive{}
-	loaded, err := spec.Compile(t.Name(), nil, adaptivePolicy)
+	loaded, err := spec.Compile(t.Name(), spec.StoreConfig{}, nil, adaptivePolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestCompileRefusalNamesThePolicyAndHoldsNothing(t *testing.T) {
 		{[]*spec.Policy{adaptivePolicy, perMinute("refused", 5)}, "this store cannot decide it"},
 		{[]*spec.Policy{adaptivePolicy, perMinute("adaptive", 5)}, `policy "adaptive": name used twice`},
 	} {
-		c, err := spec.Compile(t.Name(), decidable, tc.policies...)
+		c, err := spec.Compile(t.Name(), spec.StoreConfig{}, decidable, tc.policies...)
 		var pe *spec.PolicyError
 		if c != nil || !errors.As(err, &pe) || pe.Index != 1 || err.Error() != tc.want {
 			t.Fatalf("compiled %v, %v; want a *PolicyError at index 1 saying %q", c, err, tc.want)
@@ -77,12 +77,54 @@ func TestCompileRefusalNamesThePolicyAndHoldsNothing(t *testing.T) {
 	}
 	loaded.Release()
 	loaded.Release() // a no-op
-	again, err := spec.Compile(t.Name(), nil, adaptivePolicy)
+	again, err := spec.Compile(t.Name(), spec.StoreConfig{}, nil, adaptivePolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer again.Release()
 	if again.Policies[0].Policy.Adaptive() == shared {
 		t.Error("a refused compile kept the adaptive controller it took: the next config shares the old one")
+	}
+}
+
+// TestCompileChecksPoliciesAgainstTheirStore: the compiled config holds
+// the store it was compiled for, and a policy that store cannot decide
+// (eventual mode counts requests: gcra is refused, fixed_window taken) is
+// refused at compile time, once, naming the setting that chose the mode
+// when the adapter gives one; the adapter's own check runs after.
+func TestCompileChecksPoliciesAgainstTheirStore(t *testing.T) {
+	store := &spec.Store{Type: "redis", Mode: "eventual"}
+	store.URL = "redis://127.0.0.1:6379"
+	eventual, err := store.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := &spec.Policy{Name: "counting", Limits: []spec.Limit{{Count: 5, Window: algo.Duration(time.Minute), Algorithm: "fixed_window"}}}
+	c, err := spec.Compile(t.Name(), eventual, nil, counting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Store.Eventual || c.Store.Redis == nil || c.Store.Redis.URL != "redis://127.0.0.1:6379" {
+		t.Errorf("compiled for %+v, want the eventual Redis store it was given", c.Store)
+	}
+	c.Release()
+
+	const refused = `policy "gcra" limit 1 (5/1m): eventual mode counts requests, so it needs fixed_window or sliding_counter, not gcra`
+	adapterRan := false
+	adapter := func(*core.Policy) error { adapterRan = true; return nil }
+	for _, tc := range []struct {
+		setting string
+		want    string
+	}{{"", refused}, {"sync_rate", "sync_rate: " + refused}} {
+		sc := eventual
+		sc.ModeSetting = tc.setting
+		c, err := spec.Compile(t.Name(), sc, adapter, perMinute("gcra", 5))
+		var pe *spec.PolicyError
+		if c != nil || !errors.As(err, &pe) || pe.Index != 0 || err.Error() != tc.want {
+			t.Errorf("mode setting %q: compiled %v, %v; want a *PolicyError at index 0 saying %q", tc.setting, c, err, tc.want)
+		}
+	}
+	if adapterRan {
+		t.Error("the adapter's check ran on a policy its store refused")
 	}
 }

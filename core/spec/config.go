@@ -2,7 +2,6 @@ package spec
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/tollgate/tollgate/core/internal/enum"
 )
@@ -35,19 +34,6 @@ func CheckCost(cost int64) error {
 func CheckJitter(j float64) error {
 	if !(j >= 0 && j <= 1) { // NaN too
 		return fmt.Errorf("%g must be between 0 and 1", j)
-	}
-	return nil
-}
-
-// MinSyncInterval is the shortest interval eventual mode syncs at (a common
-// sync floor among gateways).
-const MinSyncInterval = 20 * time.Millisecond
-
-// CheckSyncInterval reports whether d can be eventual mode's sync interval
-// (0 means the default).
-func CheckSyncInterval(d time.Duration) error {
-	if d != 0 && d < MinSyncInterval {
-		return fmt.Errorf("%s must be at least %s", d, MinSyncInterval)
 	}
 	return nil
 }

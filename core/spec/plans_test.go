@@ -29,7 +29,7 @@ func planSpec() spec.Policy {
 // headers and the decision's fields name the plan in force.
 func TestPlansChooseLimitsPerRequest(t *testing.T) {
 	ps := planSpec()
-	c, err := spec.Compile("test", nil, &ps)
+	c, err := spec.Compile("test", spec.StoreConfig{}, nil, &ps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestPlanSpecErrorsNameTheFault(t *testing.T) {
 			ps.Plans[i].Limits = append([]spec.Limit(nil), ps.Plans[i].Limits...)
 		}
 		tc.edit(&ps)
-		_, err := spec.Compile("test", nil, &ps)
+		_, err := spec.Compile("test", spec.StoreConfig{}, nil, &ps)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want %q", err, tc.want)
 		}
@@ -129,7 +129,7 @@ func TestPlanSpecErrorsNameTheFault(t *testing.T) {
 func TestReserveShareInOneWording(t *testing.T) {
 	for _, share := range []float64{0, 1, 1.5, -0.2} {
 		s := spec.Policy{Name: "api", Limits: []spec.Limit{{Count: 10, Window: algo.Duration(time.Minute)}}, Reserve: &spec.Reserve{Share: share}}
-		_, err := spec.Compile("test", nil, &s)
+		_, err := spec.Compile("test", spec.StoreConfig{}, nil, &s)
 		want := fmt.Sprintf(`policy "api" reserve: a share of %g must be between 0 and 1, both excluded`, share)
 		if err == nil || err.Error() != want {
 			t.Errorf("spec share %g: %v, want %q", share, err, want)

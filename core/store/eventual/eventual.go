@@ -25,13 +25,12 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
-	"github.com/tollgate/tollgate/core/spec"
 )
 
 // Options configures a Store.
 type Options struct {
 	// SyncInterval is how often a node pushes its counts and pulls the
-	// fleet's; 0 means 1s, and it must be at least spec.MinSyncInterval.
+	// fleet's; 0 means 1s, and it must be at least MinSyncInterval.
 	SyncInterval time.Duration
 	// MaxKeys caps the keys tracked locally; 0 means 100,000.
 	MaxKeys int
@@ -121,7 +120,7 @@ func New(shared core.CountStore, opts Options) (*Store, error) {
 	if opts.SyncInterval == 0 {
 		opts.SyncInterval = time.Second
 	}
-	if err := spec.CheckSyncInterval(opts.SyncInterval); err != nil {
+	if err := CheckSyncInterval(opts.SyncInterval); err != nil {
 		return nil, fmt.Errorf("sync: %w", err)
 	}
 	if opts.OnError > core.OnErrorFail {
@@ -143,6 +142,19 @@ func New(shared core.CountStore, opts Options) (*Store, error) {
 		go e.loop()
 	}
 	return e, nil
+}
+
+// MinSyncInterval is the shortest interval eventual mode syncs at (a common
+// sync floor among gateways).
+const MinSyncInterval = 20 * time.Millisecond
+
+// CheckSyncInterval reports whether d can be eventual mode's sync interval
+// (0 means the default).
+func CheckSyncInterval(d time.Duration) error {
+	if d != 0 && d < MinSyncInterval {
+		return fmt.Errorf("%s must be at least %s", d, MinSyncInterval)
+	}
+	return nil
 }
 
 // CheckLimits reports whether limits, those of the policy named policy,

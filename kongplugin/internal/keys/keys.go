@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/openstore"
+	"github.com/tollgate/tollgate/core/spec"
 )
 
 // Target is a plugin config's policies over their store, as the keys
@@ -37,8 +38,9 @@ type Target struct {
 	Scope gate.Scope
 	// Policies are the config's policies: one, or one per resource, of
 	// which --policy <name> picks one (the first by default).
+	// Policies are compiled for Store (spec.Compile checked each against it).
 	Policies []*core.Policy
-	Store    openstore.Config
+	Store    spec.StoreConfig
 }
 
 // Usage is the keys command's help.
@@ -155,9 +157,6 @@ func direct(ctx context.Context, file, kongPrefix, method, path string, q url.Va
 	p, name, err := t.pick(q.Get("policy"))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	if err := t.Store.CheckPolicy(p); err != nil {
-		return nil, err
 	}
 	h, err := openstore.Acquire(t.Store)
 	if err != nil {

@@ -1,0 +1,204 @@
+package spec
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/store/eventual"
+	"github.com/tollgate/tollgate/core/store/memory"
+	"github.com/tollgate/tollgate/core/store/redis"
+)
+
+// StoreConfig is a checked store config: the store a Compiled config's
+// policies run on (openstore opens it).
+type StoreConfig struct {
+	// Redis, if set, makes the store Redis; nil means the memory store.
+	Redis *RedisConfig
+	// MaxKeys caps the keys the memory store tracks (also the local
+	// fallback's and eventual mode's); 0 means the memory store's default.
+	MaxKeys int
+	// OnError is the Redis failure policy.
+	OnError core.OnError
+	// Eventual decides locally and syncs counts with Redis every
+	// SyncInterval instead of asking Redis on every request.
+	Eventual bool
+	// SyncInterval is eventual mode's sync period; 0 means 1s.
+	SyncInterval time.Duration
+	// External, if set, is a shared store its adapter opens itself (a
+	// gateway's own database), composed as Redis is: OnError's failure
+	// policy around it, one store per ID across reloads, closed with the
+	// last handle. It takes the place of Redis, and not eventual mode.
+	External *ExternalStore `json:",omitempty"`
+	// ModeSetting names the setting that chose eventual mode in
+	// CheckPolicy's errors (an adapter's own field); "" names none. It is
+	// not part of what makes two configs the same store.
+	ModeSetting string `json:"-"`
+}
+
+// ExternalStore is a shared store an adapter opens: what Open returns decides
+// requests (a failover.Pinger is probed while it fails; a core.Operator
+// shows and resets keys) and close gives it back.
+type ExternalStore struct {
+	// ID is what makes two configs the same store (the connection and
+	// what the store keeps apart).
+	ID string
+	// Kind names the store to operators ("postgres").
+	Kind string
+	// Open opens the store, when no live handle has the same ID.
+	Open func() (s core.Store, close func() error, err error) `json:"-"`
+}
+
+// RedisConfig is the Redis store's options: the redis.Settings a config
+// gives (declared once there, embedded in Store too), and Cluster. Configs
+// leave its tuning fields (Clock, Batch, Lanes, NoDenyCache) zero.
+type RedisConfig = redis.Options
+
+// Store is a store as configured (in JSON, or written as option lines):
+// where counters live and what happens when Redis fails. Config turns it
+// into the StoreConfig a Compiled config holds and openstore opens.
+type Store struct {
+	// Type is "memory" (the default), "redis" (URL or Addrs), "cluster"
+	// (Addrs are seed nodes) or "sentinel" (Master and the Sentinels' Addrs).
+	Type string `json:"type,omitempty"`
+	// MaxKeys caps the keys tracked in memory (the memory store, the local
+	// fallback, eventual mode's local counts); 0 means 1,048,576.
+	MaxKeys int `json:"max_keys,omitempty"`
+	// Settings say how to reach Redis (types redis, cluster and
+	// sentinel); Timeout defaults to 500ms and Prefix to "tollgate:".
+	redis.Settings
+	// OnError is what happens while Redis fails: "local" (default: limit on
+	// this node alone), "allow", "deny" or "fail" (the adapter answers its
+	// error status).
+	OnError string `json:"on_error,omitempty"`
+	// Mode is "exact" (default: every decision in Redis) or "eventual"
+	// (decide locally, sync counts every Sync).
+	Mode string `json:"mode,omitempty"`
+	// Sync is eventual mode's sync interval; default 1s, at least 20ms.
+	Sync algo.Duration `json:"sync,omitempty"`
+}
+
+// MaxKeysLimit is the largest max_keys a store takes (keys).
+const MaxKeysLimit = memory.MaxMaxKeys
+
+// Config validates s and returns the store config it describes. Errors name
+// the field and value.
+func (s *Store) Config() (StoreConfig, error) {
+	var c StoreConfig
+	if s == nil {
+		return c, nil
+	}
+	if s.MaxKeys < 0 || s.MaxKeys > memory.MaxMaxKeys {
+		return c, fmt.Errorf("store max_keys: %d must be between 0 (the default, %d) and %d", s.MaxKeys, memory.DefaultMaxKeys, memory.MaxMaxKeys)
+	}
+	c.MaxKeys = s.MaxKeys
+	r := &RedisConfig{Settings: s.Settings}
+	// A CA file turns TLS on; skipping verification needs TLS asked for.
+	r.TLS, r.TLSSkipVerify = s.TLS || s.TLSCA != "", s.TLS && s.TLSSkipVerify
+	switch s.Type {
+	case "", "memory":
+		if s.URL != "" || len(s.Addrs) > 0 || s.Master != "" || s.Mode != "" || s.OnError != "" {
+			return c, fmt.Errorf("store memory: url, addrs, master, mode and on_error need a redis, cluster or sentinel store")
+		}
+		return c, nil
+	case "redis":
+		if s.URL == "" && len(s.Addrs) == 0 {
+			return c, fmt.Errorf("store redis: needs a url (redis://host:port) or addrs")
+		}
+	case "cluster":
+		if len(s.Addrs) == 0 {
+			return c, fmt.Errorf("store cluster: needs the seed nodes' addrs")
+		}
+		r.Cluster = true
+	case "sentinel":
+		if s.Master == "" || len(s.Addrs) == 0 {
+			return c, fmt.Errorf("store sentinel: needs the master name and the sentinels' addrs (master %q, addrs %q)", s.Master, s.Addrs)
+		}
+	default:
+		return c, fmt.Errorf("store type: unknown %q (want memory, redis, cluster or sentinel)", s.Type)
+	}
+	if s.Type != "sentinel" {
+		r.Master = "" // a master name is what selects Sentinel
+	}
+	if s.Timeout < 0 {
+		return c, fmt.Errorf("store timeout: %s must not be negative", time.Duration(s.Timeout))
+	}
+	if err := redis.CheckOptions(*r); err != nil { // the URL and addresses, before anything dials
+		return c, fmt.Errorf("store %s: %w", s.Type, err)
+	}
+	c.Redis = r
+	if s.OnError != "" {
+		oe, err := core.ParseOnError(s.OnError)
+		if err != nil {
+			return c, fmt.Errorf("store %w", err)
+		}
+		c.OnError = oe
+	}
+	switch s.Mode {
+	case "", "exact":
+		if s.Sync != 0 {
+			return c, fmt.Errorf("store sync: %s is only for mode eventual", time.Duration(s.Sync))
+		}
+	case "eventual":
+		c.Eventual = true
+		c.SyncInterval = time.Duration(s.Sync)
+		if err := CheckSyncInterval(c.SyncInterval); err != nil {
+			return c, fmt.Errorf("store sync: %w", err)
+		}
+	default:
+		return c, fmt.Errorf("store mode: unknown %q (want exact or eventual)", s.Mode)
+	}
+	return c, nil
+}
+
+// CheckPolicy reports, building nothing, whether a store from s can decide
+// the policy p (every plan's limits too): s must be valid, and eventual mode
+// counts requests, so it takes only the counting algorithms. A nil Store is
+// the memory store. Config errors find these at parse time.
+func (s *Store) CheckPolicy(p *Policy) error {
+	c, err := s.Config()
+	if err != nil || !c.Eventual {
+		return err
+	}
+	sets := [][]Limit{p.Limits}
+	for _, plan := range p.Plans {
+		sets = append(sets, plan.Limits)
+	}
+	for _, specs := range sets {
+		limits := make([]algo.Limit, len(specs))
+		for i := range specs {
+			if limits[i], err = specs[i].Limit(); err == nil {
+				err = limits[i].Normalize() // the default algorithm filled in
+			}
+			if err != nil {
+				return fmt.Errorf("policy %q limit %d: %w", p.Name, i+1, err)
+			}
+		}
+		if err := eventual.CheckLimits(p.Name, limits); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckPolicy reports whether a store opened from c can decide p (eventual
+// mode counts requests, so it takes only the counting algorithms).
+// Compile makes this check.
+func (c *StoreConfig) CheckPolicy(p *core.Policy) error {
+	if !c.Eventual {
+		return nil
+	}
+	err := eventual.CheckPolicy(p)
+	if err != nil && c.ModeSetting != "" {
+		err = fmt.Errorf("%s: %w", c.ModeSetting, err)
+	}
+	return err
+}
+
+// MinSyncInterval is the shortest interval eventual mode syncs at.
+const MinSyncInterval = eventual.MinSyncInterval
+
+// CheckSyncInterval reports whether d can be eventual mode's sync interval
+// (0 means the default): the eventual store's own rule.
+func CheckSyncInterval(d time.Duration) error { return eventual.CheckSyncInterval(d) }
