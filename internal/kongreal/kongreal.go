@@ -588,23 +588,34 @@ func (k *Kong) MustLoad(config Declarative) {
 	if probe == "" {
 		return
 	}
-	// Both workers must route the new config: nginx hands each new
-	// connection to either, so a handful of fresh connections see both.
+	// Each worker must route the new config. nginx hands each new
+	// connection to either, unevenly: the probe route's answer names the
+	// worker, and every worker must have answered it. A global plugin may
+	// answer for it instead (a denial): then eight routed answers in a row
+	// are taken as every worker's.
 	deadline := time.Now().Add(30 * time.Second)
-	for ok := 0; ok < 8; {
-		req, _ := http.NewRequest(http.MethodHead, k.ProxyURL+probe, nil)
+	workers := map[string]bool{}
+	inARow, answeredByOther := 0, false
+	for len(workers) < k.workers && !(answeredByOther && inARow >= 8) {
+		req, _ := http.NewRequest(http.MethodGet, k.ProxyURL+probe, nil)
 		req.Close = true
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusNotFound { // routed (a global plugin may answer for it)
-				ok++
+			if resp.StatusCode != http.StatusNotFound { // routed
+				inARow++
+				if w, ok := strings.CutPrefix(string(b), probeAnswer); ok && resp.StatusCode == http.StatusOK {
+					workers[w] = true
+				} else {
+					answeredByOther = true
+				}
 				continue
 			}
 		}
-		ok = 0
+		inARow = 0
 		if time.Now().After(deadline) {
-			k.t.Fatalf("the new config's probe route %s is not routed by every worker in 30 s", probe)
+			k.t.Fatalf("the new config's probe route %s is not routed by each of Kong's %d workers in 30 s (routed by %d)", probe, k.workers, len(workers))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -617,14 +628,17 @@ type Declarative map[string]any
 // path of its own: a config is in force in a worker once this answers.
 const probeService = "kongreal-probe"
 
+// probeAnswer begins the probe route's body; the worker's number follows.
+const probeAnswer = "probe worker "
+
 func (d Declarative) probePath() string {
 	p, _ := d["__probe"].(string)
 	return p
 }
 
 // NewDeclarative is an empty declarative config whose probe route
-// (a request-termination on probePath, answering 200) tells MustLoad when
-// every worker has it.
+// (a post-function on probePath, answering 200 and the worker's number)
+// tells MustLoad when every worker has it.
 func NewDeclarative(probePath string) Declarative {
 	return Declarative{
 		"_format_version": "3.0",
@@ -632,7 +646,8 @@ func NewDeclarative(probePath string) Declarative {
 		"services": []any{map[string]any{
 			"name": probeService, "url": "http://127.0.0.1:9",
 			"routes": []any{map[string]any{"name": probeService, "paths": []string{probePath},
-				"plugins": []any{map[string]any{"name": "request-termination", "config": map[string]any{"status_code": 200, "message": "probe"}}}}},
+				"plugins": []any{map[string]any{"name": "post-function", "config": map[string]any{
+					"access": []string{`return kong.response.exit(200, "` + probeAnswer + `" .. ngx.worker.id())`}}}}}},
 		}},
 	}
 }
