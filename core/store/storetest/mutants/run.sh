@@ -24,7 +24,7 @@ rm -rf "$work" && mkdir -p "$work"
 
 # plant <patch>: prints one line per trace set; exits 1 if the bug survives.
 plant() {
-  local patch=$1 name dir run catch files replace="" f traces first status=0 pkg args sets
+  local patch=$1 name dir run catch files replace="" f traces first status=0 pkg args sets tmp passed
   name=$(basename "$patch" .patch)
   dir=$work/$name
   run=$(sed -n 's/^# run: //p' "$patch")
@@ -47,10 +47,15 @@ plant() {
   sets="all random"
   [ -n "$catch" ] && sets="all"
   for traces in $sets; do
-    # Its temporary files (Redis servers' directories) under $dir: a
-    # planted bug that crashes the test leaves nothing behind.
-    mkdir -p "$dir/tmp"
-    if (cd "$root/$pkg" && eval "TMPDIR=$dir/tmp TOLLGATE_CONFORMANCE=$traces $dir/test.bin -test.count=1 $args" > "$dir/$traces.log" 2>&1); then
+    # Its temporary files (Redis' and Postgres' directories) in a
+    # directory of its own, removed after: a planted bug that crashes the
+    # test leaves nothing behind. Under the system's temporary directory,
+    # not the checkout: Postgres runs as its own user, which must reach it.
+    tmp=$(mktemp -d -t tollgate-mutant.XXXXXX) && chmod 755 "$tmp"
+    (cd "$root/$pkg" && eval "TMPDIR=$tmp TOLLGATE_CONFORMANCE=$traces $dir/test.bin -test.count=1 $args" > "$dir/$traces.log" 2>&1)
+    passed=$?
+    rm -rf "$tmp"
+    if [ "$passed" = 0 ]; then
       echo "mutant $name: SURVIVED $traces traces (go test $run passed with the bug planted)"
       status=1
       continue
