@@ -135,7 +135,7 @@ func TestAdaptivePolicyScalesLimits(t *testing.T) {
 	var d Decision
 	now := int64(1_000_000_000)
 	for i := 0; i < 8; i++ {
-		p.Apply(states, now+int64(i)*1000, 1, &d)
+		p.StoreSide().Apply(states, now+int64(i)*1000, 1, &d)
 	}
 	if !d.Allowed || d.Remaining != 2 || d.Quota != 10 {
 		t.Fatalf("8th of 10: allowed %v remaining %d limit %d", d.Allowed, d.Remaining, d.Quota)
@@ -147,7 +147,7 @@ func TestAdaptivePolicyScalesLimits(t *testing.T) {
 	if got := p.Limits()[0].Count; got != 7 {
 		t.Fatalf("count %d after one decrease, want 7", got)
 	}
-	p.Apply(states, now+10_000, 1, &d)
+	p.StoreSide().Apply(states, now+10_000, 1, &d)
 	if d.Allowed || d.Quota != 7 || d.Remaining != 0 {
 		t.Fatalf("8 live, count 7: allowed %v limit %d remaining %d", d.Allowed, d.Quota, d.Remaining)
 	}
@@ -155,7 +155,7 @@ func TestAdaptivePolicyScalesLimits(t *testing.T) {
 	if want := time.Second - 9*time.Millisecond; d.RetryAfter != want {
 		t.Fatalf("RetryAfter %s, want %s", d.RetryAfter, want)
 	}
-	p.Apply(states, now+1_001_001, 1, &d)
+	p.StoreSide().Apply(states, now+1_001_001, 1, &d)
 	if !d.Allowed {
 		t.Fatalf("after two entries left: denied")
 	}
@@ -194,7 +194,7 @@ func TestPolicyScopeMatchesPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := MustPolicy("api", PolicyOptions{}, limits...).Scope(); scope != want {
+	if want := MustPolicy("api", PolicyOptions{}, limits...).StoreSide().Scope(); scope != want {
 		t.Fatalf("PolicyScope %q, policy's Scope %q", scope, want)
 	}
 	if _, err := PolicyScope("api", algo.Limit{Count: 0, Window: time.Second}); err == nil {

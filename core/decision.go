@@ -53,7 +53,7 @@ func (d *Decision) reset(p *Policy, cost int64) {
 }
 
 // Start readies d for a request of cost units under p: a store that does not
-// run Policy.Apply calls it, fills Results[:N] and calls Summarize.
+// run StoreSide.Apply calls it, fills Results[:N] and calls Summarize.
 func (d *Decision) Start(p *Policy, cost int64) { d.reset(p, cost) }
 
 // Undecided fills d with a verdict no limit made: allowed or not, with no

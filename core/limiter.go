@@ -117,7 +117,7 @@ type Lease struct {
 }
 
 // Shaped is what a request a shaper holds gives back when it leaves
-// before its release: see Limiter.Shaped and Policy.ApplyCancel.
+// before its release: see Limiter.Shaped and StoreSide.ApplyCancel.
 type Shaped struct {
 	// Policy is the policy (or plan variant) that decided, Key the key as
 	// the store holds it (bounded).
@@ -134,7 +134,7 @@ type Shaped struct {
 
 // ShapeStore is a store that can give a shaped request's places back.
 type ShapeStore interface {
-	// CancelShaped runs Policy.ApplyCancel for s at the store's now, in one
+	// CancelShaped runs StoreSide.ApplyCancel for s at the store's now, in one
 	// round trip.
 	CancelShaped(ctx context.Context, s *Shaped) error
 }
@@ -164,7 +164,7 @@ func (l *Limiter) CancelShaped(ctx context.Context, s *Shaped) error {
 // LeaseStore is a store that holds leases.
 type LeaseStore interface {
 	// EndLease ends (renew false) or renews l in one round trip, as
-	// Policy.ApplyLease does, at the store's now (µs), which it returns with
+	// StoreSide.ApplyLease does, at the store's now (µs), which it returns with
 	// how many of l's slots it found still held (not released, not expired).
 	EndLease(ctx context.Context, l *Lease, renew bool) (found, now int64, err error)
 }

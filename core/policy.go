@@ -30,10 +30,10 @@ const MaxLimits = 8
 // counters in every store: Scope and LimitID come from the name and each
 // limit's algorithm and window, never a count, so a key keeps its usage
 // across plans, priorities, charges and reloads that change a count.
-// Users build and read policies (NewPolicy, NewPlans, Name, Limits, the
-// variants: this file); Apply, ApplyLease, ApplyCancel, LimitMode,
-// LimitID, Scope, IdleMicros and the hashes are what a Store
-// implementation needs (policy_store.go).
+// Its methods are what users call: build and read policies (NewPolicy,
+// NewPlans, Name, Limits, the variants). What a Store implementation needs
+// (the step functions run on a key's state, the identities that name it)
+// is on its StoreSide.
 type Policy struct {
 	// identity is what p's variants (its charging twin, its unreserved
 	// variant) copy whole: the state they name in a store, and how it is
@@ -249,18 +249,9 @@ func twin(id identity) *Policy {
 // state, so a store needs nothing more to charge after the response.
 func (p *Policy) Charging() *Policy { return p.charging }
 
-// Penalty returns the index in Limits() of p's penalty box (an
-// algo.Penalty limit), or -1 without one.
-func (p *Policy) Penalty() int { return p.penalty }
-
 // AfterResponse reports whether some limit of p is charged after the
 // response (see Charging); p may be that charging twin.
 func (p *Policy) AfterResponse() bool { return p.phased }
-
-// ChargesAfterResponse reports whether p is a Charging policy: its
-// decisions charge what a response cost and decide nothing (a store must
-// never answer one from a copy of the state).
-func (p *Policy) ChargesAfterResponse() bool { return p.charges }
 
 // limitIdentity names a validated limit's counters: its algorithm and
 // window, never its count (nor burst or delay), so raising a limit keeps
@@ -454,6 +445,10 @@ func (p *Policy) Limits() []algo.Limit { return p.current().limits }
 // without loading the limits in force.
 func (p *Policy) NumLimits() int { return len(p.limits) }
 
+// HoldsLeases reports whether p has an InFlight limit: a request it allows
+// holds a lease until its gateway ends it (see ApplyLease).
+func (p *Policy) HoldsLeases() bool { return p.leases }
+
 // Shadow reports whether the policy only reports and always allows.
 func (p *Policy) Shadow() bool { return p.shadow }
 
@@ -483,3 +478,8 @@ func CheckReserveShare(share float64) error {
 	}
 	return nil
 }
+
+// Derived is a slot for a value derived from the policy and its limits in
+// force (the header renderer keeps its fields there, with the limits they
+// were derived from), so it is derived once, not per request.
+func (p *Policy) Derived() *atomic.Value { return &p.derived }

@@ -1,25 +1,42 @@
 package core
 
 import (
-	"sync/atomic"
-
 	"github.com/tollgate/tollgate/core/algo"
 )
 
-// A Store implementation's side of Policy: the state a policy names in a
-// store (Scope, LimitID and their hashes, how long an idle key's state is
-// kept) and the step functions run on that state under the store's lock
-// for one key (Apply, ApplyLease, ApplyCancel), or the modes a store that
-// runs them itself (the Redis store's Lua) needs. Users of a policy call
-// none of it; a store outside core (an adapter's own database) does, so it
-// is exported.
+// StoreSide is a Store implementation's side of a Policy: the state the
+// policy names in a store (Scope, LimitID and their hashes, how long an
+// idle key's state is kept) and the step functions run on that state under
+// the store's lock for one key (Apply, ApplyLease, ApplyCancel), or the
+// modes a store that runs them itself (the Redis store's Lua) needs. Users
+// of a policy call none of it; a store outside core (an adapter's own
+// database) does, so it is exported, behind Policy.StoreSide.
+//
+// It is the policy itself under another method set: converting costs
+// nothing, and it holds nothing of its own.
+type StoreSide Policy
+
+// StoreSide returns the side of p a Store implementation uses.
+func (p *Policy) StoreSide() *StoreSide { return (*StoreSide)(p) }
+
+// Policy returns the policy p is the store side of.
+func (p *StoreSide) Policy() *Policy { return (*Policy)(p) }
+
+// Penalty returns the index among the policy's limits of its penalty box
+// (an algo.Penalty limit), or -1 without one.
+func (p *StoreSide) Penalty() int { return p.penalty }
+
+// ChargesAfterResponse reports whether the policy is a Charging twin: its
+// decisions charge what a response cost and decide nothing (a store must
+// never answer one from a copy of the state).
+func (p *StoreSide) ChargesAfterResponse() bool { return p.charges }
 
 // LimitMode tells a store that runs the step functions itself (the Redis
 // store's Lua) how p treats limit i: LimitStep (a request's cost is
 // stepped, all or nothing), LimitCheck (algo.Check), LimitCharge
 // (algo.Charge, always kept) or LimitReport (stepped at cost 0, kept as it
 // was).
-func (p *Policy) LimitMode(i int) LimitMode {
+func (p *StoreSide) LimitMode(i int) LimitMode {
 	after := p.limits[i].AfterResponse
 	switch {
 	case p.charges && after:
@@ -33,7 +50,7 @@ func (p *Policy) LimitMode(i int) LimitMode {
 }
 
 // LimitMode is how a policy's decision treats one of its limits (see
-// Policy.LimitMode).
+// StoreSide.LimitMode).
 type LimitMode int
 
 // The limit modes.
@@ -44,48 +61,39 @@ const (
 	LimitReport
 )
 
-// Derived is a slot for a value derived from the policy and its limits in
-// force (the header renderer keeps its fields there, with the limits they
-// were derived from), so it is derived once, not per request.
-func (p *Policy) Derived() *atomic.Value { return &p.derived }
-
 // Scope returns the identity of the policy's state in a store: equal for
 // policies with the same name and the same limits' algorithms and windows,
 // whatever their counts.
-func (p *Policy) Scope() string { return p.scope }
+func (p *StoreSide) Scope() string { return p.scope }
 
 // LimitID returns a short identity of limit i's counters (its algorithm
 // and window, not its count), so a store can name its state after it: a
 // limit whose count changes keeps its state.
-func (p *Policy) LimitID(i int) string { return p.limitIDs[i] }
+func (p *StoreSide) LimitID(i int) string { return p.limitIDs[i] }
 
 // ScopeHash returns a hash of Scope(), fixed for the process's life and
 // seeded apart from NameHash, for stores that index state by it.
-func (p *Policy) ScopeHash() uint64 { return p.scopeHash }
+func (p *StoreSide) ScopeHash() uint64 { return p.scopeHash }
 
 // NameHash returns a hash of Name() alone, fixed for the process's life:
 // the policies of one name (a policy and its reloads with limits added,
 // removed or changed) share it, for stores that find a key's state under
 // one and carry each limit's state over to another (see LimitIDs).
-func (p *Policy) NameHash() uint64 { return p.nameHash }
+func (p *StoreSide) NameHash() uint64 { return p.nameHash }
 
 // LimitIDs returns every limit's LimitID, in order; the slice is the
 // policy's own and must not be changed.
-func (p *Policy) LimitIDs() []string { return p.limitIDs }
+func (p *StoreSide) LimitIDs() []string { return p.limitIDs }
 
 // IdleMicros returns how long after its last request (µs) a key's state
 // is equivalent to a fresh one, so a store may forget it.
-func (p *Policy) IdleMicros() int64 { return p.idleUS }
-
-// HoldsLeases reports whether p has an InFlight limit: a request it allows
-// holds a lease until its gateway ends it (see ApplyLease).
-func (p *Policy) HoldsLeases() bool { return p.leases }
+func (p *StoreSide) IdleMicros() int64 { return p.idleUS }
 
 // ApplyCancel gives back the places a shaped request took in p's
 // LeakyBucket limits (see CancelShaped), on states (one per limit, in
 // order) at now (µs). It is what a store runs under its lock for one key.
-func (p *Policy) ApplyCancel(states []algo.State, now int64, s *Shaped) {
-	limits := p.Limits()
+func (p *StoreSide) ApplyCancel(states []algo.State, now int64, s *Shaped) {
+	limits := p.Policy().Limits()
 	for i := range limits {
 		if s.Delays[i] > 0 {
 			states[i] = algo.CancelShaped(&limits[i], states[i], now, s.At+s.Delays[i], s.Cost)
@@ -98,9 +106,9 @@ func (p *Policy) ApplyCancel(states []algo.State, now int64, s *Shaped) {
 // InFlight limit of p, on states (one per limit, in order) at now (µs), as
 // EndLease does. It is what a store runs under its lock for one key, and
 // returns how many of the first InFlight limit's leases it found.
-func (p *Policy) ApplyLease(states []algo.State, now, token, cost int64, renew bool) int64 {
+func (p *StoreSide) ApplyLease(states []algo.State, now, token, cost int64, renew bool) int64 {
 	found := int64(-1)
-	limits := p.Limits()
+	limits := p.Policy().Limits()
 	for i := range limits {
 		if limits[i].Algorithm != algo.InFlight {
 			continue
@@ -118,13 +126,13 @@ func (p *Policy) ApplyLease(states []algo.State, now, token, cost int64, renew b
 // request of cost units at now (µs), fills d, and commits the new states into
 // states only if every limit allowed the request. It is what a store runs
 // under its lock for one key.
-func (p *Policy) Apply(states []algo.State, now, cost int64, d *Decision) {
+func (p *StoreSide) Apply(states []algo.State, now, cost int64, d *Decision) {
 	limits := p.cur.Load().limits
 	if p.adapt != nil {
-		limits = p.current().limits
+		limits = p.Policy().current().limits
 	}
-	if d.Policy != p { // a Decision reused for the policy's requests: no write barrier
-		d.Policy = p
+	if d.Policy != p.Policy() { // a Decision reused for the policy's requests: no write barrier
+		d.Policy = p.Policy()
 	}
 	d.N, d.Cost, d.Fallback, d.At = len(limits), cost, false, now
 	if len(limits) == 1 && p.oneStep {
@@ -148,7 +156,7 @@ func (p *Policy) Apply(states []algo.State, now, cost int64, d *Decision) {
 // (algo.Charge) and the others only report.
 //
 //go:noinline
-func (p *Policy) applyPhased(limits []algo.Limit, states []algo.State, now, cost int64, d *Decision) {
+func (p *StoreSide) applyPhased(limits []algo.Limit, states []algo.State, now, cost int64, d *Decision) {
 	var next [MaxLimits]algo.State
 	allowed := true
 	for i := range limits {
@@ -176,7 +184,7 @@ func (p *Policy) applyPhased(limits []algo.Limit, states []algo.State, now, cost
 // states' array is on the stack only for stacked limits.
 //
 //go:noinline
-func (p *Policy) applyStacked(limits []algo.Limit, states []algo.State, now, cost int64, d *Decision) {
+func (p *StoreSide) applyStacked(limits []algo.Limit, states []algo.State, now, cost int64, d *Decision) {
 	var next [MaxLimits]algo.State
 	allowed := true
 	for i := range limits {
@@ -197,7 +205,7 @@ func (p *Policy) applyStacked(limits []algo.Limit, states []algo.State, now, cos
 // still has; a sliding log's ring may hold the dropped request's times past
 // its live part, and keeping the older state instead would count them. A
 // penalty box counts the denial.
-func (p *Policy) dropDenied(limits []algo.Limit, states, next []algo.State, now, cost int64, d *Decision) {
+func (p *StoreSide) dropDenied(limits []algo.Limit, states, next []algo.State, now, cost int64, d *Decision) {
 	for i := range limits {
 		if d.Results[i].Allowed && p.LimitMode(i) == LimitStep {
 			l := &limits[i]
@@ -212,7 +220,7 @@ func (p *Policy) dropDenied(limits []algo.Limit, states, next []algo.State, now,
 // it has one and the key is not in it already (the box's own denials do
 // not count, nor requests of cost 0, which an operator's read makes), and
 // reports the box as it is after it.
-func (p *Policy) penalize(limits []algo.Limit, next []algo.State, now, cost int64, d *Decision) {
+func (p *StoreSide) penalize(limits []algo.Limit, next []algo.State, now, cost int64, d *Decision) {
 	i := p.penalty
 	if i < 0 || cost == 0 || !d.Results[i].Allowed {
 		return

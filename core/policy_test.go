@@ -11,8 +11,8 @@ import (
 // window are two limits, never one counter.
 func TestCalendarWindowsHaveTheirOwnCounters(t *testing.T) {
 	both := MustPolicy("ids", PolicyOptions{}, algo.Limit{Count: 3, Window: algo.CalendarMonth, Algorithm: algo.FixedWindow}, algo.Limit{Count: 5, Window: 30 * 24 * time.Hour, Algorithm: algo.FixedWindow})
-	if both.LimitID(0) == both.LimitID(1) {
-		t.Errorf("a calendar month and a 30-day window share counters: both %q", both.LimitID(0))
+	if both.StoreSide().LimitID(0) == both.StoreSide().LimitID(1) {
+		t.Errorf("a calendar month and a 30-day window share counters: both %q", both.StoreSide().LimitID(0))
 	}
 }
 

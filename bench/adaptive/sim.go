@@ -389,7 +389,7 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 		}
 		ctrls[req.node].Observe(status, took)
 		if k == inFlightLimit {
-			policies[req.node].ApplyLease(states, t0+now, req.d.At, 1, false)
+			policies[req.node].StoreSide().ApplyLease(states, t0+now, req.d.At, 1, false)
 		}
 		if status == 200 {
 			b.served++
@@ -436,7 +436,7 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 				b.critOffered++
 				priority = 1
 			}
-			p.ForPriority(priority).Apply(states, t0+now, 1, &req.d)
+			p.ForPriority(priority).StoreSide().Apply(states, t0+now, 1, &req.d)
 			if !req.d.Allowed {
 				a.Deny() // as the gate does
 				continue

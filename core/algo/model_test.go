@@ -337,7 +337,7 @@ func clone(s State) State {
 	return s
 }
 
-// Dropping an allowed Step's result (what Policy.Apply does when another
+// Dropping an allowed Step's result (what StoreSide.Apply does when another
 // limit denies) leaves the limit exactly as if the request never came.
 func TestDroppedStepLeavesNoTrace(t *testing.T) {
 	for _, a := range Algorithms {

@@ -67,7 +67,7 @@ func Dropped(l *Limit, before, after State, cost int64) State {
 // of limit l, and returns the state after it and the verdict. It does not
 // change s's fields, but a SlidingLog ring slot that s holds and that has
 // expired by now may be overwritten: a caller that drops an allowed result
-// keeps Dropped(l, s, returned, cost) (Policy.Apply does). A denied request's
+// keeps Dropped(l, s, returned, cost) (StoreSide.Apply does). A denied request's
 // returned state only forgets expired history. l must have been validated (a
 // Policy validates its limits).
 func Step(l *Limit, s State, now, cost int64) (State, Result) {

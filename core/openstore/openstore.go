@@ -176,7 +176,7 @@ func Open(c *spec.Compiled, syncScope string) (*Handle, []gate.Rule, error) {
 func (h *Handle) Rule(p *core.Policy, emptyKey spec.EmptyKey, syncScope string) gate.Rule {
 	if a := p.Adaptive(); a != nil {
 		// With Redis, every node's controller moves one shared factor.
-		a.SetSync(h.FactorSync(syncScope + p.Scope()))
+		a.SetSync(h.FactorSync(syncScope + p.StoreSide().Scope()))
 	}
 	return gate.Rule{Limiter: core.NewLimiter(p, h.Store), EmptyKey: emptyKey}
 }

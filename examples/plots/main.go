@@ -65,7 +65,7 @@ func replay(p *core.Policy, ts []time.Duration, judge func(at time.Duration, o o
 	var out []outcome
 	var d core.Decision
 	for _, t := range ts {
-		p.Apply(states, epoch+t.Microseconds(), 1, &d)
+		p.StoreSide().Apply(states, epoch+t.Microseconds(), 1, &d)
 		o := outcome{at: t, allowed: d.Allowed, delay: d.Delay}
 		out = append(out, o)
 		if judge != nil {

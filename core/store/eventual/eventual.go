@@ -1,5 +1,5 @@
 // Package eventual is tollgate's eventually consistent store: every request
-// is decided locally, by the same Policy.Apply the memory store runs, on
+// is decided locally, by the same StoreSide.Apply the memory store runs, on
 // states that hold the fleet's counts as of the last sync plus what this
 // node counted since. Every sync interval a node pushes
 // its counts to a shared count store (Redis) and reads the fleet's back.
@@ -184,14 +184,14 @@ func CheckPolicy(p *core.Policy) error {
 // Syncs returns how many syncs completed.
 func (e *Store) Syncs() int64 { return e.syncs.Load() }
 
-// Decide decides locally with Policy.Apply; it never calls the shared store.
+// Decide decides locally with StoreSide.Apply; it never calls the shared store.
 // p must be one CheckPolicy accepts, as openstore.Handle.Rule checks once when
 // a config is loaded: the request path does not check it again.
 func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
 	now := e.opts.Clock.NowMicros()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	k := entryKey{p.Scope(), key}
+	k := entryKey{p.StoreSide().Scope(), key}
 	ent := e.entries[k]
 	if ent == nil {
 		if len(e.entries) >= e.opts.MaxKeys {
@@ -228,7 +228,7 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 	// a charge's cost even past the limit, nothing for a check or a denial.
 	var before [core.MaxLimits]algo.State
 	copy(before[:], ent.states)
-	p.Apply(ent.states, now, cost, d)
+	p.StoreSide().Apply(ent.states, now, cost, d)
 	limits := p.Limits()
 	for i := range limits {
 		if start, units, ok := algo.CountedSince(&limits[i], before[i], ent.states[i]); ok && units > 0 {
@@ -246,14 +246,14 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 // newest view it took: a key's clock never runs back. e.mu is held.
 func (e *Store) refresh(ent *entry, siblings []*entry) {
 	newest := ent.lastUsed
-	for i, id := range ent.policy.LimitIDs() {
+	for i, id := range ent.policy.StoreSide().LimitIDs() {
 		latest, from := ent.lastUsed, -1
 		var src *entry
 		for _, other := range siblings {
 			if other == ent || other.lastUsed <= latest {
 				continue
 			}
-			if j := slices.Index(other.policy.LimitIDs(), id); j >= 0 {
+			if j := slices.Index(other.policy.StoreSide().LimitIDs(), id); j >= 0 {
 				latest, from, src = other.lastUsed, j, other
 			}
 		}
@@ -333,7 +333,7 @@ func (e *Store) Sync(ctx context.Context) error {
 	index := map[slot]int{}
 	e.mu.Lock()
 	for k, ent := range e.entries {
-		if len(ent.pending) == 0 && now-ent.lastUsed >= ent.policy.IdleMicros() {
+		if len(ent.pending) == 0 && now-ent.lastUsed >= ent.policy.StoreSide().IdleMicros() {
 			e.remove(k, ent)
 			continue
 		}
@@ -437,11 +437,11 @@ func sharedCount(p *core.Policy, key string, limit int, start, now int64) core.S
 // limit counts (all limits, or only limit).
 func (e *Store) windowsNow(p *core.Policy, key string, limit int, now int64) ([]algo.State, []core.SharedCount) {
 	states := make([]algo.State, len(p.Limits()))
-	if ent := e.entries[entryKey{p.Scope(), key}]; ent != nil {
+	if ent := e.entries[entryKey{p.StoreSide().Scope(), key}]; ent != nil {
 		copy(states, ent.states)
 	}
 	var probe core.Decision
-	p.Apply(states, now, 0, &probe)
+	p.StoreSide().Apply(states, now, 0, &probe)
 	var windows []core.SharedCount
 	limits := p.Limits()
 	for i := range limits {
@@ -472,7 +472,7 @@ func (e *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core
 		return fmt.Errorf("eventual inspect: %w", err)
 	}
 	e.mu.Lock()
-	ent := e.entries[entryKey{p.Scope(), key}]
+	ent := e.entries[entryKey{p.StoreSide().Scope(), key}]
 	limits := p.Limits()
 	for i := range limits {
 		w, n := algo.CountedWindows(&limits[i], states[i])
@@ -490,7 +490,7 @@ func (e *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core
 		states[i] = algo.WithCounts(&limits[i], states[i], counts)
 	}
 	e.mu.Unlock()
-	p.Apply(states, now, 0, d)
+	p.StoreSide().Apply(states, now, 0, d)
 	return nil
 }
 
@@ -512,13 +512,13 @@ func (e *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int
 	// This node's view of each limit reset is forgotten under every policy
 	// of the name that has the limit (see refresh).
 	var ids []string
-	for i, id := range p.LimitIDs() {
+	for i, id := range p.StoreSide().LimitIDs() {
 		if limit == core.AllLimits || i == limit {
 			ids = append(ids, id)
 		}
 	}
 	for _, ent := range e.byName[entryKey{p.Name(), key}] {
-		reset := func(i int) bool { return slices.Contains(ids, ent.policy.LimitID(i)) }
+		reset := func(i int) bool { return slices.Contains(ids, ent.policy.StoreSide().LimitID(i)) }
 		kept := ent.pending[:0]
 		for _, pd := range ent.pending {
 			if !reset(pd.limit) {

@@ -37,7 +37,7 @@ func (f *flakyStore) Ping(context.Context) error {
 	return nil
 }
 
-// mapStore is a minimal correct store over Policy.Apply, for these tests.
+// mapStore is a minimal correct store over StoreSide.Apply, for these tests.
 type mapStore struct {
 	mu sync.Mutex
 	m  map[string][]algo.State
@@ -49,12 +49,12 @@ func (s *mapStore) Decide(_ context.Context, p *core.Policy, key string, cost in
 	if s.m == nil {
 		s.m = map[string][]algo.State{}
 	}
-	st, ok := s.m[p.Scope()+key]
+	st, ok := s.m[p.StoreSide().Scope()+key]
 	if !ok {
 		st = make([]algo.State, len(p.Limits()))
-		s.m[p.Scope()+key] = st
+		s.m[p.StoreSide().Scope()+key] = st
 	}
-	p.Apply(st, time.Now().UnixMicro(), cost, d)
+	p.StoreSide().Apply(st, time.Now().UnixMicro(), cost, d)
 	return nil
 }
 

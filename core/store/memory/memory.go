@@ -243,13 +243,14 @@ func (s *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 	} else {
 		now = s.clock.NowMicros()
 	}
-	id1 := uint64(strhash(unsafe.Pointer(&key), s.seed)) ^ p.NameHash()
-	id2 := uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ p.ScopeHash()
+	ps := p.StoreSide()
+	id1 := uint64(strhash(unsafe.Pointer(&key), s.seed)) ^ ps.NameHash()
+	id2 := uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ ps.ScopeHash()
 	sh := &s.shards[(id1>>32)%shardCount]
 	for {
 		e := sh.table.Load().find(id1, id2)
 		if e == nil {
-			e = s.insert(sh, id1, id2, p.LimitIDs(), p.IdleMicros(), now)
+			e = s.insert(sh, id1, id2, ps.LimitIDs(), ps.IdleMicros(), now)
 		}
 		e.mu.Lock()
 		if e.lastUsed == dead {
@@ -259,9 +260,9 @@ func (s *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 		}
 		now = max(now, e.lastUsed)
 		if p.NumLimits() == 1 {
-			p.Apply(e.inline[:], now, cost, d) // e.held(), without reading aux
+			ps.Apply(e.inline[:], now, cost, d) // e.held(), without reading aux
 		} else {
-			p.Apply(e.aux.states, now, cost, d)
+			ps.Apply(e.aux.states, now, cost, d)
 		}
 		e.lastUsed = now
 		e.mu.Unlock()
@@ -282,8 +283,9 @@ func (s *Store) now() int64 {
 // it, as Go's maps use against chosen keys), one with the policy's name and
 // the other with its limits folded in.
 func (s *Store) identity(p *core.Policy, key string) (id1, id2 uint64) {
-	return uint64(strhash(unsafe.Pointer(&key), s.seed)) ^ p.NameHash(),
-		uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ p.ScopeHash()
+	ps := p.StoreSide()
+	return uint64(strhash(unsafe.Pointer(&key), s.seed)) ^ ps.NameHash(),
+		uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ ps.ScopeHash()
 }
 
 // strhash is the runtime's hash of the string *p with seed h: what
@@ -309,7 +311,7 @@ func (s *Store) Inspect(_ context.Context, p *core.Policy, key string, d *core.D
 		now = max(now, last)
 		return last
 	})
-	p.Apply(states, now, 0, d)
+	p.StoreSide().Apply(states, now, 0, d)
 	return nil
 }
 
@@ -340,7 +342,8 @@ func (s *Store) withEntry(p *core.Policy, key string, f func(states []algo.State
 		}
 		// The key's state is under another policy of the name: take it over
 		// as a decision would, so the limits p shares with it are read.
-		e = s.insert(sh, id1, id2, p.LimitIDs(), p.IdleMicros(), s.now())
+		ps := p.StoreSide()
+		e = s.insert(sh, id1, id2, ps.LimitIDs(), ps.IdleMicros(), s.now())
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -355,7 +358,7 @@ func (s *Store) withEntry(p *core.Policy, key string, f func(states []algo.State
 func (s *Store) CancelShaped(_ context.Context, sh *core.Shaped) error {
 	now := s.now()
 	s.withEntry(sh.Policy, sh.Key, func(held []algo.State, last int64) int64 {
-		sh.Policy.ApplyCancel(held, max(now, last), sh)
+		sh.Policy.StoreSide().ApplyCancel(held, max(now, last), sh)
 		return last
 	})
 	return nil
@@ -374,7 +377,7 @@ func (s *Store) EndLeaseAt(l *core.Lease, renew bool, now int64) (int64, int64) 
 	var found int64 // 0 when the store forgot the key: nothing live
 	s.withEntry(l.Policy, l.Key, func(states []algo.State, last int64) int64 {
 		now = max(now, last)
-		found = l.Policy.ApplyLease(states, now, l.Token, l.Cost, renew)
+		found = l.Policy.StoreSide().ApplyLease(states, now, l.Token, l.Cost, renew)
 		return now
 	})
 	return found, now

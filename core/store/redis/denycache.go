@@ -18,7 +18,7 @@ const denyCacheSize = 100_000
 const DenyCacheHold = time.Second
 
 // denyCache holds the states of keys Redis just denied, as Redis holds them,
-// and answers their next requests by running Policy.Apply on those states:
+// and answers their next requests by running StoreSide.Apply on those states:
 // while the step functions deny a request there, it is denied without a
 // round trip; once they would allow it, Redis decides. A local denial is
 // exact for this node: other nodes' requests only add to what Redis holds,
@@ -41,7 +41,7 @@ type denyCache struct {
 type denyKey struct{ name, key string }
 
 type held struct {
-	scope   string // the policy whose states these are (Policy.Scope)
+	scope   string // the policy whose states these are (StoreSide.Scope)
 	states  []algo.State
 	at      int64 // when Redis denied, on Redis's clock (µs)
 	localAt int64 // the same moment on the local clock
@@ -54,7 +54,8 @@ func newDenyCache() *denyCache { return &denyCache{entries: map[denyKey]*held{}}
 // translated to Redis's clock. It fills d and returns true if the limits
 // deny the request there; otherwise it drops the entry and returns false.
 func (c *denyCache) lookup(p *core.Policy, key string, cost, now int64, d *core.Decision) bool {
-	if p.ChargesAfterResponse() || p.Penalty() >= 0 {
+	ps := p.StoreSide()
+	if ps.ChargesAfterResponse() || ps.Penalty() >= 0 {
 		// A charge is taken whatever is left, and a denial counts in a
 		// penalty box: Redis must see both.
 		return false
@@ -66,13 +67,13 @@ func (c *denyCache) lookup(p *core.Policy, key string, cost, now int64, d *core.
 	if !ok {
 		return false
 	}
-	if now >= h.until || h.scope != p.Scope() {
+	if now >= h.until || h.scope != ps.Scope() {
 		// Another policy of the name decides in Redis, and moves the
 		// limits these states share with it on.
 		delete(c.entries, k)
 		return false
 	}
-	p.Apply(h.states, h.at+(now-h.localAt), cost, d)
+	ps.Apply(h.states, h.at+(now-h.localAt), cost, d)
 	if d.Allowed && !d.Shadowed {
 		// The step would allow it: Redis decides, and may have more to say.
 		delete(c.entries, k)
@@ -104,7 +105,7 @@ func (c *denyCache) remember(p *core.Policy, key string, now, epoch int64, d *co
 			clear(c.entries)
 		}
 	}
-	c.entries[denyKey{p.Name(), key}] = &held{scope: p.Scope(), states: states, at: d.At, localAt: now,
+	c.entries[denyKey{p.Name(), key}] = &held{scope: p.StoreSide().Scope(), states: states, at: d.At, localAt: now,
 		until: now + int64(min(d.RetryAfter, DenyCacheHold)/time.Microsecond)}
 }
 

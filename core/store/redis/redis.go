@@ -367,7 +367,9 @@ func (s *Store) Keys(p *core.Policy, key string) []string {
 }
 
 // limitKey names limit i's own key beside the state hash named hash.
-func limitKey(hash string, p *core.Policy, i int) string { return hash + ":" + p.LimitID(i) }
+func limitKey(hash string, p *core.Policy, i int) string {
+	return hash + ":" + p.StoreSide().LimitID(i)
+}
 
 // decisionKeys is the part of Keys a decision's script reads: the hash,
 // then the sorted sets of p's sliding_log and in_flight limits alone.
@@ -409,7 +411,7 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 	if err != nil {
 		return err
 	}
-	if s.denies != nil && p.ChargesAfterResponse() {
+	if s.denies != nil && p.StoreSide().ChargesAfterResponse() {
 		// The states held counted less than Redis now does; as after a
 		// reset, a denial decided before the charge is not held either.
 		s.denies.forget(p, key)
@@ -495,7 +497,7 @@ func stepArgs(p *core.Policy, now, cost int64) []any {
 }
 
 // ttlMillis is how long, in ms, the script keeps an idle key of p's.
-func ttlMillis(p *core.Policy) int64 { return (p.IdleMicros()+999)/1000 + 1 }
+func ttlMillis(p *core.Policy) int64 { return (p.StoreSide().IdleMicros()+999)/1000 + 1 }
 
 // appendLimits appends p's limits as DecideLua reads them, 7 values
 // each, the first the algorithm and how p treats the limit (its
@@ -503,8 +505,8 @@ func ttlMillis(p *core.Policy) int64 { return (p.IdleMicros()+999)/1000 + 1 }
 func appendLimits(args []any, p *core.Policy) []any {
 	for i := range p.Limits() {
 		l := &p.Limits()[i]
-		args = append(args, int(l.Algorithm)+16*int(p.LimitMode(i)), l.Count, int64(l.Window/time.Microsecond),
-			l.EffectiveBurst(), int64(l.MaxDelay/time.Microsecond), l.CalendarMonths(), p.LimitID(i))
+		args = append(args, int(l.Algorithm)+16*int(p.StoreSide().LimitMode(i)), l.Count, int64(l.Window/time.Microsecond),
+			l.EffectiveBurst(), int64(l.MaxDelay/time.Microsecond), l.CalendarMonths(), p.StoreSide().LimitID(i))
 	}
 	return args
 }
@@ -530,7 +532,8 @@ func (s *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int
 	var fields, sets []string
 	for i := range p.Limits() {
 		if limit == core.AllLimits || i == limit {
-			fields = append(fields, p.LimitID(i), "seq:"+p.LimitID(i))
+			id := p.StoreSide().LimitID(i)
+			fields = append(fields, id, "seq:"+id)
 			sets = append(sets, keys[1+i])
 		}
 	}
@@ -560,7 +563,7 @@ func (s *Store) CancelShaped(ctx context.Context, sh *core.Shaped) error {
 	args := []any{now, sh.Cost}
 	for i, l := range p.Limits() {
 		if sh.Delays[i] > 0 {
-			args = append(args, p.LimitID(i), l.Window.Microseconds(), l.Count, sh.At+sh.Delays[i])
+			args = append(args, p.StoreSide().LimitID(i), l.Window.Microseconds(), l.Count, sh.At+sh.Delays[i])
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -585,7 +588,7 @@ func (s *Store) EndLease(ctx context.Context, l *core.Lease, renew bool) (found,
 	if s.clock != nil {
 		now = s.clock.NowMicros()
 	}
-	args := []any{now, l.Token, l.Cost, 0, (p.IdleMicros()+999)/1000 + 1}
+	args := []any{now, l.Token, l.Cost, 0, (p.StoreSide().IdleMicros()+999)/1000 + 1}
 	if renew {
 		args[3] = 1
 	}

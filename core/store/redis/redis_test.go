@@ -701,7 +701,7 @@ func TestStateHashExpiryMovesOnlyWhenLessThanIdleLeft(t *testing.T) {
 			stateField := ""
 			for i, l := range limits {
 				if l.Algorithm != algo.InFlight && l.Algorithm != algo.SlidingLog {
-					stateField = p.LimitID(i)
+					stateField = p.StoreSide().LimitID(i)
 					break
 				}
 			}

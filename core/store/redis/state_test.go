@@ -44,7 +44,7 @@ func unpackState(v string) (state [4]float64, ok bool) {
 func TestStoredStateForms(t *testing.T) {
 	ctx := context.Background()
 	p := core.MustPolicy("forms", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Hour, Algorithm: algo.FixedWindow})
-	field := p.LimitID(0)
+	field := p.StoreSide().LimitID(0)
 	start := storetest.T0 - storetest.T0%time.Hour.Microseconds()
 	admin := adminClient(t)
 	for _, batch := range []int{1, 0} {

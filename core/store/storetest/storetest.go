@@ -794,7 +794,7 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 		msg := fmt.Sprintf(format, args...)
 		if retry && mayBeExpired[p.Name()+"|"+key] {
 			panic(outranClock{fmt.Sprintf("policy %s key %s sat idle for its idle time %s in real time but not on the trace's clock, then: %s",
-				p.Name(), key, time.Duration(p.IdleMicros())*time.Microsecond, msg)})
+				p.Name(), key, time.Duration(p.StoreSide().IdleMicros())*time.Microsecond, msg)})
 		}
 		t.Fatal(msg)
 	}
@@ -802,7 +802,7 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 	// it at (µs, the trace's clock), its idle time has passed in real time
 	// but not on the trace's clock since it last took something.
 	noteIdle := func(p *core.Policy, key string, at int64) {
-		id, idle := p.Name()+"|"+key, p.IdleMicros()
+		id, idle := p.Name()+"|"+key, p.StoreSide().IdleMicros()
 		if last, ok := touched[id]; ok && time.Since(last.real) >= time.Duration(idle)*time.Microsecond && at-last.virtual < idle {
 			mayBeExpired[id] = true
 		}
@@ -888,7 +888,7 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 			fatalf(r.Policy, r.Key, "seed %d step %d (policy %s key %s cost %d at +%dµs):\n got  %s\n want %s",
 				seed, i, r.Policy.Name(), r.Key, r.Cost, r.At-T0, summary(got), summary(&want))
 		}
-		if id := r.Policy.Name() + "|" + r.Key; got.Allowed && r.Cost > 0 || r.Policy.ChargesAfterResponse() {
+		if id := r.Policy.Name() + "|" + r.Key; got.Allowed && r.Cost > 0 || r.Policy.StoreSide().ChargesAfterResponse() {
 			touched[id] = touch{time.Now(), r.At}
 		}
 		if c := r.Policy.Charging(); c != nil && got.Allowed && len(owed) < 8 {

@@ -8,7 +8,7 @@
 // the counts, and Kong's plugin sees tollgate's.
 //
 // It is a store like the others: a decision runs the policy's step
-// functions (core.Policy.Apply) on the rows it locks, in one transaction,
+// functions (core.StoreSide.Apply) on the rows it locks, in one transaction,
 // so every node of a fleet shares one exact count. It takes fixed windows
 // only, the one algorithm a row's count can hold.
 package kongdb
@@ -151,7 +151,7 @@ func (s *Store) rows(p *core.Policy, now int64) ([]row, error) {
 		start, end := l.FixedWindowAt(now)
 		period := l.Name
 		if period == "" {
-			period = p.LimitID(i) // a limit of its own window: its identity
+			period = p.StoreSide().LimitID(i) // a limit of its own window: its identity
 		}
 		if s.opts.Table.ByPolicy {
 			period = p.Name() + "_" + period
@@ -232,14 +232,14 @@ func (s *Store) withRows(ctx context.Context, p *core.Policy, key string, f func
 	return f(ctx, &v)
 }
 
-// apply runs p's step functions (Policy.Apply) on the rows' counts in
+// apply runs p's step functions (StoreSide.Apply) on the rows' counts in
 // their windows and returns the states they leave.
 func apply(p *core.Policy, rows []row, now, cost int64, d *core.Decision) [core.MaxLimits]algo.State {
 	var states [core.MaxLimits]algo.State
 	for i := range rows {
 		states[i] = algo.State{A: rows[i].start, B: rows[i].value}
 	}
-	p.Apply(states[:len(rows)], now, cost, d)
+	p.StoreSide().Apply(states[:len(rows)], now, cost, d)
 	return states
 }
 

@@ -1,6 +1,6 @@
 -- tollgate: give back the places a shaped request took in a policy's
 -- leaky_bucket limits when it leaves before its release, in one call: the
--- Lua twin of CancelShaped in core/algo/step.go (Policy.ApplyCancel) is
+-- Lua twin of CancelShaped in core/algo/step.go (StoreSide.ApplyCancel) is
 -- algo.Lua's cancel_shaped; this file applies it to decide.lua's state hash
 -- (cancelScript is algo.Lua, state.lua, then this file).
 --

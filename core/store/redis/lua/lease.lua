@@ -1,6 +1,6 @@
 -- tollgate: end or renew the leases one request holds in a policy's
 -- in_flight limits, in one call. The Lua twin of EndLease in core/algo/step.go
--- (Policy.ApplyLease), over decide.lua's sorted sets: a lease is live while
+-- (StoreSide.ApplyLease), over decide.lua's sorted sets: a lease is live while
 -- its score (the time it was taken or renewed) is after now - window.
 --
 -- KEYS[i]  an in_flight limit's sorted set, as decide.lua keeps it

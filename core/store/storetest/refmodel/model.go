@@ -28,7 +28,7 @@ func NewModel() *Model { return &Model{limits: map[string]modelLimit{}} }
 // policies of one name share each limit they have in common (a reload that
 // adds, removes or changes a limit keeps the others' usage).
 func limitID(p *core.Policy, i int, key string) string {
-	return p.Name() + "\x00" + p.LimitID(i) + "\x00" + key
+	return p.Name() + "\x00" + p.StoreSide().LimitID(i) + "\x00" + key
 }
 
 // hist returns the histories of p's limits for key, new ones for those
@@ -75,7 +75,7 @@ func (m *Model) Decide(p *core.Policy, key string, now, cost int64) core.Decisio
 	allowed := true
 	for i := range limits {
 		hist[i].use(&limits[i])
-		switch p.LimitMode(i) {
+		switch p.StoreSide().LimitMode(i) {
 		case core.LimitCharge:
 			// Taken after the response, whatever is left: at most a full
 			// limit's worth (MaxCharge), then reported as cost 0 sees it.
@@ -105,13 +105,13 @@ func (m *Model) Decide(p *core.Policy, key string, now, cost int64) core.Decisio
 		// Nothing consumed: a limit that would have allowed reports what a
 		// request of cost 0 sees.
 		for i := range limits {
-			if d.Results[i].Allowed && p.LimitMode(i) == core.LimitStep {
+			if d.Results[i].Allowed && p.StoreSide().LimitMode(i) == core.LimitStep {
 				d.Results[i], _ = hist[i].decide(now, 0)
 			}
 		}
 		// A penalty box counts the denial, unless the key is in it or the
 		// request costs nothing (an operator's read), or it is a charge.
-		if i := p.Penalty(); i >= 0 && cost > 0 && d.Results[i].Allowed && !p.ChargesAfterResponse() {
+		if i := p.StoreSide().Penalty(); i >= 0 && cost > 0 && d.Results[i].Allowed && !p.StoreSide().ChargesAfterResponse() {
 			box := hist[i].(*penaltyModel)
 			box.deny(now)
 			d.Results[i], _ = box.decide(now, 0)
@@ -121,7 +121,7 @@ func (m *Model) Decide(p *core.Policy, key string, now, cost int64) core.Decisio
 	for i := range limits {
 		r, w := d.Results[i], limits[i].Window
 		switch {
-		case allowed && i == p.Penalty():
+		case allowed && i == p.StoreSide().Penalty():
 			// A penalty box decides only the requests it refuses.
 		case allowed && (best < 0 || r.Remaining < d.Results[best].Remaining ||
 			r.Remaining == d.Results[best].Remaining && w > limits[best].Window):
