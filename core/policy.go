@@ -62,9 +62,9 @@ type Policy struct {
 
 // identity is a policy's name, configured limits and the state they name in
 // a store, with how the policy shows and scales them: built by NewPolicy,
-// copied whole into the policy's charging twin (twin) and its unreserved
-// variant (variant, with the unreserved limits), so a field added here
-// reaches them without another line.
+// copied whole into the policy's charging twin and its unreserved variant
+// (variant builds all three), so a field added here reaches them without
+// another line.
 type identity struct {
 	name string
 	// limits are the configured limits.
@@ -184,9 +184,9 @@ func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, 
 	}
 	var charging *Policy
 	if ident.phased {
-		charging = twin(*ident)
+		charging = variant(*ident, nil, true)
 	}
-	pol := variant(*ident, charging)
+	pol := variant(*ident, charging, false)
 	if opts.Reserve != 0 {
 		// The same state as pol's (the same identity, kept as long), and
 		// charged after the response as pol is (a charge takes no reserve
@@ -196,19 +196,21 @@ func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, 
 		for i := range ident.limits {
 			u.limits[i] = ident.limits[i].Unreserved(opts.Reserve)
 		}
-		pol.unreserved = variant(u, charging)
+		pol.unreserved = variant(u, charging, false)
 	}
 	return pol, nil
 }
 
-// variant returns a policy of id, charged after the response by charging
-// (nil when id has no such limit): a policy and its unreserved variant are
-// both built here, so what is derived from the identity is derived in one
-// place (their charging twin is twin's).
-func variant(id identity, charging *Policy) *Policy {
-	p := &Policy{identity: id, charging: charging, oneStep: !id.shadow && !id.phased}
+// variant returns a policy of id, the one constructor of every policy
+// NewPolicy returns and of its variants: a policy and its unreserved
+// variant (charging is their twin that charges id's after-response limits,
+// nil when id has none), and that twin itself (charges true: it only
+// charges, so it holds no lease and takes no one-step path). What is
+// derived from the identity is derived here, once.
+func variant(id identity, charging *Policy, charges bool) *Policy {
+	p := &Policy{identity: id, charging: charging, charges: charges, oneStep: !charges && !id.shadow && !id.phased}
 	for i := range id.limits {
-		p.leases = p.leases || id.limits[i].Algorithm == algo.InFlight
+		p.leases = p.leases || (!charges && id.limits[i].Algorithm == algo.InFlight)
 	}
 	p.use(p.limits, 1)
 	return p
@@ -228,15 +230,6 @@ func (p *Policy) ForPriority(level int) *Policy {
 // Reserved returns the variant of p that holds a reserve back, and the
 // level at or above which requests may use it; nil without a reserve.
 func (p *Policy) Reserved() (unreserved *Policy, level int) { return p.unreserved, p.reserveLevel }
-
-// twin returns the policy that charges id's after-response limits: the
-// same identity (the same counters in every store), another Apply. It only
-// charges, so it holds no lease and takes no one-step path.
-func twin(id identity) *Policy {
-	t := &Policy{identity: id, charges: true}
-	t.use(t.limits, 1)
-	return t
-}
 
 // Charging returns the policy under which a store charges the response's
 // cost to p's limits charged after the response (algo.Limit.AfterResponse),

@@ -136,7 +136,7 @@ func TestEventualOvershootWithinBound(t *testing.T) {
 	}
 }
 
-// TestEventualRefusesOtherAlgorithms: CheckPolicy, which openstore.Handle.Rule
+// TestEventualRefusesOtherAlgorithms: CheckPolicy, which spec.Compile
 // runs once when a config is loaded (not on the request path), refuses an
 // algorithm that does not count per window, naming it; reads and resets
 // check too.
