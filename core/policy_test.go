@@ -1,6 +1,8 @@
 package core
 
 import (
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,5 +24,28 @@ func TestPolicyErrorNamesTheLimit(t *testing.T) {
 	_, err := NewPolicy("api", PolicyOptions{}, algo.Limit{Count: 5, Window: time.Second}, algo.Limit{Count: 0, Window: time.Minute})
 	if err == nil || err.Error() != `policy "api" limit 2 (0/1m): count: 0 must be at least 1` {
 		t.Errorf("policy error: %v", err)
+	}
+}
+
+// TestPolicyMethodsAreWhatUsersCall: a Policy's methods are what users
+// build and read policies with; what only a Store implementation needs
+// goes on its StoreSide, so this list grows only by a method a user calls.
+func TestPolicyMethodsAreWhatUsersCall(t *testing.T) {
+	users := []string{"Adaptive", "AfterResponse", "Charging", "Configured", "Derived", "FirstPlan",
+		"ForPlan", "ForPriority", "HoldsLeases", "Limits", "Name", "NumLimits", "Plan", "PlanIndex",
+		"Plans", "Reserved", "Shadow", "ShowKey", "ShownName", "StoreSide", "Variants"}
+	var got []string
+	typ := reflect.TypeFor[*Policy]()
+	for i := range typ.NumMethod() {
+		got = append(got, typ.Method(i).Name)
+	}
+	if !slices.Equal(got, users) {
+		t.Errorf("Policy's methods are %v, want %v: a method only stores call belongs on StoreSide", got, users)
+	}
+	for _, m := range []string{"Apply", "ApplyLease", "ApplyCancel", "LimitMode", "LimitID", "LimitIDs",
+		"Scope", "ScopeHash", "NameHash", "IdleMicros", "Penalty", "ChargesAfterResponse", "Policy"} {
+		if _, ok := reflect.TypeFor[*StoreSide]().MethodByName(m); !ok {
+			t.Errorf("StoreSide has no %s", m)
+		}
 	}
 }
