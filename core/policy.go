@@ -439,7 +439,7 @@ func (p *Policy) Limits() []algo.Limit { return p.current().limits }
 func (p *Policy) NumLimits() int { return len(p.limits) }
 
 // HoldsLeases reports whether p has an InFlight limit: a request it allows
-// holds a lease until its gateway ends it (see ApplyLease).
+// holds a lease until its gateway ends it (see Limiter.Lease).
 func (p *Policy) HoldsLeases() bool { return p.leases }
 
 // Shadow reports whether the policy only reports and always allows.
