@@ -197,7 +197,11 @@ func TestCaddyfileErrors(t *testing.T) {
 		{`policy a {
 			limit 10/1m
 			reserve 150% for 1
-		}`, `policy "a" reserve: "150%" is not a share between 0 and 1`},
+		}`, `policy "a" reserve: a share of 1.5 must be between 0 and 1, both excluded (written "150%")`},
+		{`policy a {
+			limit 10/1m
+			reserve lots for 1
+		}`, `policy "a" reserve: "lots" is not a share such as 0.2 or 20%`},
 		{`policy a {
 			limit 10/1m
 			reserve 20% to 1

@@ -251,8 +251,11 @@ func setPolicy(s *spec.Policy, opt string, args []string) error {
 			share /= 100
 		}
 		level, lerr := strconv.Atoi(args[2])
-		if perr != nil || !(share > 0 && share < 1) {
-			return fmt.Errorf("policy %q reserve: %q is not a share between 0 and 1 (or 0%% and 100%%)", s.Name, args[0])
+		if perr != nil {
+			return fmt.Errorf("policy %q reserve: %q is not a share such as 0.2 or 20%%", s.Name, args[0])
+		}
+		if err := core.CheckReserveShare(share); err != nil {
+			return fmt.Errorf("policy %q %w (written %q)", s.Name, err, args[0])
 		}
 		if lerr != nil {
 			return fmt.Errorf("policy %q reserve: %q is not a whole priority", s.Name, args[2])
