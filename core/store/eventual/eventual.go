@@ -189,9 +189,10 @@ func (e *Store) Syncs() int64 { return e.syncs.Load() }
 // config is loaded: the request path does not check it again.
 func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
 	now := e.opts.Clock.NowMicros()
+	ps := p.StoreSide()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	k := entryKey{p.StoreSide().Scope(), key}
+	k := entryKey{ps.Scope(), key}
 	ent := e.entries[k]
 	if ent == nil {
 		if len(e.entries) >= e.opts.MaxKeys {
@@ -228,7 +229,7 @@ func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 	// a charge's cost even past the limit, nothing for a check or a denial.
 	var before [core.MaxLimits]algo.State
 	copy(before[:], ent.states)
-	p.StoreSide().Apply(ent.states, now, cost, d)
+	ps.Apply(ent.states, now, cost, d)
 	limits := p.Limits()
 	for i := range limits {
 		if start, units, ok := algo.CountedSince(&limits[i], before[i], ent.states[i]); ok && units > 0 {
@@ -436,12 +437,13 @@ func sharedCount(p *core.Policy, key string, limit int, start, now int64) core.S
 // says which windows count now), and a SharedCount for each window each
 // limit counts (all limits, or only limit).
 func (e *Store) windowsNow(p *core.Policy, key string, limit int, now int64) ([]algo.State, []core.SharedCount) {
+	ps := p.StoreSide()
 	states := make([]algo.State, len(p.Limits()))
-	if ent := e.entries[entryKey{p.StoreSide().Scope(), key}]; ent != nil {
+	if ent := e.entries[entryKey{ps.Scope(), key}]; ent != nil {
 		copy(states, ent.states)
 	}
 	var probe core.Decision
-	p.StoreSide().Apply(states, now, 0, &probe)
+	ps.Apply(states, now, 0, &probe)
 	var windows []core.SharedCount
 	limits := p.Limits()
 	for i := range limits {
@@ -472,7 +474,8 @@ func (e *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core
 		return fmt.Errorf("eventual inspect: %w", err)
 	}
 	e.mu.Lock()
-	ent := e.entries[entryKey{p.StoreSide().Scope(), key}]
+	ps := p.StoreSide()
+	ent := e.entries[entryKey{ps.Scope(), key}]
 	limits := p.Limits()
 	for i := range limits {
 		w, n := algo.CountedWindows(&limits[i], states[i])
@@ -490,7 +493,7 @@ func (e *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core
 		states[i] = algo.WithCounts(&limits[i], states[i], counts)
 	}
 	e.mu.Unlock()
-	p.StoreSide().Apply(states, now, 0, d)
+	ps.Apply(states, now, 0, d)
 	return nil
 }
 
