@@ -214,7 +214,7 @@ func (c *ResponseLimitsConfig) Access(kong *pdk.PDK) {
 	_ = ev.Flush(kong)
 }
 
-// Access reads each resource's usage as Kong's response-ratelimiting's
+// AccessEvent reads each resource's usage as Kong's response-ratelimiting's
 // access.lua does: X-RateLimit-Remaining-<resource> (the least any
 // period has left) on the response, and with block_on_first_violation a
 // 429 in Kong's words ("API rate limit exceeded for '<resource>'") once a

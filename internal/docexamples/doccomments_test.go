@@ -227,3 +227,74 @@ func (p *goPackage) hasMembers(name string) bool {
 	}
 	return false
 }
+
+// TestDocCommentsBeginWithTheirName: an exported function's, method's or
+// type's doc comment begins with its name (a type's may open with "A",
+// "An" or "The" first), as go doc and pkg.go.dev expect, so a comment left
+// behind by a rename ("NewStore wraps…" above New) fails here.
+func TestDocCommentsBeginWithTheirName(t *testing.T) {
+	root, err := reporoot.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wrong []string
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); n == ".git" || n == "testdata" || n == "bin" || n == "node_modules" || n == ".tmp" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+		if err != nil {
+			return err
+		}
+		check := func(name string, doc *ast.CommentGroup, articles bool) {
+			if !ast.IsExported(name) || doc == nil {
+				return
+			}
+			words := strings.Fields(doc.Text())
+			if len(words) == 0 || strings.HasPrefix(words[0], "Deprecated:") {
+				return
+			}
+			first := words[0]
+			if articles && len(words) > 1 && (first == "A" || first == "An" || first == "The") {
+				first = words[1]
+			}
+			if strings.TrimSuffix(strings.TrimRight(first, ".,:;"), "'s") != name {
+				rel, _ := filepath.Rel(root, fset.Position(doc.Pos()).String())
+				wrong = append(wrong, rel+": "+name+"'s comment begins with "+strconv.Quote(words[0]))
+			}
+		}
+		for _, decl := range f.Decls {
+			switch d := decl.(type) {
+			case *ast.FuncDecl:
+				check(d.Name.Name, d.Doc, false)
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					if ts, ok := s.(*ast.TypeSpec); ok {
+						doc := ts.Doc
+						if doc == nil && len(d.Specs) == 1 {
+							doc = d.Doc
+						}
+						check(ts.Name.Name, doc, true)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range wrong {
+		t.Error(w)
+	}
+}

@@ -58,7 +58,7 @@ type Store struct {
 	errs     atomic.Int64 // failed calls to the shared store
 }
 
-// NewStore wraps shared. shared should implement Pinger for the
+// New wraps shared. shared should implement Pinger for the
 // breaker to close again; without it the breaker retries the store itself
 // once per ProbeEvery.
 func New(shared core.Store, opts Options) (*Store, error) {
