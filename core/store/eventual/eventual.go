@@ -461,11 +461,9 @@ func (e *Store) windowsNow(p *core.Policy, key string, limit int, now int64) ([]
 // Inspect reads key's usage as the fleet counts it (core.Operator): the
 // shared counts of the windows that count now, plus what this node counted
 // and has not pushed, in one round trip; d is what a request of cost 0
-// would see on them. No count changes.
+// would see on them. No count changes. p is one CheckPolicy accepted, as
+// for Decide.
 func (e *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core.Decision) error {
-	if err := CheckPolicy(p); err != nil {
-		return err
-	}
 	now := e.opts.Clock.NowMicros()
 	e.mu.Lock()
 	states, windows := e.windowsNow(p, key, core.AllLimits, now)
@@ -503,11 +501,9 @@ func (e *Store) Inspect(ctx context.Context, p *core.Policy, key string, d *core
 // when they read the key again, at the sync after they next decide it
 // (a node reads only the keys it uses), except what they counted and have
 // not pushed yet: up to one sync interval of their admissions survives a
-// reset, the same bound as eventual mode's overshoot.
+// reset, the same bound as eventual mode's overshoot. p is one
+// CheckPolicy accepted, as for Decide.
 func (e *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int) error {
-	if err := CheckPolicy(p); err != nil {
-		return err
-	}
 	e.syncMu.Lock()
 	defer e.syncMu.Unlock()
 	e.mu.Lock()
