@@ -225,7 +225,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{`store redis redis://x:6379 {
 			timeout -1s
 		}`, `store timeout: "-1s" is not a positive duration`},
-		{`store memory max_keys lots`, `store memory max_keys: "lots" is not a count`},
+		{`store memory max_keys lots`, `store memory max_keys: "lots" is not a whole number`},
 		{`store sentinel mymaster`, `store sentinel: want the master name and the sentinels'`},
 		{`store memory
 		store memory`, `store: given twice`},
@@ -309,8 +309,11 @@ func TestCaddyfileErrors(t *testing.T) {
 				min 0
 			}
 		}`, `policy "a" adaptive min: "0" must be above 0 (leave min out for its default)`},
-		{`store memory max_keys 0`, `store memory max_keys: "0" is not a count between 1 and 1073741824, at Caddyfile:3`},
-		{`store memory max_keys 9223372036854775807`, `store memory max_keys: "9223372036854775807" is not a count between 1 and 1073741824`},
+		{`store memory max_keys 0`, `store memory max_keys: 0 must be at least 1 (leave max_keys out for its default), at Caddyfile:3`},
+		{`store memory max_keys 9223372036854775807`, `store memory max_keys: 9223372036854775807 must be between 0 (the default) and 1073741824`},
+		{`store redis redis://localhost:6379 {
+			max_keys 1073741825
+		}`, `store max_keys: 1073741825 must be between 0 (the default) and 1073741824`},
 		{`policy a {
 			limit 5/1m
 			limit 5/1m

@@ -70,7 +70,7 @@ func TestJSONErrors(t *testing.T) {
 		{`{"policies":[{"name":"a","plans":[{"name":"free","limits":[{"count":5,"window":"1m"}]},{"name":"free","unlimited":true}],"default_plan":"free"}]}`, `policy "a" plan "free": named twice`},
 		{`{"policies":[{"name":"a","plan":"{http.request.header.X-Plan}","plans":[{"name":"free","limits":[{"count":5,"window":"1m"}]}]}]}`, `policy "a" default_plan: missing`},
 		{`{"policies":[{"name":"a","plans":[{"name":"free","limits":[{"count":5,"window":"1m"}]},{"name":"pro","limits":[{"count":50,"window":"1h"}]}],"default_plan":"free"}]}`, `plan "pro": limits of other windows`},
-		{`{"store":{"max_keys":-5},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store max_keys: -5 must be between 0 (the default, 1048576) and 1073741824`},
+		{`{"store":{"max_keys":-5},"policies":[{"name":"a","limits":[{"count":5,"window":"1m"}]}]}`, `store max_keys: -5 must be between 0 (the default) and 1073741824`},
 		{`{"policies":[{"name":"a","key":"{http.request.heder.X-Key}","limits":[{"count":5,"window":"1m"}]}]}`, `policy "a" key: "{http.request.heder.X-Key}": unknown placeholder {http.request.heder.X-Key}`},
 		{`{"policies":[{"name":"a","key":"{http.request.header.X-Key","limits":[{"count":5,"window":"1m"}]}]}`, `policy "a" key: "{http.request.header.X-Key": the placeholder at byte 0 is not closed`},
 		{`{"policies":[{"name":"a","key":"{}","limits":[{"count":5,"window":"1m"}]}]}`, `an empty placeholder {}`},

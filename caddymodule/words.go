@@ -295,9 +295,9 @@ func parseStoreWords(args []string) (*spec.Store, error) {
 	switch s.Type {
 	case "memory":
 		if len(rest) == 2 && rest[0] == "max_keys" {
-			n, err := strconv.Atoi(rest[1])
-			if err != nil || n < 1 || n > spec.MaxKeysLimit {
-				return nil, fmt.Errorf("store memory max_keys: %q is not a count between 1 and %d", rest[1], spec.MaxKeysLimit)
+			n, err := storeCount("max_keys", rest[1])
+			if err != nil {
+				return nil, fmt.Errorf("store memory %w", err)
 			}
 			s.MaxKeys = n
 		} else if len(rest) != 0 {
@@ -374,18 +374,9 @@ func setStore(s *spec.Store, opt string, args []string) error {
 		if err != nil {
 			return err
 		}
-		n, err := strconv.Atoi(v)
+		n, err := storeCount(opt, v)
 		if err != nil {
-			return fmt.Errorf("store %s: %q is not a whole number", opt, v)
-		}
-		if n < 0 {
-			return fmt.Errorf("store %s: %d must not be negative", opt, n)
-		}
-		if n == 0 && opt != "db" { // 0 is how a spec leaves it unset
-			return fmt.Errorf("store %s: 0 must be at least 1 (leave %s out for its default)", opt, opt)
-		}
-		if opt == "max_keys" && n > spec.MaxKeysLimit {
-			return fmt.Errorf("store max_keys: %d must be at most %d", n, spec.MaxKeysLimit)
+			return fmt.Errorf("store %w", err)
 		}
 		*map[string]*int{"max_keys": &s.MaxKeys, "pool_size": &s.PoolSize, "db": &s.DB}[opt] = n
 	case "prefix", "username", "password", "sentinel_password", "tls_ca":
@@ -447,4 +438,27 @@ func setResponse(s *gate.ResponseSpec, opt, v string) error {
 		return fmt.Errorf("unknown option %q", opt)
 	}
 	return nil
+}
+
+// storeCount reads the value of a store's count option (max_keys,
+// pool_size, db): a whole number, 0 only for db (0 is how a spec leaves
+// the others unset, so writing it would be read as leaving them out), and
+// max_keys in the range the stores take (spec.CheckMaxKeys).
+func storeCount(opt, v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a whole number", opt, v)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("%s: %d must not be negative", opt, n)
+	}
+	if n == 0 && opt != "db" {
+		return 0, fmt.Errorf("%s: 0 must be at least 1 (leave %s out for its default)", opt, opt)
+	}
+	if opt == "max_keys" {
+		if err := spec.CheckMaxKeys(n); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
 }

@@ -9,7 +9,6 @@ package openstore
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/tollgate/tollgate/core"
@@ -78,9 +77,6 @@ func Acquire(c spec.StoreConfig) (*Handle, error) {
 const TestClockFileEnv = "TOLLGATE_TEST_CLOCK_FILE"
 
 func open(c spec.StoreConfig) (*Handle, error) {
-	if c.MaxKeys < 0 {
-		return nil, fmt.Errorf("max_keys: %d must not be negative", c.MaxKeys)
-	}
 	clock := testClock() // nil, but in the tests' builds: the stores' own clocks
 	local, err := memory.New(memory.Options{MaxKeys: c.MaxKeys, Clock: clock})
 	if err != nil {

@@ -17,7 +17,8 @@ type StoreConfig struct {
 	// Redis, if set, makes the store Redis; nil means the memory store.
 	Redis *RedisConfig
 	// MaxKeys caps the keys the memory store tracks (also the local
-	// fallback's and eventual mode's); 0 means the memory store's default.
+	// fallback's and eventual mode's); 0 means each one's default
+	// (memory.DefaultMaxKeys; eventual mode's, 100,000).
 	MaxKeys int
 	// OnError is the Redis failure policy.
 	OnError core.OnError
@@ -63,7 +64,8 @@ type Store struct {
 	// (Addrs are seed nodes) or "sentinel" (Master and the Sentinels' Addrs).
 	Type string `json:"type,omitempty"`
 	// MaxKeys caps the keys tracked in memory (the memory store, the local
-	// fallback, eventual mode's local counts); 0 means 1,048,576.
+	// fallback, eventual mode's local counts); 0 means each one's
+	// default: 1,048,576 keys, and 100,000 for eventual mode's counts.
 	MaxKeys int `json:"max_keys,omitempty"`
 	// Settings say how to reach Redis (types redis, cluster and
 	// sentinel); Timeout defaults to 500ms and Prefix to "tollgate:".
@@ -82,6 +84,10 @@ type Store struct {
 // MaxKeysLimit is the largest max_keys a store takes (keys).
 const MaxKeysLimit = memory.MaxMaxKeys
 
+// CheckMaxKeys reports whether n is a usable max_keys (0, the default, up
+// to MaxKeysLimit keys), in the memory store's wording.
+func CheckMaxKeys(n int) error { return memory.CheckMaxKeys(n) }
+
 // Config validates s and returns the store config it describes. Errors name
 // the field and value.
 func (s *Store) Config() (StoreConfig, error) {
@@ -89,8 +95,8 @@ func (s *Store) Config() (StoreConfig, error) {
 	if s == nil {
 		return c, nil
 	}
-	if s.MaxKeys < 0 || s.MaxKeys > memory.MaxMaxKeys {
-		return c, fmt.Errorf("store max_keys: %d must be between 0 (the default, %d) and %d", s.MaxKeys, memory.DefaultMaxKeys, memory.MaxMaxKeys)
+	if err := CheckMaxKeys(s.MaxKeys); err != nil {
+		return c, fmt.Errorf("store %w", err)
 	}
 	c.MaxKeys = s.MaxKeys
 	r := &RedisConfig{Settings: s.Settings}

@@ -199,10 +199,20 @@ func (t *table) find(id1, id2 uint64) *entry {
 	}
 }
 
+// CheckMaxKeys reports whether n is a usable cap on tracked keys: 0 (a
+// store's default) up to MaxMaxKeys, in the one wording every config
+// reports.
+func CheckMaxKeys(n int) error {
+	if n < 0 || n > MaxMaxKeys {
+		return fmt.Errorf("max_keys: %d must be between 0 (the default) and %d", n, MaxMaxKeys)
+	}
+	return nil
+}
+
 // New returns a Store.
 func New(opts Options) (*Store, error) {
-	if opts.MaxKeys < 0 || opts.MaxKeys > MaxMaxKeys {
-		return nil, fmt.Errorf("max_keys: %d must be between 0 and %d", opts.MaxKeys, MaxMaxKeys)
+	if err := CheckMaxKeys(opts.MaxKeys); err != nil {
+		return nil, err
 	}
 	if opts.MaxKeys == 0 {
 		opts.MaxKeys = DefaultMaxKeys

@@ -139,11 +139,11 @@ func TestCountersSurviveAnEqualPolicy(t *testing.T) {
 }
 
 func TestBadOptions(t *testing.T) {
-	if _, err := New(Options{MaxKeys: -1}); err == nil || err.Error() != "max_keys: -1 must be between 0 and 1073741824" {
+	if _, err := New(Options{MaxKeys: -1}); err == nil || err.Error() != "max_keys: -1 must be between 0 (the default) and 1073741824" {
 		t.Fatal(err)
 	}
 	// The shard arithmetic would overflow: a typo, not a cap of 256 keys.
-	if _, err := New(Options{MaxKeys: math.MaxInt}); err == nil || !strings.Contains(err.Error(), "must be between 0 and") {
+	if _, err := New(Options{MaxKeys: math.MaxInt}); err == nil || !strings.Contains(err.Error(), "must be between 0 (the default) and") {
 		t.Fatal(err)
 	}
 }
