@@ -3,6 +3,7 @@ package core_test
 import (
 	"fmt"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"time"
@@ -14,7 +15,8 @@ import (
 )
 
 // Example decides the requests of a net/http handler with a limiter: 2 a
-// minute per client address on the memory store, and on a denial the
+// minute per client address (each request below comes on a connection of
+// its own, from one client) on the memory store, and on a denial the
 // rate-limit headers and a 429. README.md and docs/go.md show this code.
 func Example() {
 	store := memory.MustNew(memory.Options{MaxKeys: 100_000})
@@ -27,7 +29,8 @@ func Example() {
 
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var d core.Decision
-		if err := limiter.Decide(r.Context(), r.RemoteAddr, 1, &d); err == nil && !d.Allowed {
+		client, _, _ := net.SplitHostPort(r.RemoteAddr) // without the port: one key per client, not per connection
+		if err := limiter.Decide(r.Context(), client, 1, &d); err == nil && !d.Allowed {
 			headers.Write(w.Header(), &d, headers.Options{Style: headers.Both})
 			w.WriteHeader(http.StatusTooManyRequests)
 			return
@@ -37,7 +40,9 @@ func Example() {
 
 	for i := 0; i < 3; i++ {
 		w := httptest.NewRecorder()
-		handler.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = fmt.Sprintf("192.0.2.1:%d", 50000+i) // a connection of its own each time
+		handler.ServeHTTP(w, req)
 		fmt.Printf("%d limit %q remaining %q\n", w.Code, w.Header().Get("X-RateLimit-Limit"), w.Header().Get("X-RateLimit-Remaining"))
 	}
 	// Output:
