@@ -43,23 +43,7 @@ func TestCommentsNameSymbolsThatExist(t *testing.T) {
 	pkgs := map[string]*goPackage{} // import path -> package
 	files := map[string][]*ast.File{}
 	fset := token.NewFileSet()
-	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); n == ".git" || n == "testdata" || n == "bin" || n == "node_modules" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
-		if err != nil {
-			return err
-		}
+	err = parseGoFiles(root, fset, func(path string, f *ast.File) {
 		rel, _ := filepath.Rel(root, filepath.Dir(path))
 		imp := module
 		if rel != "." {
@@ -75,7 +59,6 @@ func TestCommentsNameSymbolsThatExist(t *testing.T) {
 			p.name = f.Name.Name
 		}
 		p.add(f) // a test's names too: a comment may name a test
-		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -239,22 +222,9 @@ func TestDocCommentsBeginWithTheirName(t *testing.T) {
 	}
 	var wrong []string
 	fset := token.NewFileSet()
-	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); n == ".git" || n == "testdata" || n == "bin" || n == "node_modules" || n == ".tmp" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
-		if err != nil {
-			return err
+	err = parseGoFiles(root, fset, func(path string, f *ast.File) {
+		if strings.HasSuffix(path, "_test.go") {
+			return
 		}
 		check := func(name string, doc *ast.CommentGroup, articles bool) {
 			if !ast.IsExported(name) || doc == nil {
@@ -289,7 +259,6 @@ func TestDocCommentsBeginWithTheirName(t *testing.T) {
 				}
 			}
 		}
-		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -297,4 +266,30 @@ func TestDocCommentsBeginWithTheirName(t *testing.T) {
 	for _, w := range wrong {
 		t.Error(w)
 	}
+}
+
+// parseGoFiles parses every Go file of the tree under root (but testdata,
+// built binaries and planted bugs' copies) with its comments, and hands
+// each to fn with its path.
+func parseGoFiles(root string, fset *token.FileSet, fn func(path string, f *ast.File)) error {
+	return filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); n == ".git" || n == "testdata" || n == "bin" || n == "node_modules" || n == ".tmp" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+		if err != nil {
+			return err
+		}
+		fn(path, f)
+		return nil
+	})
 }
