@@ -16,8 +16,8 @@ import (
 
 // Example decides the requests of a net/http handler with a limiter: 2 a
 // minute per client address (each request below comes on a connection of
-// its own, from one client) on the memory store, and on a denial the
-// rate-limit headers and a 429. README.md and docs/go.md show this code.
+// its own, from one client) on the memory store, with the rate-limit
+// headers on every response and a 429 on a denial. README.md and docs/go.md show this code.
 func Example() {
 	store := memory.MustNew(memory.Options{MaxKeys: 100_000})
 	policy, err := core.NewPolicy("api", core.PolicyOptions{},
@@ -30,8 +30,14 @@ func Example() {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var d core.Decision
 		client, _, _ := net.SplitHostPort(r.RemoteAddr) // without the port: one key per client, not per connection
-		if err := limiter.Decide(r.Context(), client, 1, &d); err == nil && !d.Allowed {
-			headers.Write(w.Header(), &d, headers.Options{Style: headers.Both})
+		if err := limiter.Decide(r.Context(), client, 1, &d); err != nil {
+			// The memory store never fails; Redis can: failover.New keeps a limit
+			// then, and httplimit logs each outage once.
+			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		headers.Write(w.Header(), &d, headers.Options{Style: headers.Both}) // on every response
+		if !d.Allowed {
 			w.WriteHeader(http.StatusTooManyRequests)
 			return
 		}
@@ -46,7 +52,7 @@ func Example() {
 		fmt.Printf("%d limit %q remaining %q\n", w.Code, w.Header().Get("X-RateLimit-Limit"), w.Header().Get("X-RateLimit-Remaining"))
 	}
 	// Output:
-	// 200 limit "" remaining ""
-	// 200 limit "" remaining ""
+	// 200 limit "2" remaining "1"
+	// 200 limit "2" remaining "0"
 	// 429 limit "2" remaining "0"
 }

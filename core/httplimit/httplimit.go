@@ -7,9 +7,11 @@ package httplimit
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/core"
@@ -74,10 +76,21 @@ type Config struct {
 	// Body is the denial body; empty means gate.DefaultDenyBody.
 	Body string
 	// DenyOnError answers 503 when a store fails; by default the rule is
-	// skipped (the store's own failure policy decides first).
+	// skipped and the request passes it unlimited. A store wrapped in
+	// failover.New decides on its fallback instead, and fails only with
+	// on_error fail.
 	DenyOnError bool
 	// OnDecision, if set, is called with every decision (for logs, metrics).
 	OnDecision func(r *http.Request, d *core.Decision)
+	// OnError, if set, is called with every store error: the request, the
+	// rule's policy name and the error (the client's own cancellations are
+	// not store errors and are not reported).
+	OnError func(r *http.Request, policy string, err error)
+	// Logger hears when a rule's store starts failing, when its failure
+	// policy (failover) starts deciding in its place, and when it answers
+	// again: one line per change, never one per request. nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // New returns the middleware for cfg; errors name the field and value.
@@ -96,22 +109,65 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	m := &middleware{cfg: cfg, gate: g, health: make([]atomic.Int32, len(cfg.Rules))}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			serve(g, &cfg, next, w, r)
+			serve(m, next, w, r)
 		})
 	}, nil
 }
 
+// middleware is one Config's gate and what it has told its logger.
+type middleware struct {
+	cfg    Config
+	gate   *gate.Gate
+	health []atomic.Int32 // per rule: the storeHealth last logged
+}
+
+// storeHealth is how a rule's store answered its last decision.
+type storeHealth int32
+
+const (
+	storeAnswering storeHealth = iota
+	storeFailing               // the store returned an error
+	storeFallback              // failover's failure policy decided in its place
+)
+
+// observe logs rule i's store health when it differs from what was last
+// logged, so an outage is said once when it starts and once when it ends.
+func (m *middleware) observe(i int, now storeHealth, err error) {
+	was := storeHealth(m.health[i].Load())
+	if was == now || !m.health[i].CompareAndSwap(int32(was), int32(now)) {
+		return
+	}
+	policy := m.cfg.Rules[i].Limiter.Policy().Name()
+	log := m.cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	switch now {
+	case storeFailing:
+		consequence := "its requests pass unlimited until it answers (Config.DenyOnError answers 503 instead; failover.New keeps a local limit)"
+		if m.cfg.DenyOnError {
+			consequence = "its requests are answered 503 until it answers"
+		}
+		log.Error("tollgate: rate-limit store failing; "+consequence, "policy", policy, "error", err)
+	case storeFallback:
+		log.Warn("tollgate: rate-limit store failing; its failure policy decides until it answers again", "policy", policy)
+	default:
+		log.Info("tollgate: rate-limit store answering again", "policy", policy)
+	}
+}
+
 // request is one request as the gate sees it.
 type request struct {
-	cfg *Config
-	r   *http.Request
+	m *middleware
+	r *http.Request
 }
 
 // Input is rule i's view of the request.
 func (q *request) Input(i int) (gate.Input, error) {
-	rule, r := &q.cfg.Rules[i], q.r
+	rule, r := &q.m.cfg.Rules[i], q.r
 	if rule.Match != nil && !rule.Match(r) {
 		return gate.Input{}, nil
 	}
@@ -130,16 +186,34 @@ func (q *request) Input(i int) (gate.Input, error) {
 	return in, nil
 }
 
-// Decided hands every decision to Config.OnDecision.
-func (q *request) Decided(_ int, d *core.Decision, err error, _ time.Duration) {
-	if err == nil && q.cfg.OnDecision != nil {
-		q.cfg.OnDecision(q.r, d)
+// Decided hands every decision to Config.OnDecision and every store error
+// to Config.OnError, and logs a change in the store's health.
+func (q *request) Decided(i int, d *core.Decision, err error, _ time.Duration) {
+	cfg := &q.m.cfg
+	switch {
+	case err != nil:
+		if q.r.Context().Err() != nil {
+			return // the client went away: not the store's failure
+		}
+		q.m.observe(i, storeFailing, err)
+		if cfg.OnError != nil {
+			cfg.OnError(q.r, cfg.Rules[i].Limiter.Policy().Name(), err)
+		}
+		return
+	case d.Fallback:
+		q.m.observe(i, storeFallback, nil)
+	default:
+		q.m.observe(i, storeAnswering, nil)
+	}
+	if cfg.OnDecision != nil {
+		cfg.OnDecision(q.r, d)
 	}
 }
 
-func serve(g *gate.Gate, cfg *Config, next http.Handler, w http.ResponseWriter, r *http.Request) {
+func serve(m *middleware, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	g := m.gate
 	var outcome gate.Outcome
-	err := g.Decide(r.Context(), &request{cfg, r}, &outcome)
+	err := g.Decide(r.Context(), &request{m, r}, &outcome)
 	if err != nil {
 		if r.Context().Err() == nil {
 			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)

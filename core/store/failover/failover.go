@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/store/memory"
 )
 
 // Pinger is a store that can be probed for health.
@@ -22,9 +23,10 @@ type Pinger interface {
 
 // Options configures a Store.
 type Options struct {
-	// OnError picks the fallback.
+	// OnError picks the fallback; the zero value is core.OnErrorLocal.
 	OnError core.OnError
-	// Local is the fallback store for core.OnErrorLocal (a memory store).
+	// Local is the fallback store for core.OnErrorLocal; nil means a
+	// memory store of its own, with memory.DefaultMaxKeys keys at most.
 	Local core.Store
 	// Failures is how many consecutive failures open the breaker; 0 means 3.
 	Failures int
@@ -66,7 +68,7 @@ func New(shared core.Store, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("on_error: unknown value %d", opts.OnError)
 	}
 	if opts.OnError == core.OnErrorLocal && opts.Local == nil {
-		return nil, fmt.Errorf("on_error: local needs a local store")
+		opts.Local = memory.MustNew(memory.Options{})
 	}
 	if opts.Failures < 0 || opts.ProbeEvery < 0 || opts.ProbeTimeout < 0 {
 		return nil, fmt.Errorf("breaker: failures %d, probe interval %s and probe timeout %s must not be negative", opts.Failures, opts.ProbeEvery, opts.ProbeTimeout)

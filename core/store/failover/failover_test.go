@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,10 +134,35 @@ func TestFailoverAllowDenyFail(t *testing.T) {
 		}
 		f.Close()
 	}
-	if _, err := New(&flakyStore{}, Options{}); err == nil || err.Error() != "on_error: local needs a local store" {
-		t.Errorf("missing local store: %v", err)
-	}
 	if _, err := core.ParseOnError("ignore"); err == nil || err.Error() != `on_error: unknown value "ignore" (want local, allow, deny or fail)` {
 		t.Errorf("parse: %v", err)
+	}
+}
+
+// The zero Options fail over to a memory store of their own (on_error
+// local, the documented default): a dead shared store leaves the limit in
+// force on this node, it does not fail.
+func TestZeroOptionsFallBackToMemory(t *testing.T) {
+	shared := &flakyStore{}
+	shared.down.Store(true)
+	f, err := New(shared, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p := core.MustPolicy("p", core.PolicyOptions{}, algo.Limit{Count: 3, Window: time.Hour, Algorithm: algo.FixedWindow})
+	var got []bool
+	for range 5 {
+		var d core.Decision
+		if err := f.Decide(context.Background(), p, "k", 1, &d); err != nil {
+			t.Fatalf("decide: %v", err)
+		}
+		if !d.Fallback {
+			t.Fatalf("decision not marked as the fallback's: %+v", d)
+		}
+		got = append(got, d.Allowed)
+	}
+	if want := []bool{true, true, true, false, false}; !slices.Equal(got, want) {
+		t.Fatalf("allowed %v, want %v: the fallback must keep the limit", got, want)
 	}
 }
