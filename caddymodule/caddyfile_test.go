@@ -89,7 +89,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		}`, `"bogus_algorithm" is neither an algorithm`},
 		{`policy a {
 			limit 10/1m max_delay soon
-		}`, `max_delay: "soon" is not a positive duration`},
+		}`, `max_delay: "soon": not a duration (want e.g. 250ms, 10s, 1m30s, 1.5h, 1d, 1mo or 1y)`},
 		{`policy a {
 		}`, `policy "a": needs at least one limit`},
 		{`policy a {
@@ -186,7 +186,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{`policy a {
 			limit 10/1m
 			penalty 5/10m never
-		}`, `policy "a" penalty: "never" is not a positive duration`},
+		}`, `policy "a" penalty: "never": not a duration (want e.g.`},
 		{`policy a {
 			limit 10/1m
 			penalty 5/10m
@@ -224,7 +224,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		}`, `store mode: want exact, eventual or eventual sync <duration>`},
 		{`store redis redis://x:6379 {
 			timeout -1s
-		}`, `store timeout: "-1s" is not a positive duration`},
+		}`, `store timeout: "-1s": not a duration`},
 		{`store memory max_keys lots`, `store memory max_keys: "lots" is not a whole number`},
 		{`store sentinel mymaster`, `store sentinel: want the master name and the sentinels'`},
 		{`store memory

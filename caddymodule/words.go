@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/adaptive"
@@ -51,9 +52,9 @@ func parseLimitWords(args []string) (spec.Limit, error) {
 				}
 				s.Burst = n
 			case "max_delay":
-				d, err := algo.ParseDuration(v)
-				if err != nil || d <= 0 {
-					return s, fmt.Errorf("%s max_delay: %q is not a positive duration", rate, v)
+				d, err := positiveDuration(rate+" max_delay", v)
+				if err != nil {
+					return s, err
 				}
 				s.MaxDelay = algo.Duration(d)
 			default:
@@ -94,9 +95,9 @@ func setAdaptive(s *spec.Adaptive, opt, v string) error {
 		}
 		s.Tolerance = f
 	case "latency", "interval":
-		d, err := algo.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("%s: %q is not a positive duration", opt, v)
+		d, err := positiveDuration(opt, v)
+		if err != nil {
+			return err
 		}
 		*map[string]*algo.Duration{"latency": &s.Latency, "interval": &s.Interval}[opt] = algo.Duration(d)
 	case "min_samples":
@@ -234,9 +235,9 @@ func setPolicy(s *spec.Policy, opt string, args []string) error {
 		if perr != nil {
 			return fmt.Errorf("policy %q penalty: %w", s.Name, perr)
 		}
-		box, perr := algo.ParseDuration(args[1])
-		if perr != nil || box <= 0 {
-			return fmt.Errorf("policy %q penalty: %q is not a positive duration", s.Name, args[1])
+		box, perr := positiveDuration(fmt.Sprintf("policy %q penalty", s.Name), args[1])
+		if perr != nil {
+			return perr
 		}
 		s.Penalty = &spec.Penalty{Denials: n, Within: algo.Duration(within), For: algo.Duration(box)}
 	case "priority":
@@ -339,9 +340,9 @@ func setStore(s *spec.Store, opt string, args []string) error {
 		if err != nil {
 			return err
 		}
-		d, err := algo.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("store timeout: %q is not a positive duration", v)
+		d, err := positiveDuration("store timeout", v)
+		if err != nil {
+			return err
 		}
 		s.Timeout = algo.Duration(d)
 	case "on_error":
@@ -357,9 +358,9 @@ func setStore(s *spec.Store, opt string, args []string) error {
 		switch {
 		case len(args) == 1 && (args[0] == "exact" || args[0] == "eventual"):
 		case len(args) == 3 && args[0] == "eventual" && args[1] == "sync":
-			d, err := algo.ParseDuration(args[2])
-			if err != nil || d <= 0 {
-				return fmt.Errorf("store mode eventual sync: %q is not a positive duration", args[2])
+			d, err := positiveDuration("store mode eventual sync", args[2])
+			if err != nil {
+				return err
 			}
 			if err := spec.CheckSyncInterval(d); err != nil {
 				return fmt.Errorf("store sync: %w", err)
@@ -461,4 +462,17 @@ func storeCount(opt, v string) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// positiveDuration reads a duration above 0 (algo.ParseDuration's
+// grammar, in its words), for the option named opt.
+func positiveDuration(opt, v string) (time.Duration, error) {
+	d, err := algo.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", opt, err)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%s: %q must be above 0", opt, v)
+	}
+	return d, nil
 }

@@ -254,10 +254,12 @@ func (l *LimitConfig) spec(field, algorithm string) (spec.Limit, error) {
 
 // schemaJSON declares the config in Kong's schema language, once (for
 // WithResponse; AccessOnly's is derived from it, see schemas): -dump gives
-// it to Kong and decode checks every config against it.
-//
+// it to Kong and decode checks every config against it. It is schema.json
+// with the duration grammar's patterns in place (withDurationPatterns).
+var schemaJSON = withDurationPatterns(schemaSource)
+
 //go:embed schema.json
-var schemaJSON []byte
+var schemaSource []byte
 
 // decode checks a config against variant v's schema as Kong's Admin API
 // does, fills Kong's defaults, then makes the checks Kong's schema cannot

@@ -132,8 +132,8 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{`"minute":5,"cost":1.5`, `config.cost: expected an integer (got 1.5)`},
 		// The declaration refuses what a pattern can tell is no duration
 		// (Kong's Admin API too); the plugin what only Go can tell.
-		{`"limits":[{"count":5,"window":"soon"}]`, `config.limits[0].window: must be a duration such as 500ms, 10s, 1m, 1h, 1d, 1mo or 1y (got "soon")`},
-		{`"limits":[{"count":5,"window":"1m30"}]`, `limits[0].window: window "1m30": not a duration`},
+		{`"limits":[{"count":5,"window":"soon"}]`, `config.limits[0].window: not a duration (want e.g. 250ms, 10s, 1m30s, 1.5h, 1d, 1mo or 1y) (got "soon")`},
+		{`"limits":[{"count":5,"window":"1m30"}]`, `config.limits[0].window: not a duration (want e.g. 250ms, 10s, 1m30s, 1.5h, 1d, 1mo or 1y) (got "1m30")`},
 		{`"limits":[{"count":5,"window":null}]`, `config.limits[0].window: required field missing`},
 		{`"limits":[{"count":0,"window":"10s"}]`, `config.limits[0].count: value should be between 1 and 999999999999999 (got 0)`},
 		{`"limits":[{"count":2.5,"window":"10s"}]`, `config.limits[0].count: expected an integer (got 2.5)`},
@@ -145,8 +145,8 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{`"plans":[{"name":"free","minute":5}],"default_plan":"gold"`, `default_plan: "gold" is not one of its plans`},
 		{`"minute":5,"plans":[{"name":"free","minute":5}],"default_plan":"free"`, `plans: set with second..year or limits; give one or the other`},
 		{`"plans":[{"name":"free","minute":5},{"name":"pro","hour":50}],"default_plan":"free"`, `plan "pro": limits of other windows or algorithms than plan "free"'s`},
-		{`"plans":[{"name":"free","limits":[{"count":5,"window":"soon"}]}],"default_plan":"free"`, `config.plans[0].limits[0].window: must be a duration`},
-		{`"plans":[{"name":"free","limits":[{"count":5,"window":"1m30"}]}],"default_plan":"free"`, `plans[0]: limits[0].window`},
+		{`"plans":[{"name":"free","limits":[{"count":5,"window":"soon"}]}],"default_plan":"free"`, `config.plans[0].limits[0].window: not a duration`},
+		{`"plans":[{"name":"free","limits":[{"count":5,"window":"1m30"}]}],"default_plan":"free"`, `config.plans[0].limits[0].window: not a duration`},
 		{`"plans":[{"name":"free"}],"default_plan":"free"`, `plan "free": needs at least one limit, or unlimited`},
 		{`"plans":[{"minute":5}],"default_plan":"free"`, `config.plans[0].name: required field missing`},
 		{`"plans":[{"name":"free","minute":5}],"default_plan":"free","plan_by":"header"`, `config.plan_header: required field missing`},

@@ -175,9 +175,9 @@ var kongRefuses = []struct {
 	{`{"limits": [{"count": 5, "window": "1m", "brust": 3}]}`, "config.limits[0].brust: unknown field"},
 	// What the declaration can say of a duration (a Lua pattern): a typo is
 	// refused at the Admin API, not on the route's first request.
-	{`{"limits": [{"count": 5, "window": "10x"}]}`, "config.limits[0].window: must be a duration such as 500ms, 10s, 1m, 1h, 1d, 1mo or 1y"},
-	{`{"limits": [{"count": 5, "window": "1m", "algorithm": "leaky_bucket", "max_delay": "soon"}]}`, "config.limits[0].max_delay: must be a duration"},
-	{`{"plans": [{"name": "p", "limits": [{"count": 5, "window": "m"}]}], "default_plan": "p"}`, "config.plans[0].limits[0].window: must be a duration"},
+	{`{"limits": [{"count": 5, "window": "10x"}]}`, "config.limits[0].window: not a duration (want e.g. 250ms, 10s, 1m30s, 1.5h, 1d, 1mo or 1y)"},
+	{`{"limits": [{"count": 5, "window": "1m", "algorithm": "leaky_bucket", "max_delay": "soon"}]}`, "config.limits[0].max_delay: not a duration"},
+	{`{"plans": [{"name": "p", "limits": [{"count": 5, "window": "m"}]}], "default_plan": "p"}`, "config.plans[0].limits[0].window: not a duration"},
 	// An option the limit's algorithm ignores, refused at the Admin API as
 	// Kong 3.9.3's schema code refuses it on the dump (../shared/kong-schema:
 	// config.limits.1.burst "value must be 0" and the entry's @entity

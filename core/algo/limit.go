@@ -278,10 +278,10 @@ func (l *Limit) IdleMicros() int64 {
 }
 
 // ParseRate reads "<count>/<window>", such as "600/1m", "100/10s", "5/second"
-// or "3600/hour". The window is a Go duration, a duration in days ("1d"), or
-// one of the unit names second, minute, hour, day (and s, m, min, h, d) meaning
-// one of that unit, or month or year (mo, y) meaning a calendar one. Spaces
-// around the parts are ignored.
+// or "3600/hour". The window is a duration (ParseWindow), or one of the unit
+// names second, minute, hour, day (and s, sec, m, min, h, d) meaning one of
+// that unit, or month or year (mo, y) meaning a calendar one. Spaces around
+// the parts are ignored.
 func ParseRate(s string) (count int64, window time.Duration, err error) {
 	countText, windowText, ok := strings.Cut(s, "/")
 	if !ok {
@@ -291,9 +291,12 @@ func ParseRate(s string) (count int64, window time.Duration, err error) {
 	if err != nil || count < 1 {
 		return 0, 0, fmt.Errorf("rate %q: count %q must be a whole number of at least 1", s, strings.TrimSpace(countText))
 	}
-	window, err = ParseWindow(windowText)
-	if err != nil {
-		return 0, 0, fmt.Errorf("rate %q: %w", s, err)
+	windowText = strings.TrimSpace(windowText)
+	window, ok = unitWindows[windowText]
+	if !ok {
+		if window, err = ParseWindow(windowText); err != nil {
+			return 0, 0, fmt.Errorf("rate %q: %w", s, err)
+		}
 	}
 	return count, window, nil
 }
@@ -301,36 +304,22 @@ func ParseRate(s string) (count int64, window time.Duration, err error) {
 // dayUS is a day in µs.
 const dayUS = int64(24 * time.Hour / time.Microsecond)
 
+// unitWindows are the unit names a rate's window may be (ParseRate).
 var unitWindows = map[string]time.Duration{
 	"s": time.Second, "sec": time.Second, "second": time.Second,
 	"m": time.Minute, "min": time.Minute, "minute": time.Minute,
 	"h": time.Hour, "hour": time.Hour,
 	"d": 24 * time.Hour, "day": 24 * time.Hour,
-	"mo": CalendarMonth, "1mo": CalendarMonth, "month": CalendarMonth,
-	"y": CalendarYear, "1y": CalendarYear, "year": CalendarYear,
+	"mo": CalendarMonth, "month": CalendarMonth,
+	"y": CalendarYear, "year": CalendarYear,
 }
 
-// ParseWindow reads a window: a Go duration ("10s", "1m30s"), a whole or
-// fractional number of days ("1d", "1.5d"), a unit name (see ParseRate), or
-// a calendar month or year ("1mo", "month", "1y", "year": CalendarMonth,
-// CalendarYear). It must be at least 1µs.
+// ParseWindow reads a window: a duration as ParseDuration reads it
+// ("10s", "1m30s", "1.5d", "1mo"), at least 1µs.
 func ParseWindow(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if w, ok := unitWindows[s]; ok {
-		return w, nil
-	}
-	var w time.Duration
-	if days, ok := strings.CutSuffix(s, "d"); ok && days != "" {
-		n, err := strconv.ParseFloat(days, 64)
-		if err != nil || n <= 0 || n > 100*365 {
-			return 0, fmt.Errorf("window %q: not a duration", s)
-		}
-		w = time.Duration(n * float64(24*time.Hour))
-	} else {
-		var err error
-		if w, err = time.ParseDuration(s); err != nil {
-			return 0, fmt.Errorf("window %q: not a duration (want e.g. 1s, 10m, 1h, 1d)", s)
-		}
+	w, err := ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("window %w", err)
 	}
 	if w < time.Microsecond {
 		return 0, fmt.Errorf("window %q: must be at least 1µs", s)
@@ -350,6 +339,9 @@ func FormatWindow(w time.Duration) string {
 	day := 24 * time.Hour
 	if w >= day && w%day == 0 {
 		return strconv.FormatInt(int64(w/day), 10) + "d"
+	}
+	if w%time.Millisecond != 0 {
+		return strconv.FormatInt(int64(w/time.Microsecond), 10) + "us" // ParseDuration's 3 decimals stop at ms
 	}
 	s := w.String()
 	s = strings.Replace(s, "m0s", "m", 1)

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/durationcorpus"
 )
 
 func TestParseRate(t *testing.T) {
@@ -155,5 +157,28 @@ func TestCountsUntilIsWhenAWindowStopsCounting(t *testing.T) {
 	feb := time.Date(2026, time.February, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
 	if got, want := CountsUntil(&month, feb), time.Date(2026, time.March, 1, 0, 0, 0, 0, time.UTC).UnixMicro(); got != want {
 		t.Errorf("February's window counts until %d, want March 1st %d", got, want)
+	}
+}
+
+// TestWindowGrammar: ParseWindow reads every window of the one corpus the
+// front doors share as written there, and refuses the others in one
+// wording.
+func TestWindowGrammar(t *testing.T) {
+	for _, c := range durationcorpus.Windows {
+		got, err := ParseWindow(c.Text)
+		switch {
+		case c.Want != 0 && (err != nil || got != c.Want):
+			t.Errorf("%q: %v %v, want %v", c.Text, got, err, c.Want)
+		case c.Want == 0 && err == nil:
+			t.Errorf("%q: read as %v, want it refused", c.Text, got)
+		case c.Want == 0 && !strings.Contains(err.Error(), "not a duration ("+DurationExamples+")") && !strings.Contains(err.Error(), "must be at least 1µs"):
+			t.Errorf("%q: %v, not in the grammar's words", c.Text, err)
+		}
+	}
+	// What FormatWindow prints reads back.
+	for _, w := range []time.Duration{time.Microsecond, 1500 * time.Microsecond, 90 * time.Second, 36 * time.Hour, time.Hour + time.Millisecond, 1001 * time.Microsecond} {
+		if back, err := ParseWindow(FormatWindow(w)); err != nil || back != w {
+			t.Errorf("FormatWindow(%v) = %q reads back as %v %v", w, FormatWindow(w), back, err)
+		}
 	}
 }

@@ -5,8 +5,11 @@ package kongreal
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/internal/durationcorpus"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -142,5 +145,31 @@ func TestKongAdminAPIVerdictsResponseRateLimiting(t *testing.T) {
 				t.Errorf("Kong's verdicts differ:\n  response-ratelimiting:          %+v\n  tollgate-response-ratelimiting: %+v", kong, tollgate)
 			}
 		})
+	}
+}
+
+// TestKongAdminAPIWindowsAsTheGrammar posts every window of the corpus
+// the front doors share to real Kong's Admin API under tollgate: Kong
+// (the dumped schema's Lua patterns, run by Kong) takes exactly the
+// windows the plugin runs, and refuses the others in algo.ParseWindow's
+// words, so no window Kong stores is refused by the plugin afterwards.
+func TestKongAdminAPIWindowsAsTheGrammar(t *testing.T) {
+	k := Start(t, Options{})
+	for _, c := range durationcorpus.Windows {
+		got := postPlugin(k, "tollgate", map[string]any{"limits": []any{map[string]any{"count": 5, "window": c.Text}}})
+		words := "not a duration (" + algo.DurationExamples + ")"
+		if _, err := algo.ParseWindow(c.Text); c.Text == "" {
+			words = "length must be at least 1" // Kong's own words for an empty string
+		} else if err != nil && strings.HasSuffix(err.Error(), "must be at least 1µs") {
+			words = "must be at least 1µs"
+		}
+		switch {
+		case c.Want != 0 && !got.taken:
+			t.Errorf("window %q: Kong refused %s; the plugin runs it", c.Text, got.errors)
+		case c.Want == 0 && got.taken:
+			t.Errorf("window %q: Kong took it; the plugin refuses it", c.Text)
+		case c.Want == 0 && !strings.Contains(got.errors, strings.ReplaceAll(words, "µ", `\u00b5`)) && !strings.Contains(got.errors, words):
+			t.Errorf("window %q: Kong says %s, want %q", c.Text, got.errors, words)
+		}
 	}
 }

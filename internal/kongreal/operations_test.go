@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/waitfor"
 )
@@ -99,18 +100,21 @@ func TestKongPanicCostsOneEvent(t *testing.T) {
 func TestKongRefusalSeenAtDefaultLevel(t *testing.T) {
 	up := StartUpstream(t)
 	k := Start(t, Options{Extra: defaultLogLevel})
-	config := func(window string) Declarative {
+	config := func(limit map[string]any) Declarative {
 		d := NewDeclarative("/probe-refused")
 		d.AddService(map[string]any{"name": "refused", "url": up.URL, "routes": []any{map[string]any{
 			"name": "refused", "paths": []string{"/refused"}, "plugins": []any{map[string]any{"name": "tollgate",
-				"config": map[string]any{"limits": []any{map[string]any{"count": 5, "window": window}}}}}}}})
+				"config": map[string]any{"limits": []any{limit}}}}}}})
 		return d
 	}
-	status, body := k.LoadConfig(config("10x"))
-	if status != 400 || !strings.Contains(string(body), "must be a duration such as 500ms, 10s, 1m, 1h, 1d, 1mo or 1y") || !strings.Contains(string(body), "window") {
-		t.Errorf("a window of 10x at /config: %d %s, want 400 naming the field and the reason", status, body)
+	for _, window := range []string{"10x", "1m30"} {
+		status, body := k.LoadConfig(config(map[string]any{"count": 5, "window": window}))
+		if status != 400 || !strings.Contains(string(body), "not a duration ("+algo.DurationExamples+")") || !strings.Contains(string(body), "window") {
+			t.Errorf("a window of %s at /config: %d %s, want 400 naming the field and the reason", window, status, body)
+		}
 	}
-	k.MustLoad(config("1m30")) // a duration's shape, but no unit at its end: only Go can tell
+	// Each field right, together out of range: only Go can tell.
+	k.MustLoad(config(map[string]any{"count": 1_000_000_000, "window": "1d", "algorithm": "token_bucket"}))
 	before := k.ErrorLog()
 	for i := 0; i < 6; i++ {
 		if a := k.Get("/refused"); a.Status != 500 || !strings.Contains(a.Body, "An unexpected error occurred") {
@@ -129,7 +133,7 @@ func TestKongRefusalSeenAtDefaultLevel(t *testing.T) {
 		t.Fatalf("%d refusal lines for 6 requests, want one per worker's instance:\n%s", len(lines), logged)
 	}
 	for _, line := range lines {
-		for _, want := range []string{"[error]", "tollgate (route=" + route, "limits[0].window", `"1m30"`} {
+		for _, want := range []string{"[error]", "tollgate (route=" + route, "limits[0]: burst: 1000000000 with window 1d is too fine-grained"} {
 			if !strings.Contains(line, want) {
 				t.Errorf("refusal line lacks %q:\n%s", want, line)
 			}
