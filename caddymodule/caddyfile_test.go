@@ -216,6 +216,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		}`, `policy "a" priority: "{http.request.header.X-Priority}" chooses nothing without a reserve`},
 		{`store disk`, `store: unknown type "disk"`},
 		{`store redis`, `store redis: want one URL`},
+		{`store redis 127.0.0.1:18379`, `url: "127.0.0.1:18379" has no scheme: write redis://127.0.0.1:18379 (rediss:// for TLS)`},
 		{`store redis redis://x:6379 {
 			on_error panic
 		}`, `store on_error: unknown value "panic" (want local, allow, deny or fail)`},

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -63,7 +64,7 @@ func kongDatabase(prefix string) (kongdb.Conn, error) {
 		return kongdb.Conn{}, fmt.Errorf("policy: cluster: %w", err)
 	}
 	if env == nil {
-		return kongdb.Conn{}, fmt.Errorf("policy: cluster keeps counters in Kong's database, and %s/%s, where Kong writes its settings, is missing", prefix, kongenv.File)
+		return kongdb.Conn{}, fmt.Errorf("policy: cluster keeps counters in Kong's database, and %w", &missingKongFile{filepath.Join(prefix, kongenv.File), "where Kong writes its settings"})
 	}
 	get := func(name, def string) string {
 		v, _ := env.Get(name)

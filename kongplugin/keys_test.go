@@ -163,8 +163,13 @@ func TestKongKeysCommand(t *testing.T) {
 		{[]string{"show", "--socket", socket, "--key", ip, "--limit", "minute"}, "keys show: --limit is not one of its flags"},
 		{[]string{"reset", "--socket", socket, "--key", ip, "--plan", "free"}, "keys reset: --plan is not one of its flags"},
 		{[]string{"policies", "--socket", socket, "--key", ip}, "keys policies: --key is not one of its flags"},
+		// Said in words, without a Go value (it printed "(<nil>)").
+		{[]string{"show", "--key", ip}, "keys show: give --plugin or --socket (--plugin FILE: the plugin's config as Kong stores it"},
+		{[]string{"show", "--socket", socket, "--plugin", "x.json", "--key", ip}, "keys show: give --plugin or --socket, not both"},
+		{[]string{"show", "--socket", socket, "stray"}, `keys show: "stray" is not a flag`},
 	} {
-		if _, stderr := keys(t, 2, tc.args...); !strings.Contains(stderr, tc.want) {
+		_, stderr := keys(t, 2, tc.args...)
+		if !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "<nil>") {
 			t.Errorf("keys %v: %q, want %q", tc.args, stderr, tc.want)
 		}
 	}

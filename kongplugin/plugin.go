@@ -52,15 +52,17 @@ func Main(args []string, v Variant, adminSocket string) int {
 // a refused instance, which tells Kong's log why at its first request
 // (see refusal).
 func (v Variant) start(raw []byte) (any, error) {
-	var c Config
-	if err := c.decode(raw, v); err != nil {
-		return &refusal{plugin: v.name(), scope: scopeOf(raw), err: err}, nil
-	}
-	if err := c.compiled.open(); err != nil {
-		c.compiled.built.Release() // the adaptive controller compile took
-		return &refusal{plugin: v.name(), scope: c.compiled.scope.Name, err: err}, nil
-	}
-	return &c, nil
+	return startOrRefuse(v.name(), func() (any, string, error) {
+		var c Config
+		if err := c.decode(raw, v); err != nil {
+			return nil, scopeOf(raw), err
+		}
+		if err := c.compiled.open(); err != nil {
+			c.compiled.built.Release() // the adaptive controller compile took
+			return nil, c.compiled.scope.Name, err
+		}
+		return &c, "", nil
+	})
 }
 
 // instance is a validated config, ready for requests once open.

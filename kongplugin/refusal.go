@@ -1,9 +1,16 @@
 package kongplugin
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"log"
+	"net"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/Kong/go-pdk"
 
@@ -12,28 +19,221 @@ import (
 )
 
 // refusal is an instance whose config the plugin server refused: what
-// Kong's schema language cannot say (a window that is not a duration, a
-// store that will not open). Kong logs what a plugin server prints at info,
-// below its default log level, and an instance that will not start shows
-// there only as "starting instance: closed" on every request; so the
+// Kong's schema language cannot say (limits out of range together, a
+// store that will not open). Kong logs what a plugin server prints at
+// info, below its default log level, and an instance that will not start
+// shows there only as "starting instance: closed" on every request; so the
 // instance starts, and its first request writes the reason to Kong's log
 // through kong.log.err ([error], with the request's context). Every
 // request is answered as Kong answers a plugin's error: a 500 "An
 // unexpected error occurred", rendered by Kong. Unlimited would let a
 // config typo switch the limit off.
+//
+// A refusal the world caused (a file the server may not read, a database
+// or Redis it cannot reach) heals: it tries the start again in the
+// background, and once it starts, the instance serves, with no config
+// change (see healing).
 type refusal struct {
 	plugin string // the plugin's name in Kong
 	scope  string // route=<id>,service=<id> or ns=<namespace>
 	err    error
 	told   atomic.Bool
+	heal   *healing // nil for the config's own error, which only a new config mends
 }
 
-// AccessEvent answers a request to a refused instance (see refusal).
+// attempt starts an instance once: the started config, or the scope to
+// name and the error.
+type attempt func() (inst any, scope string, err error)
+
+// startOrRefuse starts an instance with try, or returns a refusal of it
+// (which heals when the world caused it).
+func startOrRefuse(plugin string, try attempt) (any, error) {
+	inst, scope, err := try()
+	if err == nil {
+		return inst, nil
+	}
+	r := &refusal{plugin: plugin, scope: scope, err: err}
+	if causedByTheWorld(err) {
+		r.heal = startHealing(try, err)
+	}
+	return r, nil
+}
+
+// causedByTheWorld reports whether err came from outside the config: a
+// file or socket the server could not use, an address it could not reach.
+func causedByTheWorld(err error) bool {
+	var path *fs.PathError
+	var op *net.OpError
+	var dns *net.DNSError
+	var missing *missingKongFile
+	return errors.As(err, &path) || errors.As(err, &op) || errors.As(err, &dns) || errors.As(err, &missing) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
+
+// missingKongFile is a file Kong writes under its prefix that is not
+// there (yet): the world, not the config.
+type missingKongFile struct{ path, what string }
+
+func (e *missingKongFile) Error() string { return e.path + ", " + e.what + ", is missing" }
+
+// who names the instance in Kong's log.
+func (r *refusal) who() string { return r.plugin + " (" + r.scope + "): " }
+
+// AccessEvent answers a request to a refused instance (see refusal), or
+// passes it to the instance a healed refusal started.
 func (r *refusal) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
+	if r.heal != nil {
+		inst, reason, changed := r.heal.state()
+		switch {
+		case inst != nil:
+			if changed && r.told.Load() {
+				_ = kong.Log.Notice(r.who() + "config in force again: what refused it is mended")
+			}
+			if a, ok := inst.(interface {
+				AccessEvent(*pdk.PDK, *pluginserver.Event)
+			}); ok {
+				a.AccessEvent(kong, ev)
+			}
+			return
+		case changed && r.told.Load():
+			_ = kong.Log.Err(r.who() + "config still refused, for another reason: " + reason.Error())
+		}
+	}
 	if !r.told.Swap(true) {
-		_ = kong.Log.Err(r.plugin + " (" + r.scope + "): config refused, every request answered 500 until it is fixed: " + r.err.Error())
+		how := "every request answered 500 until it is fixed: "
+		if r.heal != nil {
+			how = "every request answered 500 until the cause is gone (tried again every " + healingMaxWait.String() + " at most, no config change needed): "
+		}
+		_ = kong.Log.Err(r.who() + "config refused, " + how + r.err.Error())
 	}
 	fail(ev)
+}
+
+// Response passes the response event to the instance a healed refusal
+// started; a refused instance has nothing to do with it.
+func (r *refusal) Response(kong *pdk.PDK) {
+	if inst := r.healed(); inst != nil {
+		if h, ok := inst.(interface{ Response(*pdk.PDK) }); ok {
+			h.Response(kong)
+		}
+	}
+}
+
+// Log passes the log event to the instance a healed refusal started.
+func (r *refusal) Log(kong *pdk.PDK) {
+	if inst := r.healed(); inst != nil {
+		if h, ok := inst.(interface{ Log(*pdk.PDK) }); ok {
+			h.Log(kong)
+		}
+	}
+}
+
+func (r *refusal) healed() any {
+	if r.heal == nil {
+		return nil
+	}
+	inst, _, _ := r.heal.state()
+	return inst
+}
+
+// Close stops the healing and closes the instance it started, if any:
+// Kong closes a refused instance too when its config changes.
+func (r *refusal) Close() {
+	if r.heal != nil {
+		r.heal.close()
+	}
+}
+
+// healingMaxWait bounds the wait between two tries of a healing refusal;
+// the first comes after a second, each later one twice as late.
+const healingMaxWait = 30 * time.Second
+
+// healing tries a refused start again, in the background, until it
+// starts, the refusal turns out to be the config's own, or Kong closes the
+// instance.
+type healing struct {
+	try  attempt
+	stop chan struct{}
+	done chan struct{}
+
+	mu     sync.Mutex
+	inst   any   // the started instance, once started
+	reason error // the latest refusal's reason
+	seen   int   // reasons and the start, counted
+	told   int   // of them, told to Kong's log
+}
+
+func startHealing(try attempt, reason error) *healing {
+	h := &healing{try: try, stop: make(chan struct{}), done: make(chan struct{}), reason: reason}
+	go h.run()
+	return h
+}
+
+func (h *healing) run() {
+	defer close(h.done)
+	wait := time.Second
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		inst, _, err := h.try()
+		h.mu.Lock()
+		select {
+		case <-h.stop: // closed while it tried
+			h.mu.Unlock()
+			closeInstance(inst)
+			return
+		default:
+		}
+		if err == nil {
+			h.inst = inst
+			h.seen++
+			h.mu.Unlock()
+			log.Printf("instance started on a later try: what refused it is mended")
+			return
+		}
+		if err.Error() != h.reason.Error() {
+			h.reason = err
+			h.seen++
+		}
+		h.mu.Unlock()
+		if !causedByTheWorld(err) {
+			return // the config's own error now: only a new config mends it
+		}
+		wait = min(2*wait, healingMaxWait)
+		t.Reset(wait)
+	}
+}
+
+// state returns the started instance (nil while refused), the latest
+// reason, and whether either changed since the last call that saw it.
+func (h *healing) state() (inst any, reason error, changed bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	changed = h.told != h.seen
+	h.told = h.seen
+	return h.inst, h.reason, changed
+}
+
+func (h *healing) close() {
+	close(h.stop)
+	<-h.done
+	h.mu.Lock()
+	inst := h.inst
+	h.inst = nil
+	h.mu.Unlock()
+	closeInstance(inst)
+}
+
+// closeInstance gives back what a started instance holds.
+func closeInstance(inst any) {
+	if c, ok := inst.(interface{ Close() }); ok {
+		c.Close()
+	}
 }
 
 // scopeOf names the scope of a raw config, for a config too broken to

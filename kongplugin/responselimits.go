@@ -59,20 +59,21 @@ func MainResponseLimits(args []string, adminSocket string) int {
 // startResponseLimits starts an instance from the config Kong sends, as
 // Variant.start does tollgate's.
 func startResponseLimits(raw []byte) (any, error) {
-	const plugin = "tollgate-response-ratelimiting"
-	var c ResponseLimitsConfig
-	if err := c.decode(raw); err != nil {
-		return &refusal{plugin: plugin, scope: scopeOf(raw), err: err}, nil
-	}
-	rl := c.compiled
-	var err error
-	// The headers are the plugin's own (see setUsage): none from the gate.
-	rl.opened, err = openGate(rl.scope, gate.Config{Headers: headers.Options{Style: headers.None}}, rl.built)
-	if err != nil {
-		rl.built.Release()
-		return &refusal{plugin: plugin, scope: rl.scope.Name, err: err}, nil
-	}
-	return &c, nil
+	return startOrRefuse("tollgate-response-ratelimiting", func() (any, string, error) {
+		var c ResponseLimitsConfig
+		if err := c.decode(raw); err != nil {
+			return nil, scopeOf(raw), err
+		}
+		rl := c.compiled
+		var err error
+		// The headers are the plugin's own (see setUsage): none from the gate.
+		rl.opened, err = openGate(rl.scope, gate.Config{Headers: headers.Options{Style: headers.None}}, rl.built)
+		if err != nil {
+			rl.built.Release()
+			return nil, rl.scope.Name, err
+		}
+		return &c, "", nil
+	})
 }
 
 // Close gives back what the instance holds (see Config.Close).

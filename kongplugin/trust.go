@@ -45,7 +45,7 @@ func readKongTrust(prefix string) (kongTrust, error) {
 	}
 	env, err := kongenv.Read(prefix)
 	if errors.Is(err, fs.ErrPermission) {
-		return kongTrust{}, fmt.Errorf("ssl_verify: Kong's trusted CAs are in %s, which this plugin server (uid %d) may not read: %v", filepath.Join(prefix, kongenv.File), os.Getuid(), err)
+		return kongTrust{}, fmt.Errorf("ssl_verify: Kong's trusted CAs are in %s, which this plugin server (uid %d) may not read: %w", filepath.Join(prefix, kongenv.File), os.Getuid(), err)
 	}
 	if err != nil || env == nil {
 		return kongTrust{}, err

@@ -204,6 +204,11 @@ func universalOptions(o Options) (*goredis.UniversalOptions, error) {
 		return nil, fmt.Errorf("prefix: %q: braces are not allowed (they would choose Redis Cluster's hash slot)", o.Prefix)
 	}
 	uo := &goredis.UniversalOptions{}
+	if o.URL != "" && !strings.Contains(o.URL, "://") {
+		// host:port alone: Go's URL parser would say "first path segment
+		// in URL cannot contain colon".
+		return nil, fmt.Errorf("url: %q has no scheme: write %s (rediss:// for TLS)", redactURL("redis://" + o.URL)[len("redis://"):], redactURL("redis://"+o.URL))
+	}
 	if o.URL != "" {
 		parsed, err := goredis.ParseURL(o.URL)
 		if err != nil {

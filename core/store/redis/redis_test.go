@@ -265,6 +265,8 @@ func TestOptionErrorsNameFieldAndValue(t *testing.T) {
 		{Options{Settings: Settings{Addrs: []string{"h:1"}, Prefix: "a{b}:"}}, `prefix: "a{b}:": braces are not allowed`},
 		{Options{Settings: Settings{URL: "http://x:1"}}, `url: "http://x:1"`},
 		{Options{Settings: Settings{URL: "redis://user:secret@x:1/zz"}}, `url: "redis://user:xxxxx@x:1/zz"`},
+		{Options{Settings: Settings{URL: "127.0.0.1:18379"}}, `url: "127.0.0.1:18379" has no scheme: write redis://127.0.0.1:18379 (rediss:// for TLS)`},
+		{Options{Settings: Settings{URL: "user:secret@x:1"}}, `url: "user:xxxxx@x:1" has no scheme: write redis://user:xxxxx@x:1`},
 		{Options{Settings: Settings{Addrs: []string{"localhost"}}}, `addrs: "localhost" is not host:port`},
 		{Options{Settings: Settings{Addrs: []string{"h:port"}}}, `addrs: "h:port" has port "port", not a number`},
 		{Options{Settings: Settings{Addrs: []string{"h:1"}, DB: 2}, Cluster: true}, "db: 2, but Redis Cluster has only database 0"},

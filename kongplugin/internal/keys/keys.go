@@ -89,8 +89,19 @@ func Run(args []string, stdout, stderr io.Writer, open Open) int {
 		return 2
 	}
 	method, path := call.method, call.path
-	if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 || (*plugin == "") == (*socket == "") {
-		fmt.Fprintf(stderr, "keys %s: give --plugin or --socket, and flags only (%v)\n%s", op, err, Usage)
+	var wrong string
+	switch err := fs.Parse(args[1:]); {
+	case err != nil:
+		wrong = err.Error()
+	case fs.NArg() > 0:
+		wrong = fmt.Sprintf("%q is not a flag (flags only)", fs.Arg(0))
+	case *plugin == "" && *socket == "":
+		wrong = "give --plugin or --socket (--plugin FILE: the plugin's config as Kong stores it; --socket PATH: a running plugin server's)"
+	case *plugin != "" && *socket != "":
+		wrong = "give --plugin or --socket, not both"
+	}
+	if wrong != "" {
+		fmt.Fprintf(stderr, "keys %s: %s\n%s", op, wrong, Usage)
 		return 2
 	}
 	if *kongPrefix != "" && *socket != "" {
