@@ -3,6 +3,7 @@ package kongplugin
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/spec"
+	"github.com/tollgate/tollgate/kongplugin/internal/kongcheck"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongdb"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongenv"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
@@ -149,4 +151,35 @@ func forKong(full, dbless *kongschema.Schema) func(prefix string) (*kongschema.S
 		}
 		return full, nil
 	}
+}
+
+// checkKongDatabase is `check`'s look beyond the prefix's files: Kong's
+// database, which policy cluster keeps its counters in, reached as an
+// instance reaches it (Kong's pg_* settings, and its trust for pg_ssl).
+func checkKongDatabase(prefix string) []kongcheck.Line {
+	env, err := kongenv.Read(prefix)
+	if err != nil || env == nil {
+		return nil // the prefix's own checks said so
+	}
+	db, _ := env.Get("database")
+	role, _ := env.Get("role")
+	if db == "off" || role == "data_plane" || role == "control_plane" {
+		return []kongcheck.Line{{OK: true, Text: "Kong has no database here (database = " + cmp.Or(db, "postgres") + ", role = " + cmp.Or(role, "traditional") + "): policy cluster is not offered"}}
+	}
+	conn, err := kongDatabase(prefix)
+	if err != nil {
+		return []kongcheck.Line{{Text: err.Error()}}
+	}
+	store, err := kongdb.New(kongdb.Options{Conn: conn, Table: kongdb.RateLimiting})
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(conn.Timeout, 5*time.Second))
+		err = store.Ping(ctx)
+		cancel()
+		_ = store.Close()
+	}
+	if err != nil {
+		return []kongcheck.Line{{Text: "Kong's database at " + conn.Addr() + " (policy cluster): " + err.Error(),
+			Fix: "the plugin server reaches Postgres with Kong's pg_* settings from " + env.Path + ": is Postgres up there, and does it take user " + conn.User + " from this host?"}}
+	}
+	return []kongcheck.Line{{OK: true, Text: "Kong's database at " + conn.Addr() + " answers (policy cluster)"}}
 }

@@ -1,11 +1,14 @@
 package kongplugin
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongdb"
 )
 
@@ -66,5 +69,40 @@ func TestDumpForKongWithoutDatabase(t *testing.T) {
 				t.Errorf("variant %d, %q: cluster taken %v, want %v (%v)", v, body, got, cluster, err)
 			}
 		}
+	}
+}
+
+// TestCheckKongDatabase: `check` reaches Kong's database as policy
+// cluster does, from Kong's settings, and says so, or says what failed
+// and where to look.
+func TestCheckKongDatabase(t *testing.T) {
+	db := pgtest.Start(t)
+	prefix := func(port int) string {
+		dir := t.TempDir()
+		env := fmt.Sprintf("database = postgres\npg_host = 127.0.0.1\npg_port = %d\npg_user = kong\npg_database = kong\npg_timeout = 2000\n", port)
+		if err := os.WriteFile(filepath.Join(dir, ".kong_env"), []byte(env), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	lines := checkKongDatabase(prefix(db.Port))
+	if len(lines) != 1 || !lines[0].OK || lines[0].Text != fmt.Sprintf("Kong's database at 127.0.0.1:%d answers (policy cluster)", db.Port) {
+		t.Errorf("a database that answers: %v", lines)
+	}
+	closed, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines = checkKongDatabase(prefix(closed))
+	if len(lines) != 1 || lines[0].OK || !strings.Contains(lines[0].Text, fmt.Sprintf("Kong's database at 127.0.0.1:%d (policy cluster): ", closed)) ||
+		!strings.Contains(lines[0].Fix, "is Postgres up there, and does it take user kong from this host?") {
+		t.Errorf("a database that does not answer: %v", lines)
+	}
+	dbless := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dbless, ".kong_env"), []byte("database = off\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if lines = checkKongDatabase(dbless); len(lines) != 1 || !lines[0].OK || !strings.Contains(lines[0].Text, "policy cluster is not offered") {
+		t.Errorf("DB-less: %v", lines)
 	}
 }

@@ -42,7 +42,7 @@ func Main(args []string, v Variant, adminSocket string) int {
 	return command.Main(args, command.Program{
 		Schema: schemas[v],
 		Info:   kongschema.Info{Version: Version, Priority: Priority, Phases: v.phases(), ForKong: forKong(schemas[v], dblessSchemas[v])},
-		Serve:  serveWith(v.start), Keys: v.KeysTarget, AdminSocket: adminSocket,
+		Serve:  serveWith(v.start), Keys: v.KeysTarget, AdminSocket: adminSocket, Check: checkKongDatabase,
 	}, os.Stdout, os.Stderr)
 }
 

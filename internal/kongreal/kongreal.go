@@ -244,6 +244,9 @@ type Options struct {
 	// their schemas (-dump). DataPlane makes it a data plane, which serves
 	// no Admin API: it is ready once its proxy listens.
 	ControlPlane, DataPlane bool
+	// ServersDown is for a test of a plugin server that cannot start:
+	// Start waits for the Admin API alone, not for the servers' sockets.
+	ServersDown bool
 }
 
 // Kong is one running Kong node.
@@ -256,7 +259,7 @@ type Kong struct {
 	Prefix    string
 	conf      string
 	extra     []string // the names of Options.Servers
-	noServers bool     // a control plane: no plugin server runs
+	noServers bool     // a control plane, or servers that cannot start: none is waited for
 	noAdmin   bool     // a data plane: no Admin API
 	workers   int      // nginx_worker_processes
 	cmd       *exec.Cmd
@@ -291,7 +294,7 @@ func Start(t T, opts Options) *Kong {
 	}
 	k := &Kong{ProxyURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), AdminURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
 		H2URL:  fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
-		Prefix: prefix, conf: filepath.Join(dir, "kong.conf"), done: make(chan struct{}), t: t, noServers: opts.ControlPlane, noAdmin: opts.DataPlane, workers: opts.Workers}
+		Prefix: prefix, conf: filepath.Join(dir, "kong.conf"), done: make(chan struct{}), t: t, noServers: opts.ControlPlane || opts.ServersDown, noAdmin: opts.DataPlane, workers: opts.Workers}
 	declarative := filepath.Join(dir, "kong.yml")
 	if opts.Declarative == "" {
 		opts.Declarative = "_format_version: \"3.0\"\n"

@@ -339,3 +339,58 @@ func adminAPILifecycle(t *testing.T, admin, proxy *Kong, up *Upstream, rds *redi
 	}
 	redisGoesIdle(t, rds)
 }
+
+// TestKongPluginServerCheckSeenAtDefaultLevel: Kong's workers run as
+// nobody, who may neither create a socket in the prefix nor run the plugin
+// servers' programs, so no plugin server can start. Kong's own log says
+// only "terminated: exit 1" at its default level, the reason being at info;
+// tollgate's query command (-dump, run by Kong's master as root at each
+// start) writes what is wrong and the fix at [error] for each of the three
+// plugin servers. With the fixes it names applied, the servers start, the
+// checks are silent, and a route with tollgate is served.
+func TestKongPluginServerCheckSeenAtDefaultLevel(t *testing.T) {
+	prefix, err := os.MkdirTemp("", "kong-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(prefix) })
+	if err := os.Chmod(prefix, 0o755); err != nil { // nobody may pass, not write
+		t.Fatal(err)
+	}
+	bin := PluginDir(t) // a temporary directory: root's alone
+	extra := append(slices.Clone(defaultLogLevel), "nginx_user = nobody nogroup")
+	k := Start(t, Options{Prefix: prefix, Extra: extra, ServersDown: true})
+	logged := k.ErrorLog()
+	for _, cmd := range Commands {
+		for _, want := range []string{
+			"[error]", "[" + cmd + "] plugin server check: nobody may not create " + filepath.Join(prefix, cmd+".socket"),
+			"fix: chgrp nogroup " + prefix + " && chmod g+ws " + prefix,
+			"[" + cmd + "] plugin server check: pluginserver_" + strings.ReplaceAll(cmd, "-", "_") + "_start_cmd: nobody may not run " + filepath.Join(bin, cmd),
+		} {
+			if !strings.Contains(logged, want) {
+				t.Errorf("Kong's log at its default level lacks %q:\n%s", want, logged)
+			}
+		}
+	}
+	k.Stop()
+	if err := os.Truncate(filepath.Join(prefix, "logs", "error.log"), 0); err != nil { // the next start's lines alone
+		t.Fatal(err)
+	}
+
+	// The fixes, as the lines give them (the programs' directory: chmod).
+	if out, err := exec.Command("sh", "-c", "chgrp nogroup "+prefix+" && chmod g+ws "+prefix+" && chmod a+rx "+bin).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	up := StartUpstream(t)
+	d := NewDeclarative("/probe-checked")
+	d.AddService(map[string]any{"name": "checked", "url": up.URL, "routes": []any{map[string]any{
+		"name": "checked", "paths": []string{"/checked"}, "plugins": []any{map[string]any{"name": "tollgate", "config": map[string]any{"minute": 5}}}}}})
+	k = Start(t, Options{Prefix: prefix, Extra: extra})
+	k.MustLoad(d)
+	if a := k.Get("/checked"); a.Status != 200 || a.Headers.Get("X-RateLimit-Limit-Minute") != "5" {
+		t.Errorf("after the fixes: %s, want served with tollgate's headers", a)
+	}
+	if logged := k.ErrorLog(); strings.Contains(logged, "plugin server check") {
+		t.Errorf("the checks still complain after the fixes:\n%s", logged)
+	}
+}

@@ -1,8 +1,8 @@
 // Package command is a Kong plugin server's command line, the one place
 // its flags and subcommands are read. Kong starts a plugin server with
 // go-pdk's flags (-kong-prefix, and -dump from its query command), so a
-// kong.conf written for any go-pdk server works; operators run `version`
-// and `keys`.
+// kong.conf written for any go-pdk server works; operators run `version`,
+// `keys` and `check`.
 package command
 
 import (
@@ -13,9 +13,11 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
+	"github.com/tollgate/tollgate/kongplugin/internal/kongcheck"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
 	"github.com/tollgate/tollgate/kongplugin/internal/pluginserver"
 )
@@ -39,6 +41,9 @@ type Program struct {
 	Keys func(kongPrefix string, config []byte) (keys.Target, error)
 	// AdminSocket is the operators' API's Unix socket ("": none).
 	AdminSocket string
+	// Check, if set, makes the checks of `check` that reach beyond the
+	// prefix's files (Kong's database), for the Kong whose prefix it is.
+	Check func(kongPrefix string) []kongcheck.Line
 }
 
 // Main runs the command line args (os.Args: the program, then its
@@ -55,6 +60,8 @@ func Main(args []string, p Program, stdout, stderr io.Writer) int {
 		case "version", "-version", "--version":
 			fmt.Fprintln(stdout, p.Info.Version)
 			return 0
+		case "check":
+			return check(executableName(args), args[2:], p, stdout, stderr)
 		case "keys":
 			return keys.Run(args[2:], stdout, stderr, func(kongPrefix string, b []byte) (keys.Target, error) {
 				config, err := kongschema.PluginConfig(b)
@@ -66,21 +73,7 @@ func Main(args []string, p Program, stdout, stderr io.Writer) int {
 		}
 	}
 	name := executableName(args)
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	prefix := fs.String("kong-prefix", DefaultKongPrefix, "Kong's prefix, where Kong looks for this plugin server's socket")
-	dump := fs.Bool("dump", false, "print the plugin's info and schema, as Kong's query command reads them")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `usage:
-  %[1]s [-kong-prefix DIR]   serve Kong's plugin protocol on DIR/%[1]s.socket (Kong starts it so)
-  %[1]s -dump                print the plugin's info and schema (Kong's query command)
-  %[1]s version              print the version
-  %[1]s keys ...             read or reset a key's usage (%[1]s keys -h)
-
-flags:
-`, name)
-		fs.PrintDefaults()
-	}
+	fs, prefix, dump := serverFlags(name, stderr)
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -111,6 +104,15 @@ flags:
 			fmt.Fprintf(stderr, "%s: %v\n", name, err)
 			return 1
 		}
+		if given {
+			// Kong's master runs the query command as root at every start:
+			// what would stop the server is said in Kong's error log, where
+			// its default level shows it (the server's own output reaches
+			// that log at info only).
+			if _, err := kongcheck.Report(*prefix, name, kongcheck.Check(checked(name, *prefix)), time.Now()); err != nil {
+				fmt.Fprintf(stderr, "%s: telling Kong's log what the checks found: %v\n", name, err)
+			}
+		}
 		return 0
 	}
 	logger := log.New(stderr, "", log.LstdFlags)
@@ -119,8 +121,83 @@ flags:
 		return 1
 	}
 	err := p.Serve(*prefix, name, socket)
-	logger.Print(err)
+	logger.Printf("%v (%s check -kong-prefix %s says what this server needs of Kong, and the fix)", err, name, *prefix)
 	return 1
+}
+
+// serverFlags are the server's own flags (go-pdk's): what Kong's start
+// and query commands give it.
+func serverFlags(name string, stderr io.Writer) (fs *flag.FlagSet, prefix *string, dump *bool) {
+	fs = flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	prefix = fs.String("kong-prefix", DefaultKongPrefix, "Kong's prefix, where Kong looks for this plugin server's socket")
+	dump = fs.Bool("dump", false, "print the plugin's info and schema, as Kong's query command reads them")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `usage:
+  %[1]s [-kong-prefix DIR]        serve Kong's plugin protocol on DIR/%[1]s.socket (Kong starts it so)
+  %[1]s -dump [-kong-prefix DIR]  print the plugin's info and schema (Kong's query command)
+  %[1]s check [-kong-prefix DIR]  check what this server needs of the Kong at DIR, each line ok or the fix
+  %[1]s version                   print the version
+  %[1]s keys ...                  read or reset a key's usage (%[1]s keys -h)
+
+flags:
+`, name)
+		fs.PrintDefaults()
+	}
+	return fs, prefix, dump
+}
+
+// checked is the server kongcheck checks: name, serving for the Kong at
+// prefix, reading a start command's arguments as Main does.
+func checked(name, prefix string) kongcheck.Server {
+	return kongcheck.Server{Name: name, Prefix: prefix, ParseFlags: func(args []string) (string, error) {
+		fs, given, dump := serverFlags(name, io.Discard)
+		if err := fs.Parse(args); err != nil {
+			return "", err
+		}
+		switch {
+		case fs.NArg() > 0:
+			return "", fmt.Errorf("unknown subcommand or argument %q", fs.Arg(0))
+		case *dump:
+			return "", errors.New("-dump prints the schema and exits: it serves nothing")
+		}
+		return *given, nil
+	}}
+}
+
+// check runs `check [-kong-prefix DIR]`: every check, one line each, and
+// exit status 1 when one fails.
+func check(name string, args []string, p Program, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name+" check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	prefix := fs.String("kong-prefix", DefaultKongPrefix, "Kong's prefix (kong.conf's prefix)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s check: unknown argument %q (flags only: -kong-prefix DIR)\n", name, fs.Arg(0))
+		return 2
+	}
+	lines := kongcheck.Check(checked(name, *prefix))
+	if p.Check != nil && (len(lines) == 0 || lines[0].OK) {
+		lines = append(lines, p.Check(*prefix)...)
+	}
+	failed := 0
+	for _, l := range lines {
+		fmt.Fprintln(stdout, l)
+		if !l.OK {
+			failed++
+		}
+	}
+	if failed > 0 {
+		fmt.Fprintf(stdout, "%d of %d checks failed\n", failed, len(lines))
+		return 1
+	}
+	fmt.Fprintf(stdout, "all %d checks passed\n", len(lines))
+	return 0
 }
 
 // executableName is the plugin's name: its executable's file name, as

@@ -78,3 +78,83 @@ func TestMainReadsItsCommandLineOnce(t *testing.T) {
 		t.Errorf("served %v, want %v", served, want)
 	}
 }
+
+// TestCheckAndDumpTellKongsLog: a Kong whose workers run as nobody, with
+// a typo in the start command, a query command without the prefix, a
+// prefix nobody may not write and a .kong_env nobody may not read.
+// `check` prints each finding with its fix and exits 1; -dump with the
+// prefix (Kong's master runs it as root at every start) writes the same
+// findings to Kong's error log at [error], once each, and still prints
+// the schema alone on stdout.
+func TestCheckAndDumpTellKongsLog(t *testing.T) {
+	var served []string
+	p := program(&served)
+	name := executableName([]string{"x"})
+	prefix := t.TempDir()
+	bin := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(bin, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Dir(prefix), prefix, filepath.Dir(bin)} { // nobody may pass, and run bin
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := "pluginserver_" + strings.ReplaceAll(name, "-", "_")
+	env := "nginx_user = nobody nogroup\npluginserver_names = " + name + "\nproxy_error_log = logs/error.log\n" +
+		key + "_start_cmd = " + bin + " serve -kong-prefix " + prefix + "\n" + key + "_query_cmd = " + bin + " -dump\n"
+	if err := os.WriteFile(filepath.Join(prefix, ".kong_env"), []byte(env), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(prefix, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	errorLog := filepath.Join(prefix, "logs", "error.log")
+	if err := os.WriteFile(errorLog, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	findings := []string{
+		key + `_start_cmd = ` + bin + ` serve -kong-prefix ` + prefix + `: the server refuses its arguments: unknown subcommand or argument "serve"`,
+		"fix: " + key + "_start_cmd = " + bin + " -kong-prefix " + prefix,
+		key + "_query_cmd = " + bin + " -dump: without -dump -kong-prefix",
+		"nobody may not create " + filepath.Join(prefix, name+".socket") + " (this plugin server's socket): " + prefix + " is drwxr-xr-x root:root",
+		"fix: chgrp nogroup " + prefix + " && chmod g+ws " + prefix,
+		"nobody may not read " + filepath.Join(prefix, ".kong_env") + " (-rw-r----- root:root",
+	}
+
+	var out, errs bytes.Buffer
+	if code := Main([]string{"x", "check", "-kong-prefix", prefix}, p, &out, &errs); code != 1 {
+		t.Fatalf("check: exit %d, want 1\n%s%s", code, out.String(), errs.String())
+	}
+	for _, want := range findings {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check lacks %q:\n%s", want, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), "4 of 6 checks failed") {
+		t.Errorf("check's count:\n%s", out.String())
+	}
+
+	out.Reset()
+	if code := Main([]string{"x", "-dump", "-kong-prefix", prefix}, p, &out, &errs); code != 0 || !json.Valid(out.Bytes()) {
+		t.Fatalf("-dump: exit %d, stdout %q, stderr %q", code, out.String(), errs.String())
+	}
+	logged, _ := os.ReadFile(errorLog)
+	lines := strings.Split(strings.TrimSpace(string(logged)), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("Kong's error log: %d lines, want the 4 failures:\n%s", len(lines), logged)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, " [error] ") || !strings.Contains(l, "["+name+"] plugin server check: ") || !strings.HasSuffix(l, "("+name+" check -kong-prefix "+prefix+" shows every check)") {
+			t.Errorf("not a line of Kong's log at [error]: %q", l)
+		}
+	}
+	for _, want := range findings {
+		if !strings.Contains(string(logged), want) {
+			t.Errorf("Kong's error log lacks %q", want)
+		}
+	}
+	if len(served) != 0 {
+		t.Errorf("check or -dump served: %v", served)
+	}
+}
