@@ -185,16 +185,23 @@ func check(name string, args []string, p Program, stdout, stderr io.Writer) int 
 	if p.Check != nil && (len(lines) == 0 || lines[0].OK) {
 		lines = append(lines, p.Check(*prefix)...)
 	}
-	failed := 0
+	failed, warned := 0, 0
 	for _, l := range lines {
 		fmt.Fprintln(stdout, l)
-		if !l.OK {
+		switch {
+		case l.Warn:
+			warned++
+		case !l.OK:
 			failed++
 		}
 	}
-	if failed > 0 {
+	switch {
+	case failed > 0:
 		fmt.Fprintf(stdout, "%d of %d checks failed\n", failed, len(lines))
 		return 1
+	case warned > 0:
+		fmt.Fprintf(stdout, "%d of %d checks passed, %d with a warning\n", len(lines)-warned, len(lines), warned)
+		return 0
 	}
 	fmt.Fprintf(stdout, "all %d checks passed\n", len(lines))
 	return 0

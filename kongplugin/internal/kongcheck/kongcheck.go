@@ -28,7 +28,10 @@ import (
 
 // Line is one check's verdict.
 type Line struct {
-	OK   bool
+	OK bool
+	// Warn marks a failure that matters to some configs only (Kong's
+	// settings unreadable: policy cluster and Redis ssl_verify need them).
+	Warn bool
 	Text string // what was checked, and what was found
 	Fix  string // for a failure: what to do ("" when OK)
 }
@@ -38,6 +41,9 @@ func (l Line) String() string {
 		return "ok    " + l.Text
 	}
 	s := "FAIL  " + l.Text
+	if l.Warn {
+		s = "warn  " + l.Text
+	}
 	if l.Fix != "" {
 		s += "\n      fix: " + l.Fix
 	}
@@ -226,7 +232,7 @@ func canRead(w *worker, file, why string) Line {
 		return Line{OK: true, Text: fmt.Sprintf("%s may read %s", w.name, file)}
 	}
 	dir := filepath.Dir(file)
-	return Line{Text: fmt.Sprintf("%s may not read %s (%s; %s)", w.name, file, describe(fi), why),
+	return Line{Warn: true, Text: fmt.Sprintf("%s may not read %s (%s; %s)", w.name, file, describe(fi), why),
 		Fix: fmt.Sprintf("chgrp %s %s && chmod g+s %s, then restart Kong: it writes %s again at every start, in the directory's group, readable by the group",
 			w.group, dir, dir, filepath.Base(file))}
 }
@@ -276,7 +282,8 @@ func describe(fi fs.FileInfo) string {
 }
 
 // Report appends the failures among lines to Kong's error log, at
-// [error], as nginx writes its lines, and reports how many it wrote. It
+// [error] ([warn] for a Warn line), as nginx writes its lines, and
+// reports how many it wrote. It
 // writes nothing when all is fine or the log cannot be opened (the caller
 // is not Kong's master).
 func Report(prefix, plugin string, lines []Line, now time.Time) (int, error) {
@@ -299,7 +306,11 @@ func Report(prefix, plugin string, lines []Line, now time.Time) (int, error) {
 			continue
 		}
 		n++
-		fmt.Fprintf(&b, "%s [error] %d#0: [%s] plugin server check: %s", now.Format("2006/01/02 15:04:05"), os.Getpid(), plugin, l.Text)
+		level := "error"
+		if l.Warn {
+			level = "warn"
+		}
+		fmt.Fprintf(&b, "%s [%s] %d#0: [%s] plugin server check: %s", now.Format("2006/01/02 15:04:05"), level, os.Getpid(), plugin, l.Text)
 		if l.Fix != "" {
 			b.WriteString("; fix: " + l.Fix)
 		}
