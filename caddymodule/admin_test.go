@@ -75,6 +75,15 @@ func TestCaddyAdminAPI(t *testing.T) {
 	}
 	respond "ok"`, rs.Addr))
 
+	// The API's own path lists what is there (it answered "policy \"\": not in force").
+	if code, in := adminCall(t, c, "GET", "/tollgate/"); code != 200 || fmt.Sprint(in["policies"]) != "[api]" ||
+		!strings.Contains(fmt.Sprint(in["endpoints"]), "GET keys?policy=<name>&key=<key>") || in["version"] != core.Version {
+		t.Errorf("GET /tollgate/: %d %v", code, in)
+	}
+	if code, e := adminCall(t, c, "GET", "/tollgate/nope"); code != 404 || !strings.Contains(fmt.Sprint(e["error"]), `no endpoint "nope" (GET the API's own path for the list: GET version;`) {
+		t.Errorf("GET /tollgate/nope: %d %v", code, e)
+	}
+
 	code, pols := adminCall(t, c, "GET", "/tollgate/policies")
 	list, _ := pols["list"].([]any)
 	if code != 200 || len(list) != 1 {
@@ -285,7 +294,7 @@ func TestCaddyAdminAPIKeysInBody(t *testing.T) {
 		{"/tollgate/keys/show", `[1, 2]`, `want a JSON object`},
 		{"/tollgate/keys/show", `{"policy": "api", "key": "` + strings.Repeat("k", 20<<10) + `"}`, `at most 16384 bytes`},
 		{"/tollgate/keys/show", `{"policy": "api"}`, `key: missing`},
-		{"/tollgate/keys/forget", `{"policy": "api", "key": "k"}`, `want POST keys/show or keys/reset`},
+		{"/tollgate/keys/forget", `{"policy": "api", "key": "k"}`, `no endpoint "keys/forget"`},
 		{"/tollgate/keys/reset", `{"policy": "nope", "key": "k"}`, `policy "nope": not in force`},
 	} {
 		if code, e := adminPost(t, c, tc.path, tc.body); code < 400 || !strings.Contains(fmt.Sprint(e["error"]), tc.want) {

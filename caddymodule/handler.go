@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -66,6 +67,31 @@ type policy struct {
 	key      *keyTemplate
 	plan     *keyTemplate // the template naming the request's plan; nil: none
 	priority *keyTemplate // the template giving the request's priority; nil: none
+	empties  emptyKeys    // how often the key came out empty, at first
+}
+
+// emptyKeyWindow is how many of a policy's first requests are watched for
+// an empty key: when more than half of them have none, the log says so
+// once (a key whose placeholder nothing sets, such as {http.auth.user.id}
+// read before authentication, puts every client in its fallback bucket).
+const emptyKeyWindow = 100
+
+// emptyKeys counts a policy's first requests and those without a key.
+type emptyKeys struct {
+	seen, empty atomic.Int64
+}
+
+// note counts one request; it returns true once, for the request that
+// ends the window with most keys empty. Past the window it costs one
+// atomic load.
+func (e *emptyKeys) note(empty bool) bool {
+	if e.seen.Load() >= emptyKeyWindow {
+		return false
+	}
+	if empty {
+		e.empty.Add(1)
+	}
+	return e.seen.Add(1) == emptyKeyWindow && 2*e.empty.Load() > emptyKeyWindow
 }
 
 // CaddyModule returns the Caddy module information.
@@ -113,6 +139,14 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		if why := unsetPlaceholder(srv, h.policies); why != "" {
 			return errors.New(why)
+		}
+		// A policy reading {http.auth.*} is checked against where the
+		// authentication handler runs once every handler is provisioned:
+		// the authOrder app, which Caddy starts with the config.
+		if h.readsAuth() {
+			if _, err := ctx.App("tollgate"); err != nil {
+				return err
+			}
 		}
 	}
 	if h.store, gc.Rules, err = openstore.Open(h.compiled, ""); err != nil {
@@ -223,6 +257,11 @@ func (q *request) Input(i int) (gate.Input, error) {
 	}
 	key := p.key.eval(q.r, q.repl)
 	in := gate.Input{Covered: true, Key: key, Empty: key == p.key.literal && !p.key.constant, Cost: p.compiled.Cost}
+	if p.empties.note(in.Empty) {
+		q.h.logger.Warn("most requests have no key: their key's placeholders were empty, so they were handled as empty_key says",
+			zap.String("policy", p.compiled.Policy.Name()), zap.String("key", p.key.source), zap.String("empty_key", p.compiled.EmptyKey.String()),
+			zap.Int64("empty", p.empties.empty.Load()), zap.Int("of_first_requests", emptyKeyWindow))
+	}
 	if in.Empty && p.compiled.EmptyKey == spec.EmptyKeyClient {
 		in.Client = clientAddress(q.r) // the default key's own value
 	}
@@ -391,3 +430,15 @@ var (
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
+
+// readsAuth reports whether a policy reads an authentication placeholder.
+func (h *Handler) readsAuth() bool {
+	for _, pc := range h.Policies {
+		for _, tmpl := range []string{pc.Key, pc.Plan, pc.Priority} {
+			if authPlaceholder(tmpl) != "" {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -27,6 +27,7 @@ type keyTemplate struct {
 	parts    []keyPart
 	literal  string // the template with its placeholders removed
 	constant bool   // no placeholder: one bucket for every request
+	source   string // as written, for the log
 }
 
 type partKind uint8
@@ -95,7 +96,7 @@ func knownPlaceholder(name string) bool {
 // placeholder or is never closed, an empty placeholder and a placeholder no
 // request fills are refused, naming it.
 func parseKeyTemplate(s string) (*keyTemplate, error) {
-	t := &keyTemplate{}
+	t := &keyTemplate{source: s}
 	var lit strings.Builder
 	flush := func() {
 		if lit.Len() > 0 {

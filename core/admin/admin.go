@@ -157,6 +157,7 @@ func (e *entry) showKey(p *core.Policy, key string) string {
 //	POST   keys/show   {"policy", "key"[, "plan"]}  as GET keys, the key in the body
 //	POST   keys/reset  {"policy", "key"[, "limit"]} as DELETE keys, the key in the body
 //	GET    top?policy=<name>                      the keys the policy denied most (every policy's without one)
+//	GET    (the prefix itself)                    this list, the version and the policies in force
 //
 // Answers are JSON; keys are shown hashed unless the policy shows them in
 // clear (core.Policy.ShowKey). A gateway's admin endpoint may log each
@@ -201,9 +202,38 @@ func bodyParams(r *http.Request) (url.Values, error) {
 	}
 	return q, nil
 }
+
+// Endpoints are what Handler serves, as its index lists them.
+var Endpoints = []string{
+	"GET version", "GET policies", "GET keys?policy=<name>&key=<key>[&plan=<plan>]",
+	"DELETE keys?policy=<name>&key=<key>[&limit=<limit>]", `POST keys/show {"policy", "key"[, "plan"]}`,
+	`POST keys/reset {"policy", "key"[, "limit"]}`, "GET top[?policy=<name>]",
+}
+
+// index is what GET of the prefix itself answers: what is there.
+type index struct {
+	Version   string   `json:"version"`
+	Policies  []string `json:"policies"`
+	Endpoints []string `json:"endpoints"`
+}
+
 func serve(r *http.Request, path string) (any, int, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
+	switch path {
+	case "":
+		if r.Method != http.MethodGet {
+			return nil, http.StatusMethodNotAllowed, fmt.Errorf("%s of the index: want GET", r.Method)
+		}
+		in := index{Version: core.Version, Policies: []string{}, Endpoints: Endpoints}
+		for _, p := range policies() {
+			in.Policies = append(in.Policies, p["name"].(string))
+		}
+		return in, 0, nil
+	case "version", "policies", "keys", "keys/show", "keys/reset", "top":
+	default:
+		return nil, http.StatusNotFound, fmt.Errorf("no endpoint %q (GET the API's own path for the list: %s)", path, strings.Join(Endpoints, "; "))
+	}
 	if path == "policies" && r.Method == http.MethodGet {
 		return policies(), 0, nil
 	}
