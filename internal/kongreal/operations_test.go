@@ -394,3 +394,65 @@ func TestKongPluginServerCheckSeenAtDefaultLevel(t *testing.T) {
 		t.Errorf("the checks still complain after the fixes:\n%s", logged)
 	}
 }
+
+// TestKongRefusalHealsAtDefaultLevel: Kong on Postgres, its workers as
+// nobody, who may create the plugin servers' sockets in the prefix but
+// not read the .kong_env Kong writes there (root's, 0640). A tollgate on
+// policy cluster reads Kong's database settings from it, so its instance
+// is refused, said at [error] with the reason. Once the file is readable,
+// the instance starts by itself (no config change), says so at [notice],
+// and counts in Kong's table.
+func TestKongRefusalHealsAtDefaultLevel(t *testing.T) {
+	prefix, err := os.MkdirTemp("", "kong-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(prefix) })
+	if err := os.Chmod(prefix, 0o777); err != nil { // sockets yes; no setgid, so .kong_env stays root's
+		t.Fatal(err)
+	}
+	if err := os.Chmod(PluginDir(t), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	up := StartUpstream(t)
+	pg := StartPostgres(t)
+	k := Start(t, Options{Prefix: prefix, Postgres: pg, Extra: append(slices.Clone(defaultLogLevel), "nginx_user = nobody nogroup")})
+	k.AdminWant(201, "POST", "/services", map[string]any{"name": "heal", "url": up.URL})
+	k.AdminWant(201, "POST", "/services/heal/routes", map[string]any{"name": "heal", "paths": []string{"/heal"}})
+	k.AdminWant(201, "POST", "/routes/heal/plugins", map[string]any{"name": "tollgate",
+		"config": map[string]any{"hour": 100, "limit_by": "ip", "policy": "cluster", "fault_tolerant": false}})
+	waitfor.True(t, 30*time.Second, "the refusal in Kong's log", func() bool {
+		if a := k.GetOnce("/heal"); a.Status != 500 && a.Status != 404 {
+			t.Fatalf("while .kong_env is unreadable: %s, want Kong's 500", a)
+		}
+		return strings.Contains(k.ErrorLog(), "config refused, every request answered 500 until the cause is gone")
+	})
+	refused := k.ErrorLog()
+	for _, want := range []string{"[error]", "policy: cluster: open " + filepath.Join(prefix, ".kong_env") + ": permission denied"} {
+		if !strings.Contains(refused, want) {
+			t.Errorf("Kong's log at its default level lacks %q:\n%s", want, refused)
+		}
+	}
+
+	if err := os.Chmod(filepath.Join(prefix, ".kong_env"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Each of Kong's workers has an instance of its own, which tries
+	// again on its own; the one that told the refusal tells the return at
+	// its next request. Wait for both: eight answers in a row served, and
+	// the return in the log.
+	served := 0
+	waitfor.True(t, 90*time.Second, "the instances serving once .kong_env is readable, and saying so", func() bool {
+		if a := k.GetOnce("/heal"); a.Status == 200 && a.Headers.Get("X-RateLimit-Limit-Hour") == "100" {
+			served++
+		} else {
+			served = 0
+		}
+		return served >= 8 && strings.Contains(k.ErrorLog(), "config in force again: what refused it is mended")
+	})
+	for _, line := range strings.Split(k.ErrorLog(), "\n") {
+		if strings.Contains(line, "config in force again") && !strings.Contains(line, "[notice]") {
+			t.Errorf("the return is not at [notice]: %s", line)
+		}
+	}
+}
