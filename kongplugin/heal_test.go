@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/kongproc"
 	"github.com/tollgate/tollgate/internal/pgtest"
+	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
@@ -84,5 +85,54 @@ func TestKongRefusalHeals(t *testing.T) {
 	}
 	if res := access(t, c, id, req); !res.Exited || res.Status != 429 {
 		t.Fatalf("the sixth request: exited %v %d, want 429 (counted in Kong's table)", res.Exited, res.Status)
+	}
+}
+
+// TestKongStoreOutageToldAtKongsLevel: Redis stops under a tollgate on
+// policy redis (fault_tolerant, Kong's default: requests go on without a
+// limit, as Kong's plugin lets them): the instance's next request after
+// the breaker opens tells Kong's log at [error], once, with the failure
+// policy; Redis back, the next request tells it at [notice]. The plugin
+// server's own line of it reaches Kong's log at info only.
+func TestKongStoreOutageToldAtKongsLevel(t *testing.T) {
+	rds := redistest.StartT(t)
+	srv := kongproc.Start(t)
+	c := srv.Dial()
+	defer c.Close()
+	id, err := c.StartInstance(kongConfig(map[string]any{"minute": 100, "policy": "redis", "redis": rds.KongRecord()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := kongproc.Request{ForwardedIP: "192.0.2.9"}
+	if res := access(t, c, id, req); res.Exited || len(res.Logs) != 0 {
+		t.Fatalf("with Redis up: exited %v, logs %q", res.Exited, res.Logs)
+	}
+	rds.Stop()
+	var logs []string
+	waitfor.True(t, 20*time.Second, "the outage in Kong's log", func() bool {
+		res := access(t, c, id, req)
+		if res.Exited {
+			t.Fatalf("fault_tolerant true: %d, want the request proxied", res.Status)
+		}
+		logs = append(logs, res.Logs...)
+		return len(logs) > 0
+	})
+	for range 5 {
+		logs = append(logs, access(t, c, id, req).Logs...)
+	}
+	if len(logs) != 1 || !strings.HasPrefix(logs[0], "err: tollgate (route=route-1,service=service-1): rate-limit store failing (") ||
+		!strings.Contains(logs[0], "its failure policy (on_error allow) decides until it answers again") {
+		t.Fatalf("Kong's log during the outage: %q, want one [error] line with the failure policy", logs)
+	}
+	if err := rds.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	logs = nil
+	waitfor.True(t, 20*time.Second, "Redis's return in Kong's log", func() bool {
+		logs = append(logs, access(t, c, id, req).Logs...)
+		return len(logs) > 0
+	})
+	if len(logs) != 1 || logs[0] != "notice: tollgate (route=route-1,service=service-1): rate-limit store answering again" {
+		t.Fatalf("Kong's log after the outage: %q", logs)
 	}
 }

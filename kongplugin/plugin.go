@@ -6,9 +6,12 @@ package kongplugin
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"net/http"
 	"os"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/Kong/go-pdk"
@@ -110,6 +113,7 @@ type opened struct {
 	gate       *gate.Gate
 	store      *openstore.Handle
 	unregister func()
+	news       *storeNews // the store's failures and returns, for Kong's log
 }
 
 // close gives back the store handle and the operators' API entry.
@@ -118,6 +122,7 @@ func (o *opened) close() {
 		return
 	}
 	o.unregister()
+	o.news.stop()
 	_ = o.store.Release()
 	o.store = nil
 }
@@ -130,14 +135,50 @@ func openGate(scope gate.Scope, cfg gate.Config, built *spec.Compiled) (opened, 
 	if err != nil {
 		return opened{}, err
 	}
-	h.LogStateChanges(log.Printf) // Kong logs the plugin server's output
+	h.LogStateChanges(log.Printf) // the plugin server's output, which Kong logs at info
 	cfg.Rules = rules
 	g, err := gate.New(cfg)
 	if err != nil {
 		_ = h.Release()
 		return opened{}, err
 	}
-	return opened{gate: g, store: h, unregister: admin.RegisterRule(scope, g, h)}, nil
+	news := &storeNews{onError: built.Store.OnError}
+	news.stop = h.OnStateChange(news.heard)
+	return opened{gate: g, store: h, unregister: admin.RegisterRule(scope, g, h), news: news}, nil
+}
+
+// storeNews carries a shared store's failures and returns to Kong's log,
+// where its default level shows them: the store hears them in the
+// background, and the instance's next request tells the latest, once,
+// through kong.log (the plugin server's own output reaches Kong's log at
+// info only).
+type storeNews struct {
+	onError core.OnError
+	pending atomic.Pointer[string] // the line to tell at [error], or [notice] when it starts with "+"
+	stop    func()                 // unregisters heard
+}
+
+func (n *storeNews) heard(failing bool, err error) {
+	line := "+rate-limit store answering again"
+	if failing {
+		line = fmt.Sprintf("rate-limit store failing (%v); its failure policy (on_error %s) decides until it answers again", err, n.onError)
+	}
+	n.pending.Store(&line)
+}
+
+// tell logs what the store went through since the last request, if
+// anything: one atomic load otherwise.
+func (n *storeNews) tell(kong *pdk.PDK, who string) {
+	if n.pending.Load() == nil {
+		return
+	}
+	if line := n.pending.Swap(nil); line != nil {
+		if back, ok := strings.CutPrefix(*line, "+"); ok {
+			_ = kong.Log.Notice(who + back)
+		} else {
+			_ = kong.Log.Err(who + *line)
+		}
+	}
 }
 
 // Access is AccessEvent for a caller that knows no event end (go-pdk's
@@ -155,6 +196,7 @@ func (c *Config) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 	inst := c.compiled
 	plantedPanic(inst)
 	inst.warnings.tell(kong, "tollgate ("+inst.scope.Name+"): ")
+	inst.news.tell(kong, "tollgate ("+inst.scope.Name+"): ")
 	g := inst.gate
 	// One rule, keyed as Kong's rate-limiting keys, in the instance's scope.
 	id, consumer := identifier(kong, inst.LimitBy, inst.HeaderName, inst.Path)

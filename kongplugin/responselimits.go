@@ -223,6 +223,7 @@ func (c *ResponseLimitsConfig) Access(kong *pdk.PDK) {
 func (c *ResponseLimitsConfig) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 	rl := c.compiled
 	rl.warnings.tell(kong, "tollgate-response-ratelimiting ("+rl.scope.Name+"): ")
+	rl.news.tell(kong, "tollgate-response-ratelimiting ("+rl.scope.Name+"): ")
 	seen := make([]core.Decision, len(rl.resources))
 	var outcome gate.Outcome
 	id, _ := identifier(kong, rl.LimitBy, "", "")
