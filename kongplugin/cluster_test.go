@@ -106,3 +106,28 @@ func TestCheckKongDatabase(t *testing.T) {
 		t.Errorf("DB-less: %v", lines)
 	}
 }
+
+// TestCheckPluginStore: `check -plugin FILE` reaches the Redis a plugin's
+// config runs on, and says what failed when it does not answer.
+func TestCheckPluginStore(t *testing.T) {
+	rds := redistest.StartT(t)
+	config := func(port int) []byte {
+		return []byte(fmt.Sprintf(`{"minute": 5, "policy": "redis", "redis": {"host": "127.0.0.1", "port": %d, "timeout": 500}}`, port))
+	}
+	if l := checkPluginStore("", config(rds.Port), AccessOnly.KeysTarget); !l.OK || l.Text != fmt.Sprintf("the plugin's Redis at 127.0.0.1:%d answers", rds.Port) {
+		t.Errorf("Redis up: %v", l)
+	}
+	closed, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := checkPluginStore("", config(closed), AccessOnly.KeysTarget); l.OK || !strings.Contains(l.Text, fmt.Sprintf("the plugin's Redis at 127.0.0.1:%d: ", closed)) || !strings.Contains(l.Fix, "is Redis up there") {
+		t.Errorf("Redis down: %v", l)
+	}
+	if l := checkPluginStore("", []byte(`{"minute": 5}`), AccessOnly.KeysTarget); !l.OK || !strings.Contains(l.Text, "no Redis to reach") {
+		t.Errorf("policy local: %v", l)
+	}
+	if l := checkPluginStore("", []byte(`{"minute": 0}`), AccessOnly.KeysTarget); l.OK || !strings.Contains(l.Text, "the plugin's config: ") {
+		t.Errorf("a config refused: %v", l)
+	}
+}

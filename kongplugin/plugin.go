@@ -45,7 +45,7 @@ func Main(args []string, v Variant, adminSocket string) int {
 	return command.Main(args, command.Program{
 		Schema: schemas[v],
 		Info:   kongschema.Info{Version: Version, Priority: Priority, Phases: v.phases(), ForKong: forKong(schemas[v], dblessSchemas[v])},
-		Serve:  serveWith(v.start), Keys: v.KeysTarget, AdminSocket: adminSocket, Check: checkKongDatabase,
+		Serve:  serveWith(v.start), Keys: v.KeysTarget, AdminSocket: adminSocket, Check: checker(v.KeysTarget),
 	}, os.Stdout, os.Stderr)
 }
 

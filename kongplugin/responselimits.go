@@ -52,7 +52,7 @@ func MainResponseLimits(args []string, adminSocket string) int {
 		Schema: responseLimitsSchema,
 		Info: kongschema.Info{Version: Version, Priority: ResponseLimitsPriority, Phases: []string{"access", "response"},
 			ForKong: forKong(responseLimitsSchema, kongschema.MustParse(withoutCluster(responseLimitsJSON)))},
-		Serve: serveWith(startResponseLimits), Keys: ResponseLimitsKeysTarget, AdminSocket: adminSocket, Check: checkKongDatabase,
+		Serve: serveWith(startResponseLimits), Keys: ResponseLimitsKeysTarget, AdminSocket: adminSocket, Check: checker(ResponseLimitsKeysTarget),
 	}, os.Stdout, os.Stderr)
 }
 

@@ -42,8 +42,9 @@ type Program struct {
 	// AdminSocket is the operators' API's Unix socket ("": none).
 	AdminSocket string
 	// Check, if set, makes the checks of `check` that reach beyond the
-	// prefix's files (Kong's database), for the Kong whose prefix it is.
-	Check func(kongPrefix string) []kongcheck.Line
+	// prefix's files (Kong's database; with a plugin's config, its
+	// store), for the Kong whose prefix it is; plugin is nil without one.
+	Check func(kongPrefix string, plugin []byte) []kongcheck.Line
 }
 
 // Main runs the command line args (os.Args: the program, then its
@@ -136,7 +137,8 @@ func serverFlags(name string, stderr io.Writer) (fs *flag.FlagSet, prefix *strin
 		fmt.Fprintf(stderr, `usage:
   %[1]s [-kong-prefix DIR]        serve Kong's plugin protocol on DIR/%[1]s.socket (Kong starts it so)
   %[1]s -dump [-kong-prefix DIR]  print the plugin's info and schema (Kong's query command)
-  %[1]s check [-kong-prefix DIR]  check what this server needs of the Kong at DIR, each line ok or the fix
+  %[1]s check [-kong-prefix DIR] [-plugin FILE]
+                                 check what this server needs of the Kong at DIR (and of a plugin's Redis), each line ok or the fix
   %[1]s version                   print the version
   %[1]s keys ...                  read or reset a key's usage (%[1]s keys -h)
 
@@ -165,12 +167,13 @@ func checked(name, prefix string) kongcheck.Server {
 	}}
 }
 
-// check runs `check [-kong-prefix DIR]`: every check, one line each, and
-// exit status 1 when one fails.
+// check runs `check [-kong-prefix DIR] [-plugin FILE]`: every check,
+// one line each, and exit status 1 when one fails.
 func check(name string, args []string, p Program, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(name+" check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	prefix := fs.String("kong-prefix", DefaultKongPrefix, "Kong's prefix (kong.conf's prefix)")
+	pluginFile := fs.String("plugin", "", "a plugin as Kong's Admin API returns it (GET /plugins/{id}), or its config: reach its Redis too")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -178,12 +181,23 @@ func check(name string, args []string, p Program, stdout, stderr io.Writer) int 
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "%s check: unknown argument %q (flags only: -kong-prefix DIR)\n", name, fs.Arg(0))
+		fmt.Fprintf(stderr, "%s check: unknown argument %q (flags only: -kong-prefix DIR, -plugin FILE)\n", name, fs.Arg(0))
 		return 2
+	}
+	var plugin []byte
+	if *pluginFile != "" {
+		b, err := os.ReadFile(*pluginFile)
+		if err == nil {
+			plugin, err = kongschema.PluginConfig(b)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "%s check: -plugin %s: %v\n", name, *pluginFile, err)
+			return 2
+		}
 	}
 	lines := kongcheck.Check(checked(name, *prefix))
 	if p.Check != nil && (len(lines) == 0 || lines[0].OK) {
-		lines = append(lines, p.Check(*prefix)...)
+		lines = append(lines, p.Check(*prefix, plugin)...)
 	}
 	failed, warned := 0, 0
 	for _, l := range lines {
