@@ -162,3 +162,18 @@ func TestCheckAndDumpTellKongsLog(t *testing.T) {
 		t.Errorf("check or -dump served: %v", served)
 	}
 }
+
+// TestCheckControlPlane: a hybrid control plane starts no plugin server,
+// so nothing about sockets or start commands is checked there.
+func TestCheckControlPlane(t *testing.T) {
+	var served []string
+	p := program(&served)
+	prefix := t.TempDir()
+	if err := os.WriteFile(filepath.Join(prefix, ".kong_env"), []byte("role = control_plane\nnginx_user = nobody nogroup\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	var out, errs bytes.Buffer
+	if code := Main([]string{"x", "check", "-kong-prefix", prefix}, p, &out, &errs); code != 0 || !strings.Contains(out.String(), "a hybrid control plane") {
+		t.Fatalf("check on a control plane: exit %d\n%s%s", code, out.String(), errs.String())
+	}
+}

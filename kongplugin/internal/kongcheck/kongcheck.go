@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"slices"
@@ -77,6 +78,9 @@ func Check(s Server) []Line {
 	}
 	out = append(out, Line{OK: true, Text: "Kong's settings: " + envPath})
 
+	if role, _ := env.Get("role"); role == "control_plane" {
+		return append(out, Line{OK: true, Text: "a hybrid control plane: Kong queries the schema here (-dump) and starts no plugin server"})
+	}
 	w, line := workers(env, envPath)
 	out = append(out, line)
 	if w == nil {
@@ -170,6 +174,11 @@ func startCommand(s Server, env *kongenv.Env, w *worker) []Line {
 		}
 	}
 	var out []Line
+	if !strings.Contains(program, "/") { // Kong runs the command with a shell: PATH finds it
+		if found, err := exec.LookPath(program); err == nil {
+			program = found
+		}
+	}
 	if fi, err := os.Stat(program); err != nil {
 		out = append(out, Line{Text: key + ": " + err.Error(), Fix: "the start command's program must exist at that path (Kong reports a missing one as exit 127)"})
 	} else if !allows(fi, w, 1) || !searchable(w, filepath.Dir(program)) {
