@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -140,7 +141,8 @@ func (m *middleware) observe(i int, now storeHealth, err error) {
 	if was == now || !m.health[i].CompareAndSwap(int32(was), int32(now)) {
 		return
 	}
-	policy := m.cfg.Rules[i].Limiter.Policy().Name()
+	rule := m.cfg.Rules[i].Limiter
+	policy, store := rule.Policy().Name(), strings.TrimPrefix(fmt.Sprintf("%T", rule.Store()), "*")
 	log := m.cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -151,11 +153,11 @@ func (m *middleware) observe(i int, now storeHealth, err error) {
 		if m.cfg.DenyOnError {
 			consequence = "its requests are answered 503 until it answers"
 		}
-		log.Error("tollgate: rate-limit store failing; "+consequence, "policy", policy, "error", err)
+		log.Error("tollgate: rate-limit store failing; "+consequence, "policy", policy, "store", store, "error", err)
 	case storeFallback:
-		log.Warn("tollgate: rate-limit store failing; its failure policy decides until it answers again", "policy", policy)
+		log.Warn("tollgate: rate-limit store failing; its failure policy decides until it answers again", "policy", policy, "store", store)
 	default:
-		log.Info("tollgate: rate-limit store answering again", "policy", policy)
+		log.Info("tollgate: rate-limit store answering again", "policy", policy, "store", store)
 	}
 }
 

@@ -86,7 +86,7 @@ func TestStoreOutageIsLoggedOnceAndReported(t *testing.T) {
 		t.Errorf("OnError's policy and error: %q", got)
 	}
 	lines := logs.lines()
-	if len(lines) != 1 || !strings.Contains(lines[0], "level=ERROR") || !strings.Contains(lines[0], "policy=api") ||
+	if len(lines) != 1 || !strings.Contains(lines[0], "level=ERROR") || !strings.Contains(lines[0], "policy=api") || !strings.Contains(lines[0], "store=redis.Store") ||
 		!strings.Contains(lines[0], "pass unlimited") || !strings.Contains(lines[0], "error=") {
 		t.Fatalf("log during the outage:\n%s\nwant one ERROR line naming the policy, the error and what requests get", strings.Join(lines, "\n"))
 	}
@@ -149,7 +149,7 @@ func TestFailoverKeepsTheLimitAndSaysSo(t *testing.T) {
 	if n := errs.Load(); n != 0 {
 		t.Errorf("OnError heard %d errors: the failure policy decided every request", n)
 	}
-	if lines := logs.lines(); len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "failure policy decides") {
+	if lines := logs.lines(); len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "failure policy decides") || !strings.Contains(lines[0], "store=failover.Store") {
 		t.Fatalf("log:\n%s\nwant one WARN line", strings.Join(lines, "\n"))
 	}
 }
