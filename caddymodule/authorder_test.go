@@ -67,3 +67,22 @@ func TestCaddyAuthPlaceholderBeforeAuthRefused(t *testing.T) {
 		t.Errorf("%d warnings, want one naming the policy, its key and what happened:\n%s", n, log)
 	}
 }
+
+// TestCaddyAuthPlaceholderRefusedByCaddyBinary: the xcaddy-built Caddy,
+// as users run it, refuses the site block at load and takes the route
+// form (TestCaddyAuthPlaceholderBeforeAuthRefused has the rest, in
+// process).
+func TestCaddyAuthPlaceholderRefusedByCaddyBinary(t *testing.T) {
+	c := caddyproc.Start(t, `respond "ok"`)
+	users := "basic_auth {\n\t\talice " + aliceHash + "\n\t}"
+	limit := "tollgate {\n\t\tpolicy per-user {\n\t\t\tkey {http.auth.user.id}\n\t\t\tlimit 2/1m fixed_window\n\t\t}\n\t}"
+	if code, body := c.Load(users + "\n\t" + limit + "\n\trespond \"ok\""); code != 400 || !strings.Contains(body, `runs after tollgate`) {
+		t.Fatalf("the site block: %d %s, want it refused", code, body)
+	}
+	if code, body := c.Load("route {\n\t" + users + "\n\t" + limit + "\n\trespond \"ok\"\n}"); code != 200 {
+		t.Fatalf("the route form: %d %s", code, body)
+	}
+	if resp, _ := c.Get("/", "Authorization", basic("alice", "alice-secret")); resp.StatusCode != 200 {
+		t.Fatalf("alice: %d", resp.StatusCode)
+	}
+}
