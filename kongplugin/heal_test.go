@@ -32,7 +32,13 @@ const kongRateLimitingTable = `CREATE TABLE ratelimiting_metrics (
 // once the file is there, saying so at [notice], with no config change.
 // A refusal of the config itself does not heal (TestKongRefusedConfigs).
 func TestKongRefusalHeals(t *testing.T) {
-	srv := kongproc.Start(t)
+	t.Run("tollgate", func(t *testing.T) { refusalHeals(t, kongproc.Start(t), false) })
+	// tollgate-response's log phase reaches the refused instance too,
+	// before the access event that tells the return.
+	t.Run("tollgate-response", func(t *testing.T) { refusalHeals(t, kongproc.StartResponse(t), true) })
+}
+
+func refusalHeals(t *testing.T, srv *kongproc.Server, logPhase bool) {
 	c := srv.Dial()
 	defer c.Close()
 	config := kongConfig(map[string]any{"minute": 5, "policy": "cluster"})
@@ -71,6 +77,11 @@ func TestKongRefusalHeals(t *testing.T) {
 	}
 	logs = nil
 	waitfor.True(t, 30*time.Second, "the refused instance serving", func() bool {
+		if logPhase {
+			if _, err := c.Log(id, req); err != nil {
+				t.Fatal(err)
+			}
+		}
 		res := access(t, c, id, req)
 		logs = append(logs, res.Logs...)
 		return !res.Exited && res.Headers.Get("X-RateLimit-Limit-Minute") == "5"

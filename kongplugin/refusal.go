@@ -128,12 +128,15 @@ func (r *refusal) Log(kong *pdk.PDK) {
 	}
 }
 
+// healed is the instance a healed refusal started, nil before; it leaves
+// what AccessEvent tells Kong's log untold.
 func (r *refusal) healed() any {
 	if r.heal == nil {
 		return nil
 	}
-	inst, _, _ := r.heal.state()
-	return inst
+	r.heal.mu.Lock()
+	defer r.heal.mu.Unlock()
+	return r.heal.inst
 }
 
 // Close stops the healing and closes the instance it started, if any:
