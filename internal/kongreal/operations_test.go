@@ -419,10 +419,11 @@ func TestKongRefusalHealsAtDefaultLevel(t *testing.T) {
 	k := Start(t, Options{Prefix: prefix, Postgres: pg, Extra: append(slices.Clone(defaultLogLevel), "nginx_user = nobody nogroup")})
 	k.AdminWant(201, "POST", "/services", map[string]any{"name": "heal", "url": up.URL})
 	k.AdminWant(201, "POST", "/services/heal/routes", map[string]any{"name": "heal", "paths": []string{"/heal"}})
+	probeWorkers(k, "heal")
 	k.AdminWant(201, "POST", "/routes/heal/plugins", map[string]any{"name": "tollgate",
 		"config": map[string]any{"hour": 100, "limit_by": "ip", "policy": "cluster", "fault_tolerant": false}})
 	waitfor.True(t, 30*time.Second, "the refusal in Kong's log", func() bool {
-		if a := k.GetOnce("/heal"); a.Status != 500 && a.Status != 404 {
+		if a := k.GetOnce("/heal", probeClient()); a.Status != 500 && a.Status != 404 {
 			t.Fatalf("while .kong_env is unreadable: %s, want Kong's 500", a)
 		}
 		return strings.Contains(k.ErrorLog(), "config refused, every request answered 500 until the cause is gone")
@@ -438,18 +439,15 @@ func TestKongRefusalHealsAtDefaultLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Each of Kong's workers has an instance of its own, which tries
-	// again on its own; the one that told the refusal tells the return at
-	// its next request. Wait for both: eight answers in a row served, and
-	// the return in the log.
-	served := 0
-	waitfor.True(t, 90*time.Second, "the instances serving once .kong_env is readable, and saying so", func() bool {
-		if a := k.GetOnce("/heal"); a.Status == 200 && a.Headers.Get("X-RateLimit-Limit-Hour") == "100" {
-			served++
-		} else {
-			served = 0
-		}
-		return served >= 8 && strings.Contains(k.ErrorLog(), "config in force again: what refused it is mended")
-	})
+	// again on its own, and either worker may take the next connection:
+	// wait until each worker serves (each request from an address of its
+	// own, so no quota runs out while they heal). The one whose instance
+	// told the refusal told the return with its first served request.
+	everyWorker(t, k, "tollgate serving once .kong_env is readable", "/heal", func() []string { return []string{probeClient()} },
+		func(a Answer) bool { return a.Status == 200 && a.Headers.Get("X-RateLimit-Limit-Hour") == "100" })
+	if !strings.Contains(k.ErrorLog(), "config in force again: what refused it is mended") {
+		t.Errorf("Kong's log lacks the return of the instance that told the refusal:\n%s", k.ErrorLog())
+	}
 	for _, line := range strings.Split(k.ErrorLog(), "\n") {
 		if strings.Contains(line, "config in force again") && !strings.Contains(line, "[notice]") {
 			t.Errorf("the return is not at [notice]: %s", line)
