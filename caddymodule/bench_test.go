@@ -14,7 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/tollgate/tollgate/core/algo"
-	"github.com/tollgate/tollgate/core/spec"
+	"github.com/tollgate/tollgate/core/config"
 )
 
 // serveLoop runs handle b.N times the way Caddy calls a handler (see
@@ -54,8 +54,8 @@ func serveN(b *testing.B, n int, handle func(w http.ResponseWriter, r *http.Requ
 // provisioned returns a handler with one policy of 100,000 a minute per
 // X-Key (algorithm alg), default headers, the memory store.
 func provisioned(b *testing.B, alg string) *Handler {
-	h := &Handler{Policies: []*PolicyConfig{{Policy: spec.Policy{Name: "p", Key: "{http.request.header.X-Key}",
-		Limits: []spec.Limit{{Count: 100_000, Window: algo.Duration(60e9), Algorithm: alg}}}}}}
+	h := &Handler{Policies: []*PolicyConfig{{Policy: config.Policy{Name: "p", Key: "{http.request.header.X-Key}",
+		Limits: []config.Limit{{Count: 100_000, Window: algo.Duration(60e9), Algorithm: alg}}}}}}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	b.Cleanup(cancel)
 	if err := h.Provision(ctx); err != nil {

@@ -7,7 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/tollgate/tollgate/core/spec"
+	"github.com/tollgate/tollgate/core/config"
 )
 
 func init() {
@@ -24,7 +24,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 }
 
 // UnmarshalCaddyfile reads the tollgate directive. The options are core's
-// (spec.Store, spec.Policy, spec.Adaptive), which check them; this
+// (config.Store, config.Policy, config.Adaptive), which check them; this
 // adds the Caddyfile line to their errors.
 //
 //	tollgate [<matcher>] {
@@ -145,7 +145,7 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 			if d.NextArg() {
 				return nil, d.ArgErr()
 			}
-			a := new(spec.Adaptive)
+			a := new(config.Adaptive)
 			for nesting := d.Nesting(); d.NextBlock(nesting); {
 				opt := d.Val()
 				v, err := lineArg(d)
@@ -164,7 +164,7 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 			if d.NextArg() {
 				return nil, d.ArgErr()
 			}
-			c := new(spec.Charge)
+			c := new(config.Charge)
 			for nesting := d.Nesting(); d.NextBlock(nesting); {
 				if err := setCharge(c, d.Val(), d.RemainingArgs()); err != nil {
 					return nil, d.Errf("policy %q charge %v", p.Name, err)

@@ -3,8 +3,8 @@ package caddymodule
 import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/tollgate/tollgate/core/config"
 	"github.com/tollgate/tollgate/core/headers"
-	"github.com/tollgate/tollgate/core/spec"
 )
 
 // DefaultKey is a policy's key when none is set: the client IP as Caddy's
@@ -15,7 +15,7 @@ const DefaultKey = "{http.vars.client_ip}"
 // placeholders, empty_key, stacked limits, cost, shadow, adaptive) and the
 // requests it covers.
 type PolicyConfig struct {
-	spec.Policy
+	config.Policy
 	// MatcherSetsRaw selects the requests the policy covers; none means all.
 	MatcherSetsRaw caddyhttp.RawMatcherSets `json:"match,omitempty" caddy:"namespace=http.matchers"`
 }

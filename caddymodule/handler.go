@@ -20,11 +20,11 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/admin"
+	"github.com/tollgate/tollgate/core/config"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
 	"github.com/tollgate/tollgate/core/metrics"
 	"github.com/tollgate/tollgate/core/openstore"
-	"github.com/tollgate/tollgate/core/spec"
 )
 
 func init() {
@@ -38,7 +38,7 @@ var ErrRateLimited = errors.New("rate limit exceeded")
 // Handler limits the rate of requests by policies over one store.
 type Handler struct {
 	// Store holds the counters; default memory.
-	Store *spec.Store `json:"store,omitempty"`
+	Store *config.Store `json:"store,omitempty"`
 	// Policies are applied in order; a request must pass every policy that
 	// matches it.
 	Policies []*PolicyConfig `json:"policies"`
@@ -53,7 +53,7 @@ type Handler struct {
 	gate     *gate.Gate
 	store    *openstore.Handle
 	stopLog  func()
-	compiled *spec.Compiled // the policies, built and checked once
+	compiled *config.Compiled // the policies, built and checked once
 	metrics  *metrics.Set
 	logger   *zap.Logger
 	sampler  *gate.DenialSampler // nil unless log_denials
@@ -62,7 +62,7 @@ type Handler struct {
 
 // policy is a provisioned PolicyConfig.
 type policy struct {
-	compiled *spec.CompiledPolicy // the policy, its empty-key handling and cost
+	compiled *config.CompiledPolicy // the policy, its empty-key handling and cost
 	matchers caddyhttp.MatcherSets
 	key      *keyTemplate
 	plan     *keyTemplate // the template naming the request's plan; nil: none
@@ -115,7 +115,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	specs := make([]*spec.Policy, len(h.Policies))
+	specs := make([]*config.Policy, len(h.Policies))
 	for i, pc := range h.Policies {
 		if pc == nil {
 			return fmt.Errorf("policies: null policy")
@@ -123,7 +123,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		specs[i] = &pc.Policy
 	}
 	// Keyed like the counters, so a reload keeps an adaptive factor.
-	if h.compiled, err = spec.Compile("caddy", sc, nil, specs...); err != nil {
+	if h.compiled, err = config.Compile("caddy", sc, nil, specs...); err != nil {
 		return err
 	}
 	for i, pc := range h.Policies {
@@ -149,7 +149,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			}
 		}
 	}
-	if h.store, gc.Rules, err = openstore.Open(h.compiled, ""); err != nil {
+	if h.store, gc.Rules, err = config.Open(h.compiled, ""); err != nil {
 		return err
 	}
 	if h.gate, err = gate.New(gc); err != nil {
@@ -174,7 +174,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 // provisionPolicy loads what Caddy adds to a compiled policy: its key,
 // plan and priority templates and its matchers.
-func provisionPolicy(ctx caddy.Context, pc *PolicyConfig, compiled *spec.CompiledPolicy) (*policy, error) {
+func provisionPolicy(ctx caddy.Context, pc *PolicyConfig, compiled *config.CompiledPolicy) (*policy, error) {
 	p := &policy{compiled: compiled}
 	var err error
 	if p.key, err = parseKeyTemplate(cmp.Or(pc.Key, DefaultKey)); err != nil {
@@ -262,14 +262,14 @@ func (q *request) Input(i int) (gate.Input, error) {
 			zap.String("policy", p.compiled.Policy.Name()), zap.String("key", p.key.source), zap.String("empty_key", p.compiled.EmptyKey.String()),
 			zap.Int64("empty", p.empties.empty.Load()), zap.Int("of_first_requests", emptyKeyWindow))
 	}
-	if in.Empty && p.compiled.EmptyKey == spec.EmptyKeyClient {
+	if in.Empty && p.compiled.EmptyKey == gate.EmptyKeyClient {
 		in.Client = clientAddress(q.r) // the default key's own value
 	}
 	if p.plan != nil {
 		in.Plan = p.plan.eval(q.r, q.repl)
 	}
 	if p.priority != nil {
-		in.Priority = spec.ParsePriority(p.priority.eval(q.r, q.repl))
+		in.Priority = config.ParsePriority(p.priority.eval(q.r, q.repl))
 	}
 	return in, nil
 }

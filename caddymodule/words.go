@@ -16,16 +16,16 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/adaptive"
 	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/config"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
-	"github.com/tollgate/tollgate/core/spec"
 )
 
 // parseLimitWords reads a limit written as words: <count>/<window>
 // [<algorithm>] [burst <n>] [max_delay <duration>] [name <label>], and
 // validates it.
-func parseLimitWords(args []string) (spec.Limit, error) {
-	var s spec.Limit
+func parseLimitWords(args []string) (config.Limit, error) {
+	var s config.Limit
 	if len(args) == 0 {
 		return s, fmt.Errorf("want <count>/<window>, such as 100/1m")
 	}
@@ -78,7 +78,7 @@ func parseLimitWords(args []string) (spec.Limit, error) {
 // setAdaptive reads adaptive option opt with value v as written in an option line:
 // controller a name, latency and interval durations, min_samples a count,
 // tolerance a multiple, the rest fractions ("0.3" or "30%").
-func setAdaptive(s *spec.Adaptive, opt, v string) error {
+func setAdaptive(s *config.Adaptive, opt, v string) error {
 	switch opt {
 	case "controller":
 		if v != adaptive.ControllerGradient && v != adaptive.ControllerAIMD {
@@ -126,10 +126,10 @@ func setAdaptive(s *spec.Adaptive, opt, v string) error {
 
 // setPlan reads one line of a plans block: <plan> <words of
 // parseLimitWords> (repeated to stack limits), or <plan> unlimited.
-func setPlan(s *spec.Policy, name string, args []string) error {
-	i := slices.IndexFunc(s.Plans, func(p spec.Plan) bool { return p.Name == name })
+func setPlan(s *config.Policy, name string, args []string) error {
+	i := slices.IndexFunc(s.Plans, func(p config.Plan) bool { return p.Name == name })
 	if i < 0 {
-		s.Plans, i = append(s.Plans, spec.Plan{Name: name}), len(s.Plans)
+		s.Plans, i = append(s.Plans, config.Plan{Name: name}), len(s.Plans)
 	}
 	plan := &s.Plans[i]
 	if len(args) == 1 && args[0] == "unlimited" {
@@ -147,7 +147,7 @@ func setPlan(s *spec.Policy, name string, args []string) error {
 // setCharge reads one line of a policy's charge block: status <code or
 // class or range...>, header <name> [<value>...], cost_header <name>
 // [<entry>], cost <n>.
-func setCharge(c *spec.Charge, opt string, args []string) error {
+func setCharge(c *config.Charge, opt string, args []string) error {
 	switch opt {
 	case "status":
 		if len(args) == 0 {
@@ -173,7 +173,7 @@ func setCharge(c *spec.Charge, opt string, args []string) error {
 			return err
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || spec.CheckCost(n) != nil {
+		if err != nil || config.CheckCost(n) != nil {
 			return fmt.Errorf("cost: %q is not a whole number of at least 0", v)
 		}
 		c.Cost = &n
@@ -187,7 +187,7 @@ func setCharge(c *spec.Charge, opt string, args []string) error {
 // skip|shared, limit <words of parseLimitWords>, cost <n>, shadow. The
 // adaptive block is read with setAdaptive. Errors name the policy, the
 // option and the value.
-func setPolicy(s *spec.Policy, opt string, args []string) error {
+func setPolicy(s *config.Policy, opt string, args []string) error {
 	one := func() (string, error) { return oneArg(opt, args) }
 	var err error
 	switch opt {
@@ -195,7 +195,7 @@ func setPolicy(s *spec.Policy, opt string, args []string) error {
 		s.Key, err = one()
 	case "empty_key":
 		if s.EmptyKey, err = one(); err == nil {
-			if _, perr := spec.ParseEmptyKey(s.EmptyKey); perr != nil {
+			if _, perr := gate.ParseEmptyKey(s.EmptyKey); perr != nil {
 				err = fmt.Errorf("policy %q empty_key: %w", s.Name, perr)
 			}
 		}
@@ -212,8 +212,8 @@ func setPolicy(s *spec.Policy, opt string, args []string) error {
 			switch {
 			case perr != nil:
 				err = fmt.Errorf("policy %q cost: %q is not a whole number", s.Name, v)
-			case spec.CheckCost(n) != nil:
-				err = fmt.Errorf("policy %q cost: %w", s.Name, spec.CheckCost(n))
+			case config.CheckCost(n) != nil:
+				err = fmt.Errorf("policy %q cost: %w", s.Name, config.CheckCost(n))
 			}
 			s.Cost = n
 		}
@@ -239,7 +239,7 @@ func setPolicy(s *spec.Policy, opt string, args []string) error {
 		if perr != nil {
 			return perr
 		}
-		s.Penalty = &spec.Penalty{Denials: n, Within: algo.Duration(within), For: algo.Duration(box)}
+		s.Penalty = &config.Penalty{Denials: n, Within: algo.Duration(within), For: algo.Duration(box)}
 	case "priority":
 		s.Priority, err = one()
 	case "reserve":
@@ -261,7 +261,7 @@ func setPolicy(s *spec.Policy, opt string, args []string) error {
 		if lerr != nil {
 			return fmt.Errorf("policy %q reserve: %q is not a whole priority", s.Name, args[2])
 		}
-		s.Reserve = &spec.Reserve{Share: share, For: level}
+		s.Reserve = &config.Reserve{Share: share, For: level}
 	case "plan":
 		s.Plan, err = one()
 	case "default_plan":
@@ -287,11 +287,11 @@ func oneArg(opt string, args []string) (string, error) {
 // parseStoreWords reads a store written as words: memory [max_keys <n>],
 // redis <url>, cluster <addr...> or sentinel <master> <addr...>. Options of
 // a Redis store follow with setStore.
-func parseStoreWords(args []string) (*spec.Store, error) {
+func parseStoreWords(args []string) (*config.Store, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("store: want memory, redis <url>, cluster <addr...> or sentinel <master> <addr...>")
 	}
-	s := &spec.Store{Type: args[0]}
+	s := &config.Store{Type: args[0]}
 	rest := args[1:]
 	switch s.Type {
 	case "memory":
@@ -329,7 +329,7 @@ func parseStoreWords(args []string) (*spec.Store, error) {
 // local|allow|deny|fail, mode exact|eventual [sync <duration>], max_keys,
 // pool_size and db <n>, prefix, username, password and sentinel_password
 // <string>, tls [<server name>], tls_ca <PEM file>.
-func setStore(s *spec.Store, opt string, args []string) error {
+func setStore(s *config.Store, opt string, args []string) error {
 	if s.Type == "memory" {
 		return fmt.Errorf("store memory: takes no block (got %q)", opt)
 	}
@@ -362,7 +362,7 @@ func setStore(s *spec.Store, opt string, args []string) error {
 			if err != nil {
 				return err
 			}
-			if err := spec.CheckSyncInterval(d); err != nil {
+			if err := config.CheckSyncInterval(d); err != nil {
 				return fmt.Errorf("store sync: %w", err)
 			}
 			s.Sync = algo.Duration(d)
@@ -417,7 +417,7 @@ func setResponse(s *gate.ResponseSpec, opt, v string) error {
 			return fmt.Errorf("status: %q is not a whole number", v)
 		}
 		s.Status = n
-		if err := spec.CheckDenyStatus(n); err != nil {
+		if err := gate.CheckDenyStatus(n); err != nil {
 			return fmt.Errorf("status: %w", err)
 		}
 	case "jitter":
@@ -426,7 +426,7 @@ func setResponse(s *gate.ResponseSpec, opt, v string) error {
 			return fmt.Errorf("jitter: %q is not a fraction between 0 and 1", v)
 		}
 		s.Jitter = f
-		if err := spec.CheckJitter(f); err != nil {
+		if err := gate.CheckJitter(f); err != nil {
 			return fmt.Errorf("jitter: %w", err)
 		}
 	case "log_denials":
@@ -444,7 +444,7 @@ func setResponse(s *gate.ResponseSpec, opt, v string) error {
 // storeCount reads the value of a store's count option (max_keys,
 // pool_size, db): a whole number, 0 only for db (0 is how a spec leaves
 // the others unset, so writing it would be read as leaving them out), and
-// max_keys in the range the stores take (spec.CheckMaxKeys).
+// max_keys in the range the stores take (config.CheckMaxKeys).
 func storeCount(opt, v string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil {
@@ -457,7 +457,7 @@ func storeCount(opt, v string) (int, error) {
 		return 0, fmt.Errorf("%s: 0 must be at least 1 (leave %s out for its default)", opt, opt)
 	}
 	if opt == "max_keys" {
-		if err := spec.CheckMaxKeys(n); err != nil {
+		if err := config.CheckMaxKeys(n); err != nil {
 			return 0, err
 		}
 	}

@@ -4,13 +4,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate/tollgate/core/spec"
+	"github.com/tollgate/tollgate/core/config"
 )
 
 // TestPlansWordLines: a plans block's lines (words, as a config file
 // writes them) stack limits per plan.
 func TestPlansWordLines(t *testing.T) {
-	s := spec.Policy{Name: "api"}
+	s := config.Policy{Name: "api"}
 	for _, line := range [][]string{{"free", "100/1h"}, {"free", "10/1m"}, {"pro", "10000/1h"}, {"pro", "1000/1m"}, {"internal", "unlimited"}} {
 		if err := setPlan(&s, line[0], line[1:]); err != nil {
 			t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
-	"github.com/tollgate/tollgate/core/spec"
+	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongcheck"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongdb"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongenv"
@@ -32,18 +32,18 @@ type clusterScope struct {
 // (kong/plugins/rate-limiting/policies/cluster.lua), reached with the
 // pg_* settings Kong resolved in its prefix's .kong_env. fault_tolerant
 // (or on_error) decides while the database fails, as with Redis.
-func clusterStore(cs clusterScope, faultTolerant bool, onError string) (spec.StoreConfig, error) {
+func clusterStore(cs clusterScope, faultTolerant bool, onError string) (openstore.Config, error) {
 	conn, err := kongDatabase(startingKong())
 	if err != nil {
-		return spec.StoreConfig{}, err
+		return openstore.Config{}, err
 	}
 	oe, err := core.ParseOnError(failurePolicy(faultTolerant, onError))
 	if err != nil {
-		return spec.StoreConfig{}, fmt.Errorf("on_error: %w", err)
+		return openstore.Config{}, fmt.Errorf("on_error: %w", err)
 	}
 	o := kongdb.Options{Conn: conn, Table: cs.table, ServiceID: cs.serviceID, RouteID: cs.routeID, Prefix: cs.prefix}
 	id, _ := json.Marshal(o)
-	return spec.StoreConfig{OnError: oe, External: &spec.ExternalStore{ID: string(id), Kind: "postgres", Open: func() (core.Store, func() error, error) {
+	return openstore.Config{OnError: oe, External: &openstore.External{ID: string(id), Kind: "postgres", Open: func() (core.Store, func() error, error) {
 		s, err := kongdb.New(o)
 		if err != nil {
 			return nil, nil, err

@@ -11,9 +11,10 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/config"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
-	"github.com/tollgate/tollgate/core/spec"
+	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongdb"
 )
@@ -83,13 +84,13 @@ type Config struct {
 	// Kong's log phase.
 	Adaptive *AdaptiveConfig `json:"adaptive"`
 	// Charge charges the limits what each response costs, in Kong's log
-	// phase, instead of each request (see spec.Charge).
+	// phase, instead of each request (see config.Charge).
 	Charge *ChargeConfig `json:"charge"`
 	// Penalty refuses a key for Duration seconds once its limits have
-	// denied it Denials times within Within seconds (see spec.Penalty).
+	// denied it Denials times within Within seconds (see config.Penalty).
 	Penalty *PenaltyConfig `json:"penalty"`
 	// Reserve holds Share of every limit back for requests whose
-	// PriorityHeader is Level or above (see spec.Reserve).
+	// PriorityHeader is Level or above (see config.Reserve).
 	Reserve *ReserveConfig `json:"reserve"`
 
 	// Kong adds route_id and service_id (not schema fields) to the config
@@ -143,7 +144,7 @@ type RedisConfig struct {
 }
 
 // AdaptiveConfig tunes adaptive limiting; null fields take core's defaults.
-// The fields are spec.Adaptive's, with its meanings and defaults, but
+// The fields are config.Adaptive's, with its meanings and defaults, but
 // for Kong's units: Latency is in ms, Interval in seconds.
 type AdaptiveConfig struct {
 	Enabled    bool     `json:"enabled"`
@@ -161,8 +162,8 @@ type AdaptiveConfig struct {
 
 // spec reads a's Kong units (latency in ms, interval in seconds); core
 // validates it.
-func (a *AdaptiveConfig) spec() *spec.Adaptive {
-	return &spec.Adaptive{
+func (a *AdaptiveConfig) spec() *config.Adaptive {
+	return &config.Adaptive{
 		Controller: or(a.Controller, ""), Tolerance: or(a.Tolerance, 0), Min: or(a.Min, 0), ErrorRate: or(a.ErrorRate, 0), Quantile: or(a.Quantile, 0),
 		Decrease: or(a.Decrease, 0), Increase: or(a.Increase, 0), MinSamples: int64(or(a.MinSamples, 0)),
 		Latency:  algo.Duration(or(a.Latency, 0) * float64(time.Millisecond)),
@@ -193,7 +194,7 @@ type RedisSettings struct {
 	notes []string
 }
 
-// ReserveConfig is spec.Reserve, with the request header that carries a
+// ReserveConfig is config.Reserve, with the request header that carries a
 // request's priority (a whole number; anything else is 0).
 type ReserveConfig struct {
 	Share          float64 `json:"share"`
@@ -201,14 +202,14 @@ type ReserveConfig struct {
 	PriorityHeader string  `json:"priority_header"`
 }
 
-// PenaltyConfig is spec.Penalty in Kong's units (seconds).
+// PenaltyConfig is config.Penalty in Kong's units (seconds).
 type PenaltyConfig struct {
 	Denials  int64   `json:"denials"`
 	Within   float64 `json:"within"`
 	Duration float64 `json:"duration"`
 }
 
-// ChargeConfig is spec.Charge as Kong sends it (null for unset fields).
+// ChargeConfig is config.Charge as Kong sends it (null for unset fields).
 type ChargeConfig struct {
 	Status     []string `json:"status"`
 	Header     *string  `json:"header"`
@@ -219,8 +220,8 @@ type ChargeConfig struct {
 }
 
 // spec reads c; core validates it.
-func (c *ChargeConfig) spec() *spec.Charge {
-	return &spec.Charge{Status: c.Status, Header: or(c.Header, ""), Values: c.Values, CostHeader: or(c.CostHeader, ""),
+func (c *ChargeConfig) spec() *config.Charge {
+	return &config.Charge{Status: c.Status, Header: or(c.Header, ""), Values: c.Values, CostHeader: or(c.CostHeader, ""),
 		CostEntry: or(c.CostEntry, ""), Cost: c.Cost}
 }
 
@@ -237,18 +238,18 @@ type LimitConfig struct {
 }
 
 // spec reads l as the limit field names: core validates it.
-func (l *LimitConfig) spec(field, algorithm string) (spec.Limit, error) {
+func (l *LimitConfig) spec(field, algorithm string) (config.Limit, error) {
 	w, err := algo.ParseWindow(l.Window)
 	if err != nil {
-		return spec.Limit{}, fmt.Errorf("%s.window: %w", field, err)
+		return config.Limit{}, fmt.Errorf("%s.window: %w", field, err)
 	}
 	var maxDelay time.Duration
 	if l.MaxDelay != "" {
 		if maxDelay, err = algo.ParseDuration(l.MaxDelay); err != nil {
-			return spec.Limit{}, fmt.Errorf("%s.max_delay: %w", field, err)
+			return config.Limit{}, fmt.Errorf("%s.max_delay: %w", field, err)
 		}
 	}
-	return spec.Limit{Count: l.Count, Window: algo.Duration(w), Algorithm: cmp.Or(l.Algorithm, algorithm),
+	return config.Limit{Count: l.Count, Window: algo.Duration(w), Algorithm: cmp.Or(l.Algorithm, algorithm),
 		Burst: l.Burst, MaxDelay: algo.Duration(maxDelay), Name: cmp.Or(l.Name, algo.FormatWindow(w))}, nil
 }
 
@@ -302,13 +303,13 @@ func compile(c *Config) (*instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	policy := spec.Policy{Name: "tollgate", Limits: limits, Shadow: c.Shadow, DefaultPlan: c.DefaultPlan, ClearKeys: c.ClearKeys}
+	policy := config.Policy{Name: "tollgate", Limits: limits, Shadow: c.Shadow, DefaultPlan: c.DefaultPlan, ClearKeys: c.ClearKeys}
 	inst.sampler = gate.NewDenialSampler(c.LogDenials)
 	if len(c.Plans) > 0 && len(limits) > 0 {
 		return nil, fmt.Errorf("plans: set with second..year or limits; give one or the other (each plan holds its limits)")
 	}
 	for i, plan := range c.Plans {
-		ps := spec.Plan{Name: plan.Name, Unlimited: plan.Unlimited}
+		ps := config.Plan{Name: plan.Name, Unlimited: plan.Unlimited}
 		if ps.Limits, err = plan.Periods.limits(plan.Limits, c.Algorithm, fmt.Sprintf("plans[%d]: ", i)); err != nil {
 			return nil, err
 		}
@@ -325,10 +326,10 @@ func compile(c *Config) (*instance, error) {
 		policy.Adaptive = c.Adaptive.spec()
 	}
 	if c.Reserve != nil {
-		policy.Reserve = &spec.Reserve{Share: c.Reserve.Share, For: c.Reserve.Level}
+		policy.Reserve = &config.Reserve{Share: c.Reserve.Share, For: c.Reserve.Level}
 	}
 	if c.Penalty != nil {
-		policy.Penalty = &spec.Penalty{Denials: c.Penalty.Denials, Within: algo.Duration(c.Penalty.Within * float64(time.Second)),
+		policy.Penalty = &config.Penalty{Denials: c.Penalty.Denials, Within: algo.Duration(c.Penalty.Within * float64(time.Second)),
 			For: algo.Duration(c.Penalty.Duration * float64(time.Second))}
 	}
 	if c.Charge != nil {
@@ -340,7 +341,7 @@ func compile(c *Config) (*instance, error) {
 	// An adaptive controller is shared per scope and settings, so the factor
 	// survives Kong replacing the instance (it starts the new one before it
 	// closes the old); Close releases it.
-	if inst.built, err = spec.Compile("kong|"+inst.scope.Prefix, sc, clusterCheck(c), &policy); err != nil {
+	if inst.built, err = config.Compile("kong|"+inst.scope.Prefix, sc, clusterCheck(c), &policy); err != nil {
 		return nil, err
 	}
 	if storeErr != nil {
@@ -397,8 +398,8 @@ func (ps *Periods) each() [6]period {
 
 // limits reads Kong's periods, then the extra limits; field prefixes their
 // names in errors.
-func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]spec.Limit, error) {
-	var limits []spec.Limit
+func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]config.Limit, error) {
+	var limits []config.Limit
 	var fields []string
 	for _, p := range ps.each() {
 		if p.count == nil {
@@ -411,7 +412,7 @@ func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]spec.
 				field, p.name, strconv.FormatFloat(*p.count, 'g', -1, 64), int64(algo.MaxCount))
 		}
 		count := int64(math.Ceil(*p.count))
-		limits = append(limits, spec.Limit{Name: p.name, Count: count, Window: algo.Duration(p.window), Algorithm: algorithm})
+		limits = append(limits, config.Limit{Name: p.name, Count: count, Window: algo.Duration(p.window), Algorithm: algorithm})
 		fields = append(fields, p.name)
 	}
 	for i := range extra {
@@ -454,7 +455,7 @@ func warnPeriodOrder(ps *Periods, field string, w *warnings) {
 // storeConfig reads policy, redis, sync_rate, fault_tolerant and on_error
 // into a store spec, which core validates; a store that failed to read is
 // the zero config (its error says why).
-func storeConfig(c *Config, scope string) (spec.StoreConfig, error) {
+func storeConfig(c *Config, scope string) (openstore.Config, error) {
 	return storeOf(c.Policy, c.FaultTolerant, c.OnError, c.SyncRate, &c.RedisSettings, clusterScope{table: kongdb.RateLimiting,
 		prefix: scope, serviceID: c.attached.ServiceID, routeID: c.attached.RouteID})
 }
@@ -462,27 +463,27 @@ func storeConfig(c *Config, scope string) (spec.StoreConfig, error) {
 // storeOf reads a config's store fields (policy, fault_tolerant, on_error,
 // sync_rate and the Redis settings) into a store spec, which core
 // validates.
-func storeOf(policy string, faultTolerant bool, onError string, syncRate float64, rs *RedisSettings, cs clusterScope) (spec.StoreConfig, error) {
+func storeOf(policy string, faultTolerant bool, onError string, syncRate float64, rs *RedisSettings, cs clusterScope) (openstore.Config, error) {
 	if policy == "cluster" {
 		if syncRate != -1 {
-			return spec.StoreConfig{}, fmt.Errorf("sync_rate: %s counts on the node and syncs through Redis; policy cluster decides every request in Kong's database (sync_rate -1)", strconv.FormatFloat(syncRate, 'g', -1, 64))
+			return openstore.Config{}, fmt.Errorf("sync_rate: %s counts on the node and syncs through Redis; policy cluster decides every request in Kong's database (sync_rate -1)", strconv.FormatFloat(syncRate, 'g', -1, 64))
 		}
 		return clusterStore(cs, faultTolerant, onError)
 	}
 	if policy != "redis" {
-		return spec.StoreConfig{}, nil
+		return openstore.Config{}, nil
 	}
-	st := spec.Store{Type: "redis", OnError: failurePolicy(faultTolerant, onError)}
+	st := config.Store{Type: "redis", OnError: failurePolicy(faultTolerant, onError)}
 	if syncRate != -1 {
 		const longest = 24 * time.Hour // far beyond any period a sync can serve; a larger value is a typo
 		if syncRate > longest.Seconds() {
-			return spec.StoreConfig{}, fmt.Errorf("sync_rate: %s seconds is above a day (%g)", strconv.FormatFloat(syncRate, 'g', -1, 64), longest.Seconds())
+			return openstore.Config{}, fmt.Errorf("sync_rate: %s seconds is above a day (%g)", strconv.FormatFloat(syncRate, 'g', -1, 64), longest.Seconds())
 		}
 		st.Mode, st.Sync = "eventual", algo.Duration(syncRate*float64(time.Second))
 	}
 	r, err := rs.redisRecord()
 	if err != nil {
-		return spec.StoreConfig{}, err
+		return openstore.Config{}, err
 	}
 	// Kong allows a timeout of 0 ms: it takes the default, never unbounded.
 	st.Timeout = algo.Duration(time.Duration(cmp.Or(r.Timeout, 2000)) * time.Millisecond)
@@ -492,7 +493,7 @@ func storeOf(policy string, faultTolerant bool, onError string, syncRate float64
 	if r.SSL && r.SSLVerify {
 		trust, err := readKongTrust(startingKong())
 		if err != nil {
-			return spec.StoreConfig{}, err
+			return openstore.Config{}, err
 		}
 		st.TLSCA, st.TLSMaxChain = trust.caFile, trust.maxChain
 	}
@@ -507,7 +508,7 @@ func storeOf(policy string, faultTolerant bool, onError string, syncRate float64
 	}
 	sc, err := st.Config()
 	if err != nil {
-		return spec.StoreConfig{}, fmt.Errorf("redis: %w", err)
+		return openstore.Config{}, fmt.Errorf("redis: %w", err)
 	}
 	if sc.Eventual {
 		sc.ModeSetting = "sync_rate" // eventual mode's errors name it

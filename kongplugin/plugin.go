@@ -19,10 +19,10 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/admin"
+	"github.com/tollgate/tollgate/core/config"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
 	"github.com/tollgate/tollgate/core/openstore"
-	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/kongplugin/internal/command"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
 	"github.com/tollgate/tollgate/kongplugin/internal/pluginserver"
@@ -70,11 +70,11 @@ func (v Variant) start(raw []byte) (any, error) {
 
 // instance is a validated config, ready for requests once open.
 type instance struct {
-	*Config                  // as checked, with Kong's defaults filled
-	built    *spec.Compiled  // its one policy, released at Close
-	policy   *core.Policy    // built's
-	scope    gate.Scope      // ns=<namespace> or route=<id>,service=<id> (instanceScope)
-	headers  headers.Options // style none when hide_client_headers
+	*Config                   // as checked, with Kong's defaults filled
+	built    *config.Compiled // its one policy, released at Close
+	policy   *core.Policy     // built's
+	scope    gate.Scope       // ns=<namespace> or route=<id>,service=<id> (instanceScope)
+	headers  headers.Options  // style none when hide_client_headers
 	sampler  *gate.DenialSampler
 	warnings warnings // told Kong's log at the first request
 
@@ -130,8 +130,8 @@ func (o *opened) close() {
 // openGate opens (or joins) the store built runs on and builds a gate of
 // cfg over it, one rule per policy of built, and registers it with the
 // operators' API as scope.Name.
-func openGate(scope gate.Scope, cfg gate.Config, built *spec.Compiled) (opened, error) {
-	h, rules, err := openstore.Open(built, scope.Prefix)
+func openGate(scope gate.Scope, cfg gate.Config, built *config.Compiled) (opened, error) {
+	h, rules, err := config.Open(built, scope.Prefix)
 	if err != nil {
 		return opened{}, err
 	}
@@ -203,7 +203,7 @@ func (c *Config) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 	req := gate.SameInput{Covered: true, Key: inst.scope.Key(id), Cost: inst.Cost, Plan: planOf(kong, inst, consumer)}
 	if inst.Reserve != nil { // no PDK call without a reserve
 		v, _ := kong.Request.GetHeader(inst.Reserve.PriorityHeader)
-		req.Priority = spec.ParsePriority(v)
+		req.Priority = config.ParsePriority(v)
 	}
 	var outcome gate.Outcome
 	if err := g.Decide(context.Background(), &req, &outcome); err != nil {

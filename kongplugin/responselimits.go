@@ -15,9 +15,9 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/config"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
-	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/kongplugin/internal/command"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongdb"
@@ -119,8 +119,8 @@ type responseLimits struct {
 	// counts resources[i] (fixed windows, charged after the response what
 	// its entry of the usage header says).
 	resources []string
-	built     *spec.Compiled // a policy per resource, charged by the usage header
-	policies  []*core.Policy // built's
+	built     *config.Compiled // a policy per resource, charged by the usage header
+	policies  []*core.Policy   // built's
 	scope     gate.Scope
 	warnings  warnings // told Kong's log at the first request
 
@@ -156,7 +156,7 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 	// get_local_key): a plugin on a service shares them across its routes.
 	rl.scope = instanceScope(c.attached.RouteID, c.attached.ServiceID, "")
 	zero := int64(0)
-	specs := make([]*spec.Policy, len(rl.resources))
+	specs := make([]*config.Policy, len(rl.resources))
 	for i, name := range rl.resources {
 		periods := c.Limits[name]
 		field := "limits." + name + "."
@@ -165,8 +165,8 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 		if err != nil {
 			return nil, err
 		}
-		specs[i] = &spec.Policy{Name: name, Limits: limits, Shadow: !c.BlockOnFirstViolation,
-			Charge: &spec.Charge{CostHeader: c.HeaderName, CostEntry: name, Cost: &zero}}
+		specs[i] = &config.Policy{Name: name, Limits: limits, Shadow: !c.BlockOnFirstViolation,
+			Charge: &config.Charge{CostHeader: c.HeaderName, CostEntry: name, Cost: &zero}}
 	}
 	var err error
 	cs := clusterScope{table: kongdb.ResponseRateLimiting, prefix: rl.scope.Prefix, serviceID: c.attached.ServiceID, routeID: c.attached.RouteID}
@@ -176,8 +176,8 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 	}
 	rl.warnings.lines = append(rl.warnings.lines, c.RedisSettings.notes...)
 	// Fixed windows only, which every store decides.
-	if rl.built, err = spec.Compile("kong-response|"+rl.scope.Prefix, sc, nil, specs...); err != nil {
-		var pe *spec.PolicyError
+	if rl.built, err = config.Compile("kong-response|"+rl.scope.Prefix, sc, nil, specs...); err != nil {
+		var pe *config.PolicyError
 		errors.As(err, &pe)
 		return nil, fmt.Errorf("limits.%s: %w", rl.resources[pe.Index], pe.Err)
 	}

@@ -282,7 +282,7 @@ func (e *events) Pop() any {
 // model upstream, the controller judging every o.Interval.
 func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 	k := scn.limit
-	o.Paced = k == rateLimit // as core/spec sets it
+	o.Paced = k == rateLimit // as core/config sets it
 	// One controller and policy per node; the nodes' policies share one
 	// limit's state, as one Redis key, and their controllers one adaptive
 	// state.

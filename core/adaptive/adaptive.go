@@ -65,7 +65,7 @@ type Options struct {
 	// the factor scales (gcra, token_bucket, leaky_bucket), not a count in
 	// flight: when such a limit binds, the requests it starts in an
 	// interval are the factor's rate, so Gradient can read a capacity from
-	// the answers of an upstream draining a queue. core/spec sets it from
+	// the answers of an upstream draining a queue. core/config sets it from
 	// the policy's limits; AIMD ignores it.
 	Paced bool
 }

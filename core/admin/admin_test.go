@@ -18,19 +18,18 @@ import (
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/openstore"
-	"github.com/tollgate/tollgate/core/spec"
 )
 
 // registerTestGate registers a gate of one policy named name on a fresh
 // memory store under generation.
 func registerTestGate(t testing.TB, name string, count int64, generation any) (func(), error) {
-	h, err := openstore.Acquire(spec.StoreConfig{})
+	h, err := openstore.Acquire(openstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = h.Release() })
 	p := core.MustPolicy(name, core.PolicyOptions{}, algo.Limit{Count: count, Window: time.Minute})
-	rule := h.Rule(p, spec.EmptyKeySkip, "")
+	rule := h.Rule(p, gate.EmptyKeySkip, "")
 	g, err := gate.New(gate.Config{Rules: []gate.Rule{rule}})
 	if err != nil {
 		t.Fatal(err)
@@ -92,14 +91,14 @@ func FuzzAdminAPI(f *testing.F) {
 // rules (one per policy) names each "<name>,policy=<policy>", so every
 // rule's keys can be read and reset, not only the first one's.
 func TestRegisterRuleOfSeveralPolicies(t *testing.T) {
-	h, err := openstore.Acquire(spec.StoreConfig{})
+	h, err := openstore.Acquire(openstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = h.Release() })
 	var rules []gate.Rule
 	for _, name := range []string{"image", "video"} {
-		rule := h.Rule(core.MustPolicy(name, core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute}), spec.EmptyKeySkip, "")
+		rule := h.Rule(core.MustPolicy(name, core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute}), gate.EmptyKeySkip, "")
 		rules = append(rules, rule)
 	}
 	g, err := gate.New(gate.Config{Rules: rules})

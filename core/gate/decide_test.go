@@ -8,32 +8,31 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
-	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store/memory"
 )
 
 // TestDecideEmptyKeys: a request without its key is keyed by the client's
-// address (spec.EmptyKeyClient, the default), counted in the shared
+// address (EmptyKeyClient, the default), counted in the shared
 // bucket (EmptyKeyShared, or EmptyKeyClient without an address), or let
 // through the rule (EmptyKeySkip); a long key is bounded once, as the
 // store holds it, and the outcome names it so.
 func TestDecideEmptyKeys(t *testing.T) {
 	store := memory.MustNew(memory.Options{Clock: &core.ManualClock{Micros: 1_700_000_040_000_000}})
-	rule := func(name string, empty spec.EmptyKey) Rule {
+	rule := func(name string, empty EmptyKey) Rule {
 		p := core.MustPolicy(name, core.PolicyOptions{}, algo.Limit{Count: 2, Window: time.Minute, Algorithm: algo.FixedWindow})
 		return Rule{Limiter: core.NewLimiter(p, store), EmptyKey: empty}
 	}
 	for _, tc := range []struct {
-		empty   spec.EmptyKey
+		empty   EmptyKey
 		in      SameInput
 		wantKey string
 		covered bool
 	}{
-		{spec.EmptyKeyClient, SameInput{Covered: true, Empty: true, Key: "shared", Client: "203.0.113.7", Cost: 1}, "203.0.113.7", true},
-		{spec.EmptyKeyClient, SameInput{Covered: true, Empty: true, Key: "shared", Cost: 1}, "shared", true},
-		{spec.EmptyKeyShared, SameInput{Covered: true, Empty: true, Key: "shared", Client: "203.0.113.7", Cost: 1}, "shared", true},
-		{spec.EmptyKeySkip, SameInput{Covered: true, Empty: true, Key: "shared", Client: "203.0.113.7", Cost: 1}, "", false},
-		{spec.EmptyKeySkip, SameInput{Covered: true, Key: strings.Repeat("k", 200), Cost: 1}, core.BoundKey(strings.Repeat("k", 200)), true},
+		{EmptyKeyClient, SameInput{Covered: true, Empty: true, Key: "shared", Client: "203.0.113.7", Cost: 1}, "203.0.113.7", true},
+		{EmptyKeyClient, SameInput{Covered: true, Empty: true, Key: "shared", Cost: 1}, "shared", true},
+		{EmptyKeyShared, SameInput{Covered: true, Empty: true, Key: "shared", Client: "203.0.113.7", Cost: 1}, "shared", true},
+		{EmptyKeySkip, SameInput{Covered: true, Empty: true, Key: "shared", Client: "203.0.113.7", Cost: 1}, "", false},
+		{EmptyKeySkip, SameInput{Covered: true, Key: strings.Repeat("k", 200), Cost: 1}, core.BoundKey(strings.Repeat("k", 200)), true},
 	} {
 		g, err := New(Config{Rules: []Rule{rule(tc.empty.String()+tc.wantKey, tc.empty)}})
 		if err != nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/tollgate/tollgate/core/adaptive"
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/headers"
-	"github.com/tollgate/tollgate/core/spec"
 )
 
 // Gate is the one request pipeline of every adapter (the gateway plugins,
@@ -34,10 +33,10 @@ type Rule struct {
 	// Limiter is the policy over its store.
 	Limiter *core.Limiter
 	// EmptyKey says what a request without a key does under this rule.
-	EmptyKey spec.EmptyKey
+	EmptyKey EmptyKey
 	// Charge, for a policy with limits charged after the response, is
 	// what each response costs them (see Outcome.Charge).
-	Charge *spec.ResponseCost
+	Charge *ResponseCost
 }
 
 // Config configures a Gate.
@@ -72,17 +71,17 @@ func New(c Config) (*Gate, error) {
 		if r.Limiter == nil {
 			return nil, fmt.Errorf("rules[%d]: no limiter", i)
 		}
-		if r.EmptyKey > spec.EmptyKeyShared {
+		if r.EmptyKey > EmptyKeyShared {
 			return nil, fmt.Errorf("rules[%d] empty_key: unknown value %d", i, r.EmptyKey)
 		}
 	}
 	if c.Status == 0 {
-		c.Status = spec.DefaultDenyStatus
+		c.Status = DefaultDenyStatus
 	}
-	if err := spec.CheckDenyStatus(c.Status); err != nil {
+	if err := CheckDenyStatus(c.Status); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	if err := spec.CheckJitter(c.Headers.Jitter); err != nil {
+	if err := CheckJitter(c.Headers.Jitter); err != nil {
 		return nil, fmt.Errorf("jitter: %w", err)
 	}
 	if c.Headers.Style > headers.PerLimit {
@@ -146,7 +145,7 @@ type Input struct {
 	// empty): the rule's EmptyKey decides, and a shared bucket uses Key.
 	Empty bool
 	// Client is the client's address as the adapter trusts it: the key of
-	// a request without one under spec.EmptyKeyClient ("": such requests
+	// a request without one under EmptyKeyClient ("": such requests
 	// take the shared bucket, Key).
 	Client string
 	// Cost is the units of cost the request takes (at least 0).
@@ -217,7 +216,7 @@ type heldCharge struct {
 	limiter *core.Limiter
 	policy  *core.Policy
 	key     string
-	cost    *spec.ResponseCost
+	cost    *ResponseCost
 }
 
 // heldShape is a shaped request's places and the limiter whose store
@@ -252,10 +251,10 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 			return err
 		}
 		r := &g.rules[i]
-		if !in.Covered || in.Empty && r.EmptyKey == spec.EmptyKeySkip {
+		if !in.Covered || in.Empty && r.EmptyKey == EmptyKeySkip {
 			continue
 		}
-		if in.Empty && r.EmptyKey == spec.EmptyKeyClient && in.Client != "" {
+		if in.Empty && r.EmptyKey == EmptyKeyClient && in.Client != "" {
 			in.Key = in.Client
 		}
 		// As the store holds it: a long key is hashed here, once, and the

@@ -18,7 +18,6 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
-	"github.com/tollgate/tollgate/core/spec"
 )
 
 // KeyFunc derives a rate-limit key from a request; ok false means the
@@ -53,17 +52,17 @@ type Rule struct {
 	Match func(*http.Request) bool
 	// Key derives the key; nil means ClientIP.
 	Key KeyFunc
-	// EmptyKey handles requests without a key: spec.EmptyKeyClient (the
+	// EmptyKey handles requests without a key: gate.EmptyKeyClient (the
 	// default) keys them by ClientIP, so leaving a key out gets no client
-	// out of the limit; spec.EmptyKeySkip lets them through unlimited;
-	// spec.EmptyKeyShared counts them in one bucket keyed "".
-	EmptyKey spec.EmptyKey
+	// out of the limit; gate.EmptyKeySkip lets them through unlimited;
+	// gate.EmptyKeyShared counts them in one bucket keyed "".
+	EmptyKey gate.EmptyKey
 	// Cost returns the request's cost in units; nil means 1.
 	Cost func(*http.Request) int64
 	// Charge, for a policy with limits charged after the response
 	// (algo.Limit.AfterResponse), is what each response costs them, from
-	// spec.Charge.Compile.
-	Charge *spec.ResponseCost
+	// config.Charge.Compile.
+	Charge *gate.ResponseCost
 }
 
 // Config configures the middleware.
@@ -179,7 +178,7 @@ func (q *request) Input(i int) (gate.Input, error) {
 	}
 	key, ok := keyOf(r)
 	in := gate.Input{Covered: true, Key: key, Empty: !ok, Cost: 1}
-	if !ok && rule.EmptyKey == spec.EmptyKeyClient {
+	if !ok && rule.EmptyKey == gate.EmptyKeyClient {
 		in.Client, _ = ClientIP(r)
 	}
 	if rule.Cost != nil {

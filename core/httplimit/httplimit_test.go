@@ -14,8 +14,8 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/adaptive"
 	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/config"
 	"github.com/tollgate/tollgate/core/headers"
-	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store/memory"
 	"github.com/tollgate/tollgate/internal/waitfor"
 )
@@ -74,7 +74,7 @@ func TestLimitsPerKeyWithHeadersAndBody(t *testing.T) {
 		t.Fatalf("RateLimit %q", got)
 	}
 	// Another key has its own quota; a request without the header is keyed
-	// by the client's address (spec.EmptyKeyClient, the default).
+	// by the client's address (gate.EmptyKeyClient, the default).
 	if resp, _ := get(t, srv.URL, map[string]string{"X-Api-Key": "bob"}); resp.StatusCode != 200 {
 		t.Fatalf("bob: %d", resp.StatusCode)
 	}
@@ -334,7 +334,7 @@ func TestAdaptiveJudgesTimeToFirstByte(t *testing.T) {
 // the responses its charge prices (here 401s), and the charged response's
 // headers already show what it left.
 func TestChargeAfterResponse(t *testing.T) {
-	mw, p := chargedMiddleware(t, "login", 2, spec.Charge{Status: []string{"401"}})
+	mw, p := chargedMiddleware(t, "login", 2, config.Charge{Status: []string{"401"}})
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("password") != "right" {
 			w.WriteHeader(http.StatusUnauthorized)
@@ -365,7 +365,7 @@ func TestChargeAfterResponse(t *testing.T) {
 // headers show it; the lines of a repeated cost header read as one field,
 // however it is split; a number too large to hold takes the whole count.
 func TestChargeReportedCost(t *testing.T) {
-	mw, _ := chargedMiddleware(t, "tokens", 1000, spec.Charge{CostHeader: "X-Usage", CostEntry: "total"})
+	mw, _ := chargedMiddleware(t, "tokens", 1000, config.Charge{CostHeader: "X-Usage", CostEntry: "total"})
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, line := range r.URL.Query()["usage"] {
 			w.Header().Add("X-Usage", line)
@@ -395,7 +395,7 @@ func TestChargeReportedCost(t *testing.T) {
 // TestChargeTwoCostLines: an upstream that reports its cost on two lines
 // of the header (100 and 200) is charged the larger, never nothing.
 func TestChargeTwoCostLines(t *testing.T) {
-	mw, _ := chargedMiddleware(t, "lines", 1000, spec.Charge{CostHeader: "X-Usage"})
+	mw, _ := chargedMiddleware(t, "lines", 1000, config.Charge{CostHeader: "X-Usage"})
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Add("X-Usage", "100")
 		w.Header().Add("X-Usage", "200")
@@ -410,7 +410,7 @@ func TestChargeTwoCostLines(t *testing.T) {
 // chargedMiddleware is middleware with one policy, name, of count an hour
 // (a sliding log) charged after the response as charge says, with
 // X-RateLimit headers, on a memory store.
-func chargedMiddleware(t *testing.T, name string, count int64, charge spec.Charge) (func(http.Handler) http.Handler, *core.Policy) {
+func chargedMiddleware(t *testing.T, name string, count int64, charge config.Charge) (func(http.Handler) http.Handler, *core.Policy) {
 	t.Helper()
 	l := algo.Limit{Count: count, Window: time.Hour, Algorithm: algo.SlidingLog, AfterResponse: true}
 	p := core.MustPolicy(name, core.PolicyOptions{}, l)

@@ -14,7 +14,6 @@ import (
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/openstore"
-	"github.com/tollgate/tollgate/core/spec"
 )
 
 // TestSeriesCountDecisions: each decision lands in decisions_total under
@@ -23,13 +22,13 @@ import (
 // no series carries a request key but that one. Closing the set takes its
 // gate out of the shared collector.
 func TestSeriesCountDecisions(t *testing.T) {
-	h, err := openstore.Acquire(spec.StoreConfig{})
+	h, err := openstore.Acquire(openstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Release()
 	p := core.MustPolicy("api", core.PolicyOptions{}, algo.Limit{Name: "minute", Count: 2, Window: time.Minute, Algorithm: algo.FixedWindow})
-	rule := h.Rule(p, spec.EmptyKeySkip, "")
+	rule := h.Rule(p, gate.EmptyKeySkip, "")
 	g, err := gate.New(gate.Config{Rules: []gate.Rule{rule}})
 	if err != nil {
 		t.Fatal(err)

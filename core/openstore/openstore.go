@@ -9,21 +9,76 @@ package openstore
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/adaptive"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/internal/refcount"
-	"github.com/tollgate/tollgate/core/spec"
 	"github.com/tollgate/tollgate/core/store/eventual"
 	"github.com/tollgate/tollgate/core/store/failover"
 	"github.com/tollgate/tollgate/core/store/memory"
 	"github.com/tollgate/tollgate/core/store/redis"
 )
 
+// Config is a checked store config: the store a config's policies run
+// on, which Open opens.
+type Config struct {
+	// Redis, if set, makes the store Redis; nil means the memory store.
+	Redis *redis.Options
+	// MaxKeys caps the keys the memory store tracks (also the local
+	// fallback's and eventual mode's); 0 means each one's default
+	// (memory.DefaultMaxKeys; eventual mode's, 100,000).
+	MaxKeys int
+	// OnError is the Redis failure policy.
+	OnError core.OnError
+	// Eventual decides locally and syncs counts with Redis every
+	// SyncInterval instead of asking Redis on every request.
+	Eventual bool
+	// SyncInterval is eventual mode's sync period; 0 means 1s.
+	SyncInterval time.Duration
+	// External, if set, is a shared store its adapter opens itself (a
+	// gateway's own database), composed as Redis is: OnError's failure
+	// policy around it, one store per ID across reloads, closed with the
+	// last handle. It takes the place of Redis, and not eventual mode.
+	External *External `json:",omitempty"`
+	// ModeSetting names the setting that chose eventual mode in
+	// CheckPolicy's errors (an adapter's own field); "" names none. It is
+	// not part of what makes two configs the same store.
+	ModeSetting string `json:"-"`
+}
+
+// External is a shared store an adapter opens: what Open returns decides
+// requests (a failover.Pinger is probed while it fails; a core.Operator
+// shows and resets keys) and close gives it back.
+type External struct {
+	// ID is what makes two configs the same store (the connection and
+	// what the store keeps apart).
+	ID string
+	// Kind names the store to operators ("postgres").
+	Kind string
+	// Open opens the store, when no live handle has the same ID.
+	Open func() (s core.Store, close func() error, err error) `json:"-"`
+}
+
+// CheckPolicy reports whether a store opened from c can decide p (eventual
+// mode counts requests, so it takes only the counting algorithms).
+// The config package makes this check when it compiles a config.
+func (c *Config) CheckPolicy(p *core.Policy) error {
+	if !c.Eventual {
+		return nil
+	}
+	err := eventual.CheckPolicy(p)
+	if err != nil && c.ModeSetting != "" {
+		err = fmt.Errorf("%s: %w", c.ModeSetting, err)
+	}
+	return err
+}
+
 // identity is what makes two configs the same store.
-func identity(c *spec.StoreConfig) string {
+func identity(c *Config) string {
 	b, _ := json.Marshal(c)
 	return string(b)
 }
@@ -57,7 +112,7 @@ var handles refcount.Pool[*Handle]
 
 // Acquire returns the shared store for c, opening it if no live handle has
 // the same config. Errors name the field and value at fault.
-func Acquire(c spec.StoreConfig) (*Handle, error) {
+func Acquire(c Config) (*Handle, error) {
 	key := identity(&c)
 	return handles.Acquire(key, func() (*Handle, error) {
 		h, err := open(c)
@@ -76,7 +131,7 @@ func Acquire(c spec.StoreConfig) (*Handle, error) {
 // reads it: its stores keep their own clocks whatever the environment says.
 const TestClockFileEnv = "TOLLGATE_TEST_CLOCK_FILE"
 
-func open(c spec.StoreConfig) (*Handle, error) {
+func open(c Config) (*Handle, error) {
 	clock := testClock() // nil, but in the tests' builds: the stores' own clocks
 	local, err := memory.New(memory.Options{MaxKeys: c.MaxKeys, Clock: clock})
 	if err != nil {
@@ -127,7 +182,7 @@ func open(c spec.StoreConfig) (*Handle, error) {
 }
 
 // openExternal opens c.External behind c.OnError's failure policy.
-func (h *Handle) openExternal(c spec.StoreConfig, local core.Store) (*Handle, error) {
+func (h *Handle) openExternal(c Config, local core.Store) (*Handle, error) {
 	if c.Redis != nil || c.Eventual {
 		return nil, errors.New("store: an external store takes the place of Redis, and has no eventual mode")
 	}
@@ -145,31 +200,12 @@ func (h *Handle) openExternal(c spec.StoreConfig, local core.Store) (*Handle, er
 	return h, nil
 }
 
-// Open opens the store a compiled config runs on (or joins it: see
-// Acquire) and returns the config's policies as gate rules over it, in
-// order; syncScope, prefixed to each policy's scope, names an adaptive
-// policy's shared factor (see Rule). Release the handle when the config
-// is unloaded.
-func Open(c *spec.Compiled, syncScope string) (*Handle, []gate.Rule, error) {
-	h, err := Acquire(c.Store)
-	if err != nil {
-		return nil, nil, err
-	}
-	rules := make([]gate.Rule, len(c.Policies))
-	for i := range c.Policies {
-		cp := &c.Policies[i]
-		rules[i] = h.Rule(cp.Policy, cp.EmptyKey, syncScope)
-		rules[i].Charge = cp.Charge
-	}
-	return h, rules, nil
-}
-
 // Rule returns p as a gate rule over this store, an adaptive policy's
 // factor shared through it (syncScope, prefixed to the policy's scope,
 // names the shared factor). p must be one the store's
-// spec.StoreConfig.CheckPolicy accepted (spec.Compile checks it): the
+// Config.CheckPolicy accepted (the config package checks it): the
 // request path does not check it again.
-func (h *Handle) Rule(p *core.Policy, emptyKey spec.EmptyKey, syncScope string) gate.Rule {
+func (h *Handle) Rule(p *core.Policy, emptyKey gate.EmptyKey, syncScope string) gate.Rule {
 	if a := p.Adaptive(); a != nil {
 		// With Redis, every node's controller moves one shared factor.
 		a.SetSync(h.FactorSync(syncScope + p.StoreSide().Scope()))

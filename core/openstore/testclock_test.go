@@ -11,7 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
-	"github.com/tollgate/tollgate/core/spec"
+	"github.com/tollgate/tollgate/core/gate"
 )
 
 // TestClockEnvIgnoredInProductionBuilds: a binary built without the
@@ -24,13 +24,13 @@ func TestClockEnvIgnoredInProductionBuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(TestClockFileEnv, file)
-	h, err := Acquire(spec.StoreConfig{MaxKeys: 12345})
+	h, err := Acquire(Config{MaxKeys: 12345})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Release()
 	p := core.MustPolicy("clock", core.PolicyOptions{}, algo.Limit{Count: 1, Window: 24 * time.Hour, Algorithm: algo.FixedWindow})
-	rule := h.Rule(p, spec.EmptyKeySkip, "")
+	rule := h.Rule(p, gate.EmptyKeySkip, "")
 	var d core.Decision
 	if err := rule.Limiter.Decide(context.Background(), "k", 1, &d); err != nil {
 		t.Fatal(err)

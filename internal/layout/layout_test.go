@@ -69,10 +69,13 @@ func TestArrowsThatMustNeverExist(t *testing.T) {
 			switch {
 			case strings.HasPrefix(dir, "core") && hasPrefix(imp, gateways):
 				t.Errorf("%s imports %s: core knows no gateway", dir, imp)
-			case dir == "core/spec" && contains(stores, local):
-				// A config's plan holds its store's config (spec.StoreConfig:
-				// redis.Options, memory's bounds) and checks its policies
-				// against that store's rules (eventual's), once.
+			case dir == "core/config" && (contains(stores, local) || local == "core/openstore"):
+				// The one maker of a gate config sits above the stores,
+				// beside opening them: it checks a config against its
+				// store's rules (memory's bounds, Redis's addresses,
+				// eventual's algorithms) once, and opens it.
+			case dir == "core/openstore" && local == "core/config":
+				t.Errorf("%s imports %s: the config package opens stores through core/openstore, not the reverse", dir, imp)
 			case concepts[dir] != nil && isLocal && concepts[local] == nil && !strings.HasPrefix(local, "core/internal/"):
 				t.Errorf("%s imports %s: core's concepts know no store or adapter", dir, imp)
 			case concepts[dir] != nil && concepts[local] != nil && !contains(concepts[dir], local):
@@ -98,9 +101,9 @@ func TestArrowsThatMustNeverExist(t *testing.T) {
 // conceptPackages maps each of core's concept packages to those it may
 // import, lowest layer first: algorithms know nothing else; adaptive
 // control scales limits; policies, decisions and the store contract use
-// both; headers render decisions; specs build policies (and read the
-// stores' settings: TestArrowsThatMustNeverExist); the request pipeline
-// uses them all. An arrow upward would be an import cycle waiting
+// both; headers render decisions; the request pipeline uses them all,
+// and knows no store and no config syntax (core/config, above the
+// stores, compiles configs into its plans). An arrow upward would be an import cycle waiting
 // to happen, or a concept in the wrong room.
 func conceptPackages() map[string][]string {
 	return map[string][]string{
@@ -108,9 +111,44 @@ func conceptPackages() map[string][]string {
 		"core/adaptive": {"core/algo"},
 		"core":          {"core/algo", "core/adaptive"},
 		"core/headers":  {"core", "core/algo"},
-		"core/spec":     {"core", "core/algo", "core/adaptive"},
-		"core/gate":     {"core", "core/algo", "core/adaptive", "core/headers", "core/spec"},
+		"core/gate":     {"core", "core/algo", "core/adaptive", "core/headers"},
 	}
+}
+
+// TestPipelineLinksNoStore: the request pipeline and the net/http
+// middleware over it link no store and no Redis client, however deep the
+// import: a net/http user on the memory store does not link go-redis
+// (what go list -deps ./core/gate ./core/httplimit shows, read from the
+// sources).
+func TestPipelineLinksNoStore(t *testing.T) {
+	imps := imports(t)
+	for _, top := range []string{"core/gate", "core/httplimit"} {
+		for _, dep := range localDeps(imps, top) {
+			for _, imp := range imps[dep] {
+				local, _ := strings.CutPrefix(imp, module+"/")
+				if strings.HasPrefix(imp, "github.com/redis/") || strings.HasPrefix(local, "core/store/") ||
+					local == "core/openstore" || local == "core/config" {
+					t.Errorf("%s links %s (through %s): the pipeline knows no store and no config package", top, imp, dep)
+				}
+			}
+		}
+	}
+}
+
+// localDeps returns dir and every package of this module it imports,
+// directly or not.
+func localDeps(imps map[string][]string, dir string) []string {
+	seen := map[string]bool{dir: true}
+	order := []string{dir}
+	for i := 0; i < len(order); i++ {
+		for _, imp := range imps[order[i]] {
+			if local, ok := strings.CutPrefix(imp, module+"/"); ok && !seen[local] {
+				seen[local] = true
+				order = append(order, local)
+			}
+		}
+	}
+	return order
 }
 
 // TestCorePackagesStaySmall: each package under core/ stays under about

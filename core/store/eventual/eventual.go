@@ -185,7 +185,7 @@ func CheckPolicy(p *core.Policy) error {
 func (e *Store) Syncs() int64 { return e.syncs.Load() }
 
 // Decide decides locally with StoreSide.Apply; it never calls the shared store.
-// p must be one CheckPolicy accepts, as spec.Compile checks once when a
+// p must be one CheckPolicy accepts, as config.Compile checks once when a
 // config is loaded: the request path does not check it again.
 func (e *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64, d *core.Decision) error {
 	now := e.opts.Clock.NowMicros()

@@ -136,7 +136,7 @@ func TestEventualOvershootWithinBound(t *testing.T) {
 	}
 }
 
-// TestEventualRefusesOtherAlgorithms: CheckPolicy, which spec.Compile
+// TestEventualRefusesOtherAlgorithms: CheckPolicy, which config.Compile
 // runs once when a config is loaded (not on the request path, nor on an
 // operator's read or reset), refuses an algorithm that does not count per
 // window, naming it.

@@ -24,7 +24,6 @@ import (
 	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/openstore"
-	"github.com/tollgate/tollgate/core/spec"
 )
 
 // Target is a plugin config's policies over their store, as the keys
@@ -38,9 +37,9 @@ type Target struct {
 	Scope gate.Scope
 	// Policies are the config's policies: one, or one per resource, of
 	// which --policy <name> picks one (the first by default).
-	// Policies are compiled for Store (spec.Compile checked each against it).
+	// Policies are compiled for Store (config.Compile checked each against it).
 	Policies []*core.Policy
-	Store    spec.StoreConfig
+	Store    openstore.Config
 }
 
 // Usage is the keys command's help.

@@ -1,4 +1,4 @@
-package spec
+package config
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/adaptive"
 	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/gate"
 )
 
 // Limit is one limit as configured: Count units per Window.
@@ -218,7 +219,7 @@ func (s *Policy) Check() ([]algo.Limit, error) {
 	if s.Priority != "" && s.Reserve == nil {
 		return nil, fmt.Errorf("policy %q priority: %q chooses nothing without a reserve", s.Name, s.Priority)
 	}
-	if _, err := ParseEmptyKey(s.EmptyKey); err != nil {
+	if _, err := gate.ParseEmptyKey(s.EmptyKey); err != nil {
 		return nil, fmt.Errorf("policy %q empty_key: %w", s.Name, err)
 	}
 	limits := make([]algo.Limit, len(s.Limits))

@@ -1,20 +1,22 @@
-package spec
+package config
 
 import (
 	"fmt"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/gate"
+	"github.com/tollgate/tollgate/core/openstore"
 )
 
 // Compiled is a config compiled once: its store and its policies, each
 // checked against that store and built, with what a request takes and
 // what a response charges. Nothing in it changes after Compile (but an
 // adaptive policy's factor, which its controller moves); an adapter opens
-// it (openstore.Open), holds it for as long as the config is loaded and
+// it (Open), holds it for as long as the config is loaded and
 // calls Release when it is unloaded.
 type Compiled struct {
 	// Store is the store the policies run on.
-	Store StoreConfig
+	Store openstore.Config
 	// Policies are the compiled policies, in the order given to Compile.
 	Policies []CompiledPolicy
 
@@ -26,24 +28,24 @@ type CompiledPolicy struct {
 	// Policy decides.
 	Policy *core.Policy
 	// EmptyKey is what a request without a key does under the policy.
-	EmptyKey EmptyKey
+	EmptyKey gate.EmptyKey
 	// Cost is the units one request takes (Policy.Cost, 1 when unset).
 	Cost int64
 	// Charge is what each response costs the limits charged after it; nil
 	// when the policy charges requests as they arrive.
-	Charge *ResponseCost
+	Charge *gate.ResponseCost
 }
 
 // Compile checks and builds policies into a Compiled config for store,
 // each check made once with one wording: a policy's own, then whether store
-// can decide it (StoreConfig.CheckPolicy: eventual mode counts requests
+// can decide it (openstore.Config.CheckPolicy: eventual mode counts requests
 // only), then the adapter's check, if not nil (what a gateway's own store
 // takes). An adaptive policy's controller is shared by every config that
 // builds the same policy under the same owner (a gateway's name for the
 // process, and the instance's scope when counters are per instance), so a
 // reload keeps its factor. Policy names must differ (they name counters,
 // headers and metrics). Errors are *PolicyError.
-func Compile(owner string, store StoreConfig, check func(*core.Policy) error, policies ...*Policy) (*Compiled, error) {
+func Compile(owner string, store openstore.Config, check func(*core.Policy) error, policies ...*Policy) (*Compiled, error) {
 	compiled := &Compiled{Store: store, Policies: make([]CompiledPolicy, 0, len(policies))}
 	seen := make(map[string]bool, len(policies))
 	for _, s := range policies {
@@ -101,7 +103,7 @@ func (s *Policy) compile(owner string) (CompiledPolicy, func(), error) {
 	if err != nil {
 		return c, func() {}, err
 	}
-	c.EmptyKey, _ = ParseEmptyKey(s.EmptyKey) // checked by Check
+	c.EmptyKey, _ = gate.ParseEmptyKey(s.EmptyKey) // checked by Check
 	if s.Charge != nil {
 		c.Charge, _ = s.Charge.Compile() // checked by Check
 	}
@@ -112,4 +114,23 @@ func (s *Policy) compile(owner string) (CompiledPolicy, func(), error) {
 		c.Policy, release, err = s.build(owner, limits, "")
 	}
 	return c, release, err
+}
+
+// Open opens the store a compiled config runs on (or joins it: see
+// Acquire) and returns the config's policies as gate rules over it, in
+// order; syncScope, prefixed to each policy's scope, names an adaptive
+// policy's shared factor (see Rule). Release the handle when the config
+// is unloaded.
+func Open(c *Compiled, syncScope string) (*openstore.Handle, []gate.Rule, error) {
+	h, err := openstore.Acquire(c.Store)
+	if err != nil {
+		return nil, nil, err
+	}
+	rules := make([]gate.Rule, len(c.Policies))
+	for i := range c.Policies {
+		cp := &c.Policies[i]
+		rules[i] = h.Rule(cp.Policy, cp.EmptyKey, syncScope)
+		rules[i].Charge = cp.Charge
+	}
+	return h, rules, nil
 }

@@ -1,4 +1,4 @@
-package spec
+package config
 
 import (
 	"fmt"
@@ -6,50 +6,11 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/core/store/eventual"
 	"github.com/tollgate/tollgate/core/store/memory"
 	"github.com/tollgate/tollgate/core/store/redis"
 )
-
-// StoreConfig is a checked store config: the store a Compiled config's
-// policies run on (openstore opens it).
-type StoreConfig struct {
-	// Redis, if set, makes the store Redis; nil means the memory store.
-	Redis *RedisConfig
-	// MaxKeys caps the keys the memory store tracks (also the local
-	// fallback's and eventual mode's); 0 means each one's default
-	// (memory.DefaultMaxKeys; eventual mode's, 100,000).
-	MaxKeys int
-	// OnError is the Redis failure policy.
-	OnError core.OnError
-	// Eventual decides locally and syncs counts with Redis every
-	// SyncInterval instead of asking Redis on every request.
-	Eventual bool
-	// SyncInterval is eventual mode's sync period; 0 means 1s.
-	SyncInterval time.Duration
-	// External, if set, is a shared store its adapter opens itself (a
-	// gateway's own database), composed as Redis is: OnError's failure
-	// policy around it, one store per ID across reloads, closed with the
-	// last handle. It takes the place of Redis, and not eventual mode.
-	External *ExternalStore `json:",omitempty"`
-	// ModeSetting names the setting that chose eventual mode in
-	// CheckPolicy's errors (an adapter's own field); "" names none. It is
-	// not part of what makes two configs the same store.
-	ModeSetting string `json:"-"`
-}
-
-// ExternalStore is a shared store an adapter opens: what Open returns decides
-// requests (a failover.Pinger is probed while it fails; a core.Operator
-// shows and resets keys) and close gives it back.
-type ExternalStore struct {
-	// ID is what makes two configs the same store (the connection and
-	// what the store keeps apart).
-	ID string
-	// Kind names the store to operators ("postgres").
-	Kind string
-	// Open opens the store, when no live handle has the same ID.
-	Open func() (s core.Store, close func() error, err error) `json:"-"`
-}
 
 // RedisConfig is the Redis store's options: the redis.Settings a config
 // gives (declared once there, embedded in Store too), and Cluster. Configs
@@ -58,7 +19,7 @@ type RedisConfig = redis.Options
 
 // Store is a store as configured (in JSON, or written as option lines):
 // where counters live and what happens when Redis fails. Config turns it
-// into the StoreConfig a Compiled config holds and openstore opens.
+// into the openstore.Config a Compiled config holds and openstore opens.
 type Store struct {
 	// Type is "memory" (the default), "redis" (URL or Addrs), "cluster"
 	// (Addrs are seed nodes) or "sentinel" (Master and the Sentinels' Addrs).
@@ -90,8 +51,8 @@ func CheckMaxKeys(n int) error { return memory.CheckMaxKeys(n) }
 
 // Config validates s and returns the store config it describes. Errors name
 // the field and value.
-func (s *Store) Config() (StoreConfig, error) {
-	var c StoreConfig
+func (s *Store) Config() (openstore.Config, error) {
+	var c openstore.Config
 	if s == nil {
 		return c, nil
 	}
@@ -186,20 +147,6 @@ func (s *Store) CheckPolicy(p *Policy) error {
 		}
 	}
 	return nil
-}
-
-// CheckPolicy reports whether a store opened from c can decide p (eventual
-// mode counts requests, so it takes only the counting algorithms).
-// Compile makes this check.
-func (c *StoreConfig) CheckPolicy(p *core.Policy) error {
-	if !c.Eventual {
-		return nil
-	}
-	err := eventual.CheckPolicy(p)
-	if err != nil && c.ModeSetting != "" {
-		err = fmt.Errorf("%s: %w", c.ModeSetting, err)
-	}
-	return err
 }
 
 // MinSyncInterval is the shortest interval eventual mode syncs at.

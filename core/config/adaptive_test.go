@@ -1,11 +1,12 @@
-package spec_test
+package config_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/core/algo"
-	"github.com/tollgate/tollgate/core/spec"
+	"github.com/tollgate/tollgate/core/config"
+	"github.com/tollgate/tollgate/core/openstore"
 )
 
 // TestAdaptivePolicyTellsItsControllerWhetherItIsPaced: the controller of
@@ -22,11 +23,11 @@ func TestAdaptivePolicyTellsItsControllerWhetherItIsPaced(t *testing.T) {
 		{[]string{"in_flight"}, false},
 		{[]string{"gcra", "in_flight"}, false},
 	} {
-		s := spec.Policy{Name: "paced", Adaptive: &spec.Adaptive{}}
+		s := config.Policy{Name: "paced", Adaptive: &config.Adaptive{}}
 		for _, a := range tc.algorithms {
-			s.Limits = append(s.Limits, spec.Limit{Count: 100, Window: algo.Duration(time.Second), Algorithm: a})
+			s.Limits = append(s.Limits, config.Limit{Count: 100, Window: algo.Duration(time.Second), Algorithm: a})
 		}
-		c, err := spec.Compile(t.Name(), spec.StoreConfig{}, nil, &s)
+		c, err := config.Compile(t.Name(), openstore.Config{}, nil, &s)
 		if err != nil {
 			t.Fatalf("%v: %v", tc.algorithms, err)
 		}

@@ -1,4 +1,4 @@
-package spec_test
+package config_test
 
 import (
 	"context"
@@ -9,16 +9,17 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/config"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
-	"github.com/tollgate/tollgate/core/spec"
+	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/core/store/memory"
 )
 
-func planSpec() spec.Policy {
-	return spec.Policy{Name: "api", DefaultPlan: "free", Plans: []spec.Plan{
-		{Name: "free", Limits: []spec.Limit{{Count: 2, Window: algo.Duration(time.Minute), Algorithm: "fixed_window"}}},
-		{Name: "pro", Limits: []spec.Limit{{Count: 5, Window: algo.Duration(time.Minute), Algorithm: "fixed_window"}}},
+func planSpec() config.Policy {
+	return config.Policy{Name: "api", DefaultPlan: "free", Plans: []config.Plan{
+		{Name: "free", Limits: []config.Limit{{Count: 2, Window: algo.Duration(time.Minute), Algorithm: "fixed_window"}}},
+		{Name: "pro", Limits: []config.Limit{{Count: 5, Window: algo.Duration(time.Minute), Algorithm: "fixed_window"}}},
 		{Name: "internal", Unlimited: true},
 	}}
 }
@@ -29,7 +30,7 @@ func planSpec() spec.Policy {
 // headers and the decision's fields name the plan in force.
 func TestPlansChooseLimitsPerRequest(t *testing.T) {
 	ps := planSpec()
-	c, err := spec.Compile("test", spec.StoreConfig{}, nil, &ps)
+	c, err := config.Compile("test", openstore.Config{}, nil, &ps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,31 +93,31 @@ func TestPlansChooseLimitsPerRequest(t *testing.T) {
 
 func TestPlanSpecErrorsNameTheFault(t *testing.T) {
 	for _, tc := range []struct {
-		edit func(*spec.Policy)
+		edit func(*config.Policy)
 		want string
 	}{
-		{func(s *spec.Policy) { s.Limits = s.Plans[0].Limits }, `policy "api": limits and plans: give one or the other`},
-		{func(s *spec.Policy) { s.DefaultPlan = "" }, `policy "api" default_plan: missing`},
-		{func(s *spec.Policy) { s.DefaultPlan = "gold" }, `policy "api" default_plan: "gold" is not one of its plans`},
-		{func(s *spec.Policy) { s.Plans[1].Name = "free" }, `policy "api" plan "free": named twice`},
-		{func(s *spec.Policy) { s.Plans[1].Name = "" }, `policy "api" plans: a plan without a name`},
-		{func(s *spec.Policy) { s.Plans[2].Unlimited = false }, `policy "api" plan "internal": needs at least one limit, or unlimited`},
-		{func(s *spec.Policy) { s.Plans[0].Unlimited = true }, `policy "api" plan "free": unlimited and limits`},
-		{func(s *spec.Policy) { s.Plans[1].Limits[0].Window = algo.Duration(time.Hour) }, `plan "pro": limits of other windows or algorithms than plan "free"'s`},
-		{func(s *spec.Policy) { s.Plans[1].Limits[0].Count = 0 }, `plan "pro": policy "api" limit 1: count`},
-		{func(s *spec.Policy) { s.Plans[0].Unlimited, s.Plans[0].Limits, s.Plans = true, nil, s.Plans[:1] }, `every plan is unlimited`},
-		{func(s *spec.Policy) {
-			s.Plans, s.Limits = nil, []spec.Limit{{Count: 1, Window: algo.Duration(time.Second)}}
+		{func(s *config.Policy) { s.Limits = s.Plans[0].Limits }, `policy "api": limits and plans: give one or the other`},
+		{func(s *config.Policy) { s.DefaultPlan = "" }, `policy "api" default_plan: missing`},
+		{func(s *config.Policy) { s.DefaultPlan = "gold" }, `policy "api" default_plan: "gold" is not one of its plans`},
+		{func(s *config.Policy) { s.Plans[1].Name = "free" }, `policy "api" plan "free": named twice`},
+		{func(s *config.Policy) { s.Plans[1].Name = "" }, `policy "api" plans: a plan without a name`},
+		{func(s *config.Policy) { s.Plans[2].Unlimited = false }, `policy "api" plan "internal": needs at least one limit, or unlimited`},
+		{func(s *config.Policy) { s.Plans[0].Unlimited = true }, `policy "api" plan "free": unlimited and limits`},
+		{func(s *config.Policy) { s.Plans[1].Limits[0].Window = algo.Duration(time.Hour) }, `plan "pro": limits of other windows or algorithms than plan "free"'s`},
+		{func(s *config.Policy) { s.Plans[1].Limits[0].Count = 0 }, `plan "pro": policy "api" limit 1: count`},
+		{func(s *config.Policy) { s.Plans[0].Unlimited, s.Plans[0].Limits, s.Plans = true, nil, s.Plans[:1] }, `every plan is unlimited`},
+		{func(s *config.Policy) {
+			s.Plans, s.Limits = nil, []config.Limit{{Count: 1, Window: algo.Duration(time.Second)}}
 		}, `policy "api": plan and default_plan need plans`},
 	} {
 		ps := planSpec()
 		// Each case edits its own copy of the plans.
-		ps.Plans = append([]spec.Plan(nil), ps.Plans...)
+		ps.Plans = append([]config.Plan(nil), ps.Plans...)
 		for i := range ps.Plans {
-			ps.Plans[i].Limits = append([]spec.Limit(nil), ps.Plans[i].Limits...)
+			ps.Plans[i].Limits = append([]config.Limit(nil), ps.Plans[i].Limits...)
 		}
 		tc.edit(&ps)
-		_, err := spec.Compile("test", spec.StoreConfig{}, nil, &ps)
+		_, err := config.Compile("test", openstore.Config{}, nil, &ps)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want %q", err, tc.want)
 		}
@@ -128,8 +129,8 @@ func TestPlanSpecErrorsNameTheFault(t *testing.T) {
 // of 0 is written, not absent) or passed to core.NewPolicy.
 func TestReserveShareInOneWording(t *testing.T) {
 	for _, share := range []float64{0, 1, 1.5, -0.2} {
-		s := spec.Policy{Name: "api", Limits: []spec.Limit{{Count: 10, Window: algo.Duration(time.Minute)}}, Reserve: &spec.Reserve{Share: share}}
-		_, err := spec.Compile("test", spec.StoreConfig{}, nil, &s)
+		s := config.Policy{Name: "api", Limits: []config.Limit{{Count: 10, Window: algo.Duration(time.Minute)}}, Reserve: &config.Reserve{Share: share}}
+		_, err := config.Compile("test", openstore.Config{}, nil, &s)
 		want := fmt.Sprintf(`policy "api" reserve: a share of %g must be between 0 and 1, both excluded`, share)
 		if err == nil || err.Error() != want {
 			t.Errorf("spec share %g: %v, want %q", share, err, want)

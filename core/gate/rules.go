@@ -1,4 +1,4 @@
-package spec
+package gate
 
 import (
 	"fmt"
@@ -6,9 +6,9 @@ import (
 	"github.com/tollgate/tollgate/core/internal/enum"
 )
 
-// The checks of options every adapter offers, written once. Their messages
-// name the value, not the field: each adapter prefixes its own name and
-// location (a config file's line, a field path).
+// The gate's own rules of a config: what a denied request is answered,
+// and what a request without a key does. The config package compiles to
+// them; the request path trusts them.
 
 // DefaultDenyStatus is the status of a denied request when none is set.
 const DefaultDenyStatus = 429
@@ -18,14 +18,6 @@ const DefaultDenyStatus = 429
 func CheckDenyStatus(status int) error {
 	if status < 400 || status > 599 {
 		return fmt.Errorf("%d is not a 4xx or 5xx code", status)
-	}
-	return nil
-}
-
-// CheckCost reports whether cost, the units one request takes, is usable.
-func CheckCost(cost int64) error {
-	if cost < 0 {
-		return fmt.Errorf("%d must not be negative", cost)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package spec_test
+package config_test
 
 import (
 	"errors"
@@ -8,11 +8,12 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
-	"github.com/tollgate/tollgate/core/spec"
+	"github.com/tollgate/tollgate/core/config"
+	"github.com/tollgate/tollgate/core/openstore"
 )
 
-func perMinute(name string, count int64) *spec.Policy {
-	return &spec.Policy{Name: name, Limits: []spec.Limit{{Count: count, Window: algo.Duration(time.Minute), Algorithm: "gcra"}}}
+func perMinute(name string, count int64) *config.Policy {
+	return &config.Policy{Name: name, Limits: []config.Limit{{Count: count, Window: algo.Duration(time.Minute), Algorithm: "gcra"}}}
 }
 
 // TestCompileBuildsWhatARequestNeeds: each compiled policy carries its
@@ -25,8 +26,8 @@ func TestCompileBuildsWhatARequestNeeds(t *testing.T) {
 	costly.Cost, costly.EmptyKey = 3, "shared"
 	charged := perMinute("charged", 10)
 	one := int64(1)
-	charged.Charge = &spec.Charge{Status: []string{"401"}, Cost: &one}
-	c, err := spec.Compile(t.Name(), spec.StoreConfig{}, nil, plain, costly, charged)
+	charged.Charge = &config.Charge{Status: []string{"401"}, Cost: &one}
+	c, err := config.Compile(t.Name(), openstore.Config{}, nil, plain, costly, charged)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,8 +49,8 @@ func TestCompileBuildsWhatARequestNeeds(t *testing.T) {
 // shares one is released too, the next config starts a fresh controller.
 func TestCompileRefusalNamesThePolicyAndHoldsNothing(t *testing.T) {
 	adaptivePolicy := perMinute("adaptive", 100)
-	adaptivePolicy.Adaptive = &spec.Adaptive{}
-	loaded, err := spec.Compile(t.Name(), spec.StoreConfig{}, nil, adaptivePolicy)
+	adaptivePolicy.Adaptive = &config.Adaptive{}
+	loaded, err := config.Compile(t.Name(), openstore.Config{}, nil, adaptivePolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,21 +64,21 @@ func TestCompileRefusalNamesThePolicyAndHoldsNothing(t *testing.T) {
 		return nil
 	}
 	for _, tc := range []struct {
-		policies []*spec.Policy
+		policies []*config.Policy
 		want     string
 	}{
-		{[]*spec.Policy{adaptivePolicy, perMinute("refused", 5)}, "this store cannot decide it"},
-		{[]*spec.Policy{adaptivePolicy, perMinute("adaptive", 5)}, `policy "adaptive": name used twice`},
+		{[]*config.Policy{adaptivePolicy, perMinute("refused", 5)}, "this store cannot decide it"},
+		{[]*config.Policy{adaptivePolicy, perMinute("adaptive", 5)}, `policy "adaptive": name used twice`},
 	} {
-		c, err := spec.Compile(t.Name(), spec.StoreConfig{}, decidable, tc.policies...)
-		var pe *spec.PolicyError
+		c, err := config.Compile(t.Name(), openstore.Config{}, decidable, tc.policies...)
+		var pe *config.PolicyError
 		if c != nil || !errors.As(err, &pe) || pe.Index != 1 || err.Error() != tc.want {
 			t.Fatalf("compiled %v, %v; want a *PolicyError at index 1 saying %q", c, err, tc.want)
 		}
 	}
 	loaded.Release()
 	loaded.Release() // a no-op
-	again, err := spec.Compile(t.Name(), spec.StoreConfig{}, nil, adaptivePolicy)
+	again, err := config.Compile(t.Name(), openstore.Config{}, nil, adaptivePolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,14 +94,14 @@ func TestCompileRefusalNamesThePolicyAndHoldsNothing(t *testing.T) {
 // refused at compile time, once, naming the setting that chose the mode
 // when the adapter gives one; the adapter's own check runs after.
 func TestCompileChecksPoliciesAgainstTheirStore(t *testing.T) {
-	store := &spec.Store{Type: "redis", Mode: "eventual"}
+	store := &config.Store{Type: "redis", Mode: "eventual"}
 	store.URL = "redis://127.0.0.1:6379"
 	eventual, err := store.Config()
 	if err != nil {
 		t.Fatal(err)
 	}
-	counting := &spec.Policy{Name: "counting", Limits: []spec.Limit{{Count: 5, Window: algo.Duration(time.Minute), Algorithm: "fixed_window"}}}
-	c, err := spec.Compile(t.Name(), eventual, nil, counting)
+	counting := &config.Policy{Name: "counting", Limits: []config.Limit{{Count: 5, Window: algo.Duration(time.Minute), Algorithm: "fixed_window"}}}
+	c, err := config.Compile(t.Name(), eventual, nil, counting)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +119,8 @@ func TestCompileChecksPoliciesAgainstTheirStore(t *testing.T) {
 	}{{"", refused}, {"sync_rate", "sync_rate: " + refused}} {
 		sc := eventual
 		sc.ModeSetting = tc.setting
-		c, err := spec.Compile(t.Name(), sc, adapter, perMinute("gcra", 5))
-		var pe *spec.PolicyError
+		c, err := config.Compile(t.Name(), sc, adapter, perMinute("gcra", 5))
+		var pe *config.PolicyError
 		if c != nil || !errors.As(err, &pe) || pe.Index != 0 || err.Error() != tc.want {
 			t.Errorf("mode setting %q: compiled %v, %v; want a *PolicyError at index 0 saying %q", tc.setting, c, err, tc.want)
 		}

@@ -1,0 +1,89 @@
+package config
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/tollgate/tollgate/core/gate"
+)
+
+// Charge is what a response costs a policy whose limits are charged after
+// the response (algo.Limit.AfterResponse): which responses are charged,
+// and how many units each.
+type Charge struct {
+	// Status lists the statuses charged: codes ("401"), classes ("4xx", or
+	// a single digit "4") and ranges ("500-599"); empty charges every status.
+	Status []string `json:"status,omitempty"`
+	// Header, when set, charges only responses that carry it: with one of
+	// Values, or with any value when Values is empty.
+	Header string   `json:"header,omitempty"`
+	Values []string `json:"values,omitempty"`
+	// CostHeader is the response header a charged response's cost is read
+	// from: a whole number, or with CostEntry, a list of name=value
+	// entries ("videos=2, images=4") of which CostEntry's is taken.
+	CostHeader string `json:"cost_header,omitempty"`
+	CostEntry  string `json:"cost_entry,omitempty"`
+	// Cost is the units a charged response costs when no CostHeader is set
+	// or it holds no usable value: default 1 without a CostHeader, 0 with
+	// one (a response that reports nothing costs nothing).
+	Cost *int64 `json:"cost,omitempty"`
+}
+
+// Compile checks c; errors name the field and value.
+func (c *Charge) Compile() (*gate.ResponseCost, error) {
+	rc := &gate.ResponseCost{Header: http.CanonicalHeaderKey(strings.TrimSpace(c.Header)), Values: c.Values,
+		CostHeader: http.CanonicalHeaderKey(strings.TrimSpace(c.CostHeader)), CostEntry: strings.TrimSpace(c.CostEntry)}
+	for _, s := range c.Status {
+		r, err := parseStatusRange(s)
+		if err != nil {
+			return nil, fmt.Errorf("charge status: %w", err)
+		}
+		rc.Statuses = append(rc.Statuses, r)
+	}
+	if len(c.Values) > 0 && rc.Header == "" {
+		return nil, fmt.Errorf("charge values: %q need the header they are values of", c.Values)
+	}
+	if rc.CostEntry != "" && rc.CostHeader == "" {
+		return nil, fmt.Errorf("charge cost_entry: %q needs the cost_header it is an entry of", rc.CostEntry)
+	}
+	if rc.CostHeader == "" {
+		rc.Fixed = 1
+	}
+	if c.Cost != nil {
+		if err := CheckCost(*c.Cost); err != nil {
+			return nil, fmt.Errorf("charge cost: %w", err)
+		}
+		rc.Fixed = *c.Cost
+	}
+	return rc, nil
+}
+
+// parseStatusRange reads "401", "4xx", "4" (a class as one digit, as some
+// gateways write it) or "500-599".
+func parseStatusRange(s string) ([2]int, error) {
+	s = strings.TrimSpace(s)
+	code := func(t string) (int, bool) {
+		n, err := strconv.Atoi(t)
+		return n, err == nil && n >= 100 && n <= 599 && len(t) == 3
+	}
+	if lo, hi, ok := strings.Cut(s, "-"); ok {
+		a, okA := code(lo)
+		b, okB := code(hi)
+		if !okA || !okB || a > b {
+			return [2]int{}, fmt.Errorf("%q: want a range of codes such as 500-599", s)
+		}
+		return [2]int{a, b}, nil
+	}
+	if len(s) == 3 && (s[1:] == "xx" || s[1:] == "XX") || len(s) == 1 {
+		if d := s[0]; d >= '1' && d <= '5' {
+			base := int(d-'0') * 100
+			return [2]int{base, base + 99}, nil
+		}
+	}
+	if n, ok := code(s); ok {
+		return [2]int{n, n}, nil
+	}
+	return [2]int{}, fmt.Errorf("%q: want a status code (401), a class (4xx) or a range (500-599)", s)
+}
