@@ -1,7 +1,10 @@
 package caddymodule
 
 import (
+	"errors"
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -24,8 +27,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 }
 
 // UnmarshalCaddyfile reads the tollgate directive. The options are core's
-// (config.Store, config.Policy, config.Adaptive), which check them; this
-// adds the Caddyfile line to their errors.
+// (config.Store, config.Policy, config.Adaptive): this reads their words,
+// and config.Compile checks the whole, as Provision compiles it; its
+// errors get the Caddyfile line their field was written on.
 //
 //	tollgate [<matcher>] {
 //	    store memory [max_keys <n>]
@@ -70,43 +74,41 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	w := written{}
 	for d.NextBlock(0) {
 		switch opt := d.Val(); opt {
 		case "store":
 			if h.Store != nil {
 				return d.Err("store: given twice")
 			}
+			w.note("store", d)
 			s, err := parseStoreWords(d.RemainingArgs())
 			if err != nil {
 				return d.Err(err.Error())
 			}
 			for nesting := d.Nesting(); d.NextBlock(nesting); {
+				w.note("store."+d.Val(), d)
+				if d.Val() == "mode" {
+					w.note("store.sync", d) // written in the mode's line
+				}
 				if err := setStore(s, d.Val(), d.RemainingArgs()); err != nil {
 					return d.Err(err.Error())
 				}
 			}
-			if _, err := s.Config(); err != nil {
-				return d.Err(err.Error())
-			}
 			h.Store = s
 		case "policy":
-			p, err := parsePolicy(d)
+			p, err := parsePolicy(d, w, fmt.Sprintf("policies[%d]", len(h.Policies)))
 			if err != nil {
 				return err
 			}
-			if i := slices.IndexFunc(h.Policies, func(q *PolicyConfig) bool { return q.Name == p.Name }); i >= 0 {
-				return d.Errf("policy %q: name used twice", p.Name)
-			}
-			if err := h.Store.CheckPolicy(&p.Policy); err != nil { // a store given after its policies: Provision checks
-				return d.Err(err.Error())
-			}
 			h.Policies = append(h.Policies, p)
 		case "headers", "body", "status", "jitter", "log_denials":
+			w.note(opt, d)
 			v, err := lineArg(d)
 			if err != nil {
 				return err
 			}
-			if err := setResponse(&h.ResponseSpec, opt, v); err != nil {
+			if err := setResponse(&h.Response, opt, v); err != nil {
 				return d.Err(err.Error())
 			}
 		case "handle_errors":
@@ -118,14 +120,59 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("unknown subdirective %q (want store, policy, headers, status, body, jitter, log_denials or handle_errors)", opt)
 		}
 	}
-	if len(h.Policies) == 0 {
+	// The whole config is checked as Provision compiles it, by the one
+	// maker of gate configs; its error is said at the line it was written.
+	compiled, err := config.Compile(h.setup("caddyfile"))
+	var ce *config.Error
+	switch {
+	case len(h.Policies) == 0 && (err == nil || errors.As(err, &ce) && ce.Field == "policies"):
 		return d.Err("tollgate: needs at least one policy block")
+	case errors.As(err, &ce):
+		return w.err(ce, d)
+	case err != nil:
+		return d.Err(err.Error())
 	}
+	compiled.Release()
 	return nil
 }
 
-func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
+// written remembers where each part of a tollgate block was written, by
+// its path in the config ("policies[1].limits[0]", "store.timeout",
+// "status"), to say where an error of the whole config is.
+type written map[string]caddyfile.Token
+
+// note remembers that path was written at d's token.
+func (w written) note(path string, d *caddyfile.Dispenser) { w[path] = d.Token() }
+
+// err returns ce at the line its field was written, or the nearest part
+// around it that was (a limit's policy, say); at d when none was.
+func (w written) err(ce *config.Error, d *caddyfile.Dispenser) error {
+	path := ce.Field
+	if ce.Policy >= 0 {
+		path = strings.TrimSuffix(fmt.Sprintf("policies[%d].%s", ce.Policy, ce.Field), ".")
+	}
+	for ; path != ""; path = parentPath(path) {
+		if tok, ok := w[path]; ok {
+			at := caddyfile.NewDispenser([]caddyfile.Token{tok})
+			at.Next()
+			return at.Err(ce.Error())
+		}
+	}
+	return d.Err(ce.Error())
+}
+
+// parentPath is path without its last step: a.b[1] for a.b[1].c, a.b for
+// a.b[1], "" for a.
+func parentPath(path string) string {
+	if i := strings.LastIndexAny(path, ".["); i >= 0 {
+		return path[:i]
+	}
+	return ""
+}
+
+func parsePolicy(d *caddyfile.Dispenser, w written, path string) (*PolicyConfig, error) {
 	p := new(PolicyConfig)
+	w.note(path, d)
 	if !d.NextArg() {
 		return nil, d.Err("policy: want a name")
 	}
@@ -134,7 +181,9 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 		return nil, d.Errf("policy %q: unexpected argument %q (options go in its block)", p.Name, d.Val())
 	}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		switch opt := d.Val(); opt {
+		opt := d.Val()
+		w.note(path+"."+opt, d)
+		switch opt {
 		case "match":
 			set, err := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
 			if err != nil {
@@ -156,9 +205,6 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 					return nil, d.Errf("policy %q adaptive %v", p.Name, err)
 				}
 			}
-			if err := a.Options().Validate(); err != nil {
-				return nil, d.Errf("policy %q %v", p.Name, err)
-			}
 			p.Adaptive = a
 		case "charge":
 			if d.NextArg() {
@@ -166,12 +212,18 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 			}
 			c := new(config.Charge)
 			for nesting := d.Nesting(); d.NextBlock(nesting); {
-				if err := setCharge(c, d.Val(), d.RemainingArgs()); err != nil {
+				// Compile says which of the charge's options is wrong.
+				opt := d.Val()
+				w.note(path+".charge."+opt, d)
+				switch opt {
+				case "header":
+					w.note(path+".charge.values", d)
+				case "cost_header":
+					w.note(path+".charge.cost_entry", d)
+				}
+				if err := setCharge(c, opt, d.RemainingArgs()); err != nil {
 					return nil, d.Errf("policy %q charge %v", p.Name, err)
 				}
-			}
-			if _, err := c.Compile(); err != nil {
-				return nil, d.Errf("policy %q %v", p.Name, err)
 			}
 			p.Charge = c
 		case "plans":
@@ -179,13 +231,25 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 				return nil, d.ArgErr()
 			}
 			for nesting := d.Nesting(); d.NextBlock(nesting); {
-				if err := setPlan(&p.Policy, d.Val(), d.RemainingArgs()); err != nil {
+				name := d.Val()
+				if err := setPlan(&p.Policy, name, d.RemainingArgs()); err != nil {
 					return nil, d.Err(err.Error())
+				}
+				i := slices.IndexFunc(p.Plans, func(plan config.Plan) bool { return plan.Name == name })
+				plan := fmt.Sprintf("%s.plans[%d]", path, i)
+				if _, ok := w[plan]; !ok {
+					w.note(plan, d)
+				}
+				if n := len(p.Plans[i].Limits); n > 0 {
+					w.note(fmt.Sprintf("%s.limits[%d]", plan, n-1), d)
 				}
 			}
 		default:
 			if err := setPolicy(&p.Policy, opt, d.RemainingArgs()); err != nil {
 				return nil, d.Err(err.Error())
+			}
+			if opt == "limit" {
+				w.note(fmt.Sprintf("%s.limits[%d]", path, len(p.Limits)-1), d)
 			}
 			if template := map[string]string{"key": p.Key, "plan": p.Plan, "priority": p.Priority}[opt]; template != "" {
 				if _, err := parseKeyTemplate(template); err != nil {
@@ -193,12 +257,6 @@ func parsePolicy(d *caddyfile.Dispenser) (*PolicyConfig, error) {
 				}
 			}
 		}
-	}
-	if len(p.Limits) == 0 && len(p.Plans) == 0 {
-		return nil, d.Errf("policy %q: needs at least one limit <count>/<window>, or plans", p.Name)
-	}
-	if _, err := p.Check(); err != nil {
-		return nil, d.Err(err.Error())
 	}
 	return p, nil
 }

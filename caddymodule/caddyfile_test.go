@@ -151,7 +151,7 @@ func TestCaddyfileErrors(t *testing.T) {
 			charge {
 				status 99
 			}
-		}`, `policy "a" charge status: "99": want a status code (401), a class (4xx) or a range (500-599), at Caddyfile:7`},
+		}`, `policy "a" charge status: "99": want a status code (401), a class (4xx) or a range (500-599), at Caddyfile:6`},
 		{`policy a {
 			limit 10/1m
 			charge {
@@ -163,7 +163,7 @@ func TestCaddyfileErrors(t *testing.T) {
 			charge {
 				cost -1
 			}
-		}`, `policy "a" charge cost: "-1" is not a whole number of at least 0`},
+		}`, `policy "a" charge cost: -1 must not be negative, at Caddyfile:6`},
 		{`policy a {
 			limit 10/1m
 			charge {
@@ -197,7 +197,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{`policy a {
 			limit 10/1m
 			reserve 150% for 1
-		}`, `policy "a" reserve: a share of 1.5 must be between 0 and 1, both excluded (written "150%")`},
+		}`, `policy "a" reserve: a share of 1.5 must be between 0 and 1, both excluded, at Caddyfile:5`},
 		{`policy a {
 			limit 10/1m
 			reserve lots for 1
@@ -311,7 +311,7 @@ func TestCaddyfileErrors(t *testing.T) {
 			}
 		}`, `policy "a" adaptive min: "0" must be above 0 (leave min out for its default)`},
 		{`store memory max_keys 0`, `store memory max_keys: 0 must be at least 1 (leave max_keys out for its default), at Caddyfile:3`},
-		{`store memory max_keys 9223372036854775807`, `store memory max_keys: 9223372036854775807 must be between 0 (the default) and 1073741824`},
+		{`store memory max_keys 9223372036854775807`, `store max_keys: 9223372036854775807 must be between 0 (the default) and 1073741824, at Caddyfile:3`},
 		{`store redis redis://localhost:6379 {
 			max_keys 1073741825
 		}`, `store max_keys: 1073741825 must be between 0 (the default) and 1073741824`},
@@ -353,6 +353,44 @@ func TestCaddyfileErrors(t *testing.T) {
 			}
 			default_plan free
 		}`, `policy "a" plan: "{http.request.header.X-Plan": the placeholder at byte 0 is not closed`},
+		// Checked with the whole config (config.Compile), said at the
+		// line the field was written on.
+		{`policy a {
+			plans {
+				free 10/1m
+				pro 100/1h
+			}
+			default_plan free
+		}`, `limits of other windows or algorithms than plan "free"'s (a key keeps its usage when its plan changes only if its plans count the same windows), at Caddyfile:6`},
+		{`policy a {
+			limit 10/1m
+			key {remote_host}
+			limit 20/1m
+		}`, `policy "a" limits 1 (10/1m) and 2 (20/1m): the same algorithm over the same window, so only the smaller count ever decides; keep one, at Caddyfile:6`},
+		{`policy a {
+			limit 10/1m
+		}
+		store redis redis://127.0.0.1:6379 {
+			timeout 1s
+			mode eventual sync 5ms
+		}`, `store sync: 5ms must be at least 20ms`},
+		{`policy a {
+			limit 10/1m
+		}
+		store redis redis://127.0.0.1:6379 {
+			timeout 1s
+			mode eventual sync 5ms
+		}`, `at Caddyfile:8`},
+		{`policy a {
+			limit 10/1m
+		}
+		policy a {
+			limit 20/1m
+		}`, `policy "a": name used twice, at Caddyfile:6`},
+		{`policy a {
+			limit 10/1m
+		}
+		status 200`, `status: 200 is not a 4xx or 5xx code, at Caddyfile:6`},
 	} {
 		src := ":8080 {\n\ttollgate {\n\t\t" + tc.body + "\n\t}\n}\n"
 		adapter := caddyfile.Adapter{ServerType: httpcaddyfile.ServerType{}}

@@ -42,9 +42,9 @@ type Handler struct {
 	// Policies are applied in order; a request must pass every policy that
 	// matches it.
 	Policies []*PolicyConfig `json:"policies"`
-	// ResponseSpec holds headers ("both" by default), status, body, jitter
+	// Response holds headers ("both" by default), status, body, jitter
 	// and log_denials, as core reads them.
-	gate.ResponseSpec
+	config.Response
 	// HandleErrors hands a denial to Caddy's handle_errors routes (with
 	// the status and the rate-limit headers set) instead of writing Body.
 	HandleErrors bool `json:"handle_errors,omitempty"`
@@ -103,29 +103,12 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // matchers. Errors name the field and value at fault.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	if len(h.Policies) == 0 {
-		return fmt.Errorf("policies: need at least one policy")
-	}
-	gc, err := h.ResponseSpec.GateConfig(headers.Both, styleNames)
-	if err != nil {
-		return err
-	}
-	h.sampler = gate.NewDenialSampler(h.LogDenials)
-	sc, err := h.Store.Config()
-	if err != nil {
-		return err
-	}
-	specs := make([]*config.Policy, len(h.Policies))
-	for i, pc := range h.Policies {
-		if pc == nil {
-			return fmt.Errorf("policies: null policy")
-		}
-		specs[i] = &pc.Policy
-	}
 	// Keyed like the counters, so a reload keeps an adaptive factor.
-	if h.compiled, err = config.Compile("caddy", sc, nil, specs...); err != nil {
+	var err error
+	if h.compiled, err = config.Compile(h.setup("caddy")); err != nil {
 		return err
 	}
+	h.sampler = gate.NewDenialSampler(h.compiled.LogDenials)
 	for i, pc := range h.Policies {
 		p, err := provisionPolicy(ctx, pc, &h.compiled.Policies[i])
 		if err != nil {
@@ -149,16 +132,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			}
 		}
 	}
-	if h.store, gc.Rules, err = config.Open(h.compiled, ""); err != nil {
+	opened, err := h.compiled.Open("")
+	if err != nil {
 		return err
 	}
-	if h.gate, err = gate.New(gc); err != nil {
-		return err
-	}
+	h.gate, h.store = opened.Gate, opened.Store
 	h.stopLog = h.store.OnStateChange(func(open bool, err error) {
 		if open {
 			h.logger.Warn("rate-limit store failing; its failure policy decides until it answers again",
-				zap.String("on_error", sc.OnError.String()), zap.Error(err))
+				zap.String("on_error", h.compiled.Store.OnError.String()), zap.Error(err))
 		} else {
 			h.logger.Warn("rate-limit store answering again")
 		}
@@ -170,6 +152,19 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	// handlers from those of the config a reload replaces.
 	h.offAdmin, err = admin.Register(h.gate, h.store, ctx.GetMetricsRegistry())
 	return err
+}
+
+// setup is the handler's config as the one maker of gate configs takes
+// it, its adaptive controllers shared under owner.
+func (h *Handler) setup(owner string) config.Setup {
+	specs := make([]*config.Policy, len(h.Policies))
+	for i, pc := range h.Policies {
+		if pc != nil {
+			specs[i] = &pc.Policy
+		}
+	}
+	return config.Setup{Owner: owner, Policies: specs, Store: h.Store,
+		Response: h.Response, DefaultStyle: headers.Both, StyleNames: styleNames}
 }
 
 // provisionPolicy loads what Caddy adds to a compiled policy: its key,

@@ -17,8 +17,6 @@ import (
 	"github.com/tollgate/tollgate/core/adaptive"
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/config"
-	"github.com/tollgate/tollgate/core/gate"
-	"github.com/tollgate/tollgate/core/headers"
 )
 
 // parseLimitWords reads a limit written as words: <count>/<window>
@@ -173,8 +171,8 @@ func setCharge(c *config.Charge, opt string, args []string) error {
 			return err
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || config.CheckCost(n) != nil {
-			return fmt.Errorf("cost: %q is not a whole number of at least 0", v)
+		if err != nil {
+			return fmt.Errorf("cost: %q is not a whole number", v)
 		}
 		c.Cost = &n
 	default:
@@ -194,11 +192,7 @@ func setPolicy(s *config.Policy, opt string, args []string) error {
 	case "key":
 		s.Key, err = one()
 	case "empty_key":
-		if s.EmptyKey, err = one(); err == nil {
-			if _, perr := gate.ParseEmptyKey(s.EmptyKey); perr != nil {
-				err = fmt.Errorf("policy %q empty_key: %w", s.Name, perr)
-			}
-		}
+		s.EmptyKey, err = one()
 	case "limit":
 		l, lerr := parseLimitWords(args)
 		if lerr != nil {
@@ -209,11 +203,8 @@ func setPolicy(s *config.Policy, opt string, args []string) error {
 		var v string
 		if v, err = one(); err == nil {
 			n, perr := strconv.ParseInt(v, 10, 64)
-			switch {
-			case perr != nil:
+			if perr != nil {
 				err = fmt.Errorf("policy %q cost: %q is not a whole number", s.Name, v)
-			case config.CheckCost(n) != nil:
-				err = fmt.Errorf("policy %q cost: %w", s.Name, config.CheckCost(n))
 			}
 			s.Cost = n
 		}
@@ -254,9 +245,6 @@ func setPolicy(s *config.Policy, opt string, args []string) error {
 		level, lerr := strconv.Atoi(args[2])
 		if perr != nil {
 			return fmt.Errorf("policy %q reserve: %q is not a share such as 0.2 or 20%%", s.Name, args[0])
-		}
-		if err := core.CheckReserveShare(share); err != nil {
-			return fmt.Errorf("policy %q %w (written %q)", s.Name, err, args[0])
 		}
 		if lerr != nil {
 			return fmt.Errorf("policy %q reserve: %q is not a whole priority", s.Name, args[2])
@@ -362,9 +350,6 @@ func setStore(s *config.Store, opt string, args []string) error {
 			if err != nil {
 				return err
 			}
-			if err := config.CheckSyncInterval(d); err != nil {
-				return fmt.Errorf("store sync: %w", err)
-			}
 			s.Sync = algo.Duration(d)
 		default:
 			return fmt.Errorf("store mode: want exact, eventual or eventual sync <duration>, got %q", args)
@@ -403,12 +388,10 @@ func setStore(s *config.Store, opt string, args []string) error {
 
 // setResponse reads one option line: headers, body, status, jitter or log_denials
 // and its value; errors name the option and the value.
-func setResponse(s *gate.ResponseSpec, opt, v string) error {
+func setResponse(s *config.Response, opt, v string) error {
 	switch opt {
 	case "headers":
 		s.Headers = v
-		_, err := headers.ParseStyle(v, styleNames)
-		return err
 	case "body":
 		s.Body = v
 	case "status":
@@ -417,18 +400,12 @@ func setResponse(s *gate.ResponseSpec, opt, v string) error {
 			return fmt.Errorf("status: %q is not a whole number", v)
 		}
 		s.Status = n
-		if err := gate.CheckDenyStatus(n); err != nil {
-			return fmt.Errorf("status: %w", err)
-		}
 	case "jitter":
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
 			return fmt.Errorf("jitter: %q is not a fraction between 0 and 1", v)
 		}
 		s.Jitter = f
-		if err := gate.CheckJitter(f); err != nil {
-			return fmt.Errorf("jitter: %w", err)
-		}
 	case "log_denials":
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
@@ -444,7 +421,7 @@ func setResponse(s *gate.ResponseSpec, opt, v string) error {
 // storeCount reads the value of a store's count option (max_keys,
 // pool_size, db): a whole number, 0 only for db (0 is how a spec leaves
 // the others unset, so writing it would be read as leaving them out), and
-// max_keys in the range the stores take (config.CheckMaxKeys).
+// max_keys's range is the store's, checked with the whole config.
 func storeCount(opt, v string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil {
@@ -455,11 +432,6 @@ func storeCount(opt, v string) (int, error) {
 	}
 	if n == 0 && opt != "db" {
 		return 0, fmt.Errorf("%s: 0 must be at least 1 (leave %s out for its default)", opt, opt)
-	}
-	if opt == "max_keys" {
-		if err := config.CheckMaxKeys(n); err != nil {
-			return 0, err
-		}
 	}
 	return n, nil
 }

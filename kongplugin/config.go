@@ -341,7 +341,8 @@ func compile(c *Config) (*instance, error) {
 	// An adaptive controller is shared per scope and settings, so the factor
 	// survives Kong replacing the instance (it starts the new one before it
 	// closes the old); Close releases it.
-	if inst.built, err = config.Compile("kong|"+inst.scope.Prefix, sc, clusterCheck(c), &policy); err != nil {
+	if inst.built, err = config.Compile(config.Setup{Owner: "kong|" + inst.scope.Prefix, Policies: []*config.Policy{&policy},
+		StoreConfig: sc, Response: config.Response{Status: c.ErrorCode}, DefaultStyle: style, Check: clusterCheck(c)}); err != nil {
 		return nil, err
 	}
 	if storeErr != nil {

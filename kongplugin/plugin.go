@@ -90,7 +90,7 @@ func (inst *instance) logf(format string, args ...any) {
 // open opens (or joins) the instance's store and builds its gate.
 func (inst *instance) open() error {
 	var err error
-	inst.opened, err = openGate(inst.scope, gate.Config{Status: inst.ErrorCode, Headers: inst.headers}, inst.built)
+	inst.opened, err = openGate(inst.scope, inst.built)
 	return err
 }
 
@@ -127,21 +127,16 @@ func (o *opened) close() {
 	o.store = nil
 }
 
-// openGate opens (or joins) the store built runs on and builds a gate of
-// cfg over it, one rule per policy of built, and registers it with the
-// operators' API as scope.Name.
-func openGate(scope gate.Scope, cfg gate.Config, built *config.Compiled) (opened, error) {
-	h, rules, err := config.Open(built, scope.Prefix)
+// openGate opens (or joins) the store built runs on and makes its gate,
+// one rule per policy of built, and registers it with the operators' API
+// as scope.Name.
+func openGate(scope gate.Scope, built *config.Compiled) (opened, error) {
+	o, err := built.Open(scope.Prefix)
 	if err != nil {
 		return opened{}, err
 	}
+	g, h := o.Gate, o.Store
 	h.LogStateChanges(log.Printf) // the plugin server's output, which Kong logs at info
-	cfg.Rules = rules
-	g, err := gate.New(cfg)
-	if err != nil {
-		_ = h.Release()
-		return opened{}, err
-	}
 	news := &storeNews{onError: built.Store.OnError}
 	news.stop = h.OnStateChange(news.heard)
 	return opened{gate: g, store: h, unregister: admin.RegisterRule(scope, g, h), news: news}, nil

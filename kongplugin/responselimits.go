@@ -66,8 +66,7 @@ func startResponseLimits(raw []byte) (any, error) {
 		}
 		rl := c.compiled
 		var err error
-		// The headers are the plugin's own (see setUsage): none from the gate.
-		rl.opened, err = openGate(rl.scope, gate.Config{Headers: headers.Options{Style: headers.None}}, rl.built)
+		rl.opened, err = openGate(rl.scope, rl.built)
 		if err != nil {
 			rl.built.Release()
 			return nil, rl.scope.Name, err
@@ -176,10 +175,14 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 	}
 	rl.warnings.lines = append(rl.warnings.lines, c.RedisSettings.notes...)
 	// Fixed windows only, which every store decides.
-	if rl.built, err = config.Compile("kong-response|"+rl.scope.Prefix, sc, nil, specs...); err != nil {
-		var pe *config.PolicyError
-		errors.As(err, &pe)
-		return nil, fmt.Errorf("limits.%s: %w", rl.resources[pe.Index], pe.Err)
+	// The headers are the plugin's own (see setUsage): none from the gate.
+	if rl.built, err = config.Compile(config.Setup{Owner: "kong-response|" + rl.scope.Prefix, Policies: specs,
+		StoreConfig: sc, DefaultStyle: headers.None}); err != nil {
+		var ce *config.Error
+		if errors.As(err, &ce) && ce.Policy >= 0 {
+			return nil, fmt.Errorf("limits.%s: %w", rl.resources[ce.Policy], ce.Err)
+		}
+		return nil, err
 	}
 	for _, cp := range rl.built.Policies {
 		rl.policies = append(rl.policies, cp.Policy)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/config"
-	"github.com/tollgate/tollgate/core/openstore"
 )
 
 // TestAdaptivePolicyTellsItsControllerWhetherItIsPaced: the controller of
@@ -27,7 +26,7 @@ func TestAdaptivePolicyTellsItsControllerWhetherItIsPaced(t *testing.T) {
 		for _, a := range tc.algorithms {
 			s.Limits = append(s.Limits, config.Limit{Count: 100, Window: algo.Duration(time.Second), Algorithm: a})
 		}
-		c, err := config.Compile(t.Name(), openstore.Config{}, nil, &s)
+		c, err := config.Compile(config.Setup{Owner: t.Name(), Policies: []*config.Policy{&s}})
 		if err != nil {
 			t.Fatalf("%v: %v", tc.algorithms, err)
 		}

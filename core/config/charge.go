@@ -38,22 +38,22 @@ func (c *Charge) Compile() (*gate.ResponseCost, error) {
 	for _, s := range c.Status {
 		r, err := parseStatusRange(s)
 		if err != nil {
-			return nil, fmt.Errorf("charge status: %w", err)
+			return nil, at("status", fmt.Errorf("charge status: %w", err))
 		}
 		rc.Statuses = append(rc.Statuses, r)
 	}
 	if len(c.Values) > 0 && rc.Header == "" {
-		return nil, fmt.Errorf("charge values: %q need the header they are values of", c.Values)
+		return nil, at("values", fmt.Errorf("charge values: %q need the header they are values of", c.Values))
 	}
 	if rc.CostEntry != "" && rc.CostHeader == "" {
-		return nil, fmt.Errorf("charge cost_entry: %q needs the cost_header it is an entry of", rc.CostEntry)
+		return nil, at("cost_entry", fmt.Errorf("charge cost_entry: %q needs the cost_header it is an entry of", rc.CostEntry))
 	}
 	if rc.CostHeader == "" {
 		rc.Fixed = 1
 	}
 	if c.Cost != nil {
 		if err := CheckCost(*c.Cost); err != nil {
-			return nil, fmt.Errorf("charge cost: %w", err)
+			return nil, at("cost", fmt.Errorf("charge cost: %w", err))
 		}
 		rc.Fixed = *c.Cost
 	}

@@ -1,24 +1,56 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/gate"
+	"github.com/tollgate/tollgate/core/headers"
 	"github.com/tollgate/tollgate/core/openstore"
 )
 
-// Compiled is a config compiled once: its store and its policies, each
-// checked against that store and built, with what a request takes and
-// what a response charges. Nothing in it changes after Compile (but an
-// adaptive policy's factor, which its controller moves); an adapter opens
-// it (Open), holds it for as long as the config is loaded and
-// calls Release when it is unloaded.
+// Setup is a whole gate config as an adapter hands it over: its
+// policies, its store and how it answers, as written.
+type Setup struct {
+	// Owner shares an adaptive policy's controller among every config
+	// that builds the same policy under the same owner (a gateway's name
+	// for the process, and the instance's scope when counters are per
+	// instance), so a reload keeps its factor.
+	Owner string
+	// Policies are the config's policies, in order; at least one.
+	Policies []*Policy
+	// Store is the store as written; nil takes StoreConfig.
+	Store *Store
+	// StoreConfig is the store when Store is nil: one the adapter built
+	// from settings of its own (its zero value is the memory store).
+	StoreConfig openstore.Config
+	// Response is how denials are answered; Headers empty takes
+	// DefaultStyle, and StyleNames are the adapter's own names of header
+	// styles (headers.ParseStyle).
+	Response     Response
+	DefaultStyle headers.Style
+	StyleNames   map[string]headers.Style
+	// Check, if not nil, is what the adapter's own store adds to the
+	// checks of each policy (run after the store's).
+	Check func(*core.Policy) error
+}
+
+// Compiled is a config compiled once: its store, how it answers and its
+// policies, each checked against that store and built, with what a
+// request takes and what a response charges. Nothing in it changes after
+// Compile (but an adaptive policy's factor, which its controller moves);
+// an adapter opens it (Open), holds it for as long as the config is
+// loaded and calls Release when it is unloaded.
 type Compiled struct {
 	// Store is the store the policies run on.
 	Store openstore.Config
 	// Policies are the compiled policies, in the order given to Compile.
 	Policies []CompiledPolicy
+	// Gate is the gate's settings but its rules (Open adds them).
+	Gate gate.Config
+	// LogDenials is how many denials a second are logged (0: none).
+	LogDenials int
 
 	releases []func()
 }
@@ -36,28 +68,42 @@ type CompiledPolicy struct {
 	Charge *gate.ResponseCost
 }
 
-// Compile checks and builds policies into a Compiled config for store,
-// each check made once with one wording: a policy's own, then whether store
-// can decide it (openstore.Config.CheckPolicy: eventual mode counts requests
-// only), then the adapter's check, if not nil (what a gateway's own store
-// takes). An adaptive policy's controller is shared by every config that
-// builds the same policy under the same owner (a gateway's name for the
-// process, and the instance's scope when counters are per instance), so a
-// reload keeps its factor. Policy names must differ (they name counters,
-// headers and metrics). Errors are *PolicyError.
-func Compile(owner string, store openstore.Config, check func(*core.Policy) error, policies ...*Policy) (*Compiled, error) {
-	compiled := &Compiled{Store: store, Policies: make([]CompiledPolicy, 0, len(policies))}
-	seen := make(map[string]bool, len(policies))
-	for _, s := range policies {
-		if seen[s.Name] {
-			compiled.Release()
-			return nil, &PolicyError{Index: len(compiled.Policies), Err: fmt.Errorf("policy %q: name used twice", s.Name)}
+// Compile checks and builds a whole config, each rule checked once, here,
+// with one wording: the response side, the store, then each policy: its
+// own rules, whether the store can decide it (openstore.Config.CheckPolicy:
+// eventual mode counts requests only), then the adapter's Check. Policy
+// names must differ (they name counters, headers and metrics). Errors are
+// *Error, saying which policy and field.
+func Compile(s Setup) (*Compiled, error) {
+	compiled := &Compiled{Policies: make([]CompiledPolicy, 0, len(s.Policies))}
+	var err error
+	if compiled.Gate, compiled.LogDenials, err = s.Response.gateConfig(s.DefaultStyle, s.StyleNames); err != nil {
+		return nil, configError(-1, err)
+	}
+	compiled.Store = s.StoreConfig
+	if s.Store != nil {
+		if compiled.Store, err = s.Store.Config(); err != nil {
+			return nil, configError(-1, at("store", err))
 		}
-		seen[s.Name] = true
-		c, release, err := s.compile(owner)
+	}
+	if len(s.Policies) == 0 {
+		return nil, configError(-1, at("policies", errors.New("policies: need at least one policy")))
+	}
+	seen := make(map[string]bool, len(s.Policies))
+	for i, p := range s.Policies {
+		if p == nil {
+			compiled.Release()
+			return nil, configError(i, errors.New("policies: null policy"))
+		}
+		if seen[p.Name] {
+			compiled.Release()
+			return nil, configError(i, at("name", fmt.Errorf("policy %q: name used twice", p.Name)))
+		}
+		seen[p.Name] = true
+		c, release, err := p.compile(s.Owner)
 		if err == nil {
-			if err = store.CheckPolicy(c.Policy); err == nil && check != nil {
-				err = check(c.Policy)
+			if err = compiled.Store.CheckPolicy(c.Policy); err == nil && s.Check != nil {
+				err = s.Check(c.Policy)
 			}
 			if err != nil {
 				release()
@@ -65,7 +111,7 @@ func Compile(owner string, store openstore.Config, check func(*core.Policy) erro
 		}
 		if err != nil {
 			compiled.Release()
-			return nil, &PolicyError{Index: len(compiled.Policies), Err: err}
+			return nil, configError(i, err)
 		}
 		compiled.Policies = append(compiled.Policies, c)
 		compiled.releases = append(compiled.releases, release)
@@ -73,15 +119,50 @@ func Compile(owner string, store openstore.Config, check func(*core.Policy) erro
 	return compiled, nil
 }
 
-// PolicyError is an error of Compile's: Err, of the policy at Index in
-// the order given (so an adapter can say where it was written).
-type PolicyError struct {
-	Index int
-	Err   error
+// Error is a config's error: Err, of the policy at Policy in the order
+// given (-1 for the config's store or response side), at Field, its path
+// in the config's JSON below the policy ("limits[1]", "charge.status") or
+// the config ("store.timeout", "status"); "" when no one field is at
+// fault. An adapter maps Policy and Field to where they were written (a
+// config file's line, its own field path); the message stays Err's.
+type Error struct {
+	Policy int
+	Field  string
+	Err    error
 }
 
-func (e *PolicyError) Error() string { return e.Err.Error() }
-func (e *PolicyError) Unwrap() error { return e.Err }
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// fieldError is an error at a path, below what checked it.
+type fieldError struct {
+	path string
+	err  error
+}
+
+func (e *fieldError) Error() string { return e.err.Error() }
+func (e *fieldError) Unwrap() error { return e.err }
+
+// at says err is at path; a path err already carries is below it
+// (at("plans[1]", an error at "limits[0]") is at "plans[1].limits[0]").
+func at(path string, err error) error {
+	var inner *fieldError
+	if errors.As(err, &inner) && inner.path != "" {
+		path += "." + inner.path
+	}
+	return &fieldError{path: path, err: err}
+}
+
+// configError makes err an *Error of the policy at index (-1: none),
+// its field found where at put it.
+func configError(index int, err error) *Error {
+	e := &Error{Policy: index, Err: err}
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		e.Field = fe.path
+	}
+	return e
+}
 
 // Release gives back the config's adaptive controllers; its policies
 // must no longer decide. Releasing twice is a no-op.
@@ -116,21 +197,34 @@ func (s *Policy) compile(owner string) (CompiledPolicy, func(), error) {
 	return c, release, err
 }
 
-// Open opens the store a compiled config runs on (or joins it: see
-// Acquire) and returns the config's policies as gate rules over it, in
-// order; syncScope, prefixed to each policy's scope, names an adaptive
-// policy's shared factor (see Rule). Release the handle when the config
-// is unloaded.
-func Open(c *Compiled, syncScope string) (*openstore.Handle, []gate.Rule, error) {
+// Opened is a compiled config's gate over its opened store.
+type Opened struct {
+	// Gate decides requests, one rule per policy, in order.
+	Gate *gate.Gate
+	// Store is the store the rules decide on; Release gives it back.
+	Store *openstore.Handle
+}
+
+// Open opens the store c runs on (or joins it: see openstore.Acquire) and
+// makes c's gate over it, one rule per policy; syncScope, prefixed to each
+// policy's scope, names an adaptive policy's shared factor (see
+// openstore.Handle.Rule). Release the store when the config is unloaded.
+func (c *Compiled) Open(syncScope string) (Opened, error) {
 	h, err := openstore.Acquire(c.Store)
 	if err != nil {
-		return nil, nil, err
+		return Opened{}, err
 	}
-	rules := make([]gate.Rule, len(c.Policies))
+	cfg := c.Gate
+	cfg.Rules = make([]gate.Rule, len(c.Policies))
 	for i := range c.Policies {
 		cp := &c.Policies[i]
-		rules[i] = h.Rule(cp.Policy, cp.EmptyKey, syncScope)
-		rules[i].Charge = cp.Charge
+		cfg.Rules[i] = h.Rule(cp.Policy, cp.EmptyKey, syncScope)
+		cfg.Rules[i].Charge = cp.Charge
 	}
-	return h, rules, nil
+	g, err := gate.New(cfg)
+	if err != nil {
+		_ = h.Release()
+		return Opened{}, err
+	}
+	return Opened{Gate: g, Store: h}, nil
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/config"
-	"github.com/tollgate/tollgate/core/openstore"
 )
 
 func perMinute(name string, count int64) *config.Policy {
@@ -27,7 +26,7 @@ func TestCompileBuildsWhatARequestNeeds(t *testing.T) {
 	charged := perMinute("charged", 10)
 	one := int64(1)
 	charged.Charge = &config.Charge{Status: []string{"401"}, Cost: &one}
-	c, err := config.Compile(t.Name(), openstore.Config{}, nil, plain, costly, charged)
+	c, err := config.Compile(config.Setup{Owner: t.Name(), Policies: []*config.Policy{plain, costly, charged}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,13 +43,13 @@ func TestCompileBuildsWhatARequestNeeds(t *testing.T) {
 
 // TestCompileRefusalNamesThePolicyAndHoldsNothing: a policy the store
 // cannot decide, or a name given twice, refuses the whole config with a
-// *PolicyError naming the policy's place, and gives back every adaptive
+// *config.Error naming the policy's place, and gives back every adaptive
 // controller the policies before it took: once the loaded config that
 // shares one is released too, the next config starts a fresh controller.
 func TestCompileRefusalNamesThePolicyAndHoldsNothing(t *testing.T) {
 	adaptivePolicy := perMinute("adaptive", 100)
 	adaptivePolicy.Adaptive = &config.Adaptive{}
-	loaded, err := config.Compile(t.Name(), openstore.Config{}, nil, adaptivePolicy)
+	loaded, err := config.Compile(config.Setup{Owner: t.Name(), Policies: []*config.Policy{adaptivePolicy}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,21 +63,21 @@ func TestCompileRefusalNamesThePolicyAndHoldsNothing(t *testing.T) {
 		return nil
 	}
 	for _, tc := range []struct {
-		policies []*config.Policy
-		want     string
+		policies    []*config.Policy
+		field, want string
 	}{
-		{[]*config.Policy{adaptivePolicy, perMinute("refused", 5)}, "this store cannot decide it"},
-		{[]*config.Policy{adaptivePolicy, perMinute("adaptive", 5)}, `policy "adaptive": name used twice`},
+		{[]*config.Policy{adaptivePolicy, perMinute("refused", 5)}, "", "this store cannot decide it"},
+		{[]*config.Policy{adaptivePolicy, perMinute("adaptive", 5)}, "name", `policy "adaptive": name used twice`},
 	} {
-		c, err := config.Compile(t.Name(), openstore.Config{}, decidable, tc.policies...)
-		var pe *config.PolicyError
-		if c != nil || !errors.As(err, &pe) || pe.Index != 1 || err.Error() != tc.want {
-			t.Fatalf("compiled %v, %v; want a *PolicyError at index 1 saying %q", c, err, tc.want)
+		c, err := config.Compile(config.Setup{Owner: t.Name(), Check: decidable, Policies: tc.policies})
+		var ce *config.Error
+		if c != nil || !errors.As(err, &ce) || ce.Policy != 1 || ce.Field != tc.field || err.Error() != tc.want {
+			t.Fatalf("compiled %v, %v; want a *config.Error at policy 1, field %q, saying %q", c, err, tc.field, tc.want)
 		}
 	}
 	loaded.Release()
 	loaded.Release() // a no-op
-	again, err := config.Compile(t.Name(), openstore.Config{}, nil, adaptivePolicy)
+	again, err := config.Compile(config.Setup{Owner: t.Name(), Policies: []*config.Policy{adaptivePolicy}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +100,7 @@ func TestCompileChecksPoliciesAgainstTheirStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	counting := &config.Policy{Name: "counting", Limits: []config.Limit{{Count: 5, Window: algo.Duration(time.Minute), Algorithm: "fixed_window"}}}
-	c, err := config.Compile(t.Name(), eventual, nil, counting)
+	c, err := config.Compile(config.Setup{Owner: t.Name(), StoreConfig: eventual, Policies: []*config.Policy{counting}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,13 +118,47 @@ func TestCompileChecksPoliciesAgainstTheirStore(t *testing.T) {
 	}{{"", refused}, {"sync_rate", "sync_rate: " + refused}} {
 		sc := eventual
 		sc.ModeSetting = tc.setting
-		c, err := config.Compile(t.Name(), sc, adapter, perMinute("gcra", 5))
-		var pe *config.PolicyError
-		if c != nil || !errors.As(err, &pe) || pe.Index != 0 || err.Error() != tc.want {
-			t.Errorf("mode setting %q: compiled %v, %v; want a *PolicyError at index 0 saying %q", tc.setting, c, err, tc.want)
+		c, err := config.Compile(config.Setup{Owner: t.Name(), StoreConfig: sc, Check: adapter, Policies: []*config.Policy{perMinute("gcra", 5)}})
+		var ce *config.Error
+		if c != nil || !errors.As(err, &ce) || ce.Policy != 0 || err.Error() != tc.want {
+			t.Errorf("mode setting %q: compiled %v, %v; want a *config.Error at policy 0 saying %q", tc.setting, c, err, tc.want)
 		}
 	}
 	if adapterRan {
 		t.Error("the adapter's check ran on a policy its store refused")
+	}
+}
+
+// TestCompileErrorsSayTheField: an error of a policy's own says where in
+// the policy it is, as a path in its JSON (an adapter maps it to where it
+// was written), a plan's limits below the plan; the message is the check's.
+func TestCompileErrorsSayTheField(t *testing.T) {
+	minute := algo.Duration(time.Minute)
+	ok := []config.Limit{{Count: 5, Window: minute}}
+	negative := int64(-1)
+	for _, tc := range []struct {
+		policy config.Policy
+		field  string
+	}{
+		{config.Policy{Name: " "}, "name"},
+		{config.Policy{Name: "p"}, "limits"},
+		{config.Policy{Name: "p", Limits: ok, Cost: -2}, "cost"},
+		{config.Policy{Name: "p", Limits: ok, EmptyKey: "nobody"}, "empty_key"},
+		{config.Policy{Name: "p", Limits: []config.Limit{{Count: 5, Window: minute}, {Count: 0, Window: minute, Algorithm: "gcra"}}}, "limits[1]"},
+		{config.Policy{Name: "p", Limits: []config.Limit{{Count: 5, Window: minute}, {Count: 9, Window: minute}}}, "limits[1]"},
+		{config.Policy{Name: "p", Limits: ok, Reserve: &config.Reserve{Share: 2}}, "reserve.share"},
+		{config.Policy{Name: "p", Limits: ok, Priority: "{h}"}, "priority"},
+		{config.Policy{Name: "p", Limits: ok, Charge: &config.Charge{Cost: &negative}}, "charge.cost"},
+		{config.Policy{Name: "p", Limits: ok, Charge: &config.Charge{Status: []string{"99"}}}, "charge.status"},
+		{config.Policy{Name: "p", Limits: ok, Penalty: &config.Penalty{}}, "penalty"},
+		{config.Policy{Name: "p", Limits: ok, Adaptive: &config.Adaptive{Min: 2}}, "adaptive"},
+		{config.Policy{Name: "p", Plans: []config.Plan{{Name: "a", Limits: ok}, {Name: "b", Limits: []config.Limit{{Count: -1, Window: minute}}}}, DefaultPlan: "a"}, "plans[1].limits[0]"},
+		{config.Policy{Name: "p", Plans: []config.Plan{{Name: "a", Limits: ok}}, DefaultPlan: "z"}, "default_plan"},
+	} {
+		c, err := config.Compile(config.Setup{Owner: t.Name(), Policies: []*config.Policy{perMinute("first", 1), &tc.policy}})
+		var ce *config.Error
+		if c != nil || !errors.As(err, &ce) || ce.Policy != 1 || ce.Field != tc.field {
+			t.Errorf("%+v: compiled %v, %#v; want a *config.Error at policy 1, field %q", tc.policy, c, ce, tc.field)
+		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/tollgate/tollgate/core/config"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
-	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/core/store/memory"
 )
 
@@ -30,7 +29,7 @@ func planSpec() config.Policy {
 // headers and the decision's fields name the plan in force.
 func TestPlansChooseLimitsPerRequest(t *testing.T) {
 	ps := planSpec()
-	c, err := config.Compile("test", openstore.Config{}, nil, &ps)
+	c, err := config.Compile(config.Setup{Owner: "test", Policies: []*config.Policy{&ps}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +116,7 @@ func TestPlanSpecErrorsNameTheFault(t *testing.T) {
 			ps.Plans[i].Limits = append([]config.Limit(nil), ps.Plans[i].Limits...)
 		}
 		tc.edit(&ps)
-		_, err := config.Compile("test", openstore.Config{}, nil, &ps)
+		_, err := config.Compile(config.Setup{Owner: "test", Policies: []*config.Policy{&ps}})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want %q", err, tc.want)
 		}
@@ -130,7 +129,7 @@ func TestPlanSpecErrorsNameTheFault(t *testing.T) {
 func TestReserveShareInOneWording(t *testing.T) {
 	for _, share := range []float64{0, 1, 1.5, -0.2} {
 		s := config.Policy{Name: "api", Limits: []config.Limit{{Count: 10, Window: algo.Duration(time.Minute)}}, Reserve: &config.Reserve{Share: share}}
-		_, err := config.Compile("test", openstore.Config{}, nil, &s)
+		_, err := config.Compile(config.Setup{Owner: "test", Policies: []*config.Policy{&s}})
 		want := fmt.Sprintf(`policy "api" reserve: a share of %g must be between 0 and 1, both excluded`, share)
 		if err == nil || err.Error() != want {
 			t.Errorf("spec share %g: %v, want %q", share, err, want)

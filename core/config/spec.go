@@ -194,39 +194,43 @@ type Plan struct {
 // Check validates s without building it; errors name the field and value.
 func (s *Policy) Check() ([]algo.Limit, error) {
 	if strings.TrimSpace(s.Name) == "" {
-		return nil, fmt.Errorf("policy name: must not be empty")
+		return nil, at("name", fmt.Errorf("policy name: must not be empty"))
 	}
 	switch {
 	case len(s.Plans) > 0 && len(s.Limits) > 0:
-		return nil, fmt.Errorf("policy %q: limits and plans: give one or the other (a plan holds its own limits)", s.Name)
+		return nil, at("plans", fmt.Errorf("policy %q: limits and plans: give one or the other (a plan holds its own limits)", s.Name))
 	case len(s.Plans) > 0:
 		return nil, s.checkPlans()
 	case s.DefaultPlan != "" || s.Plan != "":
-		return nil, fmt.Errorf("policy %q: plan and default_plan need plans", s.Name)
+		field := "default_plan"
+		if s.Plan != "" {
+			field = "plan"
+		}
+		return nil, at(field, fmt.Errorf("policy %q: plan and default_plan need plans", s.Name))
 	case len(s.Limits) == 0:
-		return nil, fmt.Errorf("policy %q: needs at least one limit", s.Name)
+		return nil, at("limits", fmt.Errorf("policy %q: needs at least one limit", s.Name))
 	case len(s.Limits) > core.MaxLimits:
-		return nil, fmt.Errorf("policy %q: %d limits, at most %d may be stacked", s.Name, len(s.Limits), core.MaxLimits)
+		return nil, at(fmt.Sprintf("limits[%d]", core.MaxLimits), fmt.Errorf("policy %q: %d limits, at most %d may be stacked", s.Name, len(s.Limits), core.MaxLimits))
 	}
 	if err := CheckCost(s.Cost); err != nil {
-		return nil, fmt.Errorf("policy %q cost: %w", s.Name, err)
+		return nil, at("cost", fmt.Errorf("policy %q cost: %w", s.Name, err))
 	}
 	if r := s.Reserve; r != nil {
 		if err := core.CheckReserveShare(r.Share); err != nil { // a share of 0 here is written, not absent
-			return nil, fmt.Errorf("policy %q %w", s.Name, err)
+			return nil, at("reserve.share", fmt.Errorf("policy %q %w", s.Name, err))
 		}
 	}
 	if s.Priority != "" && s.Reserve == nil {
-		return nil, fmt.Errorf("policy %q priority: %q chooses nothing without a reserve", s.Name, s.Priority)
+		return nil, at("priority", fmt.Errorf("policy %q priority: %q chooses nothing without a reserve", s.Name, s.Priority))
 	}
 	if _, err := gate.ParseEmptyKey(s.EmptyKey); err != nil {
-		return nil, fmt.Errorf("policy %q empty_key: %w", s.Name, err)
+		return nil, at("empty_key", fmt.Errorf("policy %q empty_key: %w", s.Name, err))
 	}
 	limits := make([]algo.Limit, len(s.Limits))
 	for i := range s.Limits {
 		l, err := s.Limits[i].Limit()
 		if err != nil {
-			return nil, fmt.Errorf("policy %q limit %d: %w", s.Name, i+1, err)
+			return nil, at(fmt.Sprintf("limits[%d]", i), fmt.Errorf("policy %q limit %d: %w", s.Name, i+1, err))
 		}
 		limits[i] = l
 	}
@@ -238,11 +242,11 @@ func (s *Policy) Check() ([]algo.Limit, error) {
 	}
 	if s.Adaptive != nil {
 		if err := s.Adaptive.Options().Validate(); err != nil {
-			return nil, fmt.Errorf("policy %q %w", s.Name, err)
+			return nil, at("adaptive", fmt.Errorf("policy %q %w", s.Name, err))
 		}
 		for i := range limits {
 			if err := checkAdaptable(&limits[i]); err != nil {
-				return nil, fmt.Errorf("policy %q limit %d (%s): %w", s.Name, i+1, limits[i].Rate(), err)
+				return nil, at(fmt.Sprintf("limits[%d]", i), fmt.Errorf("policy %q limit %d (%s): %w", s.Name, i+1, limits[i].Rate(), err))
 			}
 		}
 	}
@@ -255,11 +259,11 @@ func (s *Policy) withPenalty(limits []algo.Limit) ([]algo.Limit, error) {
 		return limits, nil
 	}
 	if len(limits) >= core.MaxLimits {
-		return nil, fmt.Errorf("policy %q: %d limits and a penalty, at most %d may be stacked (the penalty is one)", s.Name, len(limits), core.MaxLimits)
+		return nil, at("penalty", fmt.Errorf("policy %q: %d limits and a penalty, at most %d may be stacked (the penalty is one)", s.Name, len(limits), core.MaxLimits))
 	}
 	l, err := s.Penalty.Limit()
 	if err != nil {
-		return nil, fmt.Errorf("policy %q %w", s.Name, err)
+		return nil, at("penalty", fmt.Errorf("policy %q %w", s.Name, err))
 	}
 	return append(limits, l), nil
 }
@@ -274,19 +278,19 @@ func (s *Policy) chargeAfterResponse(limits []algo.Limit) error {
 	}
 	if s.Charge == nil {
 		if marked {
-			return fmt.Errorf("policy %q after_response: needs the policy's charge (which responses cost what)", s.Name)
+			return at("charge", fmt.Errorf("policy %q after_response: needs the policy's charge (which responses cost what)", s.Name))
 		}
 		return nil
 	}
 	if _, err := s.Charge.Compile(); err != nil {
-		return fmt.Errorf("policy %q %w", s.Name, err)
+		return at("charge", fmt.Errorf("policy %q %w", s.Name, err))
 	}
 	for i := range limits {
 		if !marked {
 			limits[i].AfterResponse = true
 		}
 		if err := limits[i].Normalize(); err != nil {
-			return fmt.Errorf("policy %q limit %d (%s): %w", s.Name, i+1, limits[i].Rate(), err)
+			return at(fmt.Sprintf("limits[%d]", i), fmt.Errorf("policy %q limit %d (%s): %w", s.Name, i+1, limits[i].Rate(), err))
 		}
 	}
 	return nil
@@ -317,8 +321,8 @@ func checkDuplicateLimits(policy string, limits []algo.Limit) error {
 		for i := 0; i < j; i++ {
 			a, b := &limits[i], &limits[j]
 			if a.Algorithm == b.Algorithm && a.Window == b.Window && a.Burst == b.Burst && a.MaxDelay == b.MaxDelay {
-				return fmt.Errorf("policy %q limits %d (%d/%s) and %d (%d/%s): the same algorithm over the same window, so only the smaller count ever decides; keep one",
-					policy, i+1, a.Count, algo.FormatWindow(a.Window), j+1, b.Count, algo.FormatWindow(b.Window))
+				return at(fmt.Sprintf("limits[%d]", j), fmt.Errorf("policy %q limits %d (%d/%s) and %d (%d/%s): the same algorithm over the same window, so only the smaller count ever decides; keep one",
+					policy, i+1, a.Count, algo.FormatWindow(a.Window), j+1, b.Count, algo.FormatWindow(b.Window)))
 			}
 		}
 	}
@@ -332,16 +336,17 @@ func (s *Policy) checkPlans() error {
 	plain.Plans, plain.Plan, plain.DefaultPlan = nil, "", ""
 	seen := map[string]bool{}
 	var first, firstScope string // the first limited plan
-	for _, plan := range s.Plans {
+	for i, plan := range s.Plans {
+		path := fmt.Sprintf("plans[%d]", i)
 		switch {
 		case plan.Name == "":
-			return fmt.Errorf("policy %q plans: a plan without a name", s.Name)
+			return at(path, fmt.Errorf("policy %q plans: a plan without a name", s.Name))
 		case seen[plan.Name]:
-			return fmt.Errorf("policy %q plan %q: named twice", s.Name, plan.Name)
+			return at(path, fmt.Errorf("policy %q plan %q: named twice", s.Name, plan.Name))
 		case plan.Unlimited && len(plan.Limits) > 0:
-			return fmt.Errorf("policy %q plan %q: unlimited and limits: give one or the other", s.Name, plan.Name)
+			return at(path, fmt.Errorf("policy %q plan %q: unlimited and limits: give one or the other", s.Name, plan.Name))
 		case !plan.Unlimited && len(plan.Limits) == 0:
-			return fmt.Errorf("policy %q plan %q: needs at least one limit, or unlimited", s.Name, plan.Name)
+			return at(path, fmt.Errorf("policy %q plan %q: needs at least one limit, or unlimited", s.Name, plan.Name))
 		}
 		seen[plan.Name] = true
 		if plan.Unlimited {
@@ -350,23 +355,23 @@ func (s *Policy) checkPlans() error {
 		plain.Limits = plan.Limits
 		limits, err := plain.Check()
 		if err != nil {
-			return fmt.Errorf("plan %q: %w", plan.Name, err)
+			return at(path, fmt.Errorf("plan %q: %w", plan.Name, err))
 		}
 		scope, _ := core.PolicyScope(s.Name, limits...)
 		if first == "" {
 			first, firstScope = plan.Name, scope
 		} else if scope != firstScope {
-			return fmt.Errorf("policy %q plan %q: limits of other windows or algorithms than plan %q's (a key keeps its usage when its plan changes only if its plans count the same windows)", s.Name, plan.Name, first)
+			return at(path, fmt.Errorf("policy %q plan %q: limits of other windows or algorithms than plan %q's (a key keeps its usage when its plan changes only if its plans count the same windows)", s.Name, plan.Name, first))
 		}
 	}
 	if first == "" {
-		return fmt.Errorf("policy %q plans: every plan is unlimited", s.Name)
+		return at("plans", fmt.Errorf("policy %q plans: every plan is unlimited", s.Name))
 	}
 	if s.DefaultPlan == "" {
-		return fmt.Errorf("policy %q default_plan: missing (the plan of a request whose value names none)", s.Name)
+		return at("default_plan", fmt.Errorf("policy %q default_plan: missing (the plan of a request whose value names none)", s.Name))
 	}
 	if !seen[s.DefaultPlan] {
-		return fmt.Errorf("policy %q default_plan: %q is not one of its plans", s.Name, s.DefaultPlan)
+		return at("default_plan", fmt.Errorf("policy %q default_plan: %q is not one of its plans", s.Name, s.DefaultPlan))
 	}
 	return nil
 }

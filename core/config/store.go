@@ -57,7 +57,7 @@ func (s *Store) Config() (openstore.Config, error) {
 		return c, nil
 	}
 	if err := CheckMaxKeys(s.MaxKeys); err != nil {
-		return c, fmt.Errorf("store %w", err)
+		return c, at("max_keys", fmt.Errorf("store %w", err))
 	}
 	c.MaxKeys = s.MaxKeys
 	r := &RedisConfig{Settings: s.Settings}
@@ -89,7 +89,7 @@ func (s *Store) Config() (openstore.Config, error) {
 		r.Master = "" // a master name is what selects Sentinel
 	}
 	if s.Timeout < 0 {
-		return c, fmt.Errorf("store timeout: %s must not be negative", time.Duration(s.Timeout))
+		return c, at("timeout", fmt.Errorf("store timeout: %s must not be negative", time.Duration(s.Timeout)))
 	}
 	if err := redis.CheckOptions(*r); err != nil { // the URL and addresses, before anything dials
 		return c, fmt.Errorf("store %s: %w", s.Type, err)
@@ -98,55 +98,25 @@ func (s *Store) Config() (openstore.Config, error) {
 	if s.OnError != "" {
 		oe, err := core.ParseOnError(s.OnError)
 		if err != nil {
-			return c, fmt.Errorf("store %w", err)
+			return c, at("on_error", fmt.Errorf("store %w", err))
 		}
 		c.OnError = oe
 	}
 	switch s.Mode {
 	case "", "exact":
 		if s.Sync != 0 {
-			return c, fmt.Errorf("store sync: %s is only for mode eventual", time.Duration(s.Sync))
+			return c, at("sync", fmt.Errorf("store sync: %s is only for mode eventual", time.Duration(s.Sync)))
 		}
 	case "eventual":
 		c.Eventual = true
 		c.SyncInterval = time.Duration(s.Sync)
 		if err := CheckSyncInterval(c.SyncInterval); err != nil {
-			return c, fmt.Errorf("store sync: %w", err)
+			return c, at("sync", fmt.Errorf("store sync: %w", err))
 		}
 	default:
-		return c, fmt.Errorf("store mode: unknown %q (want exact or eventual)", s.Mode)
+		return c, at("mode", fmt.Errorf("store mode: unknown %q (want exact or eventual)", s.Mode))
 	}
 	return c, nil
-}
-
-// CheckPolicy reports, building nothing, whether a store from s can decide
-// the policy p (every plan's limits too): s must be valid, and eventual mode
-// counts requests, so it takes only the counting algorithms. A nil Store is
-// the memory store. Config errors find these at parse time.
-func (s *Store) CheckPolicy(p *Policy) error {
-	c, err := s.Config()
-	if err != nil || !c.Eventual {
-		return err
-	}
-	sets := [][]Limit{p.Limits}
-	for _, plan := range p.Plans {
-		sets = append(sets, plan.Limits)
-	}
-	for _, specs := range sets {
-		limits := make([]algo.Limit, len(specs))
-		for i := range specs {
-			if limits[i], err = specs[i].Limit(); err == nil {
-				err = limits[i].Normalize() // the default algorithm filled in
-			}
-			if err != nil {
-				return fmt.Errorf("policy %q limit %d: %w", p.Name, i+1, err)
-			}
-		}
-		if err := eventual.CheckLimits(p.Name, limits); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // MinSyncInterval is the shortest interval eventual mode syncs at.

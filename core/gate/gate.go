@@ -75,17 +75,11 @@ func New(c Config) (*Gate, error) {
 			return nil, fmt.Errorf("rules[%d] empty_key: unknown value %d", i, r.EmptyKey)
 		}
 	}
+	if err := c.CheckSettings(); err != nil {
+		return nil, err
+	}
 	if c.Status == 0 {
 		c.Status = DefaultDenyStatus
-	}
-	if err := CheckDenyStatus(c.Status); err != nil {
-		return nil, fmt.Errorf("status: %w", err)
-	}
-	if err := CheckJitter(c.Headers.Jitter); err != nil {
-		return nil, fmt.Errorf("jitter: %w", err)
-	}
-	if c.Headers.Style > headers.PerLimit {
-		return nil, fmt.Errorf("headers: unknown style %d", c.Headers.Style)
 	}
 	if c.Body == "" {
 		c.Body = DefaultDenyBody
@@ -101,6 +95,36 @@ func New(c Config) (*Gate, error) {
 	}
 	return g, nil
 }
+
+// CheckSettings checks c's settings but its rules (the denial's status,
+// the headers' style and jitter), as New does; its errors are
+// *SettingError.
+func (c *Config) CheckSettings() error {
+	status := c.Status
+	if status == 0 {
+		status = DefaultDenyStatus
+	}
+	if err := CheckDenyStatus(status); err != nil {
+		return &SettingError{"status", err}
+	}
+	if err := CheckJitter(c.Headers.Jitter); err != nil {
+		return &SettingError{"jitter", err}
+	}
+	if c.Headers.Style > headers.PerLimit {
+		return &SettingError{"headers", fmt.Errorf("unknown style %d", c.Headers.Style)}
+	}
+	return nil
+}
+
+// SettingError is an error of one of a Config's settings: Field names it
+// as configs write it (status, jitter, headers).
+type SettingError struct {
+	Field string
+	Err   error
+}
+
+func (e *SettingError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *SettingError) Unwrap() error { return e.Err }
 
 // Rules returns the gate's rules, in order. The caller must not modify them.
 func (g *Gate) Rules() []Rule { return g.rules }

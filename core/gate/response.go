@@ -1,49 +1,13 @@
 package gate
 
 import (
-	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
-	"github.com/tollgate/tollgate/core/headers"
 )
-
-// ResponseSpec is how a gateway answers, as configured (an adapter's
-// options): the rate-limit headers, the denial's status and body,
-// Retry-After jitter and sampled denial logs.
-type ResponseSpec struct {
-	// Headers picks the rate-limit headers: both, ietf, xratelimit, none,
-	// per_limit or an adapter's alias; empty means the adapter's default.
-	Headers string `json:"headers,omitempty"`
-	// Status is the denial status code; 0 means DefaultDenyStatus.
-	Status int `json:"status,omitempty"`
-	// Body is the denial body; empty means DefaultDenyBody.
-	Body string `json:"body,omitempty"`
-	// Jitter adds up to this fraction of Retry-After at random (0 to 1).
-	Jitter float64 `json:"jitter,omitempty"`
-	// LogDenials logs at most this many denials a second (policy, limit,
-	// key as the policy shows it, retry-after); 0, the default, logs none.
-	LogDenials int `json:"log_denials,omitempty"`
-}
-
-// GateConfig returns the gate settings s describes, with style when
-// Headers is empty; New checks the rest. styleNames are the adapter's own
-// names of header styles (headers.ParseStyle).
-func (s *ResponseSpec) GateConfig(style headers.Style, styleNames map[string]headers.Style) (Config, error) {
-	if s.Headers != "" {
-		var err error
-		if style, err = headers.ParseStyle(s.Headers, styleNames); err != nil {
-			return Config{}, err
-		}
-	}
-	if s.LogDenials < 0 {
-		return Config{}, fmt.Errorf("log_denials: %d must not be negative", s.LogDenials)
-	}
-	return Config{Status: s.Status, Body: s.Body, Headers: headers.Options{Style: style, Jitter: s.Jitter}}, nil
-}
 
 // DenialSampler lets at most a number of denial log lines a second
 // through, so a flood of denials writes a bounded log. It is a fixed

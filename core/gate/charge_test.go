@@ -1,0 +1,72 @@
+package gate
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/headers"
+	"github.com/tollgate/tollgate/core/store/memory"
+)
+
+// TestServeChargedChargesBeforeTheStatus: a response's charge is taken
+// when its status is written, whatever the status (a 200 too), and the
+// headers that go out with the status show what the charge left; a
+// response that writes no status is charged as 200; a status the rule's
+// charge does not price is not charged.
+func TestServeChargedChargesBeforeTheStatus(t *testing.T) {
+	l := algo.Limit{Count: 1000, Window: time.Hour, Algorithm: algo.SlidingLog, AfterResponse: true}
+	p := core.MustPolicy("tokens", core.PolicyOptions{}, l)
+	store := memory.MustNew(memory.Options{Clock: &core.ManualClock{Micros: 1_700_000_040_000_000}})
+	cost := &ResponseCost{Statuses: [][2]int{{200, 299}}, CostHeader: "X-Usage"}
+	g, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, store), Charge: cost}},
+		Headers: headers.Options{Style: headers.XRateLimit}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		serve func(w http.ResponseWriter) int
+		left  string // X-RateLimit-Remaining as the status went out
+	}{
+		{"200 written", func(w http.ResponseWriter) int {
+			w.Header().Set("X-Usage", "150")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte("answer"))
+			return 0
+		}, "850"},
+		{"201 written", func(w http.ResponseWriter) int {
+			w.Header().Set("X-Usage", "50")
+			w.WriteHeader(http.StatusCreated)
+			return 0
+		}, "800"},
+		{"body alone", func(w http.ResponseWriter) int {
+			w.Header().Set("X-Usage", "100")
+			_, _ = w.Write([]byte("answer"))
+			return 0
+		}, "700"},
+		{"500 not priced", func(w http.ResponseWriter) int {
+			w.Header().Set("X-Usage", "100")
+			w.WriteHeader(http.StatusInternalServerError)
+			return 0
+		}, "700"}, // admission takes nothing: the response is what is charged
+	} {
+		var o Outcome
+		in := SameInput{Covered: true, Key: "k", Cost: 1}
+		if err := g.Decide(context.Background(), &in, &o); err != nil || !o.Passes() {
+			t.Fatalf("%s: passes %v, %v", tc.name, o.Passes(), err)
+		}
+		rec := httptest.NewRecorder()
+		g.WriteHeaders(rec.Header(), &o)
+		if err := g.ServeCharged(context.Background(), &o, rec, tc.serve); err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.Result().Header.Get("X-RateLimit-Remaining"); got != tc.left {
+			t.Errorf("%s: X-RateLimit-Remaining %q as the status went out, want %s", tc.name, got, tc.left)
+		}
+	}
+}
