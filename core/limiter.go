@@ -54,8 +54,9 @@ func (l *Limiter) Decide(ctx context.Context, key string, cost int64, d *Decisio
 	return l.DecideFor(ctx, l.policy, key, cost, d)
 }
 
-// DecideFor is Decide under p, a plan's variant of the limiter's policy
-// (see Policy.ForPlan).
+// DecideFor is Decide under p, one of the limiter's policy's Family
+// (another plan's policy, the one below a reserve, the charging twin),
+// which name the same counters.
 func (l *Limiter) DecideFor(ctx context.Context, p *Policy, key string, cost int64, d *Decision) error {
 	if cost < 0 {
 		return fmt.Errorf("cost: %d must not be negative", cost)

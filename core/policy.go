@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"hash/maphash"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -23,48 +22,39 @@ const MaxLimits = 8
 // only if every limit allows it, and a denied request consumes nothing from
 // any of them.
 //
-// A Policy does not change once NewPolicy (or NewPlans) returns it, but
-// for the limits in force, which an adaptive controller scales; it is
-// safe for concurrent use. Its variants (one per plan, ForPlan; the one
-// below a reserve, ForPriority; the charging twin, Charging) name the same
-// counters in every store: Scope and LimitID come from the name and each
-// limit's algorithm and window, never a count, so a key keeps its usage
-// across plans, priorities, charges and reloads that change a count.
-// Its methods are what users call: build and read policies (NewPolicy,
-// NewPlans, Name, Limits, the variants). What a Store implementation needs
-// (the step functions run on a key's state, the identities that name it)
-// is on its StoreSide.
+// A Policy does not change once NewPolicy returns it, but for the limits
+// in force, which an adaptive controller scales; it is safe for concurrent
+// use. Its methods are what users call to read it (Name, Limits, Shadow);
+// what a Store implementation needs (the step functions run on a key's
+// state, the identities that name it) is on its StoreSide. What a request
+// may take instead of it is composed around it, in a Family: other plans'
+// policies, the policy below a reserve and the charging twin, all naming
+// the same counters in every store (Scope and LimitID come from the name
+// and each limit's algorithm and window, never a count), so a key keeps
+// its usage across plans, priorities, charges and reloads that change a
+// count.
 type Policy struct {
-	// identity is what p's variants (its charging twin, its unreserved
-	// variant) copy whole: the state they name in a store, and how it is
-	// shown.
+	// identity is what the policies a Family composes around p (its
+	// charging twin, the policy below its reserve) copy whole: the state
+	// they name in a store, and how it is shown.
 	identity
 	cur atomic.Pointer[limitSet] // the limits in force (scaled by an adaptive controller, else limits)
-	// derived is what a renderer derives from the limits in force (the
-	// header fields), kept so it is derived once, not per request.
-	derived atomic.Value
-	// planIndex is p's place among its policy's limited plans, in order;
-	// plans are the policy's variants, one per plan.
+	// planIndex is p's place among its Family's limited plans, in order
+	// (0 without plans).
 	planIndex int
-	plans     *planTable
 	leases    bool // an InFlight limit holds leases
-	// charging is the twin that charges the limits charged after the
-	// response (see Charging), and charges marks that twin. oneStep: one
+	// charges marks a charging twin (see Family.Charging). oneStep: one
 	// plain Step decides (no shadow, no phases), Apply's fast path when
 	// there is one limit.
-	charging *Policy
-	charges  bool
-	oneStep  bool
-	// unreserved is the variant requests below reserveLevel take (see
-	// ForPriority), nil without a reserve.
-	unreserved *Policy
+	charges bool
+	oneStep bool
 }
 
 // identity is a policy's name, configured limits and the state they name in
 // a store, with how the policy shows and scales them: built by NewPolicy,
-// copied whole into the policy's charging twin and its unreserved variant
-// (variant builds all three), so a field added here reaches them without
-// another line.
+// copied whole into the policies a Family composes around it (its charging
+// twin, the policy below its reserve: variant builds all three), so a
+// field added here reaches them without another line.
 type identity struct {
 	name string
 	// limits are the configured limits.
@@ -87,17 +77,6 @@ type identity struct {
 	phased bool
 	// penalty is the index of the Penalty limit, -1 without one.
 	penalty int
-	// reserveLevel is the priority level at or above which requests may
-	// use the reserve (0 without one).
-	reserveLevel int
-}
-
-// planTable is a policy's plans: the variant for each plan name (nil for an
-// unlimited plan), shared by every variant.
-type planTable struct {
-	byName      map[string]*Policy
-	names       []string // as declared
-	defaultPlan string
 }
 
 // scopeSeed and nameSeed hash a policy's scope and its name, once per
@@ -127,12 +106,6 @@ type PolicyOptions struct {
 	// (the heaviest denied keys, logs); by default they are shown as
 	// KeyHash, since keys can be API keys.
 	ClearKeys bool
-	// Reserve, between 0 and 1, holds that share of every limit's quota
-	// back for requests of priority ReserveLevel or above: a request below
-	// it is refused once usage passes the rest (see ForPriority and
-	// algo.Limit.Unreserved).
-	Reserve      float64
-	ReserveLevel int
 }
 
 // NewPolicy validates limits and returns a policy named name. Errors name the
@@ -176,39 +149,17 @@ func NewPolicy(name string, opts PolicyOptions, limits ...algo.Limit) (*Policy, 
 	ident.scope = sig.String()
 	ident.scopeHash = maphash.String(scopeSeed, ident.scope)
 	ident.nameHash = maphash.String(nameSeed, name)
-	if opts.Reserve != 0 {
-		if err := CheckReserveShare(opts.Reserve); err != nil {
-			return nil, fmt.Errorf("policy %q %w", name, err)
-		}
-		ident.reserveLevel = opts.ReserveLevel
-	}
-	var charging *Policy
-	if ident.phased {
-		charging = variant(*ident, nil, true)
-	}
-	pol := variant(*ident, charging, false)
-	if opts.Reserve != 0 {
-		// The same state as pol's (the same identity, kept as long), and
-		// charged after the response as pol is (a charge takes no reserve
-		// into account).
-		u := *ident
-		u.limits = make([]algo.Limit, len(ident.limits))
-		for i := range ident.limits {
-			u.limits[i] = ident.limits[i].Unreserved(opts.Reserve)
-		}
-		pol.unreserved = variant(u, charging, false)
-	}
-	return pol, nil
+	return variant(*ident, false), nil
 }
 
 // variant returns a policy of id, the one constructor of every policy
-// NewPolicy returns and of its variants: a policy and its unreserved
-// variant (charging is their twin that charges id's after-response limits,
-// nil when id has none), and that twin itself (charges true: it only
-// charges, so it holds no lease and takes no one-step path). What is
-// derived from the identity is derived here, once.
-func variant(id identity, charging *Policy, charges bool) *Policy {
-	p := &Policy{identity: id, charging: charging, charges: charges, oneStep: !charges && !id.shadow && !id.phased}
+// NewPolicy returns and of those a Family composes around it: the policy
+// below a reserve (id's limits short of the share), and the twin that
+// charges id's after-response limits (charges true: it only charges, so
+// it holds no lease and takes no one-step path). What is derived from the
+// identity is derived here, once.
+func variant(id identity, charges bool) *Policy {
+	p := &Policy{identity: id, charges: charges, oneStep: !charges && !id.shadow && !id.phased}
 	for i := range id.limits {
 		p.leases = p.leases || (!charges && id.limits[i].Algorithm == algo.InFlight)
 	}
@@ -216,34 +167,8 @@ func variant(id identity, charging *Policy, charges bool) *Policy {
 	return p
 }
 
-// ForPriority returns the variant of p a request of priority level takes:
-// p itself at or above its reserve's level (or without a reserve), else the
-// variant whose limits leave the reserved share alone (they count in the
-// same state).
-func (p *Policy) ForPriority(level int) *Policy {
-	if p.unreserved == nil || level >= p.reserveLevel {
-		return p
-	}
-	return p.unreserved
-}
-
-// Reserved returns the variant of p that holds a reserve back, and the
-// level at or above which requests may use it; nil without a reserve.
-func (p *Policy) Reserved() (unreserved *Policy, level int) { return p.unreserved, p.reserveLevel }
-
-// Charging returns the policy under which a store charges the response's
-// cost to p's limits charged after the response (algo.Limit.AfterResponse),
-// or nil when p has none. A Store.Decide under it, with the response's cost
-// (see algo.Charge), takes that cost from those limits whatever they have
-// left, changes no other limit, and reports each limit as a request of cost
-// 0 sees it after the charge: Allowed false where the charge overdrew a
-// limit, with its RetryAfter. Under p itself, those limits only check that
-// a unit is left (algo.Check) and charge nothing. Both name the same
-// state, so a store needs nothing more to charge after the response.
-func (p *Policy) Charging() *Policy { return p.charging }
-
 // AfterResponse reports whether some limit of p is charged after the
-// response (see Charging); p may be that charging twin.
+// response (see Family.Charging); p may be that charging twin.
 func (p *Policy) AfterResponse() bool { return p.phased }
 
 // limitIdentity names a validated limit's counters: its algorithm and
@@ -282,104 +207,13 @@ func PolicyScope(name string, limits ...algo.Limit) (string, error) {
 	return sig, nil
 }
 
-// NewPlans joins variants of one policy, one per plan (the same name and
-// limits of the same algorithms and windows, so the same counters; counts
-// and bursts differ), into one policy whose limits are chosen per request
-// (ForPlan). names lists the plans in order; a nil variant is an unlimited
-// plan. It returns the default plan's variant, or the first limited one
-// when the default is unlimited: the policy a gate rule holds.
-func NewPlans(names []string, variants []*Policy, defaultPlan string) (*Policy, error) {
-	t := &planTable{byName: map[string]*Policy{}, names: names, defaultPlan: defaultPlan}
-	var base *Policy
-	limited := 0
-	for i, name := range names {
-		v := variants[i]
-		if _, dup := t.byName[name]; dup {
-			return nil, fmt.Errorf("plan %q: named twice", name)
-		}
-		t.byName[name] = v
-		if v == nil {
-			continue
-		}
-		if base != nil && (v.scope != base.scope || v.name != base.name) {
-			return nil, fmt.Errorf("plan %q: limits of other windows or algorithms than plan %q's (a key keeps its usage when its plan changes only if its plans count the same windows)", name, base.plan)
-		}
-		if base == nil || name == defaultPlan {
-			base = v
-		}
-		v.plans, v.planIndex = t, limited
-		if v.charging != nil {
-			v.charging.planIndex = limited
-		}
-		if v.unreserved != nil {
-			v.unreserved.planIndex = limited
-		}
-		limited++
-	}
-	if _, ok := t.byName[defaultPlan]; !ok {
-		return nil, fmt.Errorf("default plan %q: not one of the plans (%s)", defaultPlan, strings.Join(names, ", "))
-	}
-	if base == nil {
-		return nil, fmt.Errorf("plans: every plan is unlimited")
-	}
-	return base, nil
-}
-
 // Plan returns the name of the plan p's limits are, "" for a policy
 // without plans.
 func (p *Policy) Plan() string { return p.plan }
 
-// Plans returns the policy's plan names in order, nil without plans.
-func (p *Policy) Plans() []string {
-	if p.plans == nil {
-		return nil
-	}
-	return p.plans.names
-}
-
-// ForPlan returns the variant of p whose limits a request of plan name
-// takes: the default plan's for an empty or unknown name (a request cannot
-// be refused for the value it sends), and false for an unlimited plan. A
-// policy without plans is its own variant.
-func (p *Policy) ForPlan(name string) (*Policy, bool) {
-	if p.plans == nil {
-		return p, true
-	}
-	v, ok := p.plans.byName[name]
-	if !ok {
-		v = p.plans.byName[p.plans.defaultPlan]
-	}
-	return v, v != nil
-}
-
-// FirstPlan returns the first of names that names one of p's plans, or ""
-// (the default plan): how a consumer's tags choose its plan.
-func (p *Policy) FirstPlan(names []string) string {
-	for _, name := range names {
-		if slices.Contains(p.Plans(), name) {
-			return name
-		}
-	}
-	return ""
-}
-
-// PlanIndex returns p's place among Variants.
+// PlanIndex returns p's place among its Family's plans (0 without plans):
+// its policies below a reserve and its charging twin share it.
 func (p *Policy) PlanIndex() int { return p.planIndex }
-
-// Variants returns the limited plans' variants in order (p alone without
-// plans).
-func (p *Policy) Variants() []*Policy {
-	if p.plans == nil {
-		return []*Policy{p}
-	}
-	var vs []*Policy
-	for _, name := range p.plans.names {
-		if v := p.plans.byName[name]; v != nil {
-			vs = append(vs, v)
-		}
-	}
-	return vs
-}
 
 // use puts limits, the configured ones scaled by factor, in force.
 func (p *Policy) use(limits []algo.Limit, factor float64) *limitSet {
@@ -462,17 +296,3 @@ func KeyHash(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:6])
 }
-
-// CheckReserveShare checks a reserve's share of each limit (a fraction,
-// 0 < share < 1), in the one wording every adapter reports.
-func CheckReserveShare(share float64) error {
-	if !(share > 0 && share < 1) {
-		return fmt.Errorf("reserve: a share of %g must be between 0 and 1, both excluded", share)
-	}
-	return nil
-}
-
-// Derived is a slot for a value derived from the policy and its limits in
-// force (the header renderer keeps its fields there, with the limits they
-// were derived from), so it is derived once, not per request.
-func (p *Policy) Derived() *atomic.Value { return &p.derived }

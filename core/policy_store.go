@@ -26,7 +26,8 @@ func (p *StoreSide) Policy() *Policy { return (*Policy)(p) }
 // (an algo.Penalty limit), or -1 without one.
 func (p *StoreSide) Penalty() int { return p.penalty }
 
-// ChargesAfterResponse reports whether the policy is a Charging twin: its
+// ChargesAfterResponse reports whether the policy is a charging twin
+// (Family.Charging): its
 // decisions charge what a response cost and decide nothing (a store must
 // never answer one from a copy of the state).
 func (p *StoreSide) ChargesAfterResponse() bool { return p.charges }
@@ -151,8 +152,8 @@ func (p *StoreSide) Apply(states []algo.State, now, cost int64, d *Decision) {
 }
 
 // applyPhased is Apply for a policy with limits charged after the
-// response (see Charging): under p, they check (algo.Check) while the
-// others decide as in applyStacked; under p.Charging(), they are charged
+// response (see Family.Charging): under p, they check (algo.Check) while the
+// others decide as in applyStacked; under its charging twin (Family.Charging), they are charged
 // (algo.Charge) and the others only report.
 //
 //go:noinline

@@ -108,16 +108,15 @@ func kongDatabase(prefix string) (kongdb.Conn, error) {
 
 // checkCluster refuses what Kong's rows cannot hold: a window other than
 // a fixed one (a row holds one count per period), and a namespace (rows
-// are per service and route, as Kong's plugin keys them).
+// are per service and route, as Kong's plugin keys them). Compile checks
+// each plan's policy on its own.
 func checkCluster(p *core.Policy, namespace string) error {
 	if namespace != "" {
 		return fmt.Errorf("namespace: %q shares counters across instances, and policy cluster keeps Kong's rows, one set per service and route, as Kong's rate-limiting", namespace)
 	}
-	for _, v := range p.Variants() {
-		for i, l := range v.Configured() {
-			if l.Algorithm != algo.FixedWindow {
-				return fmt.Errorf("algorithm: policy cluster keeps one count per period in Kong's database, as Kong's rate-limiting, so it takes fixed_window only, not %s (limit %d, %s)", l.Algorithm, i+1, l.Label())
-			}
+	for i, l := range p.Configured() {
+		if l.Algorithm != algo.FixedWindow {
+			return fmt.Errorf("algorithm: policy cluster keeps one count per period in Kong's database, as Kong's rate-limiting, so it takes fixed_window only, not %s (limit %d, %s)", l.Algorithm, i+1, l.Label())
 		}
 	}
 	return nil

@@ -348,7 +348,8 @@ func identifier(kong *pdk.PDK, limitBy, headerName, path string) (id string, con
 // planOf names the request's plan: the plan_header's value, or the first
 // of the consumer's tags that names a plan ("" takes the default plan).
 func planOf(kong *pdk.PDK, inst *instance, consumer *entities.Consumer) string {
-	if inst.policy.Plans() == nil {
+	plans := inst.built.Policies[0].Family
+	if plans.Names() == nil {
 		return "" // no PDK call without plans
 	}
 	switch inst.PlanBy {
@@ -357,10 +358,10 @@ func planOf(kong *pdk.PDK, inst *instance, consumer *entities.Consumer) string {
 		return v
 	case "consumer_tag":
 		if consumer != nil { // limit_by consumer asked Kong already
-			return inst.policy.FirstPlan(consumer.Tags)
+			return plans.First(consumer.Tags)
 		}
 		if c, err := kong.Client.GetConsumer(); err == nil {
-			return inst.policy.FirstPlan(c.Tags)
+			return plans.First(c.Tags)
 		}
 	}
 	return ""

@@ -186,8 +186,9 @@ const (
 )
 
 // policy returns the adaptive policy of kind k, configured at 4× what the
-// upstream can take (4C a second, or 4 × workers in flight).
-func policy(k limitKind, a *adaptive.Controller, reserve float64) *core.Policy {
+// upstream can take (4C a second, or 4 × workers in flight), composed with
+// a reserve of that share for priority 1 (0: none).
+func policy(k limitKind, a *adaptive.Controller, reserve float64) *core.Family {
 	l := algo.Limit{Count: int64(4 * capacity), Window: time.Second, Algorithm: rateAlgorithm}
 	if rateAlgorithm == algo.GCRA || rateAlgorithm == algo.TokenBucket {
 		l.Burst = int64(capacity / 5)
@@ -195,7 +196,15 @@ func policy(k limitKind, a *adaptive.Controller, reserve float64) *core.Policy {
 	if k == inFlightLimit {
 		l = algo.Limit{Count: 4 * int64(workers()), Window: time.Minute, Algorithm: algo.InFlight}
 	}
-	return core.MustPolicy("upstream", core.PolicyOptions{Adaptive: a, Reserve: reserve, ReserveLevel: 1}, l)
+	var r *core.Reserve
+	if reserve != 0 {
+		r = &core.Reserve{Share: reserve, Level: 1}
+	}
+	f, err := core.NewFamily(core.MustPolicy("upstream", core.PolicyOptions{Adaptive: a}, l), r)
+	if err != nil {
+		panic(err)
+	}
+	return f
 }
 
 // sample is one trace bucket.
@@ -288,7 +297,7 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 	// state.
 	nodes := max(1, scn.nodes)
 	ctrls := make([]*adaptive.Controller, nodes)
-	policies := make([]*core.Policy, nodes)
+	policies := make([]*core.Family, nodes)
 	var shared *sharedState
 	if nodes > 1 {
 		shared = &sharedState{}
@@ -389,7 +398,7 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 		}
 		ctrls[req.node].Observe(status, took)
 		if k == inFlightLimit {
-			policies[req.node].StoreSide().ApplyLease(states, t0+now, req.d.At, 1, false)
+			policies[req.node].Policy().StoreSide().ApplyLease(states, t0+now, req.d.At, 1, false)
 		}
 		if status == 200 {
 			b.served++
@@ -436,7 +445,8 @@ func simulate(scn scenario, o adaptive.Options, seed uint64) run {
 				b.critOffered++
 				priority = 1
 			}
-			p.ForPriority(priority).StoreSide().Apply(states, t0+now, 1, &req.d)
+			chosen, _ := p.For("", priority)
+			chosen.StoreSide().Apply(states, t0+now, 1, &req.d)
 			if !req.d.Allowed {
 				a.Deny() // as the gate does
 				continue

@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -56,11 +57,11 @@ func Register(g *gate.Gate, h *openstore.Handle, generation any) (unregister fun
 		}
 		for i := range e.gate.Rules() {
 			for _, r := range g.Rules() {
-				theirs, ours := e.gate.Rules()[i].Limiter.Policy(), r.Limiter.Policy()
-				if theirs.Name() == ours.Name() && (e.store != h || signature(theirs) != signature(ours)) {
+				theirs, ours := &e.gate.Rules()[i], &r
+				if theirs.Limiter.Policy().Name() == ours.Limiter.Policy().Name() && (e.store != h || signature(theirs) != signature(ours)) {
 					mu.Unlock()
 					return nil, fmt.Errorf("policy %q: the name is given to two different policies in this config; "+
-						"a policy name addresses the operators' API (and the policy's counters), so give each its own", ours.Name())
+						"a policy name addresses the operators' API (and the policy's counters), so give each its own", ours.Limiter.Policy().Name())
 				}
 			}
 		}
@@ -71,9 +72,9 @@ func Register(g *gate.Gate, h *openstore.Handle, generation any) (unregister fun
 
 // signature is what makes two policies of one name the same policy: their
 // limits, as configured, for every plan.
-func signature(p *core.Policy) string {
+func signature(r *gate.Rule) string {
 	var b strings.Builder
-	for _, v := range p.Variants() {
+	for _, v := range r.Family.Plans() {
 		b.WriteString(v.Plan())
 		for _, l := range v.Configured() {
 			fmt.Fprintf(&b, "|%s %d/%d %s %d %d", l.Name, l.Count, l.Window, l.Algorithm, l.Burst, l.MaxDelay)
@@ -283,8 +284,9 @@ func (e *entry) answer(ctx context.Context, i int, method, path string, q url.Va
 	case q.Get("key") == "":
 		return nil, http.StatusBadRequest, fmt.Errorf("key: missing (keys?policy=<name>&key=<key>)")
 	case method == http.MethodGet:
-		variant, _ := p.ForPlan(q.Get("plan"))
-		if variant == nil {
+		// The plan's own policy, above any reserve: its limits as configured.
+		variant, limited := e.gate.Rules()[i].Family.For(q.Get("plan"), math.MaxInt)
+		if !limited {
 			return nil, http.StatusBadRequest, fmt.Errorf("plan %q: unlimited, nothing is counted", q.Get("plan"))
 		}
 		var d core.Decision
@@ -378,7 +380,7 @@ func policies() []map[string]any {
 		for i, r := range e.gate.Rules() {
 			p := r.Limiter.Policy()
 			var limits []map[string]any
-			for _, v := range p.Variants() {
+			for _, v := range r.Family.Plans() {
 				for i, l := range v.Configured() {
 					lim := map[string]any{"plan": v.Plan(), "limit": l.Label(), "algorithm": l.Algorithm.String(),
 						"count": l.Count, "effective_count": v.Limits()[i].Count, "window_seconds": l.Window.Seconds()}
@@ -391,7 +393,7 @@ func policies() []map[string]any {
 					limits = append(limits, lim)
 				}
 			}
-			pol := map[string]any{"name": e.policyName(i), "limits": limits, "shadow": p.Shadow(), "plans": p.Plans(),
+			pol := map[string]any{"name": e.policyName(i), "limits": limits, "shadow": p.Shadow(), "plans": r.Family.Names(),
 				"store": kind, "breaker_open": open}
 			if a := p.Adaptive(); a != nil {
 				pol["adaptive_factor"] = a.Factor()

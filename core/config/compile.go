@@ -32,7 +32,8 @@ type Setup struct {
 	DefaultStyle headers.Style
 	StyleNames   map[string]headers.Style
 	// Check, if not nil, is what the adapter's own store adds to the
-	// checks of each policy (run after the store's).
+	// checks of each policy, each plan's on its own (run after the
+	// store's).
 	Check func(*core.Policy) error
 }
 
@@ -57,8 +58,12 @@ type Compiled struct {
 
 // CompiledPolicy is one policy of a Compiled config.
 type CompiledPolicy struct {
-	// Policy decides.
+	// Policy decides (the default plan's, for a policy with plans).
 	Policy *core.Policy
+	// Family is the policy composed with what a request may take instead
+	// of it: its other plans' policies, the policy below its reserve, its
+	// charging twin.
+	Family *core.Family
 	// EmptyKey is what a request without a key does under the policy.
 	EmptyKey gate.EmptyKey
 	// Cost is the units one request takes (Policy.Cost, 1 when unset).
@@ -102,11 +107,15 @@ func Compile(s Setup) (*Compiled, error) {
 		seen[p.Name] = true
 		c, release, err := p.compile(s.Owner)
 		if err == nil {
-			if err = compiled.Store.CheckPolicy(c.Policy); err == nil && s.Check != nil {
-				err = s.Check(c.Policy)
-			}
-			if err != nil {
-				release()
+			// Each plan's policy, checked on its own.
+			for _, v := range c.Family.Plans() {
+				if err = compiled.Store.CheckPolicy(v); err == nil && s.Check != nil {
+					err = s.Check(v)
+				}
+				if err != nil {
+					release()
+					break
+				}
 			}
 		}
 		if err != nil {
@@ -190,11 +199,19 @@ func (s *Policy) compile(owner string) (CompiledPolicy, func(), error) {
 	}
 	var release func()
 	if len(s.Plans) > 0 {
-		c.Policy, release, err = s.buildPlans(owner)
-	} else {
-		c.Policy, release, err = s.build(owner, limits, "")
+		if c.Family, release, err = s.buildPlans(owner); err == nil {
+			c.Policy = c.Family.Policy()
+		}
+		return c, release, err
 	}
-	return c, release, err
+	if c.Policy, release, err = s.build(owner, limits, ""); err != nil {
+		return c, release, err
+	}
+	if c.Family, err = core.NewFamily(c.Policy, s.reserve()); err != nil {
+		release()
+		return c, func() {}, s.familyError(err)
+	}
+	return c, release, nil
 }
 
 // Opened is a compiled config's gate over its opened store.
@@ -219,7 +236,7 @@ func (c *Compiled) Open(syncScope string) (Opened, error) {
 	for i := range c.Policies {
 		cp := &c.Policies[i]
 		cfg.Rules[i] = h.Rule(cp.Policy, cp.EmptyKey, syncScope)
-		cfg.Rules[i].Charge = cp.Charge
+		cfg.Rules[i].Family, cfg.Rules[i].Charge = cp.Family, cp.Charge
 	}
 	g, err := gate.New(cfg)
 	if err != nil {

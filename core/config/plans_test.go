@@ -40,7 +40,7 @@ func TestPlansChooseLimitsPerRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := gate.New(gate.Config{Rules: []gate.Rule{{Limiter: core.NewLimiter(p, store)}},
+	g, err := gate.New(gate.Config{Rules: []gate.Rule{{Limiter: core.NewLimiter(p, store), Family: c.Policies[0].Family}},
 		Headers: headers.Options{Style: headers.IETF}})
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +125,7 @@ func TestPlanSpecErrorsNameTheFault(t *testing.T) {
 
 // TestReserveShareInOneWording: a reserve's share outside (0, 1) is
 // refused in core's one wording, whether written in a spec (where a share
-// of 0 is written, not absent) or passed to core.NewPolicy.
+// of 0 is written, not absent) or given to core.NewFamily.
 func TestReserveShareInOneWording(t *testing.T) {
 	for _, share := range []float64{0, 1, 1.5, -0.2} {
 		s := config.Policy{Name: "api", Limits: []config.Limit{{Count: 10, Window: algo.Duration(time.Minute)}}, Reserve: &config.Reserve{Share: share}}
@@ -135,11 +135,11 @@ func TestReserveShareInOneWording(t *testing.T) {
 			t.Errorf("spec share %g: %v, want %q", share, err, want)
 		}
 		if share == 0 {
-			continue // core.PolicyOptions.Reserve 0 is no reserve
+			continue // the zero core.Reserve is no reserve
 		}
-		_, err = core.NewPolicy("api", core.PolicyOptions{Reserve: share}, algo.Limit{Count: 10, Window: time.Minute})
+		_, err = core.NewFamily(core.MustPolicy("api", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Minute}), &core.Reserve{Share: share, Level: 1})
 		if err == nil || err.Error() != want {
-			t.Errorf("core.NewPolicy share %g: %v, want %q", share, err, want)
+			t.Errorf("core.NewFamily share %g: %v, want %q", share, err, want)
 		}
 	}
 }

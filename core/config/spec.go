@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -215,11 +216,6 @@ func (s *Policy) Check() ([]algo.Limit, error) {
 	if err := CheckCost(s.Cost); err != nil {
 		return nil, at("cost", fmt.Errorf("policy %q cost: %w", s.Name, err))
 	}
-	if r := s.Reserve; r != nil {
-		if err := core.CheckReserveShare(r.Share); err != nil { // a share of 0 here is written, not absent
-			return nil, at("reserve.share", fmt.Errorf("policy %q %w", s.Name, err))
-		}
-	}
 	if s.Priority != "" && s.Reserve == nil {
 		return nil, at("priority", fmt.Errorf("policy %q priority: %q chooses nothing without a reserve", s.Name, s.Priority))
 	}
@@ -376,11 +372,11 @@ func (s *Policy) checkPlans() error {
 	return nil
 }
 
-// buildPlans builds a variant of the policy per limited plan, sharing one
-// adaptive controller (they count the same windows), and joins them.
-func (s *Policy) buildPlans(owner string) (*core.Policy, func(), error) {
-	names := make([]string, len(s.Plans))
-	variants := make([]*core.Policy, len(s.Plans))
+// buildPlans builds a policy per limited plan, sharing one adaptive
+// controller (they count the same windows), and composes them with the
+// reserve.
+func (s *Policy) buildPlans(owner string) (*core.Family, func(), error) {
+	plans := make([]core.Plan, len(s.Plans))
 	var releases []func()
 	releaseAll := func() {
 		for _, r := range releases {
@@ -388,7 +384,7 @@ func (s *Policy) buildPlans(owner string) (*core.Policy, func(), error) {
 		}
 	}
 	for i, plan := range s.Plans {
-		names[i] = plan.Name
+		plans[i].Name = plan.Name
 		if plan.Unlimited {
 			continue
 		}
@@ -403,23 +399,38 @@ func (s *Policy) buildPlans(owner string) (*core.Policy, func(), error) {
 			releaseAll()
 			return nil, func() {}, err
 		}
-		variants[i], releases = v, append(releases, release)
+		plans[i].Policy, releases = v, append(releases, release)
 	}
-	p, err := core.NewPlans(names, variants, s.DefaultPlan)
+	f, err := core.NewPlans(plans, s.DefaultPlan, s.reserve())
 	if err != nil {
 		releaseAll()
-		return nil, func() {}, fmt.Errorf("policy %q %w", s.Name, err)
+		return nil, func() {}, s.familyError(err)
 	}
-	return p, releaseAll, nil
+	return f, releaseAll, nil
+}
+
+// reserve is the policy's reserve as core composes it.
+func (s *Policy) reserve() *core.Reserve {
+	if s.Reserve == nil {
+		return nil
+	}
+	return &core.Reserve{Share: s.Reserve.Share, Level: s.Reserve.For}
+}
+
+// familyError is an error of composing the policy's family, at the
+// reserve's share when it is the share's.
+func (s *Policy) familyError(err error) error {
+	var share *core.ReserveShareError
+	if errors.As(err, &share) {
+		return at("reserve.share", err)
+	}
+	return fmt.Errorf("policy %q %w", s.Name, err)
 }
 
 // build makes one policy (or one plan's variant) of s with limits.
 func (s *Policy) build(owner string, limits []algo.Limit, plan string) (*core.Policy, func(), error) {
 	release := func() {}
 	opts := core.PolicyOptions{Shadow: s.Shadow, Plan: plan, ClearKeys: s.ClearKeys}
-	if s.Reserve != nil {
-		opts.Reserve, opts.ReserveLevel = s.Reserve.Share, s.Reserve.For
-	}
 	if s.Adaptive != nil {
 		scope, err := core.PolicyScope(s.Name, limits...)
 		if err != nil {

@@ -38,7 +38,7 @@ func (p *Outcome) ChargeEach(ctx context.Context, status int, header func(name s
 		if !ok {
 			continue
 		}
-		if err := c.limiter.DecideFor(ctx, c.policy.Charging(), c.key, cost, d); err != nil {
+		if err := c.limiter.DecideFor(ctx, c.twin, c.key, cost, d); err != nil {
 			if first == nil {
 				first = err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,7 +24,7 @@ type Gate struct {
 	rules      []Rule
 	status     int
 	body       string
-	headers    headers.Options
+	render     *headers.Renderer // every rule's policies' header fields, derived once
 	skipFailed bool
 	top        []*topK // per rule: the keys it denied most; nil when off
 }
@@ -32,6 +33,12 @@ type Gate struct {
 type Rule struct {
 	// Limiter is the policy over its store.
 	Limiter *core.Limiter
+	// Family is what a request may take instead of the limiter's policy
+	// (Family.Policy): other plans' policies, chosen by Input.Plan, the
+	// policy below a reserve, by Input.Priority, and the charging twin of
+	// its after-response limits; nil is the policy alone (New composes
+	// its charging twin).
+	Family *core.Family
 	// EmptyKey says what a request without a key does under this rule.
 	EmptyKey EmptyKey
 	// Charge, for a policy with limits charged after the response, is
@@ -74,6 +81,15 @@ func New(c Config) (*Gate, error) {
 		if r.EmptyKey > EmptyKeyShared {
 			return nil, fmt.Errorf("rules[%d] empty_key: unknown value %d", i, r.EmptyKey)
 		}
+		if r.Family != nil && r.Family.Policy() != r.Limiter.Policy() {
+			return nil, fmt.Errorf("rules[%d] family: its policy %q is not the limiter's", i, r.Family.Policy().Name())
+		}
+	}
+	c.Rules = slices.Clone(c.Rules)
+	for i := range c.Rules {
+		if r := &c.Rules[i]; r.Family == nil {
+			r.Family, _ = core.NewFamily(r.Limiter.Policy(), nil)
+		}
 	}
 	if err := c.CheckSettings(); err != nil {
 		return nil, err
@@ -84,7 +100,12 @@ func New(c Config) (*Gate, error) {
 	if c.Body == "" {
 		c.Body = DefaultDenyBody
 	}
-	g := &Gate{rules: c.Rules, status: c.Status, body: c.Body, headers: c.Headers, skipFailed: c.SkipFailed}
+	g := &Gate{rules: c.Rules, status: c.Status, body: c.Body, skipFailed: c.SkipFailed}
+	var policies []*core.Policy
+	for i := range g.rules {
+		policies = append(policies, g.rules[i].Family.All()...)
+	}
+	g.render = headers.NewRenderer(c.Headers, policies...)
 	if c.TopDenied == 0 {
 		c.TopDenied = DefaultTopDenied
 	}
@@ -174,11 +195,12 @@ type Input struct {
 	Client string
 	// Cost is the units of cost the request takes (at least 0).
 	Cost int64
-	// Plan names the plan whose limits the request takes, for a policy
-	// with plans (see Policy.ForPlan); empty or unknown takes the default.
+	// Plan names the plan whose limits the request takes, for a rule whose
+	// Family has plans (see Family.For); empty or unknown takes the
+	// default.
 	Plan string
 	// Priority is the request's priority, for a policy with a reserve
-	// (see Policy.ForPriority); 0 by default.
+	// (see Family.For); 0 by default.
 	Priority int
 }
 
@@ -234,11 +256,12 @@ type Outcome struct {
 	charges []heldCharge
 }
 
-// heldCharge is a rule that charges the response: the policy (or plan
-// variant) that let the request through and the key.
+// heldCharge is a rule that charges the response: the policy (of its
+// family) that let the request through, its charging twin and the key.
 type heldCharge struct {
 	limiter *core.Limiter
 	policy  *core.Policy
+	twin    *core.Policy
 	key     string
 	cost    *ResponseCost
 }
@@ -286,14 +309,10 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 		// check).
 		key := core.BoundKey(in.Key)
 		in.Key = key
-		pol := r.Limiter.Policy()
-		if pol.Plans() != nil {
-			var limited bool
-			if pol, limited = pol.ForPlan(in.Plan); !limited {
-				continue // an unlimited plan: nothing to count
-			}
+		pol, limited := r.Family.For(in.Plan, in.Priority)
+		if !limited {
+			continue // an unlimited plan: nothing to count
 		}
-		pol = pol.ForPriority(in.Priority)
 		dctx := ctx
 		if pol.HoldsLeases() {
 			// A slot taken must be seen to be given back: a client leaving
@@ -330,8 +349,8 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 			break
 		}
 		outcome.keep(r.Limiter, key, d)
-		if r.Charge != nil && pol.Charging() != nil {
-			outcome.charges = append(outcome.charges, heldCharge{r.Limiter, pol, key, r.Charge})
+		if twin := r.Family.Charging(pol); r.Charge != nil && twin != nil {
+			outcome.charges = append(outcome.charges, heldCharge{r.Limiter, pol, twin, key, r.Charge})
 		}
 		if a := r.Limiter.Policy().Adaptive(); a != nil {
 			if outcome.watched < len(outcome.watching) {
@@ -535,14 +554,14 @@ func (p *Outcome) Observe(status int, took time.Duration) {
 // carries (none when no rule covered the request).
 func (g *Gate) Headers(p *Outcome, set func(name, value string)) {
 	if p.Covered() {
-		headers.Render(&p.Decision, g.headers, set)
+		g.render.Render(&p.Decision, set)
 	}
 }
 
 // WriteHeaders sets the outcome's rate-limit headers on h.
 func (g *Gate) WriteHeaders(h http.Header, p *Outcome) {
 	if p.Covered() {
-		headers.Write(h, &p.Decision, g.headers)
+		g.render.Write(h, &p.Decision)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/core"
@@ -107,11 +108,49 @@ func (o Options) RetryAfterSeconds(d *core.Decision) int64 {
 
 // Render calls set for every header d carries under o. Retry-After is
 // set only for a request that is denied (not for shadowed ones).
+// Each decision's policy fields are derived anew: a Renderer keeps them.
 func Render(d *core.Decision, o Options, setHeader func(name, value string)) {
 	var v headerValues
-	v.render(d, o)
+	v.render(d, o, nil)
 	v.each(setHeader)
 }
+
+// Renderer renders the decisions of a known set of policies under one
+// Options, each policy's header fields (names, quotas, the
+// RateLimit-Policy field) derived once and again only when an adaptive
+// factor moves its limits, not per request. It is safe for concurrent
+// use.
+type Renderer struct {
+	o     Options
+	cache map[*core.Policy]*atomic.Pointer[policyFields] // read-only after NewRenderer
+}
+
+// NewRenderer returns a Renderer of o that keeps the fields of policies
+// (every policy a decision it renders may name: each plan's, and their
+// variants); a decision of another policy renders too, its fields derived
+// for it alone.
+func NewRenderer(o Options, policies ...*core.Policy) *Renderer {
+	r := &Renderer{o: o, cache: make(map[*core.Policy]*atomic.Pointer[policyFields], len(policies))}
+	for _, p := range policies {
+		if p != nil {
+			r.cache[p] = new(atomic.Pointer[policyFields])
+		}
+	}
+	return r
+}
+
+// Options returns the options r renders with.
+func (r *Renderer) Options() Options { return r.o }
+
+// Render calls set for every header d carries (see the package's Render).
+func (r *Renderer) Render(d *core.Decision, setHeader func(name, value string)) {
+	var v headerValues
+	v.render(d, r.o, r.cache)
+	v.each(setHeader)
+}
+
+// Write sets d's headers on h (see the package's Write).
+func (r *Renderer) Write(h http.Header, d *core.Decision) { write(h, d, r.o, r.cache) }
 
 // headerValues are the headers of one decision: the numbers are written
 // into one buffer that becomes a single string, so rendering a decision's
@@ -191,14 +230,15 @@ func (v *headerValues) each(set func(name, value string)) {
 	}
 }
 
-// render fills v with d's headers under o.
-func (v *headerValues) render(d *core.Decision, o Options) {
+// render fills v with d's headers under o, its policy's fields from
+// cache when it holds them.
+func (v *headerValues) render(d *core.Decision, o Options, cache map[*core.Policy]*atomic.Pointer[policyFields]) {
 	v.n, v.used, v.spill = 0, 0, nil
 	if o.Style == None || d.Policy == nil || d.N == 0 {
 		return
 	}
 	if o.Style == PerLimit {
-		v.renderPerLimit(d, o)
+		v.renderPerLimit(d, o, cache)
 		return
 	}
 	// t (and X-RateLimit-Reset): when the quota returns; on a denial, when
@@ -208,7 +248,7 @@ func (v *headerValues) render(d *core.Decision, o Options) {
 		reset = max(1, core.Seconds(d.RetryAfter))
 	}
 	if o.Style == Both || o.Style == IETF {
-		f := fieldsOf(d.Policy)
+		f := fieldsOf(d.Policy, cache)
 		policy, units := f.policy, ""
 		if d.Cost > 1 {
 			// Each request takes Cost units: q and r count units, not requests.
@@ -228,7 +268,7 @@ func (v *headerValues) render(d *core.Decision, o Options) {
 		v.end()
 	}
 	if o.Style == Both || o.Style == XRateLimit {
-		v.addInt(XLimit, fieldsOf(d.Policy).quotas[d.Index])
+		v.addInt(XLimit, fieldsOf(d.Policy, cache).quotas[d.Index])
 		v.addInt(XRemaining, max(0, d.Remaining))
 		v.addInt(XReset, reset)
 	}
@@ -238,9 +278,11 @@ func (v *headerValues) render(d *core.Decision, o Options) {
 }
 
 // Write sets d's headers (see Render) on h.
-func Write(h http.Header, d *core.Decision, o Options) {
+func Write(h http.Header, d *core.Decision, o Options) { write(h, d, o, nil) }
+
+func write(h http.Header, d *core.Decision, o Options, cache map[*core.Policy]*atomic.Pointer[policyFields]) {
 	var v headerValues
-	v.render(d, o)
+	v.render(d, o, cache)
 	if v.n == 0 {
 		return
 	}
@@ -259,8 +301,8 @@ func Write(h http.Header, d *core.Decision, o Options) {
 }
 
 // renderPerLimit adds the per-limit header set for d (see PerLimit).
-func (v *headerValues) renderPerLimit(d *core.Decision, o Options) {
-	f := fieldsOf(d.Policy)
+func (v *headerValues) renderPerLimit(d *core.Decision, o Options, cache map[*core.Policy]*atomic.Pointer[policyFields]) {
+	f := fieldsOf(d.Policy, cache)
 	for i := 0; i < d.N; i++ {
 		v.addInt(f.perLimit[2*i], f.quotas[i])
 		v.addInt(f.perLimit[2*i+1], max(0, d.Results[i].Remaining))
@@ -296,7 +338,7 @@ func quotaOf(l *algo.Limit) int64 {
 }
 
 // policyFields is what the header sets derive from a policy's limits in
-// force, kept in Policy.Derived: derived again only when the limits in force
+// force, kept by a Renderer: derived again only when the limits in force
 // change (an adaptive factor moved).
 type policyFields struct {
 	limits []algo.Limit // in force, as they were derived from
@@ -310,19 +352,24 @@ type policyFields struct {
 	policy, policyUnits string
 }
 
-// fieldsOf returns p's header fields for its limits in force.
-func fieldsOf(p *core.Policy) *policyFields {
+// fieldsOf returns p's header fields for its limits in force: from
+// cache, when it holds p's, else derived anew (and kept there).
+func fieldsOf(p *core.Policy, cache map[*core.Policy]*atomic.Pointer[policyFields]) *policyFields {
 	limits := p.Limits()
-	if f, _ := p.Derived().Load().(*policyFields); f != nil && &f.limits[0] == &limits[0] {
-		return f
+	slot := cache[p]
+	if slot != nil {
+		if f := slot.Load(); f != nil && &f.limits[0] == &limits[0] {
+			return f
+		}
 	}
 	f := &policyFields{limits: limits, names: limitItemNames(p.ShownName(), limits), perLimit: perLimitHeaderNames(limits)}
 	for i := range limits {
 		f.quotas = append(f.quotas, quotaOf(&limits[i]))
 	}
 	f.policy, f.policyUnits = ietfPolicyField(f.names, limits, false), ietfPolicyField(f.names, limits, true)
-	// Concurrent derivations are equal; the last one stays.
-	p.Derived().Store(f)
+	if slot != nil {
+		slot.Store(f) // concurrent derivations are equal; the last one stays
+	}
 	return f
 }
 

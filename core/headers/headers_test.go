@@ -72,8 +72,8 @@ func TestRetryAfterJitter(t *testing.T) {
 func TestSingleLimitUsesPolicyNameAndEscapes(t *testing.T) {
 	p := core.MustPolicy(`a "b"\c`, core.PolicyOptions{}, algo.Limit{Count: 5, Window: 500 * time.Millisecond})
 	// 5 per 500ms is advertised as 10 per second: the rate, in whole seconds.
-	if fieldsOf(p).policy != `"a \"b\"\\c";q=10;w=1` {
-		t.Fatalf("got %s", fieldsOf(p).policy)
+	if f := fieldsOf(p, nil); f.policy != `"a \"b\"\\c";q=10;w=1` {
+		t.Fatalf("got %s", f.policy)
 	}
 }
 
@@ -96,15 +96,25 @@ func TestHeadersLongNames(t *testing.T) {
 	}
 }
 
-// Writing a decision's headers allocates their values once and the
-// header map's slices once, whatever the number of headers.
+// A Renderer writing a decision's headers allocates their values once and
+// the header map's slices once, whatever the number of headers: the
+// policy's fields are derived once, for every decision after.
 func TestWriteHeadersAllocatesTwice(t *testing.T) {
 	p := core.MustPolicy("api", core.PolicyOptions{}, algo.Limit{Count: 100000, Window: time.Minute})
 	d := core.Decision{Policy: p, N: 1, Allowed: true, Quota: 100000, Remaining: 99999, Reset: time.Minute}
+	r := NewRenderer(Options{}, p)
 	h := http.Header{}
-	Write(h, &d, Options{}) // the map's buckets
-	if n := testing.AllocsPerRun(100, func() { Write(h, &d, Options{}) }); n != 2 {
+	r.Write(h, &d) // the map's buckets, the policy's fields
+	if n := testing.AllocsPerRun(100, func() { r.Write(h, &d) }); n != 2 {
 		t.Fatalf("%v allocations, want 2", n)
+	}
+	other := core.MustPolicy("other", core.PolicyOptions{}, algo.Limit{Count: 100000, Window: time.Minute})
+	d.Policy = other
+	h2 := http.Header{}
+	Write(h2, &d, Options{})
+	r.Write(h, &d) // a policy it does not keep: the same headers, derived for it
+	if !reflect.DeepEqual(h, h2) {
+		t.Errorf("a policy the renderer does not keep: %v, want %v", h, h2)
 	}
 }
 
@@ -116,14 +126,15 @@ func TestPolicyFieldFollowsAdaptiveFactor(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := core.MustPolicy("adapt", core.PolicyOptions{Adaptive: a}, algo.Limit{Count: 10, Window: time.Second, Algorithm: algo.SlidingLog})
-	if h := fieldsOf(p).policy; h != `"adapt";q=10;w=1` {
+	cache := NewRenderer(Options{}, p).cache
+	if h := fieldsOf(p, cache).policy; h != `"adapt";q=10;w=1` {
 		t.Fatalf("RateLimit-Policy %q, want the configured quota", h)
 	}
 	for j := 0; j < 100; j++ {
 		a.Observe(503, time.Millisecond)
 	}
 	a.Judge() // factor 0.7: count 7
-	if h := fieldsOf(p).policy; h != `"adapt";q=7;w=1` {
+	if h := fieldsOf(p, cache).policy; h != `"adapt";q=7;w=1` {
 		t.Fatalf("RateLimit-Policy %q, want the tightened quota", h)
 	}
 }

@@ -19,7 +19,7 @@ import (
 
 // Set is the series of one config's policies.
 type Set struct {
-	policies [][]*Policy // per rule, per plan (Policy.Variants)
+	policies [][]*Policy // per rule, per plan (core.Family.Plans)
 	gate     *gate.Gate
 }
 
@@ -162,14 +162,14 @@ func New(reg *prometheus.Registry, g *gate.Gate, h *openstore.Handle) (*Set, err
 		return nil, err
 	}
 	set := &Set{gate: g}
-	for _, pol := range policies {
+	for i := range g.Rules() {
 		var variants []*Policy
-		for _, v := range pol.Variants() {
-			variants = append(variants, m.forPolicy(v))
+		for _, v := range g.Rules()[i].Family.Plans() {
+			variants = append(variants, m.forPolicy(v, g.Rules()[i].Family))
 		}
 		set.policies = append(set.policies, variants)
 	}
-	for _, pol := range policies {
+	for i, pol := range policies {
 		a := pol.Adaptive()
 		if a == nil {
 			continue
@@ -198,7 +198,7 @@ func New(reg *prometheus.Registry, g *gate.Gate, h *openstore.Handle) (*Set, err
 		if _, err := register(reg, unjudged); err != nil {
 			return nil, err
 		}
-		for _, v := range pol.Variants() {
+		for _, v := range g.Rules()[i].Family.Plans() {
 			for i, id := range limitLabels(v) {
 				effective := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 					Namespace: "tollgate", Name: "effective_limit",
@@ -279,7 +279,7 @@ type Policy struct {
 	unreserved *core.Policy
 }
 
-func (m *metrics) forPolicy(p *core.Policy) *Policy {
+func (m *metrics) forPolicy(p *core.Policy, f *core.Family) *Policy {
 	pm := &Policy{
 		storeErrors: m.storeErrors.WithLabelValues(p.Name()),
 		duration:    m.storeDuration.WithLabelValues(p.Name()),
@@ -291,7 +291,7 @@ func (m *metrics) forPolicy(p *core.Policy) *Policy {
 		}
 		pm.decisions = append(pm.decisions, byResult)
 	}
-	if u, _ := p.Reserved(); u != nil {
+	if u, _ := f.Below(p); u != nil {
 		pm.unreserved, pm.byPriority = u, new([2][resultCount]prometheus.Counter)
 		for i, priority := range priorityNames {
 			for r, name := range resultNames {

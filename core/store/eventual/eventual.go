@@ -171,15 +171,9 @@ func CheckLimits(policy string, limits []algo.Limit) error {
 	return nil
 }
 
-// CheckPolicy is CheckLimits for p's limits in every plan.
-func CheckPolicy(p *core.Policy) error {
-	for _, v := range p.Variants() {
-		if err := CheckLimits(p.Name(), v.Limits()); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// CheckPolicy is CheckLimits for p's limits (each plan's policy is
+// checked on its own).
+func CheckPolicy(p *core.Policy) error { return CheckLimits(p.Name(), p.Limits()) }
 
 // Syncs returns how many syncs completed.
 func (e *Store) Syncs() int64 { return e.syncs.Load() }

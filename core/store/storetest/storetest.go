@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -377,7 +378,7 @@ func Traces() []Trace {
 		// A reserve: 20% of 10 a second (2) is held back for priority 1 and
 		// above. Priority 0 sees a limit of 8 over the same count; priority
 		// 1 the whole 10.
-		{"reserve_fixed_window", core.MustPolicy("reserved-fw", core.PolicyOptions{Reserve: 0.2, ReserveLevel: 1}, lim(10, time.Second, algo.FixedWindow)), []TraceStep{
+		{"reserve_fixed_window", reserved("reserved-fw", &core.Reserve{Share: 0.2, Level: 1}, lim(10, time.Second, algo.FixedWindow)), []TraceStep{
 			{At: 0, Cost: 4, Want: Want{Allowed: true, Remaining: 4, Reset: ms(1000)}},
 			{At: ms(1), Cost: 4, Want: Want{Allowed: true, Remaining: 0, Reset: ms(999)}},
 			{At: ms(2), Want: Want{Remaining: 0, Reset: ms(998), RetryAfter: ms(998)}},
@@ -388,7 +389,7 @@ func Traces() []Trace {
 		}},
 		// A sliding log's reserve: priority 0 sees 2 of 4 over the same log,
 		// so it waits for the full limit's requests to leave it.
-		{"reserve_sliding_log", core.MustPolicy("reserved-sl", core.PolicyOptions{Reserve: 0.5, ReserveLevel: 1}, lim(4, time.Second, algo.SlidingLog)), []TraceStep{
+		{"reserve_sliding_log", reserved("reserved-sl", &core.Reserve{Share: 0.5, Level: 1}, lim(4, time.Second, algo.SlidingLog)), []TraceStep{
 			{At: 0, Want: Want{Allowed: true, Remaining: 1, Reset: ms(1000)}},
 			{At: ms(10), Want: Want{Allowed: true, Remaining: 0, Reset: ms(1000)}},
 			{At: ms(20), Want: Want{Remaining: 0, Reset: ms(990), RetryAfter: ms(980)}},
@@ -401,7 +402,7 @@ func Traces() []Trace {
 		// A token bucket's reserve is a share of its burst: 2 of 5 tokens
 		// (10 a second) for priority 1, so priority 0 sees a bucket of 3
 		// that refills at the same rate.
-		{"reserve_token_bucket", core.MustPolicy("reserved-tb", core.PolicyOptions{Reserve: 0.4, ReserveLevel: 1}, tb), []TraceStep{
+		{"reserve_token_bucket", reserved("reserved-tb", &core.Reserve{Share: 0.4, Level: 1}, tb), []TraceStep{
 			{At: 0, Cost: 3, Want: Want{Allowed: true, Remaining: 0, Reset: ms(300)}},
 			{At: 0, Want: Want{Remaining: 0, Reset: ms(300), RetryAfter: ms(100)}},
 			{At: 0, Priority: 1, Want: Want{Allowed: true, Remaining: 1, Reset: ms(400)}},
@@ -433,18 +434,68 @@ var (
 	reloadMinuteRaised = core.MustPolicy("reload", core.PolicyOptions{}, lim(5, time.Minute, algo.FixedWindow))
 )
 
-// plans is a policy with one plan per name, each with the limit of the same
-// index.
+// plans returns the default plan's policy of a policy with one plan per
+// name, each with the limit of the same index (its Family chooses among
+// them).
 func plans(name, defaultPlan string, names []string, limits ...algo.Limit) *core.Policy {
-	variants := make([]*core.Policy, len(names))
+	ps := make([]core.Plan, len(names))
 	for i, plan := range names {
-		variants[i] = core.MustPolicy(name, core.PolicyOptions{Plan: plan}, limits[i])
+		ps[i] = core.Plan{Name: plan, Policy: core.MustPolicy(name, core.PolicyOptions{Plan: plan}, limits[i])}
 	}
-	p, err := core.NewPlans(names, variants, defaultPlan)
+	f, err := core.NewPlans(ps, defaultPlan, nil)
 	if err != nil {
 		panic(err)
 	}
-	return p
+	return register(f)
+}
+
+// reserved returns a policy of limits composed with reserve (its Family
+// holds the policy below the reserve).
+func reserved(name string, reserve *core.Reserve, limits ...algo.Limit) *core.Policy {
+	f, err := core.NewFamily(core.MustPolicy(name, core.PolicyOptions{}, limits...), reserve)
+	if err != nil {
+		panic(err)
+	}
+	return register(f)
+}
+
+// families are the Family of every policy the traces decide under (a
+// plan's, one below a reserve, a charging twin), as Family finds them.
+var families = struct {
+	sync.Mutex
+	of map[*core.Policy]*core.Family
+}{of: map[*core.Policy]*core.Family{}}
+
+// register makes f the family of each of its policies and returns its
+// Policy.
+func register(f *core.Family) *core.Policy {
+	families.Lock()
+	defer families.Unlock()
+	for _, p := range f.All() {
+		families.of[p] = f
+	}
+	return f.Policy()
+}
+
+// Family returns the family p was composed in here (by plans, reserved or
+// ReservePolicies), or else p alone with its charging twin, made once.
+func Family(p *core.Policy) *core.Family {
+	families.Lock()
+	f := families.of[p]
+	families.Unlock()
+	if f != nil {
+		return f
+	}
+	f, _ = core.NewFamily(p, nil)
+	families.Lock()
+	defer families.Unlock()
+	if known := families.of[p]; known != nil {
+		return known
+	}
+	for _, q := range f.All() {
+		families.of[q] = f
+	}
+	return f
 }
 
 // Options narrows the suite to what a store supports.
@@ -570,10 +621,10 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 				case Free:
 					cost = 0
 				}
-				p, _ := policy.ForPlan(st.Plan)
-				p = p.ForPriority(st.Priority)
+				family := Family(policy)
+				p, _ := family.For(st.Plan, st.Priority)
 				if st.Charge {
-					p = p.Charging()
+					p = family.Charging(p)
 				}
 				var d core.Decision
 				if err := store.Decide(context.Background(), p, key, cost, &d); err != nil {
@@ -668,16 +719,17 @@ const ReserveSeed = 10
 
 // ReservePolicies hold a share of each limit back for priority 1 and
 // above, over limits of every algorithm and stacked.
+// Their Family holds the policy below the reserve.
 func ReservePolicies() []*core.Policy {
-	o := core.PolicyOptions{Reserve: 0.3, ReserveLevel: 1}
+	r := core.Reserve{Share: 0.3, Level: 1}
 	tb, g, lb := randomBuckets(4)
 	return []*core.Policy{
-		core.MustPolicy("v-fw", o, lim(6, ms(300), algo.FixedWindow)),
-		core.MustPolicy("v-sl", o, lim(6, ms(500), algo.SlidingLog)),
-		core.MustPolicy("v-stack", o, tb, lim(13, ms(700), algo.SlidingCounter), g),
-		core.MustPolicy("v-lb", o, lb),
-		core.MustPolicy("v-inflight", o, lim(8, ms(300), algo.InFlight)),
-		core.MustPolicy("v-charged", o, afterResponse(lim(5, ms(300), algo.FixedWindow)), algo.PenaltyLimit(3, time.Second, ms(200))),
+		reserved("v-fw", &r, lim(6, ms(300), algo.FixedWindow)),
+		reserved("v-sl", &r, lim(6, ms(500), algo.SlidingLog)),
+		reserved("v-stack", &r, tb, lim(13, ms(700), algo.SlidingCounter), g),
+		reserved("v-lb", &r, lb),
+		reserved("v-inflight", &r, lim(8, ms(300), algo.InFlight)),
+		reserved("v-charged", &r, afterResponse(lim(5, ms(300), algo.FixedWindow)), algo.PenaltyLimit(3, time.Second, ms(200))),
 	}
 }
 
@@ -891,7 +943,7 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 		if id := r.Policy.Name() + "|" + r.Key; got.Allowed && r.Cost > 0 || r.Policy.StoreSide().ChargesAfterResponse() {
 			touched[id] = touch{time.Now(), r.At}
 		}
-		if c := r.Policy.Charging(); c != nil && got.Allowed && len(owed) < 8 {
+		if c := Family(r.Policy).Charging(r.Policy); c != nil && got.Allowed && len(owed) < 8 {
 			// Its response costs 0 to 5 units, or now and then 3 times a
 			// limit's count or so (charged at most MaxCharge).
 			cost := rng.Int64N(6)
@@ -1019,7 +1071,7 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 		}
 		p := policies[rng.IntN(len(policies))]
 		if seed == ReserveSeed {
-			p = p.ForPriority(rng.IntN(3))
+			p, _ = Family(p).For("", rng.IntN(3))
 		}
 		key := "key" + strconv.Itoa(rng.IntN(2))
 		cost := rng.Int64N(4)
