@@ -153,7 +153,7 @@ func TestCaddyHostileKeys(t *testing.T) {
 // not one (or two) per request.
 func TestCaddyStoreFailureLogsOnce(t *testing.T) {
 	srv := redistest.StartT(t)
-	c := caddyproc.Start(t, fmt.Sprintf(`
+	c := caddyproc.StartInProcess(t, fmt.Sprintf(`
 	tollgate {
 		store redis redis://%s {
 			timeout 100ms

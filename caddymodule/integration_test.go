@@ -901,7 +901,7 @@ func TestCaddyREADMEExample(t *testing.T) {
 	if m == nil {
 		t.Fatal("README.md: no Caddyfile block for :8080")
 	}
-	c := caddyproc.Start(t, string(m[1]))
+	c := caddyproc.StartInProcess(t, string(m[1]))
 	var root []int
 	for i := 0; i < 7; i++ {
 		resp, _ := c.Get("/")

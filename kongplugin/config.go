@@ -3,6 +3,7 @@ package kongplugin
 import (
 	"cmp"
 	_ "embed" // schema.json
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -299,10 +300,11 @@ func compile(c *Config) (*instance, error) {
 	}
 	inst.headers = headers.Options{Style: style}
 
-	limits, err := c.Periods.limits(c.Limits, c.Algorithm, "")
+	limits, fields, err := c.Periods.limits(c.Limits, c.Algorithm, "")
 	if err != nil {
 		return nil, err
 	}
+	var planFields [][]string
 	policy := config.Policy{Name: "tollgate", Limits: limits, Shadow: c.Shadow, DefaultPlan: c.DefaultPlan, ClearKeys: c.ClearKeys}
 	inst.sampler = gate.NewDenialSampler(c.LogDenials)
 	if len(c.Plans) > 0 && len(limits) > 0 {
@@ -310,9 +312,11 @@ func compile(c *Config) (*instance, error) {
 	}
 	for i, plan := range c.Plans {
 		ps := config.Plan{Name: plan.Name, Unlimited: plan.Unlimited}
-		if ps.Limits, err = plan.Periods.limits(plan.Limits, c.Algorithm, fmt.Sprintf("plans[%d]: ", i)); err != nil {
+		var pf []string
+		if ps.Limits, pf, err = plan.Periods.limits(plan.Limits, c.Algorithm, fmt.Sprintf("plans[%d]: ", i)); err != nil {
 			return nil, err
 		}
+		planFields = append(planFields, pf)
 		policy.Plans = append(policy.Plans, ps)
 	}
 
@@ -343,7 +347,7 @@ func compile(c *Config) (*instance, error) {
 	// closes the old); Close releases it.
 	if inst.built, err = config.Compile(config.Setup{Owner: "kong|" + inst.scope.Prefix, Policies: []*config.Policy{&policy},
 		StoreConfig: sc, Response: config.Response{Status: c.ErrorCode}, DefaultStyle: style, Check: clusterCheck(c)}); err != nil {
-		return nil, err
+		return nil, limitField(err, fields, planFields)
 	}
 	if storeErr != nil {
 		inst.built.Release()
@@ -397,9 +401,11 @@ func (ps *Periods) each() [6]period {
 	}
 }
 
-// limits reads Kong's periods, then the extra limits; field prefixes their
-// names in errors.
-func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]config.Limit, error) {
+// limits reads Kong's periods, then the extra limits, and returns each
+// limit's name as Kong's config writes it, field before it (what a config
+// error of the limit is said at: limitField); field prefixes their names
+// in errors.
+func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]config.Limit, []string, error) {
 	var limits []config.Limit
 	var fields []string
 	for _, p := range ps.each() {
@@ -409,26 +415,40 @@ func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]confi
 		// Kong admits requests while the count used is below a fractional
 		// limit: 2.5 admits 3.
 		if *p.count > algo.MaxCount {
-			return nil, fmt.Errorf("%s%s: %s is above %d, the largest count a RateLimit header can carry (RFC 9651)",
-				field, p.name, strconv.FormatFloat(*p.count, 'g', -1, 64), int64(algo.MaxCount))
+			return nil, nil, algo.AboveMaxCount(field+p.name, strconv.FormatFloat(*p.count, 'g', -1, 64))
 		}
 		count := int64(math.Ceil(*p.count))
 		limits = append(limits, config.Limit{Name: p.name, Count: count, Window: algo.Duration(p.window), Algorithm: algorithm})
-		fields = append(fields, p.name)
+		fields = append(fields, field+p.name)
 	}
 	for i := range extra {
 		l, err := extra[i].spec(fmt.Sprintf("%slimits[%d]", field, i), algorithm)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		limits, fields = append(limits, l), append(fields, field+fmt.Sprintf("limits[%d]", i))
 	}
-	for i := range limits {
-		if _, err := limits[i].Limit(); err != nil {
-			return nil, fmt.Errorf("%s%s: %w", field, fields[i], err)
-		}
+	return limits, fields, nil
+}
+
+// limitField says a config error of one of the policy's limits at the
+// limit's name in Kong's config (fields, the top level's, and plans', each
+// plan's, as limits returned them), in the check's own words: Compile
+// checks each limit once, and Kong's names of them are the plugin's.
+func limitField(err error, fields []string, plans [][]string) error {
+	var ce *config.Error
+	if !errors.As(err, &ce) {
+		return err
 	}
-	return limits, nil
+	var plan, limit int
+	if n, _ := fmt.Sscanf(ce.Field, "limits[%d]", &limit); n == 1 && ce.Field == fmt.Sprintf("limits[%d]", limit) && limit < len(fields) {
+		return fmt.Errorf("%s: %w", fields[limit], ce.Rule)
+	}
+	if n, _ := fmt.Sscanf(ce.Field, "plans[%d].limits[%d]", &plan, &limit); n == 2 && ce.Field == fmt.Sprintf("plans[%d].limits[%d]", plan, limit) &&
+		plan < len(plans) && limit < len(plans[plan]) {
+		return fmt.Errorf("%s: %w", plans[plan][limit], ce.Rule)
+	}
+	return err
 }
 
 // warnPeriodOrder notes, in Kong's words, a longer period that allows fewer

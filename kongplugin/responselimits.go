@@ -156,14 +156,16 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 	rl.scope = instanceScope(c.attached.RouteID, c.attached.ServiceID, "")
 	zero := int64(0)
 	specs := make([]*config.Policy, len(rl.resources))
+	fields := make([][]string, len(rl.resources))
 	for i, name := range rl.resources {
 		periods := c.Limits[name]
 		field := "limits." + name + "."
 		warnPeriodOrder(&periods, "limits."+name+": ", &rl.warnings)
-		limits, err := periods.limits(nil, algo.FixedWindow.String(), field)
+		limits, names, err := periods.limits(nil, algo.FixedWindow.String(), field)
 		if err != nil {
 			return nil, err
 		}
+		fields[i] = names
 		specs[i] = &config.Policy{Name: name, Limits: limits, Shadow: !c.BlockOnFirstViolation,
 			Charge: &config.Charge{CostHeader: c.HeaderName, CostEntry: name, Cost: &zero}}
 	}
@@ -180,6 +182,9 @@ func (c *ResponseLimitsConfig) compile() (*responseLimits, error) {
 		StoreConfig: sc, DefaultStyle: headers.None}); err != nil {
 		var ce *config.Error
 		if errors.As(err, &ce) && ce.Policy >= 0 {
+			if named := limitField(err, fields[ce.Policy], nil); named != err {
+				return nil, named
+			}
 			return nil, fmt.Errorf("limits.%s: %w", rl.resources[ce.Policy], ce.Err)
 		}
 		return nil, err

@@ -13,6 +13,13 @@ import (
 // the same values as Go.
 const maxExact = 1 << 53
 
+// AboveMaxCount is the error of a count or burst above MaxCount, in the one
+// wording every front door reports: field names it, written is its value
+// as written (a gateway's config may write it as a fraction).
+func AboveMaxCount(field, written string) error {
+	return fmt.Errorf("%s: %s is above %d, the largest integer a RateLimit header can carry (RFC 9651)", field, written, int64(MaxCount))
+}
+
 // MaxCount is the largest Count or Burst: a Structured Field integer (RFC
 // 9651, which the RateLimit headers use) has at most 15 digits.
 const MaxCount = 999_999_999_999_999
@@ -147,10 +154,10 @@ func (l *Limit) Normalize() error {
 		return fmt.Errorf("count: %d must be at least 1", l.Count)
 	}
 	if l.Count > MaxCount {
-		return fmt.Errorf("count: %d is above %d, the largest integer a RateLimit header can carry (RFC 9651)", l.Count, int64(MaxCount))
+		return AboveMaxCount("count", strconv.FormatInt(l.Count, 10))
 	}
 	if l.Burst > MaxCount {
-		return fmt.Errorf("burst: %d is above %d, the largest integer a RateLimit header can carry (RFC 9651)", l.Burst, int64(MaxCount))
+		return AboveMaxCount("burst", strconv.FormatInt(l.Burst, 10))
 	}
 	if l.Window < time.Microsecond {
 		return fmt.Errorf("window: %s must be at least 1µs", l.Window)

@@ -132,43 +132,58 @@ func Compile(s Setup) (*Compiled, error) {
 // given (-1 for the config's store or response side), at Field, its path
 // in the config's JSON below the policy ("limits[1]", "charge.status") or
 // the config ("store.timeout", "status"); "" when no one field is at
-// fault. An adapter maps Policy and Field to where they were written (a
-// config file's line, its own field path); the message stays Err's.
+// fault. Rule is the check's own words, without the policy's name and
+// place that Err adds. An adapter maps Policy and Field to where they
+// were written (a config file's line, its own field path) and says Err,
+// or Rule after its own name of the field.
 type Error struct {
 	Policy int
 	Field  string
 	Err    error
+	Rule   error
 }
 
 func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
-// fieldError is an error at a path, below what checked it.
+// fieldError is an error at a path, below what checked it; rule is the
+// check's own words (err without the policy's name and place).
 type fieldError struct {
-	path string
-	err  error
+	path      string
+	err, rule error
 }
 
 func (e *fieldError) Error() string { return e.err.Error() }
 func (e *fieldError) Unwrap() error { return e.err }
 
 // at says err is at path; a path err already carries is below it
-// (at("plans[1]", an error at "limits[0]") is at "plans[1].limits[0]").
+// (at("plans[1]", an error at "limits[0]") is at "plans[1].limits[0]"),
+// and so are its rule's words.
 func at(path string, err error) error {
+	rule := err
 	var inner *fieldError
-	if errors.As(err, &inner) && inner.path != "" {
-		path += "." + inner.path
+	if errors.As(err, &inner) {
+		if inner.path != "" {
+			path += "." + inner.path
+		}
+		rule = inner.rule
 	}
-	return &fieldError{path: path, err: err}
+	return &fieldError{path: path, err: err, rule: rule}
+}
+
+// atRule is at for err, which says the policy's name and place around
+// rule, the check's own words.
+func atRule(path string, rule, err error) error {
+	return &fieldError{path: path, err: err, rule: rule}
 }
 
 // configError makes err an *Error of the policy at index (-1: none),
 // its field found where at put it.
 func configError(index int, err error) *Error {
-	e := &Error{Policy: index, Err: err}
+	e := &Error{Policy: index, Err: err, Rule: err}
 	var fe *fieldError
 	if errors.As(err, &fe) {
-		e.Field = fe.path
+		e.Field, e.Rule = fe.path, fe.rule
 	}
 	return e
 }

@@ -144,7 +144,7 @@ type Policy struct {
 
 // Reserve holds Share (between 0 and 1) of each of a policy's limits back
 // for requests of priority For or above: lower priorities are refused once
-// usage passes the rest (core.PolicyOptions.Reserve).
+// usage passes the rest (core.Reserve).
 type Reserve struct {
 	Share float64 `json:"share"`
 	For   int     `json:"for"`
@@ -226,7 +226,7 @@ func (s *Policy) Check() ([]algo.Limit, error) {
 	for i := range s.Limits {
 		l, err := s.Limits[i].Limit()
 		if err != nil {
-			return nil, at(fmt.Sprintf("limits[%d]", i), fmt.Errorf("policy %q limit %d: %w", s.Name, i+1, err))
+			return nil, atRule(fmt.Sprintf("limits[%d]", i), err, fmt.Errorf("policy %q limit %d: %w", s.Name, i+1, err))
 		}
 		limits[i] = l
 	}
@@ -286,7 +286,7 @@ func (s *Policy) chargeAfterResponse(limits []algo.Limit) error {
 			limits[i].AfterResponse = true
 		}
 		if err := limits[i].Normalize(); err != nil {
-			return at(fmt.Sprintf("limits[%d]", i), fmt.Errorf("policy %q limit %d (%s): %w", s.Name, i+1, limits[i].Rate(), err))
+			return atRule(fmt.Sprintf("limits[%d]", i), err, fmt.Errorf("policy %q limit %d (%s): %w", s.Name, i+1, limits[i].Rate(), err))
 		}
 	}
 	return nil
