@@ -219,7 +219,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{`store redis 127.0.0.1:18379`, `url: "127.0.0.1:18379" has no scheme: write redis://127.0.0.1:18379 (rediss:// for TLS)`},
 		{`store redis redis://x:6379 {
 			on_error panic
-		}`, `store on_error: unknown value "panic" (want local, allow, deny or fail)`},
+		}`, `store on_error: unknown value "panic" (want local, allow, deny or fail), at Caddyfile:4`},
 		{`store redis redis://x:6379 {
 			mode sometimes
 		}`, `store mode: want exact, eventual or eventual sync <duration>`},
@@ -257,6 +257,10 @@ func TestCaddyfileErrors(t *testing.T) {
 			}
 			default_plan free
 		}`, `policy "a" plan "free" limit "lots"`},
+		{`policy a {
+			key {remote_host}
+			limit 10/1m leaky_bucket
+		}`, `policy "a" limit 1: max_delay: 0s must be above 0 for leaky_bucket (shaping delays requests up to it), at Caddyfile:5`},
 		{`policy a {
 			limit 10/1m
 		}

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/adaptive"
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/config"
@@ -66,9 +65,6 @@ func parseLimitWords(args []string) (config.Limit, error) {
 			}
 			s.Algorithm = opt
 		}
-	}
-	if _, err := s.Limit(); err != nil {
-		return s, fmt.Errorf("%s: %w", rate, err)
 	}
 	return s, nil
 }
@@ -337,9 +333,6 @@ func setStore(s *config.Store, opt string, args []string) error {
 		v, err := one()
 		if err != nil {
 			return err
-		}
-		if _, err := core.ParseOnError(v); err != nil {
-			return fmt.Errorf("store %w", err)
 		}
 		s.OnError = v
 	case "mode":
