@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/core"
@@ -431,10 +432,12 @@ func (ps *Periods) limits(extra []LimitConfig, algorithm, field string) ([]confi
 	return limits, fields, nil
 }
 
-// limitField says a config error of one of the policy's limits at the
-// limit's name in Kong's config (fields, the top level's, and plans', each
-// plan's, as limits returned them), in the check's own words: Compile
-// checks each limit once, and Kong's names of them are the plugin's.
+// limitField says a config error of the policy at its field in Kong's
+// config: one of its limits at the limit's name (fields, the top level's,
+// and plans', each plan's, as limits returned them), in the check's own
+// words; a field Kong's config names as the config package does (reserve,
+// penalty, charge, adaptive, default_plan) at config.<path>. Compile
+// checks each rule once; Kong's names of the fields are the plugin's.
 func limitField(err error, fields []string, plans [][]string) error {
 	var ce *config.Error
 	if !errors.As(err, &ce) {
@@ -447,6 +450,11 @@ func limitField(err error, fields []string, plans [][]string) error {
 	if n, _ := fmt.Sscanf(ce.Field, "plans[%d].limits[%d]", &plan, &limit); n == 2 && ce.Field == fmt.Sprintf("plans[%d].limits[%d]", plan, limit) &&
 		plan < len(plans) && limit < len(plans[plan]) {
 		return fmt.Errorf("%s: %w", plans[plan][limit], ce.Rule)
+	}
+	if strings.HasPrefix(ce.Field, "reserve.") || strings.HasPrefix(ce.Field, "charge") || strings.HasPrefix(ce.Field, "plans[") ||
+		ce.Field == "penalty" || ce.Field == "adaptive" || ce.Field == "default_plan" {
+		// Written under the same name in Kong's config.
+		return fmt.Errorf("config.%s: %w", ce.Field, ce.Err)
 	}
 	return err
 }

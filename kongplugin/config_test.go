@@ -152,6 +152,10 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{`"plans":[{"name":"free","minute":5}],"default_plan":"free","plan_by":"header"`, `config.plan_header: required field missing`},
 		{`"plans":[{"name":"free","minute":5}],"default_plan":"free","plan_by":"tier"`, `config.plan_by: expected one of: consumer_tag, header`},
 		{`"minute":"five"`, `config.minute: expected a number (got "five")`},
+		// Checked once, by the config package, and said at Kong's field.
+		{`"minute":5,"penalty":{"denials":3,"within":0.0000001,"duration":60}`, `config.penalty: policy "tollgate" penalty window: 100ns must be at least 1µs`},
+		{`"plans":[{"name":"free","minute":5},{"name":"pro","hour":5}],"default_plan":"free"`, `config.plans[1]: policy "tollgate" plan "pro": limits of other windows`},
+		{`"limits":[{"count":5,"window":"10s","algorithm":"leaky_bucket","max_delay":"1s"},{"count":9,"window":"10s","algorithm":"leaky_bucket","max_delay":"1s"}]`, `limits[1]: policy "tollgate" limits 1 (5/10s) and 2 (9/10s): the same algorithm over the same window`},
 	} {
 		_, err := decode(t, tc.fields)
 		if err == nil {
