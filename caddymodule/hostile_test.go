@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/tollgate/tollgate/internal/caddyproc"
@@ -21,28 +22,20 @@ import (
 // must be refused.
 func TestCaddyHostileRequests(t *testing.T) {
 	rs := redistest.StartT(t)
-	type request struct {
-		path   string
-		header http.Header
-	}
-	cases := []struct {
-		name  string
-		spend request // sent 3 times: the quota
-		try   []request
-	}{
-		{"a repeated key header", request{"/h", http.Header{"X-Key": {"k"}}}, []request{
+	cases := []hostileCase{
+		{"a repeated key header", hostileRequest{"/h", http.Header{"X-Key": {"k"}}}, []hostileRequest{
 			{"/h", http.Header{"X-Key": {"k", "k"}}},
 			{"/h", http.Header{"X-Key": {"k", "other"}}},
 			{"/h", http.Header{"X-Key": {"k", ""}}},
 		}},
-		{"a repeated query parameter", request{"/q?token=t", nil}, []request{
+		{"a repeated query parameter", hostileRequest{"/q?token=t", nil}, []hostileRequest{
 			{"/q?token=t&token=zz", nil},
 			{"/q?token=t&token=t", nil},
 			{"/q?tok%65n=t", nil},
 			{"/q?x=1&token=t&token=", nil},
 			{"/q?token=%74", nil},
 		}},
-		{"a client address written another way", request{"/ip", http.Header{"X-Forwarded-For": {"203.0.113.9"}}}, []request{
+		{"a client address written another way", hostileRequest{"/ip", http.Header{"X-Forwarded-For": {"203.0.113.9"}}}, []hostileRequest{
 			{"/ip", http.Header{"X-Forwarded-For": {"::ffff:203.0.113.9"}}},
 			{"/ip", http.Header{"X-Forwarded-For": {"::FFFF:cb00:7109"}}},
 			{"/ip", http.Header{"X-Forwarded-For": {"10.9.9.1, 203.0.113.9"}}},
@@ -51,65 +44,86 @@ func TestCaddyHostileRequests(t *testing.T) {
 	}
 	tried := 0
 	for _, store := range []string{"memory", "redis redis://" + rs.Addr} {
-		c := caddyproc.StartGlobal(t, "\tservers {\n\t\ttrusted_proxies static 127.0.0.1/32\n\t\ttrusted_proxies_strict\n\t}", fmt.Sprintf(`
-	tollgate {
-		store %s
-		policy by-header {
-			match {
-				path /h
-			}
-			key {http.request.header.X-Key}
-			limit 3/1m sliding_log
-		}
-		policy by-query {
-			match {
-				path /q
-			}
-			key {http.request.uri.query.token}
-			limit 3/1m gcra burst 3
-		}
-		policy by-ip {
-			match {
-				path /ip
-			}
-			limit 3/1m
-		}
-	}
-	respond "ok"`, store))
-		send := func(r request) int {
-			req, err := http.NewRequest(http.MethodGet, c.URL+r.path, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header = r.header.Clone()
-			if req.Header == nil {
-				req.Header = http.Header{}
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			return resp.StatusCode
-		}
-		for _, tc := range cases {
-			for i := 0; i < 3; i++ {
-				if code := send(tc.spend); code != 200 {
-					t.Fatalf("store %s, %s: request %d of the quota answered %d", store, tc.name, i+1, code)
-				}
-			}
-			for _, r := range tc.try {
-				tried++
-				if code := send(r); code != http.StatusTooManyRequests {
-					t.Errorf("store %s, %s: %s with %v answered %d after the quota was spent, want 429", store, tc.name, r.path, r.header, code)
-				}
-			}
-		}
-		// And the limit still tells clients apart: another key is allowed.
-		if code := send(request{"/h", http.Header{"X-Key": {"other"}}}); code != 200 {
-			t.Errorf("store %s: another client's key answered %d", store, code)
-		}
+		t.Run(strings.Fields(store)[0], func(t *testing.T) { tried += hostileRefused(t, store, cases) })
 	}
 	t.Logf("%d hostile requests refused", tried)
+}
+
+// hostileCase is a quota spent (spend, sent 3 times), then requests that
+// must be refused.
+type hostileCase struct {
+	name  string
+	spend hostileRequest
+	try   []hostileRequest
+}
+
+// hostileRequest is a path and its headers.
+type hostileRequest struct {
+	path   string
+	header http.Header
+}
+
+// hostileRefused runs the cases on a Caddy in process over store and
+// returns how many hostile requests it sent.
+func hostileRefused(t *testing.T, store string, cases []hostileCase) (tried int) {
+	c := caddyproc.StartGlobalInProcess(t, "\tservers {\n\t\ttrusted_proxies static 127.0.0.1/32\n\t\ttrusted_proxies_strict\n\t}", fmt.Sprintf(`
+tollgate {
+	store %s
+	policy by-header {
+		match {
+			path /h
+		}
+		key {http.request.header.X-Key}
+		limit 3/1m sliding_log
+	}
+	policy by-query {
+		match {
+			path /q
+		}
+		key {http.request.uri.query.token}
+		limit 3/1m gcra burst 3
+	}
+	policy by-ip {
+		match {
+			path /ip
+		}
+		limit 3/1m
+	}
+}
+respond "ok"`, store))
+	send := func(r hostileRequest) int {
+		req, err := http.NewRequest(http.MethodGet, c.URL+r.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = r.header.Clone()
+		if req.Header == nil {
+			req.Header = http.Header{}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range cases {
+		for i := 0; i < 3; i++ {
+			if code := send(tc.spend); code != 200 {
+				t.Fatalf("store %s, %s: request %d of the quota answered %d", store, tc.name, i+1, code)
+			}
+		}
+		for _, r := range tc.try {
+			tried++
+			if code := send(r); code != http.StatusTooManyRequests {
+				t.Errorf("store %s, %s: %s with %v answered %d after the quota was spent, want 429", store, tc.name, r.path, r.header, code)
+			}
+		}
+	}
+	// And the limit still tells clients apart: another key is allowed.
+	if code := send(hostileRequest{"/h", http.Header{"X-Key": {"other"}}}); code != 200 {
+		t.Errorf("store %s: another client's key answered %d", store, code)
+	}
+	return tried
 }

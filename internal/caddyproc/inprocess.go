@@ -38,6 +38,12 @@ const stopped = `{"admin": {"disabled": true, "config": {"persist": false}},
 // to the file LogTail reads, so a caddy command run on it logs there too.
 func StartInProcess(t testing.TB, body string) *Caddy {
 	t.Helper()
+	return StartGlobalInProcess(t, "", body)
+}
+
+// StartGlobalInProcess is StartInProcess with extra global options.
+func StartGlobalInProcess(t testing.TB, global, body string) *Caddy {
+	t.Helper()
 	inProcess.Lock()
 	t.Cleanup(inProcess.Unlock) // runs last: after Caddy stopped
 	ports, err := redistest.FreePorts(2)
@@ -50,6 +56,9 @@ func StartInProcess(t testing.TB, body string) *Caddy {
 		AdminURL: "http://127.0.0.1:" + strconv.Itoa(admin), dir: dir, log: filepath.Join(dir, "caddy.log"), t: t}
 	// Caddy's log goes to the file a failed test shows, as a process's.
 	c.global = "\tlog {\n\t\toutput file " + c.log + "\n\t}\n\tstorage file_system " + dir
+	if global != "" {
+		c.global += "\n" + global
+	}
 	adapter := caddyconfig.GetAdapter("caddyfile")
 	cfg, _, err := adapter.Adapt([]byte(c.Caddyfile(body)), nil)
 	if err != nil {
