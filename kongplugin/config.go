@@ -295,11 +295,10 @@ func compile(c *Config) (*instance, error) {
 	for i := range c.Plans {
 		warnPeriodOrder(&c.Plans[i].Periods, fmt.Sprintf("plans[%d]: ", i), &inst.warnings)
 	}
-	style, _ := headers.ParseStyle(c.Headers, styleNames) // the schema's one_of, as error_code's range
+	response := config.Response{Status: c.ErrorCode, Headers: c.Headers} // checked by Compile
 	if c.HideClientHeaders {
-		style = headers.None
+		response.Headers = "none"
 	}
-	inst.headers = headers.Options{Style: style}
 
 	limits, fields, err := c.Periods.limits(c.Limits, c.Algorithm, "")
 	if err != nil {
@@ -347,7 +346,7 @@ func compile(c *Config) (*instance, error) {
 	// survives Kong replacing the instance (it starts the new one before it
 	// closes the old); Close releases it.
 	if inst.built, err = config.Compile(config.Setup{Owner: "kong|" + inst.scope.Prefix, Policies: []*config.Policy{&policy},
-		StoreConfig: sc, Response: config.Response{Status: c.ErrorCode}, DefaultStyle: style, Check: clusterCheck(c)}); err != nil {
+		StoreConfig: sc, Response: response, DefaultStyle: headers.PerLimit, StyleNames: styleNames, Check: clusterCheck(c)}); err != nil {
 		return nil, limitField(err, fields, planFields)
 	}
 	if storeErr != nil {

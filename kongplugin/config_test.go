@@ -33,7 +33,7 @@ func TestConfigDefaultsSurviveNulls(t *testing.T) {
 	}
 	inst := c.compiled
 	if inst.LimitBy != "consumer" || inst.ErrorCode != 429 || inst.ErrorMessage != "API rate limit exceeded" ||
-		inst.headers.Style != headers.PerLimit || inst.Cost != 1 || inst.built.Store.Redis != nil {
+		inst.built.Gate.Headers.Style != headers.PerLimit || inst.Cost != 1 || inst.built.Store.Redis != nil {
 		t.Fatalf("defaults: %+v", inst)
 	}
 	l := inst.policy.Limits()[0]

@@ -21,7 +21,6 @@ import (
 	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/core/config"
 	"github.com/tollgate/tollgate/core/gate"
-	"github.com/tollgate/tollgate/core/headers"
 	"github.com/tollgate/tollgate/core/openstore"
 	"github.com/tollgate/tollgate/kongplugin/internal/command"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
@@ -74,7 +73,6 @@ type instance struct {
 	built    *config.Compiled // its one policy, released at Close
 	policy   *core.Policy     // built's
 	scope    gate.Scope       // ns=<namespace> or route=<id>,service=<id> (instanceScope)
-	headers  headers.Options  // style none when hide_client_headers
 	sampler  *gate.DenialSampler
 	warnings warnings // told Kong's log at the first request
 
