@@ -271,12 +271,13 @@ bench-kong: kong
 bench-kong-socket: deps
 	$(GO) test -run '^$$' -bench 'AccessOverSocket|VsFloor' -benchtime 3s ./kongplugin/
 
-# The memory store's benchmarks, and the Caddy handler in process beside
-# a handler that only sets the same five headers (its `vs header-floor`
-# line).
+# The memory store's benchmarks, and the Caddy handler and the net/http
+# middleware in process, each beside a handler that only sets the same
+# five headers (their `vs header-floor` lines).
 bench-core:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/store/memory/
 	$(GO) test -run '^$$' -bench VsFloor ./caddymodule/
+	$(GO) test -run '^$$' -bench VsFloor ./core/httplimit/
 	$(GO) test -run '^$$' -bench EventualSync -benchtime 200x ./core/store/redis/
 
 clean:
