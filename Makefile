@@ -271,13 +271,15 @@ bench-kong: kong
 bench-kong-socket: deps
 	$(GO) test -run '^$$' -bench 'AccessOverSocket|VsFloor' -benchtime 3s ./kongplugin/
 
-# The memory store's benchmarks, and the Caddy handler and the net/http
+# The memory store's benchmarks, the Caddy handler and the net/http
 # middleware in process, each beside a handler that only sets the same
-# five headers (their `vs header-floor` lines).
+# five headers (their `vs header-floor` lines), and reading a model's
+# answer's usage as it streams beside encoding/json (`vs encoding-json`).
 bench-core:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/store/memory/
 	$(GO) test -run '^$$' -bench VsFloor ./caddymodule/
 	$(GO) test -run '^$$' -bench VsFloor ./core/httplimit/
+	$(GO) test -run '^$$' -bench VsEncodingJSON ./core/usage/
 	$(GO) test -run '^$$' -bench EventualSync -benchtime 200x ./core/store/redis/
 
 clean:

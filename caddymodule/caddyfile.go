@@ -57,7 +57,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        plan <string with placeholders>
 //	        plans { <plan> <count>/<window> [...] | <plan> unlimited }
 //	        default_plan <plan>
-//	        charge { status <code|class|range...>, header <name> [<value>...], cost_header <name> [<entry>], cost <n> }
+//	        charge { status <code|class|range...>, header <name> [<value>...], cost_header <name> [<entry>] | usage total_tokens|prompt_tokens|completion_tokens, cost <n> }
 //	        penalty <denials>/<window> <duration>
 //	        priority <string with placeholders>
 //	        reserve <share> for <priority>

@@ -258,6 +258,13 @@ func TestCaddyfileErrors(t *testing.T) {
 			default_plan free
 		}`, `policy "a" plan "free" limit "lots"`},
 		{`policy a {
+			limit 10/1m
+			charge {
+				cost_header X-Cost
+				usage all_tokens
+			}
+		}`, `policy "a" charge usage: "all_tokens": want total_tokens, prompt_tokens or completion_tokens, at Caddyfile:7`},
+		{`policy a {
 			key {remote_host}
 			limit 10/1m leaky_bucket
 		}`, `policy "a" limit 1: max_delay: 0s must be above 0 for leaky_bucket (shaping delays requests up to it), at Caddyfile:5`},

@@ -171,8 +171,14 @@ func setCharge(c *config.Charge, opt string, args []string) error {
 			return fmt.Errorf("cost: %q is not a whole number", v)
 		}
 		c.Cost = &n
+	case "usage":
+		v, err := oneArg(opt, args)
+		if err != nil {
+			return err
+		}
+		c.Usage = v
 	default:
-		return fmt.Errorf("unknown option %q (want status, header, cost_header or cost)", opt)
+		return fmt.Errorf("unknown option %q (want status, header, cost_header, usage or cost)", opt)
 	}
 	return nil
 }

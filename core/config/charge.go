@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tollgate/tollgate/core/gate"
+	"github.com/tollgate/tollgate/core/usage"
 )
 
 // Charge is what a response costs a policy whose limits are charged after
@@ -25,9 +26,16 @@ type Charge struct {
 	// entries ("videos=2, images=4") of which CostEntry's is taken.
 	CostHeader string `json:"cost_header,omitempty"`
 	CostEntry  string `json:"cost_entry,omitempty"`
+	// Usage, instead of CostHeader, charges the tokens the response's
+	// body reports it spent, a language model's answer as OpenAI,
+	// Anthropic and Gemini write it (JSON or a server-sent-event stream):
+	// "total_tokens", "prompt_tokens" or "completion_tokens". The charge
+	// is taken when the body ends.
+	Usage string `json:"usage,omitempty"`
 	// Cost is the units a charged response costs when no CostHeader is set
-	// or it holds no usable value: default 1 without a CostHeader, 0 with
-	// one (a response that reports nothing costs nothing).
+	// or it holds no usable value, or its body reports no usage: default 1
+	// without a CostHeader, 0 with one (a response that reports nothing
+	// costs nothing).
 	Cost *int64 `json:"cost,omitempty"`
 }
 
@@ -44,6 +52,16 @@ func (c *Charge) Compile() (*gate.ResponseCost, error) {
 	}
 	if len(c.Values) > 0 && rc.Header == "" {
 		return nil, at("values", fmt.Errorf("charge values: %q need the header they are values of", c.Values))
+	}
+	if c.Usage != "" {
+		f, err := usage.ParseField(c.Usage)
+		if err != nil {
+			return nil, at("usage", fmt.Errorf("charge usage: %w", err))
+		}
+		if rc.CostHeader != "" {
+			return nil, at("usage", fmt.Errorf("charge usage: %s and cost_header %q both say what a response costs; give one", c.Usage, rc.CostHeader))
+		}
+		rc.Usage = f
 	}
 	if rc.CostEntry != "" && rc.CostHeader == "" {
 		return nil, at("cost_entry", fmt.Errorf("charge cost_entry: %q needs the cost_header it is an entry of", rc.CostEntry))

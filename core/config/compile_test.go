@@ -150,6 +150,8 @@ func TestCompileErrorsSayTheField(t *testing.T) {
 		{config.Policy{Name: "p", Limits: ok, Priority: "{h}"}, "priority"},
 		{config.Policy{Name: "p", Limits: ok, Charge: &config.Charge{Cost: &negative}}, "charge.cost"},
 		{config.Policy{Name: "p", Limits: ok, Charge: &config.Charge{Status: []string{"99"}}}, "charge.status"},
+		{config.Policy{Name: "p", Limits: ok, Charge: &config.Charge{Usage: "tokens"}}, "charge.usage"},
+		{config.Policy{Name: "p", Limits: ok, Charge: &config.Charge{Usage: "total_tokens", CostHeader: "X-Cost"}}, "charge.usage"},
 		{config.Policy{Name: "p", Limits: ok, Penalty: &config.Penalty{}}, "penalty"},
 		{config.Policy{Name: "p", Limits: ok, Adaptive: &config.Adaptive{Min: 2}}, "adaptive"},
 		{config.Policy{Name: "p", Plans: []config.Plan{{Name: "a", Limits: ok}, {Name: "b", Limits: []config.Limit{{Count: -1, Window: minute}}}}, DefaultPlan: "a"}, "plans[1].limits[0]"},

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/usage"
 )
 
 // Charges reports whether the request's response is to be charged to a
@@ -27,41 +28,74 @@ func (p *Outcome) Charge(ctx context.Context, status int, header func(name strin
 // ChargeEach is Charge, and tells charged (when not nil) each rule's
 // policy and its limits as they are after the charge; d is valid only
 // during the call. A rule the response costs nothing is not charged, and
-// not told.
+// not told. A rule that charges the tokens the body reports
+// (ResponseCost.Usage) is only chosen here, by the response's status
+// and headers: ChargeBody charges it once the body has ended.
 func (p *Outcome) ChargeEach(ctx context.Context, status int, header func(name string) string, charged func(policy *core.Policy, d *core.Decision)) error {
-	ctx = context.WithoutCancel(ctx)
-	d := decisions.Get().(*core.Decision)
-	defer decisions.Put(d)
+	pending := p.charges[:0]
 	var first error
 	for _, c := range p.charges {
 		cost, ok := c.cost.Cost(status, header)
-		if !ok {
-			continue
-		}
-		if err := c.limiter.DecideFor(ctx, c.twin, c.key, cost, d); err != nil {
-			if first == nil {
+		switch {
+		case !ok:
+		case c.cost.Usage != usage.None:
+			pending = append(pending, c)
+		default:
+			if err := p.charge(ctx, &c, cost, charged); err != nil && first == nil {
 				first = err
 			}
-			continue
 		}
-		d.Allowed, d.Shadowed, d.RetryAfter = true, false, 0
-		if charged != nil {
-			charged(c.policy, d)
-		}
-		if p.Decision.Policy == c.policy || core.MoreRestrictive(d, &p.Decision) {
-			p.Decision, p.Key = *d, c.key
+	}
+	p.charges = pending
+	return first
+}
+
+// ChargesBody reports whether a rule waits for the response's body to
+// end to charge the tokens it reports (see ChargeBody).
+func (p *Outcome) ChargesBody() bool { return len(p.charges) > 0 }
+
+// ChargeBody charges each rule that Charge left waiting for the body what
+// the body reported (u; found false when it reported nothing: each rule's
+// ResponseCost.Fixed), as Charge does. Call it once the body has ended,
+// or was cut short.
+func (p *Outcome) ChargeBody(ctx context.Context, u usage.Usage, found bool) error {
+	var first error
+	for i := range p.charges {
+		c := &p.charges[i]
+		if err := p.charge(ctx, c, c.cost.BodyCost(u, found), nil); err != nil && first == nil {
+			first = err
 		}
 	}
 	p.charges = nil
 	return first
 }
 
+// charge charges rule c cost units and shows what it left (see Charge).
+func (p *Outcome) charge(ctx context.Context, c *heldCharge, cost int64, charged func(policy *core.Policy, d *core.Decision)) error {
+	d := decisions.Get().(*core.Decision)
+	defer decisions.Put(d)
+	if err := c.limiter.DecideFor(context.WithoutCancel(ctx), c.twin, c.key, cost, d); err != nil {
+		return err
+	}
+	d.Allowed, d.Shadowed, d.RetryAfter = true, false, 0
+	if charged != nil {
+		charged(c.policy, d)
+	}
+	if p.Decision.Policy == c.policy || core.MoreRestrictive(d, &p.Decision) {
+		p.Decision, p.Key = *d, c.key
+	}
+	return nil
+}
+
 // ServeCharged runs serve with a writer that charges the response (see
 // Charge) when its status is written, and sets the rate-limit headers
-// again from what the charge left, before the status goes out. serve
-// returns the status of a response it did not write (an error a later
-// handler returned), or 0; a response it never wrote is charged as 200.
-// It returns Charge's error.
+// again from what the charge left, before the status goes out. A rule
+// that charges the tokens the body reports reads them as the body streams
+// through (a usage.Scanner: nothing held back, nothing kept) and is
+// charged when serve returns (ChargeBody). serve returns the status of a
+// response it did not write (an error a later handler returned), or 0; a
+// response it never wrote is charged as 200. It returns the first
+// charge's error.
 func (g *Gate) ServeCharged(ctx context.Context, p *Outcome, w http.ResponseWriter, serve func(w http.ResponseWriter) (failed int)) error {
 	cw := &chargeWriter{ResponseWriter: w, ctx: ctx, gate: g, outcome: p}
 	failed := serve(cw)
@@ -72,10 +106,17 @@ func (g *Gate) ServeCharged(ctx context.Context, p *Outcome, w http.ResponseWrit
 		}
 		cw.charge(status)
 	}
+	if cw.scan != nil {
+		u, found := cw.scan.Usage()
+		if err := p.ChargeBody(ctx, u, found); cw.err == nil {
+			cw.err = err
+		}
+	}
 	return cw.err
 }
 
-// chargeWriter charges the response when its final status is written.
+// chargeWriter charges the response when its final status is written,
+// and reads the usage its body reports when a rule waits for it.
 type chargeWriter struct {
 	http.ResponseWriter
 	ctx     context.Context
@@ -83,6 +124,7 @@ type chargeWriter struct {
 	outcome *Outcome
 	charged bool
 	err     error
+	scan    *usage.Scanner // nil unless a rule charges the body's usage
 }
 
 func (c *chargeWriter) charge(status int) {
@@ -91,6 +133,9 @@ func (c *chargeWriter) charge(status int) {
 		return JoinFieldLines(c.ResponseWriter.Header().Values(name))
 	})
 	c.gate.WriteHeaders(c.ResponseWriter.Header(), c.outcome)
+	if c.outcome.ChargesBody() {
+		c.scan = usage.NewScanner(c.ResponseWriter.Header().Get("Content-Type"))
+	}
 }
 
 // WriteHeader charges the response at its first final (non-1xx) status.
@@ -101,12 +146,17 @@ func (c *chargeWriter) WriteHeader(code int) {
 	c.ResponseWriter.WriteHeader(code)
 }
 
-// Write charges a response whose status was not written as 200.
+// Write charges a response whose status was not written as 200, and
+// passes b on, reading it for usage too when a rule waits for it.
 func (c *chargeWriter) Write(b []byte) (int, error) {
 	if !c.charged {
 		c.charge(http.StatusOK)
 	}
-	return c.ResponseWriter.Write(b)
+	n, err := c.ResponseWriter.Write(b)
+	if c.scan != nil {
+		_, _ = c.scan.Write(b[:n])
+	}
+	return n, err
 }
 
 // Flush sends what was written so far (a 200 when nothing was).

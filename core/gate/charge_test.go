@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/headers"
 	"github.com/tollgate/tollgate/core/store/memory"
+	"github.com/tollgate/tollgate/core/usage"
 )
 
 // TestServeChargedChargesBeforeTheStatus: a response's charge is taken
@@ -67,6 +68,81 @@ func TestServeChargedChargesBeforeTheStatus(t *testing.T) {
 		}
 		if got := rec.Result().Header.Get("X-RateLimit-Remaining"); got != tc.left {
 			t.Errorf("%s: X-RateLimit-Remaining %q as the status went out, want %s", tc.name, got, tc.left)
+		}
+	}
+}
+
+// TestServeChargedChargesTheBodysTokens: a rule that charges the tokens a
+// language model's answer reports takes them when the body ends, whether
+// the answer is JSON or a stream written and flushed event by event
+// (each event reaching the client as it is written); an answer that
+// reports none costs the rule's fixed cost; a status it does not price
+// costs nothing.
+func TestServeChargedChargesTheBodysTokens(t *testing.T) {
+	l := algo.Limit{Count: 1000, Window: time.Hour, Algorithm: algo.SlidingLog, AfterResponse: true}
+	p := core.MustPolicy("tokens", core.PolicyOptions{}, l)
+	store := memory.MustNew(memory.Options{Clock: &core.ManualClock{Micros: 1_700_000_040_000_000}})
+	cost := &ResponseCost{Statuses: [][2]int{{200, 299}}, Usage: usage.Total, Fixed: 100}
+	g, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, store), Charge: cost}},
+		Headers: headers.Options{Style: headers.XRateLimit}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := []string{
+		"data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}],\"usage\":null}\n\n",
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":19,\"total_tokens\":30}}\n\n",
+		"data: [DONE]\n\n",
+	}
+	for _, tc := range []struct {
+		name  string
+		serve func(w http.ResponseWriter) int
+		left  string // X-RateLimit-Remaining of the next request
+	}{
+		{"json", func(w http.ResponseWriter) int {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`))
+			return 0
+		}, "988"},
+		{"stream", func(w http.ResponseWriter) int {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			for i, e := range events {
+				_, _ = w.Write([]byte(e))
+				http.NewResponseController(w).Flush()
+				if rec := w.(interface{ Unwrap() http.ResponseWriter }).Unwrap().(*httptest.ResponseRecorder); rec.Body.Len() == 0 || !rec.Flushed || i == 0 && rec.Body.String() != events[0] {
+					t.Errorf("stream: event %d not passed on as written", i)
+				}
+			}
+			return 0
+		}, "958"},
+		{"no usage", func(w http.ResponseWriter) int {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"error":"cut"}`))
+			return 0
+		}, "858"},
+		{"not priced", func(w http.ResponseWriter) int {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = w.Write([]byte(`{"usage":{"total_tokens":500}}`))
+			return 0
+		}, "858"},
+	} {
+		var o Outcome
+		in := SameInput{Covered: true, Key: "k", Cost: 1}
+		if err := g.Decide(context.Background(), &in, &o); err != nil || !o.Passes() {
+			t.Fatalf("%s: passes %v, %v", tc.name, o.Passes(), err)
+		}
+		if err := g.ServeCharged(context.Background(), &o, httptest.NewRecorder(), tc.serve); err != nil {
+			t.Fatal(err)
+		}
+		var next Outcome
+		if err := g.Decide(context.Background(), &in, &next); err != nil {
+			t.Fatal(err)
+		}
+		h := http.Header{}
+		g.WriteHeaders(h, &next)
+		if got := h.Get("X-RateLimit-Remaining"); got != tc.left {
+			t.Errorf("%s: the next request sees %s remaining, want %s", tc.name, got, tc.left)
 		}
 	}
 }

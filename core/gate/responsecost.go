@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/usage"
 )
 
 // ResponseCost prices the responses of a policy whose limits are charged
@@ -23,9 +24,23 @@ type ResponseCost struct {
 	// response's cost is read from: a whole number, or with CostEntry, a
 	// list of name=value entries of which CostEntry's is taken.
 	CostHeader, CostEntry string
+	// Usage, when not usage.None, charges the tokens the response's body
+	// reports it spent (a language model's answer, read by a
+	// usage.Scanner as it streams): the charge waits for the body's end.
+	Usage usage.Field
 	// Fixed is the units (at least 0) a charged response costs when
-	// CostHeader is unset or holds no usable value.
+	// CostHeader is unset or holds no usable value, or its body reports
+	// no usage.
 	Fixed int64
+}
+
+// BodyCost returns what a charged response whose body reported u (found
+// false: nothing) costs under Usage.
+func (rc *ResponseCost) BodyCost(u usage.Usage, found bool) int64 {
+	if !found {
+		return rc.Fixed
+	}
+	return u.Of(rc.Usage)
 }
 
 // Cost returns what a response of status with headers header costs, and

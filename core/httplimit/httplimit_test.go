@@ -433,3 +433,42 @@ func TestNewRefusesARuleWithoutLimiter(t *testing.T) {
 		t.Fatalf("a rule without a Limiter: %v, want an error naming rules[0]", err)
 	}
 }
+
+// TestChargeAnAnswersTokens: the middleware charges a language model's
+// answer the tokens its body reports (a stream's last usage event; a
+// JSON answer's usage object), passing the stream on as it is written,
+// and an answer without usage its charge's cost.
+func TestChargeAnAnswersTokens(t *testing.T) {
+	cost := int64(40)
+	mw, _ := chargedMiddleware(t, "llm", 100, config.Charge{Usage: "completion_tokens", Cost: &cost})
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/stream":
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, e := range []string{
+				`{"type":"message_start","message":{"usage":{"input_tokens":25,"output_tokens":1}}}`,
+				`{"type":"message_delta","usage":{"output_tokens":15}}`,
+			} {
+				_, _ = io.WriteString(w, "data: "+e+"\n\n")
+				http.NewResponseController(w).Flush()
+			}
+		case "/json":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"usageMetadata":{"promptTokenCount":5,"candidatesTokenCount":10,"totalTokenCount":15}}`)
+		default:
+			_, _ = io.WriteString(w, "no usage here")
+		}
+	})))
+	defer srv.Close()
+	for _, tc := range []struct{ path, left string }{
+		{"/stream", "100"}, // what is left before its own answer is charged
+		{"/json", "85"},    // the stream's 15 completion tokens
+		{"/other", "75"},   // the JSON answer's 10
+		{"/json", "35"},    // the answer without usage: 40
+	} {
+		resp, _ := get(t, srv.URL+tc.path, nil)
+		if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != tc.left {
+			t.Errorf("%s: %d, remaining %q; want 200 and %s", tc.path, resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"), tc.left)
+		}
+	}
+}

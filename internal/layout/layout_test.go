@@ -101,7 +101,8 @@ func TestArrowsThatMustNeverExist(t *testing.T) {
 // conceptPackages maps each of core's concept packages to those it may
 // import, lowest layer first: algorithms know nothing else; adaptive
 // control scales limits; policies, decisions and the store contract use
-// both; headers render decisions; the request pipeline uses them all,
+// both; headers render decisions; usage reads what a model's answer
+// spent; the request pipeline uses them all,
 // and knows no store and no config syntax (core/config, above the
 // stores, compiles configs into its plans). An arrow upward would be an import cycle waiting
 // to happen, or a concept in the wrong room.
@@ -111,7 +112,8 @@ func conceptPackages() map[string][]string {
 		"core/adaptive": {"core/algo"},
 		"core":          {"core/algo", "core/adaptive"},
 		"core/headers":  {"core", "core/algo"},
-		"core/gate":     {"core", "core/algo", "core/adaptive", "core/headers"},
+		"core/usage":    {"core/algo"},
+		"core/gate":     {"core", "core/algo", "core/adaptive", "core/headers", "core/usage"},
 	}
 }
 
