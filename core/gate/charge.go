@@ -52,7 +52,14 @@ func (p *Outcome) ChargeEach(ctx context.Context, status int, header func(name s
 
 // ChargesBody reports whether a rule waits for the response's body to
 // end to charge the tokens it reports (see ChargeBody).
-func (p *Outcome) ChargesBody() bool { return len(p.charges) > 0 }
+func (p *Outcome) ChargesBody() bool {
+	for i := range p.charges {
+		if p.charges[i].cost.Usage != usage.None {
+			return true
+		}
+	}
+	return false
+}
 
 // ChargeBody charges each rule that Charge left waiting for the body what
 // the body reported (u; found false when it reported nothing: each rule's
@@ -62,6 +69,9 @@ func (p *Outcome) ChargeBody(ctx context.Context, u usage.Usage, found bool) err
 	var first error
 	for i := range p.charges {
 		c := &p.charges[i]
+		if c.cost.Usage == usage.None {
+			continue // priced by its status and headers: Charge's
+		}
 		if err := p.charge(ctx, c, c.cost.BodyCost(u, found), nil); err != nil && first == nil {
 			first = err
 		}
