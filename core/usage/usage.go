@@ -126,23 +126,24 @@ const (
 // anything: for a stream, each figure as its latest event said it.
 func (s *Scanner) Usage() (Usage, bool) {
 	var u Usage
-	any := false
+	reported := false
 	for i := range s.found {
-		any = any || s.found[i]
+		reported = reported || s.found[i]
 	}
 	u.Prompt = clamp(s.value[inputTokens] + s.value[cacheCreation] + s.value[cacheRead] + s.value[promptTokens] + s.value[promptCount])
 	u.Completion = clamp(s.value[completionTokens] + s.value[outputTokens] + s.value[candidatesCount] + s.value[thoughtsCount])
 	u.Total = clamp(max(s.value[totalTokens]+s.value[totalCount], u.Prompt+u.Completion))
-	return u, any
+	return u, reported
 }
 
 func clamp(n int64) int64 { return min(max(n, 0), algo.MaxCount) }
 
-// record records key's value n, read in a usage object.
+// record records key's value n, read in a usage object, clamped to
+// algo.MaxCount so that Usage's sums of several fields cannot overflow.
 func (s *Scanner) record(key []byte, n int64) {
 	for f, name := range fieldNames {
 		if string(key) == name {
-			s.found[f], s.value[f] = true, n
+			s.found[f], s.value[f] = true, min(n, algo.MaxCount)
 			return
 		}
 	}

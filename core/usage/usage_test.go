@@ -84,6 +84,8 @@ func TestScannerHostileBodies(t *testing.T) {
 		{"negative", "application/json", `{"usage":{"prompt_tokens":-5,"completion_tokens":7}}`, Usage{0, 7, 7}, true},
 		{"fraction", "application/json", `{"usage":{"prompt_tokens":1.5,"completion_tokens":2e3,"total_tokens":4}}`, Usage{0, 0, 4}, true},
 		{"huge", "application/json", `{"usage":{"prompt_tokens":` + strings.Repeat("9", 400) + `,"completion_tokens":1}}`, Usage{algo.MaxCount, 1, algo.MaxCount}, true},
+		{"huge in two fields", "application/json", `{"usage":{"input_tokens":` + strings.Repeat("9", 30) + `,"cache_read_input_tokens":` + strings.Repeat("9", 30) + `}}`,
+			Usage{algo.MaxCount, 0, algo.MaxCount}, true},
 		{"usage too deep", "application/json", `{"a":{"b":{"usage":{"prompt_tokens":5}}}}`, Usage{}, false},
 		{"usage in an array", "application/json", `[{"usage":{"prompt_tokens":5}}]`, Usage{}, false},
 		{"usage not an object", "application/json", `{"usage":"prompt_tokens 5"}`, Usage{}, false},
