@@ -30,7 +30,7 @@ func basic(user, password string) string {
 func TestCaddyAuthPlaceholderBeforeAuthRefused(t *testing.T) {
 	c := caddyproc.StartInProcess(t, `respond "ok"`)
 	users := "basic_auth {\n\t\talice " + aliceHash + "\n\t\tbob " + bobHash + "\n\t}"
-	limit := "tollgate {\n\t\tpolicy per-user {\n\t\t\tkey {http.auth.user.id}\n\t\t\tlimit 2/1m fixed_window\n\t\t}\n\t}"
+	limit := "tollgate {\n\t\tpolicy per-user {\n\t\t\tkey {http.auth.user.id}\n\t\t\tlimit 2/1h sliding_log\n\t\t}\n\t}"
 
 	code, body := c.Load(users + "\n\t" + limit + "\n\trespond \"ok\"")
 	if code != 400 || !strings.Contains(body, `policy \"per-user\" reads {http.auth.user.id}, which an authentication handler (basic_auth) sets, and that handler runs after tollgate`) ||
@@ -75,7 +75,7 @@ func TestCaddyAuthPlaceholderBeforeAuthRefused(t *testing.T) {
 func TestCaddyAuthPlaceholderRefusedByCaddyBinary(t *testing.T) {
 	c := caddyproc.Start(t, `respond "ok"`)
 	users := "basic_auth {\n\t\talice " + aliceHash + "\n\t}"
-	limit := "tollgate {\n\t\tpolicy per-user {\n\t\t\tkey {http.auth.user.id}\n\t\t\tlimit 2/1m fixed_window\n\t\t}\n\t}"
+	limit := "tollgate {\n\t\tpolicy per-user {\n\t\t\tkey {http.auth.user.id}\n\t\t\tlimit 2/1h sliding_log\n\t\t}\n\t}"
 	if code, body := c.Load(users + "\n\t" + limit + "\n\trespond \"ok\""); code != 400 || !strings.Contains(body, `runs after tollgate`) {
 		t.Fatalf("the site block: %d %s, want it refused", code, body)
 	}
