@@ -218,13 +218,16 @@ type ChargeConfig struct {
 	Values     []string `json:"values"`
 	CostHeader *string  `json:"cost_header"`
 	CostEntry  *string  `json:"cost_entry"`
-	Cost       *int64   `json:"cost"`
+	// Usage charges the tokens of a language model's answer as Kong's
+	// ai-proxy counted them (see aiUsage).
+	Usage *string `json:"usage"`
+	Cost  *int64  `json:"cost"`
 }
 
 // spec reads c; core validates it.
 func (c *ChargeConfig) spec() *config.Charge {
 	return &config.Charge{Status: c.Status, Header: or(c.Header, ""), Values: c.Values, CostHeader: or(c.CostHeader, ""),
-		CostEntry: or(c.CostEntry, ""), Cost: c.Cost}
+		CostEntry: or(c.CostEntry, ""), Usage: or(c.Usage, ""), Cost: c.Cost}
 }
 
 // LimitConfig is an extra limit: Count per Window.

@@ -75,6 +75,9 @@ type instance struct {
 	scope    gate.Scope       // ns=<namespace> or route=<id>,service=<id> (instanceScope)
 	sampler  *gate.DenialSampler
 	warnings warnings // told Kong's log at the first request
+	// unreported tells Kong's log when an answer charged by its tokens
+	// reported none.
+	unreported unreportedUsage
 
 	opened // the gate over the store, from open to Close
 }
@@ -246,7 +249,7 @@ func (c *Config) Log(kong *pdk.PDK) {
 		}
 	}
 	if inst != nil && inst.built.Policies[0].Charge != nil {
-		chargeResponse(kong)
+		inst.chargeResponse(kong)
 	}
 	if inst == nil || inst.policy.Adaptive() == nil {
 		return
@@ -279,11 +282,11 @@ func upstreamStatus(source string, status int) int {
 }
 
 // chargeResponse charges the response its cost (Kong's status, and the
-// upstream's headers the charge reads) to the limits the request's access
-// phase parked. The client already has the response, whose rate-limit
-// headers were set in the access phase: the charge shows from the next
-// request on.
-func chargeResponse(kong *pdk.PDK) {
+// upstream's headers the charge reads; a language model's tokens, see
+// answerUsage) to the limits the request's access phase parked. The
+// client already has the response, whose rate-limit headers were set in
+// the access phase: the charge shows from the next request on.
+func (inst *instance) chargeResponse(kong *pdk.PDK) {
 	id, err := kong.Ctx.GetSharedString(chargeKey)
 	if err != nil || id == "" {
 		return
@@ -302,12 +305,27 @@ func chargeResponse(kong *pdk.PDK) {
 	// the timer (kong/runloop/plugin_servers/plugin.lua), every line of a
 	// repeated header read as one field (RFC 9110 section 5.3).
 	var all map[string][]string
-	_ = o.Charge(context.Background(), status, func(name string) string {
+	headers := func() map[string][]string {
 		if all == nil {
 			all, _ = kong.Response.GetHeaders(-1)
 		}
-		return headerValues(all, name)
+		return all
+	}
+	_ = o.Charge(context.Background(), status, func(name string) string {
+		return headerValues(headers(), name)
 	}) // a store that fails is logged when it starts failing
+	if !o.ChargesBody() {
+		return
+	}
+	u, found, stream := answerUsage(kong, headers())
+	if !found {
+		cost := int64(1)
+		if c := inst.Charge.Cost; c != nil {
+			cost = *c
+		}
+		inst.unreported.tell(kong, "tollgate ("+inst.scope.Name+"): ", stream, cost)
+	}
+	_ = o.ChargeBody(context.Background(), u, found)
 }
 
 // identifier computes the key as Kong's rate-limiting does (limit_by, with

@@ -244,6 +244,9 @@ type Options struct {
 	// their schemas (-dump). DataPlane makes it a data plane, which serves
 	// no Admin API: it is ready once its proxy listens.
 	ControlPlane, DataPlane bool
+	// LuaPlugins are Lua plugins of kongplugin/lua to enable beside the
+	// plugin servers (lua_package_path names that tree).
+	LuaPlugins []string
 	// ServersDown is for a test of a plugin server that cannot start:
 	// Start waits for the Admin API alone, not for the servers' sockets.
 	ServersDown bool
@@ -327,6 +330,9 @@ func Start(t T, opts Options) *Kong {
 				line = start + "/usr/bin/env " + strings.Join(env, " ") + " " + rest
 			}
 		}
+		if strings.HasPrefix(line, "plugins = ") && len(opts.LuaPlugins) > 0 {
+			line += "," + strings.Join(opts.LuaPlugins, ",")
+		}
 		for name := range opts.Servers {
 			for _, key := range []string{"plugins = ", "pluginserver_names = "} {
 				if strings.HasPrefix(line, key) {
@@ -340,6 +346,13 @@ func Start(t T, opts Options) *Kong {
 		k.extra = append(k.extra, name)
 		n := strings.ReplaceAll(name, "-", "_")
 		conf = append(conf, "pluginserver_"+n+"_start_cmd = "+cmd+" -kong-prefix "+prefix, "pluginserver_"+n+"_query_cmd = "+cmd+" -dump")
+	}
+	if len(opts.LuaPlugins) > 0 {
+		root, err := RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf = append(conf, "lua_package_path = "+filepath.Join(root, "kongplugin", "lua", "?.lua")+";;")
 	}
 	conf = append(conf, opts.Extra...)
 	if err := os.WriteFile(k.conf, []byte(strings.Join(conf, "\n")+"\n"), 0o644); err != nil {

@@ -1,0 +1,201 @@
+//go:build kongreal
+
+package kongreal
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/waitfor"
+)
+
+// The usage every answer of the model upstream reports.
+const (
+	modelPrompt, modelCompletion, modelTotal = 11, 19, 30
+)
+
+// startModel starts, for test t, an OpenAI-compatible chat completions
+// endpoint: a JSON answer with its usage, or with "stream": true a
+// server-sent-event stream of three chunks, each flushed on its own, then
+// a usage chunk when the request asks for it
+// (stream_options.include_usage, as OpenAI's API does), then the
+// stream's end marker.
+func startModel(t *testing.T) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Stream        bool `json:"stream"`
+			StreamOptions struct {
+				IncludeUsage bool `json:"include_usage"`
+			} `json:"stream_options"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}`, modelPrompt, modelCompletion, modelTotal)
+		if !req.Stream {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"a usage of words"},"finish_reason":"stop"}],"usage":%s}`, usage)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i, word := range []string{"a ", "usage ", "of words"} {
+			finish := "null"
+			if i == 2 {
+				finish = `"stop"`
+			}
+			fmt.Fprintf(w, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":%s}]}\n\n", word, finish)
+			w.(http.Flusher).Flush()
+		}
+		if req.StreamOptions.IncludeUsage {
+			fmt.Fprintf(w, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[],\"usage\":%s}\n\n", usage)
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/v1/chat/completions"
+}
+
+// chat posts a chat completion request through Kong's proxy as user and
+// returns the status and the body.
+func chat(t *testing.T, k *Kong, path, user, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, k.ProxyURL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User", user)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	rd := bufio.NewReader(resp.Body)
+	if _, err := io.Copy(&b, rd); err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b.String()
+}
+
+const (
+	buffered     = `{"messages":[{"role":"user","content":"hi"}]}`
+	streamed     = `{"messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true}}`
+	streamedBare = `{"messages":[{"role":"user","content":"hi"}],"stream":true}`
+)
+
+// TestKongChargesAnAnswersTokens runs token budgets in real Kong 3.9.3
+// behind its own AI Gateway (ai-proxy, provider openai, pointed at an
+// OpenAI-compatible upstream): tollgate-response charges each answer the
+// tokens it spent, as ai-proxy counted a buffered answer and as the
+// stream itself reported a streamed one (tollgate-ai-usage, since Kong's
+// own count of an OpenAI stream is an estimate), and an answer that
+// reports no usage the charge's cost, said once in Kong's log.
+func TestKongChargesAnAnswersTokens(t *testing.T) {
+	model := startModel(t)
+	socket := filepath.Join(t.TempDir(), "admin.sock")
+	k := Start(t, Options{LuaPlugins: []string{"tollgate-ai-usage"}, Env: map[string][]string{"tollgate-response": {"TOLLGATE_ADMIN_SOCKET=" + socket}}})
+	d := NewDeclarative("/probe-ai")
+	route := func(name string, charge map[string]any, companion bool) {
+		plugins := []any{
+			map[string]any{"name": "ai-proxy", "config": map[string]any{
+				"route_type": "llm/v1/chat",
+				"logging":    map[string]any{"log_statistics": true},
+				"model":      map[string]any{"provider": "openai", "name": "gpt-4o", "options": map[string]any{"upstream_url": model}},
+			}},
+			map[string]any{"name": "tollgate-response", "config": map[string]any{
+				"limit_by": "header", "header_name": "X-User",
+				// an hour's sliding log: no window boundary within the test
+				"limits": []any{map[string]any{"count": 100, "window": "1h", "algorithm": "sliding_log"}},
+				"charge": charge,
+			}},
+		}
+		if companion {
+			plugins = append(plugins, map[string]any{"name": "tollgate-ai-usage"})
+		}
+		d.AddService(map[string]any{"name": name, "url": "http://127.0.0.1:9", "routes": []any{map[string]any{
+			"name": name, "paths": []string{"/" + name}, "plugins": plugins}}})
+	}
+	route("total", map[string]any{"usage": "total_tokens"}, true)
+	route("completion", map[string]any{"usage": "completion_tokens"}, true)
+	route("unreported", map[string]any{"usage": "total_tokens", "cost": 50}, false)
+	k.MustLoad(d)
+	admin := newAdminSocket(t, socket)
+	before := k.ErrorLog()
+	scope := func(name string) string { return fmt.Sprintf("route=%s,service=", k.ID("routes", name)) }
+
+	// run sends bodies as user on route, waiting after each answer until
+	// its charge is in the store, and returns the statuses.
+	run := func(t *testing.T, route, user string, each int64, bodies ...string) []int {
+		var statuses []int
+		var used int64
+		for _, body := range bodies {
+			status, got := chat(t, k, "/"+route, user, body)
+			statuses = append(statuses, status)
+			if status != 200 {
+				continue
+			}
+			if strings.Contains(body, `"stream":true`) && !strings.Contains(got, "data: [DONE]") {
+				t.Errorf("a streamed answer reached the client as %q", got)
+			}
+			used = min(used+each, 100) // the API shows an overdrawn limit as used up
+			want := used
+			waitfor.True(t, 10*time.Second, fmt.Sprintf("%d used on %s", want, route), func() bool { return admin.used(t, scope(route), user) >= want })
+		}
+		return statuses
+	}
+	five := func(body string) []string { return []string{body, body, body, body, body} }
+	// 100 tokens an hour, 30 an answer: the 4th overdraws (120), the 5th
+	// is refused.
+	t.Run("buffered, total tokens as ai-proxy counted them", func(t *testing.T) {
+		if s := run(t, "total", "buffered", modelTotal, five(buffered)...); fmt.Sprint(s) != "[200 200 200 200 429]" {
+			t.Errorf("statuses %v, want four 200s then a 429", s)
+		}
+	})
+	t.Run("streamed, total tokens as the stream reported them", func(t *testing.T) {
+		if s := run(t, "total", "streamed", modelTotal, five(streamed)...); fmt.Sprint(s) != "[200 200 200 200 429]" {
+			t.Errorf("statuses %v, want four 200s then a 429", s)
+		}
+	})
+	// 19 completion tokens an answer: 6 answers are admitted (95 before the
+	// 6th), the 7th refused.
+	t.Run("streamed, completion tokens", func(t *testing.T) {
+		bodies := append(five(streamed), streamed, streamed)
+		if s := run(t, "completion", "streamed", modelCompletion, bodies...); fmt.Sprint(s) != "[200 200 200 200 200 200 429]" {
+			t.Errorf("statuses %v, want six 200s then a 429", s)
+		}
+	})
+	// Without tollgate-ai-usage a stream's usage is not seen (Kong's own
+	// count of an OpenAI stream is an estimate): each answer is charged
+	// the charge's cost, 50.
+	t.Run("a stream without tollgate-ai-usage is charged the cost", func(t *testing.T) {
+		if s := run(t, "unreported", "streamed", 50, streamed, streamedBare, streamed); fmt.Sprint(s) != "[200 200 429]" {
+			t.Errorf("statuses %v, want two 200s then a 429", s)
+		}
+		var warned []string
+		waitfor.True(t, 10*time.Second, "Kong's log warns of the unreported usage", func() bool {
+			warned = nil
+			for _, l := range strings.Split(strings.TrimPrefix(k.ErrorLog(), before), "\n") {
+				if strings.Contains(l, "[warn]") && strings.Contains(l, "reported no usage") {
+					warned = append(warned, l)
+				}
+			}
+			return len(warned) > 0
+		})
+		if len(warned) != 1 || !strings.Contains(warned[0], "tollgate-ai-usage") || !strings.Contains(warned[0], "cost 50") {
+			t.Errorf("Kong's log: %q, want one [warn] naming tollgate-ai-usage and cost 50", warned)
+		}
+	})
+	if errs := kongErrors(k, before); len(errs) > 0 {
+		t.Errorf("Kong's log has %d errors:\n%s", len(errs), strings.Join(errs[:min(len(errs), 10)], "\n"))
+	}
+}
