@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
@@ -87,6 +89,32 @@ func chat(t *testing.T, k *Kong, path, user, body string) (int, string) {
 	return resp.StatusCode, b.String()
 }
 
+// aiRoute adds to d a route /name to model through ai-proxy (provider
+// openai, logging its statistics) with tollgate-response limiting each
+// X-User header to 100 tokens an hour (fields add to its config), and
+// tollgate-ai-usage when companion is set.
+func aiRoute(d Declarative, name, model string, fields map[string]any, companion bool) {
+	config := map[string]any{
+		"limit_by": "header", "header_name": "X-User",
+		// an hour's sliding log: no window boundary within a test
+		"limits": []any{map[string]any{"count": 100, "window": "1h", "algorithm": "sliding_log"}},
+	}
+	maps.Copy(config, fields)
+	plugins := []any{
+		map[string]any{"name": "ai-proxy", "config": map[string]any{
+			"route_type": "llm/v1/chat",
+			"logging":    map[string]any{"log_statistics": true},
+			"model":      map[string]any{"provider": "openai", "name": "gpt-4o", "options": map[string]any{"upstream_url": model}},
+		}},
+		map[string]any{"name": "tollgate-response", "config": config},
+	}
+	if companion {
+		plugins = append(plugins, map[string]any{"name": "tollgate-ai-usage"})
+	}
+	d.AddService(map[string]any{"name": name, "url": "http://127.0.0.1:9", "routes": []any{map[string]any{
+		"name": name, "paths": []string{"/" + name}, "plugins": plugins}}})
+}
+
 const (
 	buffered     = `{"messages":[{"role":"user","content":"hi"}]}`
 	streamed     = `{"messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true}}`
@@ -106,24 +134,7 @@ func TestKongChargesAnAnswersTokens(t *testing.T) {
 	k := Start(t, Options{LuaPlugins: []string{"tollgate-ai-usage"}, Env: map[string][]string{"tollgate-response": {"TOLLGATE_ADMIN_SOCKET=" + socket}}})
 	d := NewDeclarative("/probe-ai")
 	route := func(name string, charge map[string]any, companion bool) {
-		plugins := []any{
-			map[string]any{"name": "ai-proxy", "config": map[string]any{
-				"route_type": "llm/v1/chat",
-				"logging":    map[string]any{"log_statistics": true},
-				"model":      map[string]any{"provider": "openai", "name": "gpt-4o", "options": map[string]any{"upstream_url": model}},
-			}},
-			map[string]any{"name": "tollgate-response", "config": map[string]any{
-				"limit_by": "header", "header_name": "X-User",
-				// an hour's sliding log: no window boundary within the test
-				"limits": []any{map[string]any{"count": 100, "window": "1h", "algorithm": "sliding_log"}},
-				"charge": charge,
-			}},
-		}
-		if companion {
-			plugins = append(plugins, map[string]any{"name": "tollgate-ai-usage"})
-		}
-		d.AddService(map[string]any{"name": name, "url": "http://127.0.0.1:9", "routes": []any{map[string]any{
-			"name": name, "paths": []string{"/" + name}, "plugins": plugins}}})
+		aiRoute(d, name, model, map[string]any{"charge": charge}, companion)
 	}
 	route("total", map[string]any{"usage": "total_tokens"}, true)
 	route("completion", map[string]any{"usage": "completion_tokens"}, true)
@@ -197,5 +208,48 @@ func TestKongChargesAnAnswersTokens(t *testing.T) {
 	})
 	if errs := kongErrors(k, before); len(errs) > 0 {
 		t.Errorf("Kong's log has %d errors:\n%s", len(errs), strings.Join(errs[:min(len(errs), 10)], "\n"))
+	}
+}
+
+// TestKongTwoNodesShareATokenBudget: two Kong nodes behind one Redis hold
+// one token budget exactly, answers buffered on one node and streamed on
+// the other: 100 tokens an hour at 30 an answer admit four answers
+// between them, and then each node refuses.
+func TestKongTwoNodesShareATokenBudget(t *testing.T) {
+	model := startModel(t)
+	rds := redistest.StartT(t)
+	socket := filepath.Join(t.TempDir(), "admin.sock")
+	d := NewDeclarative("/probe-ai-fleet")
+	aiRoute(d, "fleet", model, map[string]any{"charge": map[string]any{"usage": "total_tokens"}, "policy": "redis",
+		"redis": map[string]any{"host": rds.KongRecord()["host"], "port": rds.KongRecord()["port"], "timeout": 500}}, true)
+	nodes := []*Kong{
+		Start(t, Options{LuaPlugins: []string{"tollgate-ai-usage"}, Env: map[string][]string{"tollgate-response": {"TOLLGATE_ADMIN_SOCKET=" + socket}}}),
+		Start(t, Options{LuaPlugins: []string{"tollgate-ai-usage"}}),
+	}
+	for _, k := range nodes {
+		k.MustLoad(d)
+	}
+	admin := newAdminSocket(t, socket) // node 0's, reading the one Redis
+	scope := fmt.Sprintf("route=%s,service=", nodes[0].ID("routes", "fleet"))
+	if other := fmt.Sprintf("route=%s,service=", nodes[1].ID("routes", "fleet")); other != scope {
+		t.Fatalf("the nodes name the route %s and %s: their counters are not one", scope, other)
+	}
+	var statuses []int
+	var used int64
+	for i := 0; i < 6; i++ {
+		k, body := nodes[i%2], buffered
+		if i%2 == 1 {
+			body = streamed
+		}
+		status, _ := chat(t, k, "/fleet", "shared", body)
+		statuses = append(statuses, status)
+		if status == 200 {
+			used = min(used+modelTotal, 100)
+			want := used
+			waitfor.True(t, 10*time.Second, fmt.Sprintf("%d used after answer %d", want, i+1), func() bool { return admin.used(t, scope, "shared") >= want })
+		}
+	}
+	if fmt.Sprint(statuses) != "[200 200 200 200 429 429]" {
+		t.Errorf("statuses %v, want four 200s between the two nodes, then each refusing", statuses)
 	}
 }
