@@ -69,7 +69,10 @@ type Config struct {
 	Cost int64 `json:"cost"`
 	// Shadow decides and reports but never denies.
 	Shadow bool `json:"shadow"`
-	// Headers is kong (Kong's own header set), ietf, xratelimit, both or none.
+	// Headers is kong (Kong's own header set), ietf, xratelimit, both,
+	// none or ai (the X-AI-RateLimit-* set of a token budget, see
+	// headers.AI; a denial's message then names the limit that refused,
+	// its provider, as Kong's AI rate limiting does).
 	Headers string `json:"headers"`
 	// Namespace shares counters between every plugin instance with the same
 	// namespace; by default counters are per route and service the plugin is

@@ -126,7 +126,7 @@ func TestConfigErrorsNameFieldAndValue(t *testing.T) {
 		{`"minute":5,"policy":"redis","redis_host":"h","sync_rate":1,"algorithm":"gcra"`, `sync_rate: policy "tollgate" limit 1 (5/1m): eventual mode counts requests`},
 		{`"minute":5,"error_code":200`, `config.error_code: value should be between 400 and 599 (got 200)`},
 		{`"minute":5,"algorithm":"quantum"`, `config.algorithm: expected one of: fixed_window, sliding_log, sliding_counter, token_bucket, gcra, leaky_bucket (got "quantum")`},
-		{`"minute":5,"headers":"loud"`, `config.headers: expected one of: kong, ietf, xratelimit, both, none (got "loud")`},
+		{`"minute":5,"headers":"loud"`, `config.headers: expected one of: kong, ietf, xratelimit, both, none, ai (got "loud")`},
 		{`"minute":5,"on_error":"shrug"`, `config.on_error: expected one of: local, allow, deny, fail (got "shrug")`},
 		{`"minute":5,"cost":-1`, `config.cost: value should be between 0 and 999999999999999 (got -1)`},
 		{`"minute":5,"cost":1.5`, `config.cost: expected an integer (got 1.5)`},

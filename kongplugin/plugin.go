@@ -213,7 +213,7 @@ func (c *Config) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 	g.Headers(&outcome, func(name, value string) { headers[name] = []string{value} })
 	if !outcome.Passes() {
 		inst.sampler.Log(&outcome, inst.scope, inst.logf) // log_denials lines a second at most
-		deny(ev, g.Status(), inst.ErrorMessage, headers)
+		deny(ev, g.Status(), inst.denialMessage(&outcome.Decision), headers)
 		return
 	}
 	if len(headers) > 0 {
@@ -226,6 +226,20 @@ func (c *Config) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 		_ = kong.Ctx.SetShared(chargeKey, id) // the log phase charges the response
 	}
 	gate.Hold(context.Background(), outcome.Delay) // Kong proxies when access returns: holding shapes
+}
+
+// denialMessage is the message of a denial d: error_message, and with
+// headers ai the provider (the name) of the limit that refused, as Kong's
+// AI rate limiting says it ("API rate limit exceeded for provider
+// azure").
+func (inst *instance) denialMessage(d *core.Decision) string {
+	if inst.Headers != "ai" || d.Policy == nil {
+		return inst.ErrorMessage
+	}
+	if name := d.Policy.Limits()[d.Index].Name; name != "" {
+		return inst.ErrorMessage + " for provider " + name
+	}
+	return inst.ErrorMessage
 }
 
 // leaseKey names the request's parked in-flight leases in kong.ctx.shared,

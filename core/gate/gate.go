@@ -131,7 +131,7 @@ func (c *Config) CheckSettings() error {
 	if err := CheckJitter(c.Headers.Jitter); err != nil {
 		return &SettingError{"jitter", err}
 	}
-	if c.Headers.Style > headers.PerLimit {
+	if c.Headers.Style > headers.AI {
 		return &SettingError{"headers", fmt.Errorf("unknown style %d", c.Headers.Style)}
 	}
 	return nil

@@ -44,9 +44,20 @@ const (
 	// Retry-After: when a retry can pass (for a fixed window that reset).
 	// A limit's figure is its capacity: the count, or a bucket's burst.
 	PerLimit
+	// AI sends a token budget's fields as AI gateways name them, each
+	// limit named by its window in whole seconds and its Name (the
+	// provider or model it budgets; left out when empty):
+	// X-AI-RateLimit-Limit-<window>-<Name> and
+	// X-AI-RateLimit-Remaining-<window>-<Name> for every limit, then
+	// X-AI-RateLimit-Reset (whole seconds until the deciding limit's quota
+	// returns), and on denial X-AI-RateLimit-Retry-After,
+	// X-AI-RateLimit-Retry-After-<window>-<Name> and
+	// X-AI-RateLimit-Reset-<window>-<Name> of the deciding limit, and
+	// Retry-After (seconds until a retry can pass).
+	AI
 )
 
-var headerStyleNames = []string{Both: "both", IETF: "ietf", XRateLimit: "xratelimit", None: "none", PerLimit: "per_limit"}
+var headerStyleNames = []string{Both: "both", IETF: "ietf", XRateLimit: "xratelimit", None: "none", PerLimit: "per_limit", AI: "ai"}
 
 // String returns the configuration name of s.
 func (s Style) String() string { return enum.Name(headerStyleNames, s, "Style") }
@@ -61,7 +72,7 @@ func ParseStyle(s string, names map[string]Style) (Style, error) {
 	if style, ok := names[s]; ok {
 		return style, nil
 	}
-	all := []string{"ietf", "xratelimit", "both", "none", "per_limit"}
+	all := []string{"ietf", "xratelimit", "both", "none", "per_limit", "ai"}
 	all = append(all, slices.Sorted(maps.Keys(names))...)
 	return 0, fmt.Errorf("headers: unknown style %q (want %s or %s)", s, strings.Join(all[:len(all)-1], ", "), all[len(all)-1])
 }
@@ -90,6 +101,9 @@ const (
 	PerLimitLimit     = "RateLimit-Limit"
 	PerLimitRemaining = "RateLimit-Remaining"
 	PerLimitReset     = "RateLimit-Reset"
+	// The AI style's fields that name no limit.
+	AIReset      = "X-AI-RateLimit-Reset"
+	AIRetryAfter = "X-AI-RateLimit-Retry-After"
 )
 
 // RetryAfterSeconds returns the Retry-After value for d: RetryAfter in whole
@@ -241,6 +255,10 @@ func (v *headerValues) render(d *core.Decision, o Options, cache map[*core.Polic
 		v.renderPerLimit(d, o, cache)
 		return
 	}
+	if o.Style == AI {
+		v.renderAI(d, o, cache)
+		return
+	}
 	// t (and X-RateLimit-Reset): when the quota returns; on a denial, when
 	// this request would be admitted, so Retry-After is never before it.
 	reset := core.Seconds(d.Reset)
@@ -292,7 +310,7 @@ func write(h http.Header, d *core.Decision, o Options, cache map[*core.Policy]*a
 	i := 0
 	v.each(func(name, value string) {
 		backing[i] = value
-		if o.Style == PerLimit {
+		if o.Style == PerLimit || o.Style == AI {
 			name = http.CanonicalHeaderKey(name) // the style's casing is not net/http's
 		}
 		h[name] = backing[i : i+1 : i+1]
@@ -324,6 +342,26 @@ func (v *headerValues) renderPerLimit(d *core.Decision, o Options, cache map[*co
 	}
 }
 
+// renderAI adds the AI header set for d (see AI).
+func (v *headerValues) renderAI(d *core.Decision, o Options, cache map[*core.Policy]*atomic.Pointer[policyFields]) {
+	f := fieldsOf(d.Policy, cache)
+	for i := 0; i < d.N; i++ {
+		v.addInt(f.ai[4*i], f.quotas[i])
+		v.addInt(f.ai[4*i+1], max(0, d.Results[i].Remaining))
+	}
+	if d.Allowed {
+		v.addInt(AIReset, max(1, core.Seconds(d.Reset)))
+		return
+	}
+	// A denied request's reset is when it would pass, as PerLimit's.
+	retry := o.RetryAfterSeconds(d)
+	v.addInt(AIReset, max(1, core.Seconds(d.RetryAfter)))
+	v.addInt(AIRetryAfter, retry)
+	v.addInt(f.ai[4*d.Index+2], retry)
+	v.addInt(f.ai[4*d.Index+3], max(1, core.Seconds(d.RetryAfter)))
+	v.addInt(RetryAfter, retry)
+}
+
 // quotaOf is what a limit's limit headers (X-RateLimit-Limit, the per-limit set's
 // RateLimit-Limit and X-RateLimit-Limit-<Name>) say: the q of its
 // RateLimit-Policy item (see ietfQuota; in_flight's slots), so every header
@@ -343,8 +381,9 @@ func quotaOf(l *algo.Limit) int64 {
 type policyFields struct {
 	limits []algo.Limit // in force, as they were derived from
 	// names quotes each limit's name (limitItemNames); perLimit holds, per
-	// limit, its limit and remaining header names (PerLimit).
-	names, perLimit []string
+	// limit, its limit and remaining header names (PerLimit); ai its
+	// limit, remaining, retry-after and reset header names (AI).
+	names, perLimit, ai []string
 	// quotas are the limits' figures for the limit headers (quotaOf).
 	quotas []int64
 	// The RateLimit-Policy field for requests of cost 1 (and 0), and for
@@ -362,7 +401,7 @@ func fieldsOf(p *core.Policy, cache map[*core.Policy]*atomic.Pointer[policyField
 			return f
 		}
 	}
-	f := &policyFields{limits: limits, names: limitItemNames(p.ShownName(), limits), perLimit: perLimitHeaderNames(limits)}
+	f := &policyFields{limits: limits, names: limitItemNames(p.ShownName(), limits), perLimit: perLimitHeaderNames(limits), ai: aiHeaderNames(limits)}
 	for i := range limits {
 		f.quotas = append(f.quotas, quotaOf(&limits[i]))
 	}
@@ -387,9 +426,24 @@ func perLimitHeaderNames(limits []algo.Limit) []string {
 	return names
 }
 
-// maxHeaders is the most headers Render sets: the per-limit set for
-// MaxLimits limits.
-const maxHeaders = 2*core.MaxLimits + 4
+// aiHeaderNames returns, per limit, its X-AI-RateLimit-Limit-,
+// -Remaining-, -Retry-After- and -Reset-<window>-<Name> header names.
+func aiHeaderNames(limits []algo.Limit) []string {
+	names := make([]string, 0, 4*len(limits))
+	for _, l := range limits {
+		suffix := "-" + strconv.FormatInt(max(1, core.Seconds(l.Window)), 10)
+		if l.Name != "" {
+			suffix += "-" + l.Name
+		}
+		names = append(names, "X-AI-RateLimit-Limit"+suffix, "X-AI-RateLimit-Remaining"+suffix,
+			"X-AI-RateLimit-Retry-After"+suffix, "X-AI-RateLimit-Reset"+suffix)
+	}
+	return names
+}
+
+// maxHeaders is the most headers Render sets: the AI set for MaxLimits
+// limits, on a denial.
+const maxHeaders = 2*core.MaxLimits + 5
 
 // sfString renders s as a structured-field string (RFC 9651): printable
 // ASCII in quotes, with quote and backslash escaped; other bytes become '_'.

@@ -20,7 +20,9 @@ func TestHeadersExact(t *testing.T) {
 		algo.Limit{Count: 600, Window: time.Minute, Algorithm: algo.FixedWindow},
 		algo.Limit{Count: 3600, Window: time.Hour, Algorithm: algo.SlidingCounter})
 	allowed := core.Decision{Policy: p, N: 2, Allowed: true, Index: 0, Quota: 600, Remaining: 599, Reset: 59500 * time.Millisecond}
+	allowed.Results[0].Remaining, allowed.Results[1].Remaining = 599, 0
 	denied := core.Decision{Policy: p, N: 2, Index: 1, Quota: 3600, Remaining: 0, Reset: 2 * time.Hour, RetryAfter: 1500 * time.Millisecond}
+	denied.Results[0].Remaining, denied.Results[1].Remaining = 599, -1
 	cases := []struct {
 		style Style
 		d     core.Decision
@@ -42,6 +44,19 @@ func TestHeadersExact(t *testing.T) {
 			"Retry-After": {"2"},
 		}},
 		{None, denied, http.Header{}},
+		{AI, allowed, http.Header{
+			"X-Ai-Ratelimit-Limit-60": {"600"}, "X-Ai-Ratelimit-Remaining-60": {"599"},
+			"X-Ai-Ratelimit-Limit-3600": {"3600"}, "X-Ai-Ratelimit-Remaining-3600": {"0"},
+			"X-Ai-Ratelimit-Reset": {"60"},
+		}},
+		{AI, denied, http.Header{
+			"X-Ai-Ratelimit-Limit-60": {"600"}, "X-Ai-Ratelimit-Remaining-60": {"599"},
+			"X-Ai-Ratelimit-Limit-3600": {"3600"}, "X-Ai-Ratelimit-Remaining-3600": {"0"},
+			// the deciding limit's, as when this request would pass
+			"X-Ai-Ratelimit-Reset": {"2"}, "X-Ai-Ratelimit-Retry-After": {"2"},
+			"X-Ai-Ratelimit-Retry-After-3600": {"2"}, "X-Ai-Ratelimit-Reset-3600": {"2"},
+			"Retry-After": {"2"},
+		}},
 	}
 	for _, c := range cases {
 		h := http.Header{}
@@ -142,7 +157,7 @@ func TestPolicyFieldFollowsAdaptiveFactor(t *testing.T) {
 // TestParseStyle: core's names always read; an adapter's names only when
 // it passes them, so what a name means never depends on what is linked.
 func TestParseStyle(t *testing.T) {
-	for _, s := range []Style{Both, IETF, XRateLimit, None, PerLimit} {
+	for _, s := range []Style{Both, IETF, XRateLimit, None, PerLimit, AI} {
 		if got, err := ParseStyle(s.String(), nil); err != nil || got != s {
 			t.Errorf("%v: %v %v", s, got, err)
 		}
@@ -151,10 +166,10 @@ func TestParseStyle(t *testing.T) {
 	if got, err := ParseStyle("gateway", names); err != nil || got != PerLimit {
 		t.Errorf("an adapter's name: %v %v", got, err)
 	}
-	if _, err := ParseStyle("gateway", nil); err == nil || err.Error() != `headers: unknown style "gateway" (want ietf, xratelimit, both, none or per_limit)` {
+	if _, err := ParseStyle("gateway", nil); err == nil || err.Error() != `headers: unknown style "gateway" (want ietf, xratelimit, both, none, per_limit or ai)` {
 		t.Errorf("an adapter's name not passed: %v", err)
 	}
-	if _, err := ParseStyle("x", names); err == nil || err.Error() != `headers: unknown style "x" (want ietf, xratelimit, both, none, per_limit or gateway)` {
+	if _, err := ParseStyle("x", names); err == nil || err.Error() != `headers: unknown style "x" (want ietf, xratelimit, both, none, per_limit, ai or gateway)` {
 		t.Errorf("an unknown name, with the adapter's: %v", err)
 	}
 }
@@ -175,9 +190,10 @@ func TestRetryAfterIsWhenARetryPasses(t *testing.T) {
 		retry      string
 		limitField string
 		limit      string
+		aiField    string
 	}{
-		{bucket, 21, "1", "X-RateLimit-Limit-20/10s", "20"},
-		{window, 3, "60", "X-Ratelimit-Limit-Minute", "2"},
+		{bucket, 21, "1", "X-RateLimit-Limit-20/10s", "20", "X-AI-RateLimit-Limit-10"},
+		{window, 3, "60", "X-Ratelimit-Limit-Minute", "2", "X-AI-RateLimit-Limit-60-minute"},
 	} {
 		var d core.Decision
 		for i := 0; i < tc.n; i++ {
@@ -188,7 +204,7 @@ func TestRetryAfterIsWhenARetryPasses(t *testing.T) {
 		if d.Allowed {
 			t.Fatalf("%s: request %d allowed", tc.p.Name(), tc.n)
 		}
-		for _, style := range []Style{Both, IETF, XRateLimit, PerLimit} {
+		for _, style := range []Style{Both, IETF, XRateLimit, PerLimit, AI} {
 			h := http.Header{}
 			Write(h, &d, Options{Style: style})
 			headercheck.Consistent(t, tc.p.Name()+" "+style.String(), h, 0)
@@ -197,6 +213,9 @@ func TestRetryAfterIsWhenARetryPasses(t *testing.T) {
 			}
 			if style == PerLimit && (h.Get(tc.limitField) != tc.limit || h.Get("Ratelimit-Limit") != tc.limit) {
 				t.Errorf("%s per_limit: %s %q, RateLimit-Limit %q; want %s (%v)", tc.p.Name(), tc.limitField, h.Get(tc.limitField), h.Get("Ratelimit-Limit"), tc.limit, h)
+			}
+			if style == AI && (h.Get(tc.aiField) != tc.limit || h.Get("X-AI-RateLimit-Retry-After") != tc.retry) {
+				t.Errorf("%s ai: %s %q, X-AI-RateLimit-Retry-After %q; want %s, %s (%v)", tc.p.Name(), tc.aiField, h.Get(tc.aiField), h.Get("X-AI-RateLimit-Retry-After"), tc.limit, tc.retry, h)
 			}
 			if style == XRateLimit && h.Get("X-Ratelimit-Limit") != tc.limit {
 				t.Errorf("%s xratelimit: X-RateLimit-Limit %q, want %s", tc.p.Name(), h.Get("X-Ratelimit-Limit"), tc.limit)

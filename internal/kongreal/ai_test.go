@@ -70,6 +70,13 @@ func startModel(t *testing.T) string {
 // returns the status and the body.
 func chat(t *testing.T, k *Kong, path, user, body string) (int, string) {
 	t.Helper()
+	status, got, _ := chatHeaders(t, k, path, user, body)
+	return status, got
+}
+
+// chatHeaders is chat, with the answer's headers.
+func chatHeaders(t *testing.T, k *Kong, path, user, body string) (int, string, http.Header) {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, k.ProxyURL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +93,7 @@ func chat(t *testing.T, k *Kong, path, user, body string) (int, string) {
 	if _, err := io.Copy(&b, rd); err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, b.String()
+	return resp.StatusCode, b.String(), resp.Header
 }
 
 // aiRoute adds to d a route /name to model through ai-proxy (provider
@@ -136,7 +143,8 @@ func TestKongChargesAnAnswersTokens(t *testing.T) {
 	route := func(name string, charge map[string]any, companion bool) {
 		aiRoute(d, name, model, map[string]any{"charge": charge}, companion)
 	}
-	route("total", map[string]any{"usage": "total_tokens"}, true)
+	aiRoute(d, "total", model, map[string]any{"charge": map[string]any{"usage": "total_tokens"}, "headers": "ai",
+		"limits": []any{map[string]any{"count": 100, "window": "1h", "algorithm": "sliding_log", "name": "openai"}}}, true)
 	route("completion", map[string]any{"usage": "completion_tokens"}, true)
 	route("unreported", map[string]any{"usage": "total_tokens", "cost": 50}, false)
 	k.MustLoad(d)
@@ -175,6 +183,21 @@ func TestKongChargesAnAnswersTokens(t *testing.T) {
 	t.Run("streamed, total tokens as the stream reported them", func(t *testing.T) {
 		if s := run(t, "total", "streamed", modelTotal, five(streamed)...); fmt.Sprint(s) != "[200 200 200 200 429]" {
 			t.Errorf("statuses %v, want four 200s then a 429", s)
+		}
+	})
+	// headers ai: the set Kong's AI rate limiting sends, named by the
+	// limit's window and its name, the provider.
+	t.Run("what a client sees", func(t *testing.T) {
+		status, _, h := chatHeaders(t, k, "/total", "headers", buffered)
+		if status != 200 || h.Get("X-AI-RateLimit-Limit-3600-openai") != "100" || h.Get("X-AI-RateLimit-Remaining-3600-openai") != "100" ||
+			h.Get("X-AI-RateLimit-Reset") == "" || h.Get("X-RateLimit-Limit-Minute") != "" {
+			t.Errorf("an admitted answer: %d %v; want X-AI-RateLimit-Limit-3600-openai 100, -Remaining- 100, -Reset", status, h)
+		}
+		// user "buffered" spent the hour's budget above
+		status, body, h := chatHeaders(t, k, "/total", "buffered", buffered)
+		if status != 429 || h.Get("X-AI-RateLimit-Remaining-3600-openai") != "0" || h.Get("X-AI-RateLimit-Retry-After-3600-openai") == "" ||
+			h.Get("Retry-After") == "" || !strings.Contains(body, `"API rate limit exceeded for provider openai"`) {
+			t.Errorf("a refused request: %d %q %v; want 429, the provider named, X-AI-RateLimit-Retry-After-3600-openai and Retry-After", status, body, h)
 		}
 	})
 	// 19 completion tokens an answer: 6 answers are admitted (95 before the
