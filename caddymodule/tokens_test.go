@@ -11,16 +11,23 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/caddyproc"
+	"github.com/tollgate/tollgate/internal/waitfor"
 )
 
 // TestCaddyChargesAnAnswersTokens: a policy whose charge reads the
-// tokens a language model's answer reports, behind reverse_proxy: a
+// tokens a language model's answer reports, behind reverse_proxy, in
+// Caddy's code in this process and in the xcaddy-built binary: a
 // streamed answer reaches the client event by event (its first event
 // before the upstream has written the rest: nothing held back), and is
 // charged the total its last event reports once it ends; a JSON answer
 // is charged its usage; an answer that reports none costs the charge's
 // cost; the next request's headers show what is left.
 func TestCaddyChargesAnAnswersTokens(t *testing.T) {
+	t.Run("in process", func(t *testing.T) { chargesAnAnswersTokens(t, caddyproc.StartInProcess) })
+	t.Run("xcaddy binary", func(t *testing.T) { chargesAnAnswersTokens(t, caddyproc.Start) })
+}
+
+func chargesAnAnswersTokens(t *testing.T, start func(testing.TB, string) *caddyproc.Caddy) {
 	release := make(chan struct{})
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -42,7 +49,7 @@ func TestCaddyChargesAnAnswersTokens(t *testing.T) {
 		}
 	}))
 	defer upstream.Close()
-	c := caddyproc.StartInProcess(t, fmt.Sprintf(`
+	c := start(t, fmt.Sprintf(`
 	tollgate {
 		policy tokens {
 			key {http.request.header.X-Key}
@@ -87,5 +94,80 @@ func TestCaddyChargesAnAnswersTokens(t *testing.T) {
 	}
 	if resp, _ := c.Get("/json", "X-Key", "k"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("after 104 tokens of 100: %d, Retry-After %q; want 429 until the hour gives back", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
+// TestCaddyHostileAnswers: answers a model's API should never send, in the
+// xcaddy-built Caddy behind reverse_proxy, each on a key of its own with a
+// budget of 1000 tokens an hour and a cost of 7 for an answer that reports
+// no usage: a negative, fractional or non-JSON usage, nesting a reader
+// could drown in and a stream cut before its usage each cost 7; a count
+// beyond what a limit holds overdraws the budget once and no further.
+// Caddy answers throughout, and its next request sees what was charged.
+func TestCaddyHostileAnswers(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/zero":
+			_, _ = io.WriteString(w, `{"usage":{"total_tokens":0}}`)
+		case "/negative":
+			_, _ = io.WriteString(w, `{"usage":{"prompt_tokens":-500,"total_tokens":-5}}`)
+		case "/fraction":
+			_, _ = io.WriteString(w, `{"usage":{"total_tokens":2.5}}`)
+		case "/notjson":
+			_, _ = io.WriteString(w, `<html>{"usage":{"total_tokens":400}}</html>`)
+		case "/huge":
+			_, _ = io.WriteString(w, `{"usage":{"prompt_tokens":99999999999999999999999999,"completion_tokens":9223372036854775807}}`)
+		case "/deep":
+			_, _ = io.WriteString(w, strings.Repeat("[", 100000)+`{"usage":{"total_tokens":400}}`+strings.Repeat("]", 100000))
+		case "/cut":
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\ndata: {\"usage\":{\"total_tok")
+			http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler) // the upstream dies before its usage
+		}
+	}))
+	defer upstream.Close()
+	c := caddyproc.Start(t, fmt.Sprintf(`
+	tollgate {
+		policy tokens {
+			key {http.request.header.X-Key}
+			limit 1000/1h
+			charge {
+				usage total_tokens
+				cost 7
+			}
+		}
+		headers xratelimit
+	}
+	reverse_proxy %s {
+		flush_interval -1
+	}`, upstream.URL))
+	remaining := func(key string) string {
+		resp, _ := c.Get("/zero", "X-Key", key) // an answer of 0 tokens: charges nothing
+		return resp.Header.Get("X-RateLimit-Remaining")
+	}
+	for _, tc := range []struct{ path, left string }{
+		{"/negative", "993"}, {"/fraction", "993"}, {"/notjson", "993"}, {"/deep", "993"}, {"/cut", "993"},
+		{"/huge", "0"}, // overdrawn: refused next (below), not wrapped around
+	} {
+		req, _ := http.NewRequest(http.MethodGet, c.URL+tc.path, nil)
+		req.Header.Set("X-Key", tc.path)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		} else if tc.path != "/cut" {
+			t.Fatalf("%s: %v", tc.path, err)
+		}
+		// A cut answer's connection ends before Caddy's handler returns:
+		// its charge lands a moment after the client saw the end.
+		var got string
+		waitfor.True(t, 10*time.Second, tc.path+" charged", func() bool { got = remaining(tc.path); return got == tc.left || got == "" })
+		if got != tc.left {
+			t.Errorf("%s: %q remaining after it; want %s", tc.path, got, tc.left)
+		}
+	}
+	if resp, _ := c.Get("/zero", "X-Key", "/huge"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("after an answer reporting more than a limit holds: %d, want 429", resp.StatusCode)
 	}
 }

@@ -104,25 +104,35 @@ func (p *Outcome) charge(ctx context.Context, c *heldCharge, cost int64, charged
 // through (a usage.Scanner: nothing held back, nothing kept) and is
 // charged when serve returns (ChargeBody). serve returns the status of a
 // response it did not write (an error a later handler returned), or 0; a
-// response it never wrote is charged as 200. It returns the first
-// charge's error.
-func (g *Gate) ServeCharged(ctx context.Context, p *Outcome, w http.ResponseWriter, serve func(w http.ResponseWriter) (failed int)) error {
+// response it never wrote is charged as 200. A serve that panics (a proxy
+// aborting a response whose upstream died mid-body panics with
+// http.ErrAbortHandler) is charged all the same, a response it never
+// began as 502, before the panic goes on. It returns the first charge's
+// error.
+func (g *Gate) ServeCharged(ctx context.Context, p *Outcome, w http.ResponseWriter, serve func(w http.ResponseWriter) (failed int)) (err error) {
 	cw := &chargeWriter{ResponseWriter: w, ctx: ctx, gate: g, outcome: p}
-	failed := serve(cw)
-	if !cw.charged {
-		status := http.StatusOK
-		if failed != 0 {
-			status = failed
+	failed, returned := 0, false
+	defer func() {
+		if !cw.charged {
+			status := http.StatusOK
+			if failed != 0 {
+				status = failed
+			} else if !returned {
+				status = http.StatusBadGateway
+			}
+			cw.charge(status)
 		}
-		cw.charge(status)
-	}
-	if cw.scan != nil {
-		u, found := cw.scan.Usage()
-		if err := p.ChargeBody(ctx, u, found); cw.err == nil {
-			cw.err = err
+		if cw.scan != nil {
+			u, found := cw.scan.Usage()
+			if err := p.ChargeBody(ctx, u, found); cw.err == nil {
+				cw.err = err
+			}
 		}
-	}
-	return cw.err
+		err = cw.err
+	}()
+	failed = serve(cw)
+	returned = true
+	return nil
 }
 
 // chargeWriter charges the response when its final status is written,

@@ -126,15 +126,29 @@ func TestServeChargedChargesTheBodysTokens(t *testing.T) {
 			_, _ = w.Write([]byte(`{"usage":{"total_tokens":500}}`))
 			return 0
 		}, "858"},
+		// A proxy whose upstream died mid-stream aborts the response with
+		// a panic: the answer, cut before its usage, costs Fixed.
+		{"cut", func(w http.ResponseWriter) int {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = w.Write([]byte(events[0]))
+			panic(http.ErrAbortHandler)
+		}, "758"},
 	} {
 		var o Outcome
 		in := SameInput{Covered: true, Key: "k", Cost: 1}
 		if err := g.Decide(context.Background(), &in, &o); err != nil || !o.Passes() {
 			t.Fatalf("%s: passes %v, %v", tc.name, o.Passes(), err)
 		}
-		if err := g.ServeCharged(context.Background(), &o, httptest.NewRecorder(), tc.serve); err != nil {
-			t.Fatal(err)
-		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil && (tc.name != "cut" || r != http.ErrAbortHandler) {
+					t.Fatalf("%s: panicked with %v", tc.name, r)
+				}
+			}()
+			if err := g.ServeCharged(context.Background(), &o, httptest.NewRecorder(), tc.serve); err != nil {
+				t.Fatal(err)
+			}
+		}()
 		var next Outcome
 		if err := g.Decide(context.Background(), &in, &next); err != nil {
 			t.Fatal(err)
