@@ -273,11 +273,13 @@ bench-kong-socket: deps
 
 # The memory store's benchmarks, the Caddy handler and the net/http
 # middleware in process, each beside a handler that only sets the same
-# five headers (their `vs header-floor` lines), and reading a model's
-# answer's usage as it streams beside encoding/json (`vs encoding-json`).
+# five headers (their `vs header-floor` lines), a streamed answer's first
+# byte through Caddy charging its tokens beside Caddy without tollgate
+# (`vs caddy-without-tollgate`), and reading a model's answer's usage as
+# it streams beside encoding/json (`vs encoding-json`).
 bench-core:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/store/memory/
-	$(GO) test -run '^$$' -bench VsFloor ./caddymodule/
+	$(GO) test -run '^$$' -bench 'VsFloor|VsPlainCaddyFirstByte' ./caddymodule/
 	$(GO) test -run '^$$' -bench VsFloor ./core/httplimit/
 	$(GO) test -run '^$$' -bench VsEncodingJSON ./core/usage/
 	$(GO) test -run '^$$' -bench EventualSync -benchtime 200x ./core/store/redis/
