@@ -504,10 +504,10 @@ type Options struct {
 	// mode counts: fixed_window and sliding_counter); traces with others are
 	// skipped.
 	Algorithms []algo.Algorithm
-	// Seeds is how many random traces to replay; 0 means 10 (ReloadSeed
+	// Seeds is how many random traces to replay; 0 means 11 (ReloadSeed
 	// switches between the limits of one policy name, ChargeSeed charges
 	// responses after their requests, PenaltySeed has penalty boxes,
-	// ReserveSeed reserves).
+	// ReserveSeed reserves, TokenSeed charges token budgets).
 	Seeds int
 	// Batch, above 1 and for a store that is a Batcher, makes the random
 	// traces send their requests in runs of up to Batch through DecideBatch
@@ -641,7 +641,7 @@ func Run(t *testing.T, newStore Factory, opts ...Options) {
 	t.Run("random_against_reference_model", func(t *testing.T) {
 		seeds := o.Seeds
 		if seeds == 0 {
-			seeds = ReserveSeed
+			seeds = TokenSeed
 		}
 		var total, denied int
 		for seed := uint64(1); seed <= uint64(seeds); seed++ {
@@ -716,6 +716,31 @@ func RandomPolicies() []*core.Policy {
 // ReserveSeed is the random trace whose policies hold a reserve back for
 // priority 1: its requests come at priority 0, 1 or 2 (ReservePolicies).
 const ReserveSeed = 10
+
+// TokenSeed is the random trace of token budgets (TokenPolicies): limits
+// of thousands charged after the response what a language model's answer
+// spent, 0 to 800 units, and now and then 5,000, more than any of them
+// holds (charged at most MaxCharge).
+const TokenSeed = 11
+
+// TokenPolicies are token budgets: limits of hundreds to thousands of
+// units charged after the response, of each algorithm that may be, alone
+// and under a limit of requests.
+func TokenPolicies() []*core.Policy {
+	o := core.PolicyOptions{}
+	tb := lim(4000, time.Second, algo.TokenBucket)
+	tb.Burst = 1500
+	g := lim(2500, ms(600), algo.GCRA)
+	g.Burst = 800
+	return []*core.Policy{
+		core.MustPolicy("t-fw", o, afterResponse(lim(2000, ms(500), algo.FixedWindow))),
+		core.MustPolicy("t-sc", o, afterResponse(lim(3000, ms(800), algo.SlidingCounter))),
+		core.MustPolicy("t-tb", o, afterResponse(tb)),
+		core.MustPolicy("t-gcra", o, afterResponse(g)),
+		core.MustPolicy("t-sl", o, afterResponse(lim(400, ms(300), algo.SlidingLog))),
+		core.MustPolicy("t-requests", o, lim(12, ms(200), algo.FixedWindow), afterResponse(lim(2500, time.Second, algo.SlidingCounter))),
+	}
+}
 
 // ReservePolicies hold a share of each limit back for priority 1 and
 // above, over limits of every algorithm and stacked.
@@ -889,12 +914,14 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 			}
 		}
 	}
-	if seed == ReloadSeed || seed == ChargeSeed || seed == PenaltySeed || seed == ReserveSeed {
+	if seed == ReloadSeed || seed == ChargeSeed || seed == PenaltySeed || seed == ReserveSeed || seed == TokenSeed {
 		chosen = nil
 		all := ReloadPolicies()
 		switch seed {
 		case ChargeSeed:
 			all = ChargePolicies()
+		case TokenSeed:
+			all = TokenPolicies()
 		case PenaltySeed:
 			all = PenaltyPolicies()
 		case ReserveSeed:
@@ -949,6 +976,12 @@ func randomTrace(t *testing.T, newStore Factory, seed uint64, n int, o Options, 
 			cost := rng.Int64N(6)
 			if rng.IntN(8) == 0 {
 				cost = 25
+			}
+			if seed == TokenSeed { // an answer's tokens
+				cost = rng.Int64N(801)
+				if rng.IntN(8) == 0 {
+					cost = 5000
+				}
 			}
 			owed = append(owed, Request{Policy: c, Key: r.Key, Cost: cost})
 		}
