@@ -25,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/core/headers"
 	"github.com/tollgate/tollgate/core/metrics"
 	"github.com/tollgate/tollgate/core/openstore"
+	"github.com/tollgate/tollgate/core/usage"
 )
 
 func init() {
@@ -58,6 +59,9 @@ type Handler struct {
 	logger   *zap.Logger
 	sampler  *gate.DenialSampler // nil unless log_denials
 	offAdmin func()              // takes the policies out of the operators' API
+	// unreported is set once an answer charged by its tokens reported
+	// none, and Caddy's log told (made in Provision).
+	unreported *atomic.Bool
 }
 
 // policy is a provisioned PolicyConfig.
@@ -103,6 +107,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // matchers. Errors name the field and value at fault.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
+	h.unreported = new(atomic.Bool)
 	// Keyed like the counters, so a reload keeps an adaptive factor.
 	var err error
 	if h.compiled, err = config.Compile(h.setup("caddy")); err != nil {
@@ -341,6 +346,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // status. A store that fails to charge is not logged here: its state
 // changes are (Provision's OnStateChange).
 func (h *Handler) serveCharged(outcome *gate.Outcome, w http.ResponseWriter, r *http.Request, serve func(http.ResponseWriter) error) (err error) {
+	defer h.tellUnreported(outcome) // a stream cut short panics through
 	_ = h.gate.ServeCharged(r.Context(), outcome, w, func(w http.ResponseWriter) int {
 		if err = serve(w); err == nil {
 			return 0
@@ -352,6 +358,25 @@ func (h *Handler) serveCharged(outcome *gate.Outcome, w http.ResponseWriter, r *
 		return http.StatusInternalServerError
 	})
 	return err
+}
+
+// tellUnreported logs, once per config, that an answer charged by its
+// tokens reported none and was charged its policy's cost: a budget that
+// counts estimates should be seen. After the first, one atomic load.
+func (h *Handler) tellUnreported(outcome *gate.Outcome) {
+	if !outcome.UsageUnreported() || h.unreported.Load() || h.unreported.Swap(true) {
+		return
+	}
+	var names []string
+	var costs []int64
+	for _, p := range h.compiled.Policies {
+		if p.Charge != nil && p.Charge.Usage != usage.None {
+			names, costs = append(names, p.Policy.Name()), append(costs, p.Charge.Fixed)
+		}
+	}
+	h.logger.Warn("an answer charged by its tokens reported no usage, and was charged its policy's charge cost instead "+
+		"(an error page, a compressed answer: remove Accept-Encoding upstream; a stream cut short, or whose client did not ask for its usage); said once",
+		zap.Strings("policies", names), zap.Int64s("costs", costs))
 }
 
 // writeText answers with status and a plain-text body, as Caddy's

@@ -171,6 +171,17 @@ func TestCaddyHostileAnswers(t *testing.T) {
 	if resp, _ := c.Get("/zero", "X-Key", "/huge"); resp.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("after an answer reporting more than a limit holds: %d, want 429", resp.StatusCode)
 	}
+	// Five answers reported no usage: Caddy's log says so once, at warn,
+	// naming the policy and its cost.
+	var told []string
+	for _, l := range strings.Split(c.LogTail(1<<20), "\n") {
+		if strings.Contains(l, "reported no usage") {
+			told = append(told, l)
+		}
+	}
+	if len(told) != 1 || !strings.Contains(told[0], `"level":"warn"`) || !strings.Contains(told[0], `"policies":["tokens"]`) || !strings.Contains(told[0], `"costs":[7]`) {
+		t.Errorf("Caddy's log on answers without usage: %q; want one warning naming policy tokens and cost 7", told)
+	}
 }
 
 // BenchmarkVsPlainCaddyFirstByte measures the time to the first byte of a

@@ -72,6 +72,7 @@ func (p *Outcome) ChargeBody(ctx context.Context, u usage.Usage, found bool) err
 		if c.cost.Usage == usage.None {
 			continue // priced by its status and headers: Charge's
 		}
+		p.unreported = p.unreported || !found
 		if err := p.charge(ctx, c, c.cost.BodyCost(u, found), nil); err != nil && first == nil {
 			first = err
 		}
@@ -79,6 +80,13 @@ func (p *Outcome) ChargeBody(ctx context.Context, u usage.Usage, found bool) err
 	p.charges = nil
 	return first
 }
+
+// UsageUnreported reports whether ChargeBody charged a rule that waited
+// for the body's usage its ResponseCost.Fixed, because the body reported
+// none (an error page, a compressed answer, a stream cut short or whose
+// client did not ask for its usage): what an operator is told, since a
+// budget then counts an estimate, not the tokens spent.
+func (p *Outcome) UsageUnreported() bool { return p.unreported }
 
 // charge charges rule c cost units and shows what it left (see Charge).
 func (p *Outcome) charge(ctx context.Context, c *heldCharge, cost int64, charged func(policy *core.Policy, d *core.Decision)) error {

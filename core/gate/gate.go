@@ -254,6 +254,9 @@ type Outcome struct {
 	// charges are the rules whose limits its response is charged to (see
 	// Charge).
 	charges []heldCharge
+	// unreported: ChargeBody charged a rule its fixed cost, the body having
+	// reported no usage (see UsageUnreported).
+	unreported bool
 }
 
 // heldCharge is a rule that charges the response: the policy (of its
@@ -288,6 +291,7 @@ func (g *Gate) Decide(ctx context.Context, req Request, outcome *Outcome) error 
 	outcome.Decision, outcome.Key = core.Decision{}, ""
 	outcome.Delay = 0
 	outcome.watched, outcome.extra, outcome.leases, outcome.shaped, outcome.charges = 0, nil, nil, nil, nil
+	outcome.unreported = false
 	// A store's Decide takes d through an interface, so a local would
 	// escape: one 0.5 KB allocation per request. Pooled instead.
 	d := decisions.Get().(*core.Decision)

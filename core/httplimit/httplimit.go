@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/gate"
 	"github.com/tollgate/tollgate/core/headers"
+	"github.com/tollgate/tollgate/core/usage"
 )
 
 // KeyFunc derives a rate-limit key from a request; ok false means the
@@ -88,7 +89,8 @@ type Config struct {
 	OnError func(r *http.Request, policy string, err error)
 	// Logger hears when a rule's store starts failing, when its failure
 	// policy (failover) starts deciding in its place, and when it answers
-	// again: one line per change, never one per request. nil means
+	// again: one line per change, never one per request; and, once, when
+	// an answer charged by its tokens reported none. nil means
 	// slog.Default().
 	Logger *slog.Logger
 }
@@ -119,9 +121,34 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 
 // middleware is one Config's gate and what it has told its logger.
 type middleware struct {
-	cfg    Config
-	gate   *gate.Gate
-	health []atomic.Int32 // per rule: the storeHealth last logged
+	cfg        Config
+	gate       *gate.Gate
+	health     []atomic.Int32 // per rule: the storeHealth last logged
+	unreported atomic.Bool    // an answer without usage was told
+}
+
+// logger is Config.Logger, or slog.Default().
+func (m *middleware) logger() *slog.Logger {
+	if m.cfg.Logger != nil {
+		return m.cfg.Logger
+	}
+	return slog.Default()
+}
+
+// tellUnreported logs, once, that an answer charged by its tokens
+// reported none and was charged its rule's fixed cost instead.
+func (m *middleware) tellUnreported(outcome *gate.Outcome) {
+	if !outcome.UsageUnreported() || m.unreported.Load() || m.unreported.Swap(true) {
+		return
+	}
+	var policies []string
+	for _, r := range m.cfg.Rules {
+		if r.Charge != nil && r.Charge.Usage != usage.None {
+			policies = append(policies, r.Limiter.Policy().Name())
+		}
+	}
+	m.logger().Warn("tollgate: an answer charged by its tokens reported no usage, and was charged its rule's fixed cost instead "+
+		"(an error page, a compressed answer, a stream cut short or whose client did not ask for its usage); said once", "policies", policies)
 }
 
 // storeHealth is how a rule's store answered its last decision.
@@ -142,10 +169,7 @@ func (m *middleware) observe(i int, now storeHealth, err error) {
 	}
 	rule := m.cfg.Rules[i].Limiter
 	policy, store := rule.Policy().Name(), strings.TrimPrefix(fmt.Sprintf("%T", rule.Store()), "*")
-	log := m.cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := m.logger()
 	switch now {
 	case storeFailing:
 		consequence := "its requests pass unlimited until it answers (Config.DenyOnError answers 503 instead; failover.New keeps a local limit)"
@@ -242,6 +266,7 @@ func serve(m *middleware, next http.Handler, w http.ResponseWriter, r *http.Requ
 		next.ServeHTTP(w, r)
 	}
 	if outcome.Charges() { // the response is charged to the rules that charge after it
+		defer m.tellUnreported(&outcome) // a stream cut short panics through
 		_ = g.ServeCharged(r.Context(), &outcome, w, func(w http.ResponseWriter) int { serveNext(w); return 0 })
 		return
 	}

@@ -1,8 +1,10 @@
 package httplimit
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -412,6 +414,12 @@ func TestChargeTwoCostLines(t *testing.T) {
 // X-RateLimit headers, on a memory store.
 func chargedMiddleware(t *testing.T, name string, count int64, charge config.Charge) (func(http.Handler) http.Handler, *core.Policy) {
 	t.Helper()
+	return chargedMiddlewareLogging(t, name, count, charge, nil)
+}
+
+// chargedMiddlewareLogging is chargedMiddleware logging to log.
+func chargedMiddlewareLogging(t *testing.T, name string, count int64, charge config.Charge, log *slog.Logger) (func(http.Handler) http.Handler, *core.Policy) {
+	t.Helper()
 	l := algo.Limit{Count: count, Window: time.Hour, Algorithm: algo.SlidingLog, AfterResponse: true}
 	p := core.MustPolicy(name, core.PolicyOptions{}, l)
 	rc, err := charge.Compile()
@@ -419,7 +427,7 @@ func chargedMiddleware(t *testing.T, name string, count int64, charge config.Cha
 		t.Fatal(err)
 	}
 	mw, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, memory.MustNew(memory.Options{})), Charge: rc}},
-		Headers: headers.Options{Style: headers.XRateLimit}})
+		Headers: headers.Options{Style: headers.XRateLimit}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,10 +445,11 @@ func TestNewRefusesARuleWithoutLimiter(t *testing.T) {
 // TestChargeAnAnswersTokens: the middleware charges a language model's
 // answer the tokens its body reports (a stream's last usage event; a
 // JSON answer's usage object), passing the stream on as it is written,
-// and an answer without usage its charge's cost.
+// and an answer without usage its charge's cost, said once in the log.
 func TestChargeAnAnswersTokens(t *testing.T) {
 	cost := int64(40)
-	mw, _ := chargedMiddleware(t, "llm", 100, config.Charge{Usage: "completion_tokens", Cost: &cost})
+	var logged bytes.Buffer
+	mw, _ := chargedMiddlewareLogging(t, "llm", 100, config.Charge{Usage: "completion_tokens", Cost: &cost}, slog.New(slog.NewTextHandler(&logged, nil)))
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/stream":
@@ -465,10 +474,14 @@ func TestChargeAnAnswersTokens(t *testing.T) {
 		{"/json", "85"},    // the stream's 15 completion tokens
 		{"/other", "75"},   // the JSON answer's 10
 		{"/json", "35"},    // the answer without usage: 40
+		{"/other", "25"},   // the JSON answer's 10; a second answer without usage, not told again
 	} {
 		resp, _ := get(t, srv.URL+tc.path, nil)
 		if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != tc.left {
 			t.Errorf("%s: %d, remaining %q; want 200 and %s", tc.path, resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"), tc.left)
 		}
+	}
+	if n := strings.Count(logged.String(), "reported no usage"); n != 1 || !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), "policies=[llm]") {
+		t.Errorf("the log, after two answers without usage: %q; want one warning naming policy llm", logged.String())
 	}
 }
