@@ -171,6 +171,26 @@ func TestCaddyfileErrors(t *testing.T) {
 			}
 		}`, `policy "a" charge unknown option "values"`},
 		{`policy a {
+			limit 10/1m
+			charge {
+				usage total_tokens
+				input_cost 2.5
+			}
+		}`, `policy "a" charge input_cost: 2.5 prices usage cost; usage is "total_tokens", at Caddyfile:7`},
+		{`policy a {
+			limit 10/1m
+			charge {
+				usage cost
+				output_cost cheap
+			}
+		}`, `policy "a" charge output_cost: "cheap" is not a price of a million tokens`},
+		{`policy a {
+			limit 10/1m
+			charge {
+				usage cost
+			}
+		}`, `policy "a" charge usage: cost needs input_cost or output_cost, what a million tokens cost, at Caddyfile:6`},
+		{`policy a {
 			limit 10/1m after_response
 		}`, `policy "a" after_response: needs the policy's charge`},
 		{`policy a {
@@ -263,7 +283,7 @@ func TestCaddyfileErrors(t *testing.T) {
 				cost_header X-Cost
 				usage all_tokens
 			}
-		}`, `policy "a" charge usage: "all_tokens": want total_tokens, prompt_tokens or completion_tokens, at Caddyfile:7`},
+		}`, `policy "a" charge usage: "all_tokens": want total_tokens, prompt_tokens, completion_tokens or cost, at Caddyfile:7`},
 		{`policy a {
 			key {remote_host}
 			limit 10/1m leaky_bucket

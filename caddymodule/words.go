@@ -140,7 +140,8 @@ func setPlan(s *config.Policy, name string, args []string) error {
 
 // setCharge reads one line of a policy's charge block: status <code or
 // class or range...>, header <name> [<value>...], cost_header <name>
-// [<entry>], cost <n>.
+// [<entry>], usage <figure>, input_cost <price>, output_cost <price>,
+// cost <n>.
 func setCharge(c *config.Charge, opt string, args []string) error {
 	switch opt {
 	case "status":
@@ -177,8 +178,22 @@ func setCharge(c *config.Charge, opt string, args []string) error {
 			return err
 		}
 		c.Usage = v
+	case "input_cost", "output_cost":
+		v, err := oneArg(opt, args)
+		if err != nil {
+			return err
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a price of a million tokens", opt, v)
+		}
+		if opt == "input_cost" {
+			c.InputCost = &f
+		} else {
+			c.OutputCost = &f
+		}
 	default:
-		return fmt.Errorf("unknown option %q (want status, header, cost_header, usage or cost)", opt)
+		return fmt.Errorf("unknown option %q (want status, header, cost_header, usage, input_cost, output_cost or cost)", opt)
 	}
 	return nil
 }

@@ -222,15 +222,18 @@ type ChargeConfig struct {
 	CostHeader *string  `json:"cost_header"`
 	CostEntry  *string  `json:"cost_entry"`
 	// Usage charges the tokens of a language model's answer as Kong's
-	// ai-proxy counted them (see aiUsage).
-	Usage *string `json:"usage"`
-	Cost  *int64  `json:"cost"`
+	// ai-proxy counted them (see answerUsage), or with "cost" what they
+	// cost at InputCost and OutputCost (per million tokens).
+	Usage      *string  `json:"usage"`
+	InputCost  *float64 `json:"input_cost"`
+	OutputCost *float64 `json:"output_cost"`
+	Cost       *int64   `json:"cost"`
 }
 
 // spec reads c; core validates it.
 func (c *ChargeConfig) spec() *config.Charge {
 	return &config.Charge{Status: c.Status, Header: or(c.Header, ""), Values: c.Values, CostHeader: or(c.CostHeader, ""),
-		CostEntry: or(c.CostEntry, ""), Usage: or(c.Usage, ""), Cost: c.Cost}
+		CostEntry: or(c.CostEntry, ""), Usage: or(c.Usage, ""), InputCost: c.InputCost, OutputCost: c.OutputCost, Cost: c.Cost}
 }
 
 // LimitConfig is an extra limit: Count per Window.

@@ -29,9 +29,16 @@ type Charge struct {
 	// Usage, instead of CostHeader, charges the tokens the response's
 	// body reports it spent, a language model's answer as OpenAI,
 	// Anthropic and Gemini write it (JSON or a server-sent-event stream):
-	// "total_tokens", "prompt_tokens" or "completion_tokens". The charge
-	// is taken when the body ends.
+	// "total_tokens", "prompt_tokens" or "completion_tokens", or "cost":
+	// what they cost at InputCost and OutputCost. The charge is taken
+	// when the body ends.
 	Usage string `json:"usage,omitempty"`
+	// InputCost and OutputCost are what a million prompt and completion
+	// tokens cost (a model's price list; Kong's ai-proxy's
+	// model.options.input_cost and output_cost) for Usage "cost", which
+	// charges millionths of that currency (usage.Prices.Cost).
+	InputCost  *float64 `json:"input_cost,omitempty"`
+	OutputCost *float64 `json:"output_cost,omitempty"`
 	// Cost is the units a charged response costs when no CostHeader is set
 	// or it holds no usable value, or its body reports no usage: default 1
 	// without a CostHeader, 0 with one (a response that reports nothing
@@ -62,6 +69,25 @@ func (c *Charge) Compile() (*gate.ResponseCost, error) {
 			return nil, at("usage", fmt.Errorf("charge usage: %s and cost_header %q both say what a response costs; give one", c.Usage, rc.CostHeader))
 		}
 		rc.Usage = f
+	}
+	for _, price := range []struct {
+		field string
+		v     *float64
+		to    *float64
+	}{{"input_cost", c.InputCost, &rc.Prices.Prompt}, {"output_cost", c.OutputCost, &rc.Prices.Completion}} {
+		if price.v == nil {
+			continue
+		}
+		if rc.Usage != usage.Cost {
+			return nil, at(price.field, fmt.Errorf("charge %s: %v prices usage cost; usage is %q", price.field, *price.v, c.Usage))
+		}
+		if !(*price.v >= 0 && *price.v <= usage.MaxPrice) {
+			return nil, at(price.field, fmt.Errorf("charge %s: %v is not a price of a million tokens (0 to %v)", price.field, *price.v, usage.MaxPrice))
+		}
+		*price.to = *price.v
+	}
+	if rc.Usage == usage.Cost && rc.Prices == (usage.Prices{}) {
+		return nil, at("usage", fmt.Errorf("charge usage: cost needs input_cost or output_cost, what a million tokens cost"))
 	}
 	if rc.CostEntry != "" && rc.CostHeader == "" {
 		return nil, at("cost_entry", fmt.Errorf("charge cost_entry: %q needs the cost_header it is an entry of", rc.CostEntry))

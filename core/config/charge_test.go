@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/usage"
 )
 
 func cost(n int64) *int64 { return &n }
@@ -102,4 +103,21 @@ func FuzzReportedCost(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestChargeUsageCost: usage cost charges an answer's tokens at the
+// charge's prices of a million tokens, in millionths; an answer that
+// reports none costs the charge's cost.
+func TestChargeUsageCost(t *testing.T) {
+	in, out, fixed := 2.5, 10.0, int64(3000)
+	rc, err := (&Charge{Usage: "cost", InputCost: &in, OutputCost: &out, Cost: &fixed}).Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rc.BodyCost(usage.Usage{Prompt: 1000, Completion: 200, Total: 1200}, true); got != 4500 {
+		t.Errorf("1000 prompt and 200 completion tokens at 2.5 and 10 a million: %d, want 4500", got)
+	}
+	if got := rc.BodyCost(usage.Usage{}, false); got != 3000 {
+		t.Errorf("an answer without usage: %d, want the cost, 3000", got)
+	}
 }

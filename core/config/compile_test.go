@@ -3,6 +3,7 @@ package config_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -136,6 +137,7 @@ func TestCompileErrorsSayTheField(t *testing.T) {
 	minute := algo.Duration(time.Minute)
 	ok := []config.Limit{{Count: 5, Window: minute}}
 	negative := int64(-1)
+	price, badPrice := 2.5, math.Inf(1)
 	for _, tc := range []struct {
 		policy config.Policy
 		field  string
@@ -152,6 +154,9 @@ func TestCompileErrorsSayTheField(t *testing.T) {
 		{config.Policy{Name: "p", Limits: ok, Charge: &config.Charge{Status: []string{"99"}}}, "charge.status"},
 		{config.Policy{Name: "p", Limits: ok, Charge: &config.Charge{Usage: "tokens"}}, "charge.usage"},
 		{config.Policy{Name: "p", Limits: ok, Charge: &config.Charge{Usage: "total_tokens", CostHeader: "X-Cost"}}, "charge.usage"},
+		{config.Policy{Name: "p", Limits: ok, Charge: &config.Charge{Usage: "cost"}}, "charge.usage"},
+		{config.Policy{Name: "p", Limits: ok, Charge: &config.Charge{Usage: "total_tokens", InputCost: &price}}, "charge.input_cost"},
+		{config.Policy{Name: "p", Limits: ok, Charge: &config.Charge{Usage: "cost", InputCost: &price, OutputCost: &badPrice}}, "charge.output_cost"},
 		{config.Policy{Name: "p", Limits: ok, Penalty: &config.Penalty{}}, "penalty"},
 		{config.Policy{Name: "p", Limits: ok, Adaptive: &config.Adaptive{Min: 2}}, "adaptive"},
 		{config.Policy{Name: "p", Plans: []config.Plan{{Name: "a", Limits: ok}, {Name: "b", Limits: []config.Limit{{Count: -1, Window: minute}}}}, DefaultPlan: "a"}, "plans[1].limits[0]"},

@@ -27,7 +27,9 @@ type ResponseCost struct {
 	// Usage, when not usage.None, charges the tokens the response's body
 	// reports it spent (a language model's answer, read by a
 	// usage.Scanner as it streams): the charge waits for the body's end.
-	Usage usage.Field
+	// usage.Cost charges their cost at Prices.
+	Usage  usage.Field
+	Prices usage.Prices
 	// Fixed is the units (at least 0) a charged response costs when
 	// CostHeader is unset or holds no usable value, or its body reports
 	// no usage.
@@ -39,6 +41,9 @@ type ResponseCost struct {
 func (rc *ResponseCost) BodyCost(u usage.Usage, found bool) int64 {
 	if !found {
 		return rc.Fixed
+	}
+	if rc.Usage == usage.Cost {
+		return rc.Prices.Cost(u)
 	}
 	return u.Of(rc.Usage)
 }

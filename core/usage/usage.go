@@ -9,6 +9,7 @@ package usage
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -185,9 +186,11 @@ const (
 	Prompt
 	// Completion charges Usage.Completion.
 	Completion
+	// Cost charges what the tokens cost at a price (Prices.Cost).
+	Cost
 )
 
-var fieldWords = []string{None: "", Total: "total_tokens", Prompt: "prompt_tokens", Completion: "completion_tokens"}
+var fieldWords = []string{None: "", Total: "total_tokens", Prompt: "prompt_tokens", Completion: "completion_tokens", Cost: "cost"}
 
 // String returns the configuration name of f ("total_tokens", ...).
 func (f Field) String() string {
@@ -197,17 +200,41 @@ func (f Field) String() string {
 	return "Field(" + strconv.Itoa(int(f)) + ")"
 }
 
-// ParseField reads "total_tokens", "prompt_tokens" or "completion_tokens".
+// ParseField reads "total_tokens", "prompt_tokens", "completion_tokens"
+// or "cost".
 func ParseField(s string) (Field, error) {
 	for f, w := range fieldWords {
 		if w != "" && w == s {
 			return Field(f), nil
 		}
 	}
-	return None, fmt.Errorf("%q: want total_tokens, prompt_tokens or completion_tokens", s)
+	return None, fmt.Errorf("%q: want total_tokens, prompt_tokens, completion_tokens or cost", s)
 }
 
-// Of returns u's figure f (0 for None).
+// Prices are what a million tokens cost, read (Prompt) and written
+// (Completion), in any currency: the figures a model's price list gives.
+type Prices struct {
+	Prompt, Completion float64
+}
+
+// MaxPrice is the most a million tokens may cost (Prices), a bound that
+// keeps a typing slip (a price per token written per million) from
+// going unseen.
+const MaxPrice = 1e6
+
+// Cost returns what u's tokens cost at p, in millionths of p's currency
+// (tokens × price per million tokens), rounded up: a budget of 5 a day is
+// a limit of 5,000,000 a day. It is at most algo.MaxCount.
+func (p Prices) Cost(u Usage) int64 {
+	c := math.Ceil(float64(u.Prompt)*p.Prompt + float64(u.Completion)*p.Completion)
+	if !(c < algo.MaxCount) { // NaN too
+		return algo.MaxCount
+	}
+	return max(int64(c), 0)
+}
+
+// Of returns u's figure f (0 for None, and for Cost, which Prices.Cost
+// prices).
 func (u Usage) Of(f Field) int64 {
 	switch f {
 	case Total:

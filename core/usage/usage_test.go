@@ -155,3 +155,25 @@ func FuzzScanner(f *testing.F) {
 		}
 	})
 }
+
+// TestPricesCost: an answer's cost at a price list, in millionths of its
+// currency, rounded up, and at most algo.MaxCount whatever the figures.
+func TestPricesCost(t *testing.T) {
+	for _, tc := range []struct {
+		p    Prices
+		u    Usage
+		want int64
+	}{
+		{Prices{Prompt: 2.5, Completion: 10}, Usage{Prompt: 1000, Completion: 200, Total: 1200}, 4500},
+		{Prices{Prompt: 0.15, Completion: 0.6}, Usage{Prompt: 11, Completion: 19, Total: 30}, 14}, // 1.65 + 11.4, rounded up
+		{Prices{Completion: 10}, Usage{Prompt: 1e6, Completion: 0}, 0},
+		{Prices{Prompt: MaxPrice, Completion: MaxPrice}, Usage{Prompt: algo.MaxCount, Completion: algo.MaxCount}, algo.MaxCount},
+	} {
+		if got := tc.p.Cost(tc.u); got != tc.want {
+			t.Errorf("%+v at %+v: %d, want %d", tc.u, tc.p, got, tc.want)
+		}
+	}
+	if f, err := ParseField("cost"); err != nil || f != Cost || f.String() != "cost" {
+		t.Errorf("ParseField(cost) = %v, %v", f, err)
+	}
+}

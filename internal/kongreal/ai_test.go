@@ -147,6 +147,8 @@ func TestKongChargesAnAnswersTokens(t *testing.T) {
 		"limits": []any{map[string]any{"count": 100, "window": "1h", "algorithm": "sliding_log", "name": "openai"}}}, true)
 	route("completion", map[string]any{"usage": "completion_tokens"}, true)
 	route("unreported", map[string]any{"usage": "total_tokens", "cost": 50}, false)
+	aiRoute(d, "priced", model, map[string]any{"charge": map[string]any{"usage": "cost", "input_cost": 1000, "output_cost": 2000},
+		"limits": []any{map[string]any{"count": 100000, "window": "1h", "algorithm": "sliding_log"}}}, true)
 	k.MustLoad(d)
 	admin := newAdminSocket(t, socket)
 	before := k.ErrorLog()
@@ -206,6 +208,25 @@ func TestKongChargesAnAnswersTokens(t *testing.T) {
 		bodies := append(five(streamed), streamed, streamed)
 		if s := run(t, "completion", "streamed", modelCompletion, bodies...); fmt.Sprint(s) != "[200 200 200 200 200 200 429]" {
 			t.Errorf("statuses %v, want six 200s then a 429", s)
+		}
+	})
+	// usage cost: 11 prompt tokens at 1000 a million and 19 completion
+	// tokens at 2000 a million cost 49,000 millionths an answer; a budget
+	// of 100,000 admits three answers (98,000 before the third).
+	t.Run("the cost of the tokens", func(t *testing.T) {
+		var statuses []int
+		var used int64
+		for _, body := range []string{buffered, streamed, buffered, streamed} {
+			status, _ := chat(t, k, "/priced", "priced", body)
+			statuses = append(statuses, status)
+			if status == 200 {
+				used = min(used+49000, 100000)
+				want := used
+				waitfor.True(t, 10*time.Second, fmt.Sprintf("%d used", want), func() bool { return admin.used(t, scope("priced"), "priced") >= want })
+			}
+		}
+		if fmt.Sprint(statuses) != "[200 200 200 429]" {
+			t.Errorf("statuses %v, want three 200s then a 429", statuses)
 		}
 	})
 	// Without tollgate-ai-usage a stream's usage is not seen (Kong's own
