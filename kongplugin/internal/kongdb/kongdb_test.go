@@ -72,15 +72,16 @@ func (db *database) store(t *testing.T, o Options) *Store {
 
 // TestConformance runs the conformance suite on Kong's tables, on fixed
 // windows (every other algorithm is refused): golden traces and random
-// ones against the reference model, keys and limits in the rows Kong's
-// cluster policy would use.
+// ones against the reference model (responses charged after them and
+// token budgets among them: tollgate-response on policy cluster), keys
+// and limits in the rows Kong's cluster policy would use.
 func TestConformance(t *testing.T) {
 	db := startDatabase(t)
 	for _, table := range []Table{RateLimiting, ResponseRateLimiting} {
 		t.Run(table.Name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T, clock core.Clock) core.Store {
 				return db.store(t, Options{Conn: db.conn(t), Table: table, Clock: clock})
-			}, storetest.Options{Algorithms: []algo.Algorithm{algo.FixedWindow}, Seeds: 3})
+			}, storetest.Options{Algorithms: []algo.Algorithm{algo.FixedWindow}, Seeds: storetest.TokenSeed})
 		})
 	}
 }
