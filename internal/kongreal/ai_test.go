@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -295,5 +296,48 @@ func TestKongTwoNodesShareATokenBudget(t *testing.T) {
 	}
 	if fmt.Sprint(statuses) != "[200 200 200 200 429 429]" {
 		t.Errorf("statuses %v, want four 200s between the two nodes, then each refusing", statuses)
+	}
+}
+
+// TestKongAIDocsExample loads the route docs/ai.md shows into real Kong as
+// it is written, but for ai-proxy's upstream (the test's model) and its
+// key, and sends it a chat: tollgate-response answers with the budget's
+// X-AI-RateLimit-* headers and charges the answer's tokens.
+func TestKongAIDocsExample(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(root, "docs", "ai.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, _ := strings.Cut(string(page), "## Kong")
+	_, block, _ := strings.Cut(after, "```yaml\n")
+	block, _, _ = strings.Cut(block, "```")
+	model := startModel(t)
+	for old, new := range map[string]string{
+		"model: {provider: openai, name: gpt-4o}": "model: {provider: openai, name: gpt-4o, options: {upstream_url: " + model + "}}",
+		"Bearer <key>":                            "Bearer test-key",
+	} {
+		if !strings.Contains(block, old) {
+			t.Fatalf("docs/ai.md's Kong example no longer has %q: update this test with it", old)
+		}
+		block = strings.ReplaceAll(block, old, new)
+	}
+	config := "_format_version: \"3.0\"\nservices:\n- name: chat\n  url: http://127.0.0.1:9\n  " + strings.ReplaceAll(strings.TrimSpace(block), "\n", "\n  ") + "\n"
+	socket := filepath.Join(t.TempDir(), "admin.sock")
+	k := Start(t, Options{Declarative: config, LuaPlugins: []string{"tollgate-ai-usage"}, Env: map[string][]string{"tollgate-response": {"TOLLGATE_ADMIN_SOCKET=" + socket}}})
+	admin := newAdminSocket(t, socket)
+	for i, body := range []string{buffered, streamed} {
+		status, _, h := chatHeaders(t, k, "/chat", "", body)
+		left := fmt.Sprint(100000 - modelTotal*i)
+		if status != 200 || h.Get("X-AI-RateLimit-Limit-86400-openai") != "100000" || h.Get("X-AI-RateLimit-Remaining-86400-openai") != left {
+			t.Fatalf("answer %d: %d %v; want 200, X-AI-RateLimit-Limit-86400-openai 100000 and %s remaining", i+1, status, h, left)
+		}
+		want := int64(modelTotal * (i + 1))
+		// no consumer: keyed by the client's address, as Kong's rate-limiting falls back
+		scope := fmt.Sprintf("route=%s,service=", k.ID("routes", "chat"))
+		waitfor.True(t, 10*time.Second, fmt.Sprintf("%d tokens used", want), func() bool { return admin.used(t, scope, "127.0.0.1") >= want })
 	}
 }
