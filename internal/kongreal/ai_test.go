@@ -318,7 +318,7 @@ func TestKongAIDocsExample(t *testing.T) {
 	model := startModel(t)
 	for old, new := range map[string]string{
 		"model: {provider: openai, name: gpt-4o}": "model: {provider: openai, name: gpt-4o, options: {upstream_url: " + model + "}}",
-		"Bearer <key>":                            "Bearer test-key",
+		"Bearer <key>": "Bearer test-key",
 	} {
 		if !strings.Contains(block, old) {
 			t.Fatalf("docs/ai.md's Kong example no longer has %q: update this test with it", old)
