@@ -35,10 +35,10 @@ var streamCounters = map[string]bool{"anthropic": true, "gemini": true, "cohere"
 // stream reports an answer of Content-Type text/event-stream.
 func answerUsage(kong *pdk.PDK, headers map[string][]string) (u usage.Usage, found, stream bool) {
 	ct := headerValues(headers, "Content-Type")
-	s := usage.NewScanner(ct)
 	stream = strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "text/event-stream")
 	if stream {
 		if lines, err := kong.Ctx.GetSharedString(streamUsageKey); err == nil && lines != "" {
+			s := usage.NewScanner(ct)
 			_, _ = s.Write([]byte(lines + "\n\n"))
 			if u, found = s.Usage(); found {
 				return u, true, true
