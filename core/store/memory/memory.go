@@ -81,9 +81,17 @@ type Store struct {
 type shard struct {
 	mu    sync.Mutex // held to change table or n
 	table atomic.Pointer[table]
-	n     int      // live entries
-	_     [40]byte // keep neighbouring shards' locks off one cache line
+	n     int // live entries
+	// shared are the entryAux its one-limit entries share, the last few
+	// made (sharedAux); guarded by mu.
+	shared *[sharedAuxes]*entryAux
+	_      [32]byte // keep neighbouring shards' locks off one cache line
 }
+
+// sharedAuxes is how many shared entryAux a shard keeps: one per policy
+// in use, for a few policies; with more, entries of a policy whose own
+// was pushed out get a new one.
+const sharedAuxes = 4
 
 // table is an open-addressed hash table of entries with linear probing,
 // kept at most three quarters full. A slot's entry only ever goes from nil to an entry
@@ -118,12 +126,27 @@ type entry struct {
 }
 
 // entryAux is what an entry's inserts and sweeps read, not its decisions:
-// 64 bytes, as the entry.
+// 64 bytes, as the entry. The entries of a one-limit policy that carry
+// nothing (no states of their own, none parked) share one, so a table of
+// them holds one heap object per key, not two, for the collector to
+// scan. An entry's aux is written only before the entry is published
+// (takeOver, through own).
 type entryAux struct {
 	idle   int64        // µs after lastUsed when the states equal fresh ones
 	layout []string     // the policy's LimitIDs: which limit each state is
 	states []algo.State // nil for one limit: the entry's inline state
 	parked *[]parked    // states of limits the key had under a same-named policy, not under this one
+}
+
+// own returns e's aux to write, first copying one that may be shared
+// (neither states nor parked states of its own; a private one of that
+// kind is copied again, needlessly but harmlessly).
+func (e *entry) own() *entryAux {
+	if e.aux.states == nil && e.aux.parked == nil {
+		a := *e.aux
+		e.aux = &a
+	}
+	return e.aux
 }
 
 // held returns e's states.
@@ -147,12 +170,31 @@ type parked struct {
 // finds it looks the key up again.
 const dead = -1
 
-func newEntry(id2 uint64, layout []string, idle, now int64) *entry {
-	e := &entry{id2: id2, lastUsed: now, aux: &entryAux{idle: idle, layout: layout}}
+// newEntry makes an entry of a policy of limits layout; sh.mu is held.
+func (sh *shard) newEntry(id2 uint64, layout []string, idle, now int64) *entry {
 	if len(layout) > 1 {
-		e.aux.states = make([]algo.State, len(layout))
+		return &entry{id2: id2, lastUsed: now, aux: &entryAux{idle: idle, layout: layout, states: make([]algo.State, len(layout))}}
 	}
-	return e
+	return &entry{id2: id2, lastUsed: now, aux: sh.sharedAux(layout, idle)}
+}
+
+// sharedAux returns an aux one-limit entries of layout and idle share:
+// one the shard made for them, or a new one in place of its oldest.
+// sh.mu is held.
+func (sh *shard) sharedAux(layout []string, idle int64) *entryAux {
+	if sh.shared == nil {
+		sh.shared = new([sharedAuxes]*entryAux)
+	}
+	for _, a := range sh.shared {
+		// The same LimitIDs slice: the same policy's.
+		if a != nil && a.idle == idle && len(a.layout) == len(layout) && unsafe.SliceData(a.layout) == unsafe.SliceData(layout) {
+			return a
+		}
+	}
+	a := &entryAux{idle: idle, layout: layout}
+	copy(sh.shared[1:], sh.shared[:sharedAuxes-1])
+	sh.shared[0] = a
+	return a
 }
 
 func newTable(size int) *table {
@@ -404,7 +446,7 @@ func (s *Store) insert(sh *shard, id1, id2 uint64, layout []string, idle, now in
 	if e := t.find(id1, id2); e != nil {
 		return e
 	}
-	e := newEntry(id2, layout, idle, now)
+	e := sh.newEntry(id2, layout, idle, now)
 	if old := t.sibling(id1, id2); old != nil {
 		s.takeOver(sh, t, e, old, id1)
 	}
@@ -449,9 +491,11 @@ func (s *Store) takeOver(sh *shard, t *table, e, old *entry, id1 uint64) {
 		}
 	}
 	if len(carried) > 0 {
-		e.aux.parked = &carried
+		e.own().parked = &carried // before idle: then e's aux is its own
 	}
-	e.aux.idle = max(e.aux.idle, old.aux.idle) // a carried state lives as long as it did
+	if old.aux.idle > e.aux.idle {
+		e.own().idle = old.aux.idle // a carried state lives as long as it did
+	}
 	e.lastUsed = max(e.lastUsed, old.lastUsed) // a key's clock never runs back
 	for i := id1 & t.mask; ; i = (i + 1) & t.mask {
 		if t.slots[i].entry.Load() == old {
