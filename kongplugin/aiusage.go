@@ -34,7 +34,9 @@ var streamCounters = map[string]bool{"anthropic": true, "gemini": true, "cohere"
 //
 // stream reports an answer of Content-Type text/event-stream.
 func answerUsage(kong *pdk.PDK, headers map[string][]string) (u usage.Usage, found, stream bool) {
-	ct := headerValues(headers, "Content-Type")
+	// A repeated Content-Type is read by its first line, as net/http's
+	// Header.Get reads it for Caddy.
+	ct, _, _ := strings.Cut(headerValues(headers, "Content-Type"), ",")
 	stream = strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "text/event-stream")
 	if stream {
 		if lines, err := kong.Ctx.GetSharedString(streamUsageKey); err == nil && lines != "" {

@@ -34,9 +34,8 @@ type Charge struct {
 	// when the body ends.
 	Usage string `json:"usage,omitempty"`
 	// InputCost and OutputCost are what a million prompt and completion
-	// tokens cost (a model's price list; Kong's ai-proxy's
-	// model.options.input_cost and output_cost) for Usage "cost", which
-	// charges millionths of that currency (usage.Prices.Cost).
+	// tokens cost (a model's price list) for Usage "cost", which charges
+	// millionths of that currency (usage.Prices.Cost).
 	InputCost  *float64 `json:"input_cost,omitempty"`
 	OutputCost *float64 `json:"output_cost,omitempty"`
 	// Cost is the units a charged response costs when no CostHeader is set

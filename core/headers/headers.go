@@ -354,11 +354,11 @@ func (v *headerValues) renderAI(d *core.Decision, o Options, cache map[*core.Pol
 		return
 	}
 	// A denied request's reset is when it would pass, as PerLimit's.
-	retry := o.RetryAfterSeconds(d)
-	v.addInt(AIReset, max(1, core.Seconds(d.RetryAfter)))
+	retry, reset := o.RetryAfterSeconds(d), max(1, core.Seconds(d.RetryAfter))
+	v.addInt(AIReset, reset)
 	v.addInt(AIRetryAfter, retry)
 	v.addInt(f.ai[4*d.Index+2], retry)
-	v.addInt(f.ai[4*d.Index+3], max(1, core.Seconds(d.RetryAfter)))
+	v.addInt(f.ai[4*d.Index+3], reset)
 	v.addInt(RetryAfter, retry)
 }
 
