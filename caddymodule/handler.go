@@ -285,7 +285,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if repl == nil {
 		repl = caddy.NewReplacer()
 	}
-	var outcome gate.Outcome
+	var outcome gate.Outcome // on the stack: only a request that holds something moves it (serveHeld)
 	q := &request{h: h, r: r, repl: repl}
 	if err := h.gate.Decide(r.Context(), q, &outcome); err != nil {
 		var failed *gate.StoreError
@@ -320,6 +320,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return writeText(w, h.gate.Status(), h.gate.Body())
 	}
+	if outcome.Plain() {
+		return next.ServeHTTP(w, r)
+	}
+	held := new(gate.Outcome)
+	*held = outcome
+	return h.serveHeld(held, w, r, next)
+}
+
+// serveHeld passes on an allowed request that holds something past its
+// decision (see gate.Outcome.Plain): it is delayed, holds in-flight slots,
+// is charged after its response or is heard by adaptive rules. The plain
+// request's outcome stays on ServeHTTP's stack.
+func (h *Handler) serveHeld(outcome *gate.Outcome, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	// In-flight slots go back when the chain returns: after the response,
 	// on a panic, or when the client left.
 	defer outcome.HoldLeases(0)()
@@ -329,12 +342,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	serve := func(w http.ResponseWriter) error {
 		if outcome.Watching() {
-			return observeUpstream(&outcome, w, r, next)
+			return observeUpstream(outcome, w, r, next)
 		}
 		return next.ServeHTTP(w, r)
 	}
 	if outcome.Charges() {
-		return h.serveCharged(&outcome, w, r, serve)
+		return h.serveCharged(outcome, w, r, serve)
 	}
 	return serve(w)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -253,5 +254,38 @@ func TestChargeOverdrawsOnceAndRefusesNext(t *testing.T) {
 	clock.Micros += int64(time.Minute / time.Microsecond)
 	if !decide(t, g, in).Passes() {
 		t.Error("a minute later: refused, want the window given back")
+	}
+}
+
+// TestPlainOnlyWhenNothingIsHeld: an outcome is Plain (its adapter may
+// pass the request on and forget it) only when the request was allowed
+// and holds nothing: not an in-flight slot, a shaper's delay, a charge
+// after its response, nor a denial.
+func TestPlainOnlyWhenNothingIsHeld(t *testing.T) {
+	store, _ := memoryAt(t)
+	for _, tc := range []struct {
+		name   string
+		limit  algo.Limit
+		charge *ResponseCost
+		plain  []bool
+	}{
+		{"fixed_window", algo.Limit{Count: 1, Window: time.Minute, Algorithm: algo.FixedWindow}, nil, []bool{true, false}},
+		{"in_flight", algo.Limit{Count: 5, Window: time.Minute, Algorithm: algo.InFlight}, nil, []bool{false, false}},
+		{"shaper", algo.Limit{Count: 1, Window: time.Minute, Algorithm: algo.LeakyBucket, MaxDelay: time.Hour}, nil, []bool{true, false}},
+		{"charged", algo.Limit{Count: 100, Window: time.Minute, Algorithm: algo.FixedWindow, AfterResponse: true}, &ResponseCost{CostHeader: "X-Tokens"}, []bool{false, false}},
+	} {
+		p := core.MustPolicy(tc.name, core.PolicyOptions{}, tc.limit)
+		g, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, store), Charge: tc.charge}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []bool
+		for range tc.plain {
+			o := decide(t, g, SameInput{Covered: true, Key: "k", Cost: 1})
+			got = append(got, o.Plain())
+		}
+		if !slices.Equal(got, tc.plain) {
+			t.Errorf("%s: Plain %v over two requests, want %v", tc.name, got, tc.plain)
+		}
 	}
 }

@@ -237,7 +237,7 @@ func (q *request) Decided(i int, d *core.Decision, err error, _ time.Duration) {
 
 func serve(m *middleware, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	g := m.gate
-	var outcome gate.Outcome
+	var outcome gate.Outcome // on the stack: only a request that holds something moves it (serveHeld)
 	err := g.Decide(r.Context(), &request{m, r}, &outcome)
 	if err != nil {
 		if r.Context().Err() == nil {
@@ -253,6 +253,19 @@ func serve(m *middleware, next http.Handler, w http.ResponseWriter, r *http.Requ
 		_, _ = w.Write([]byte(g.Body()))
 		return
 	}
+	if outcome.Plain() {
+		next.ServeHTTP(w, r)
+		return
+	}
+	held := new(gate.Outcome)
+	*held = outcome
+	serveHeld(m, next, w, r, held)
+}
+
+// serveHeld passes on an allowed request that holds something past its
+// decision (see gate.Outcome.Plain): it is delayed, holds in-flight slots,
+// is charged after its response or is heard by adaptive rules.
+func serveHeld(m *middleware, next http.Handler, w http.ResponseWriter, r *http.Request, outcome *gate.Outcome) {
 	defer outcome.HoldLeases(0)() // in-flight slots go back when next returns, even on a panic
 	if !gate.Hold(r.Context(), outcome.Delay) {
 		outcome.CancelShaped() // the client went away while it was shaped: its place goes to the next
@@ -266,8 +279,8 @@ func serve(m *middleware, next http.Handler, w http.ResponseWriter, r *http.Requ
 		next.ServeHTTP(w, r)
 	}
 	if outcome.Charges() { // the response is charged to the rules that charge after it
-		defer m.tellUnreported(&outcome) // a stream cut short panics through
-		_ = g.ServeCharged(r.Context(), &outcome, w, func(w http.ResponseWriter) int { serveNext(w); return 0 })
+		defer m.tellUnreported(outcome) // a stream cut short panics through
+		_ = m.gate.ServeCharged(r.Context(), outcome, w, func(w http.ResponseWriter) int { serveNext(w); return 0 })
 		return
 	}
 	serveNext(w)
