@@ -2,7 +2,9 @@ package memory
 
 import (
 	"context"
+	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,5 +64,34 @@ func BenchmarkDecide(b *testing.B) {
 				})
 			})
 		}
+	}
+}
+
+// BenchmarkDecideRandomOrder decides sliding_counter on 100k and 1M
+// tracked keys taken in a random order, as a gateway's clients arrive,
+// not in the order they were first seen (which lays their entries out for
+// the cache's prefetcher); the key strings are read in sequence.
+func BenchmarkDecideRandomOrder(b *testing.B) {
+	for _, keys := range []int{100_000, 1_000_000} {
+		names := make([]string, keys)
+		for i := range names {
+			names[i] = "10." + strconv.Itoa(i>>16) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)
+		}
+		p := core.MustPolicy("bench", core.PolicyOptions{}, algo.Limit{Count: 1_000_000, Window: time.Hour, Algorithm: algo.SlidingCounter})
+		s := MustNew(Options{MaxKeys: 2 * keys})
+		var d core.Decision
+		for _, k := range names {
+			_ = s.Decide(context.Background(), p, k, 1, &d)
+		}
+		shuffled := make([]string, keys)
+		for i, j := range rand.New(rand.NewPCG(1, 2)).Perm(keys) {
+			shuffled[i] = strings.Clone(names[j])
+		}
+		b.Run("sliding_counter/keys="+strconv.Itoa(keys), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				_ = s.Decide(context.Background(), p, shuffled[i%keys], 1, &d)
+			}
+		})
 	}
 }

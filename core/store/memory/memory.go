@@ -12,16 +12,22 @@
 // limits carries each unchanged limit's state over from it and drops it.
 //
 // Keys are spread over shards. A shard's index is an open-addressed table
-// that readers probe without a lock (entries are published atomically and
-// never change identity), and each entry has its own lock, so a decision on a
-// tracked key takes exactly one lock, the key's own, and allocates nothing.
-// Only inserts and evictions take the shard's lock.
+// whose slots hold the entries themselves, so a decision on a tracked key
+// misses the cache once, and hold no pointers, so the collector does not
+// scan a million keys. Readers probe it without a lock (an entry is
+// published by storing its hash last), and each entry has its own lock,
+// so a decision on a tracked key takes exactly one lock, the key's own,
+// and allocates nothing. Only inserts, evictions and a table's rebuild
+// take the shard's lock; a rebuild moves the live entries to a new table
+// and leaves the old ones dead, and a decision that meets a dead entry
+// waits for the shard's change and looks again.
 //
 // The number of tracked keys is capped: inserting into a full shard drops
 // expired keys it samples and otherwise the least recently used of the
 // sample (as Redis approximates LRU), so rotating keys (an attacker cycling
 // client IPs) cannot grow memory past the cap. Each insert also drops the
-// expired keys of its sample, so memory follows the live keys below the cap.
+// expired keys of its sample, and a table is rebuilt for its live keys, so
+// memory follows the live keys below the cap.
 package memory
 
 import (
@@ -79,13 +85,18 @@ type Store struct {
 }
 
 type shard struct {
-	mu    sync.Mutex // held to change table or n
+	mu    sync.Mutex // held to change table, n, auxes, free or shared
 	table atomic.Pointer[table]
 	n     int // live entries
-	// shared are the entryAux its one-limit entries share, the last few
-	// made (sharedAux); guarded by mu.
-	shared *[sharedAuxes]*entryAux
-	_      [32]byte // keep neighbouring shards' locks off one cache line
+	// auxes are the entryAux entries name by index (entry.aux). Grown by
+	// copy under mu, so a decision reads it without mu; an index is
+	// reused (free) only once no entry names it.
+	auxes atomic.Pointer[[]*entryAux]
+	free  []uint32
+	// shared are the indices of the auxes one-limit entries share, the
+	// last few made (sharedAux); 0 is none.
+	shared [sharedAuxes]uint32
+	_      [40]byte // keep neighbouring shards' locks off one cache line
 }
 
 // sharedAuxes is how many shared entryAux a shard keeps: one per policy
@@ -93,68 +104,54 @@ type shard struct {
 // was pushed out get a new one.
 const sharedAuxes = 4
 
-// table is an open-addressed hash table of entries with linear probing,
-// kept at most three quarters full. A slot's entry only ever goes from nil to an entry
-// and from an entry to tombstone, so a reader probing without the shard's
-// lock sees a consistent chain. Each slot repeats its entry's hash so a probe
-// rejects other keys without touching their entries.
+// table is an open-addressed hash table of entries, held in its slots,
+// with linear probing, kept at most three quarters full. A slot goes from
+// empty to an entry and from an entry to a tombstone, never back, so a
+// reader probing without the shard's lock sees a consistent chain; a
+// rebuild moves the live entries to a new table and leaves the old ones
+// dead. Entries hold no pointers, so the collector does not look into a
+// table of a million keys.
 type table struct {
 	mask  uint64
-	used  int // slots not nil (entries and tombstones)
-	slots []slot
+	used  int // slots not empty (entries and tombstones)
+	slots []entry
 }
 
-type slot struct {
-	entry atomic.Pointer[entry]
-	hash  atomic.Uint64 // stored after entry: 0 until then
-}
+// Slot hashes that are no identity: an identity's first half below 2 is
+// moved up by 2 (identity).
+const (
+	empty     = 0
+	tombstone = 1
+)
 
-// tombstone marks a slot whose entry was dropped.
-var tombstone = &entry{}
-
-// entry is one (policy, key)'s state: one cache line, 64 bytes, a size
-// class whose objects start on a line, so a decision on a one-limit policy
-// touches one line of it, and 100k keys' entries lie on 100k lines. The
-// identity's first half is its slot's hash; what inserts and sweeps read
-// is apart, in aux.
+// entry is one (policy, key)'s state, in its table's slot: one cache
+// line, 64 bytes, so a decision on a one-limit policy misses the cache
+// once, and 100k keys' entries lie on 100k lines. What inserts and sweeps
+// read besides (idle time, limit layout, the states of a policy whose
+// states are not inline) is apart, in the shard's auxes.
 type entry struct {
+	hash     atomic.Uint64 // the identity's first half, stored last when inserted; or empty or tombstone
 	mu       sync.Mutex
-	id2      uint64 // the identity's second half; never changes once published
-	lastUsed int64  // µs; dropped once it is dead; guarded by mu
-	inline   [1]algo.State
-	aux      *entryAux
+	id2      uint64 // the identity's second half; set before hash
+	lastUsed int64  // µs; dead once it is dropped or moved; guarded by mu
+	// a, b, c are an inline entry's state: an algo.State without its
+	// ring, for a one-limit policy whose algorithm keeps none.
+	a, b, c int64
+	aux     uint32 // the index of its entryAux in the shard's auxes
+	inline  bool   // its one state is a, b, c; else its aux's states
 }
 
-// entryAux is what an entry's inserts and sweeps read, not its decisions:
-// 64 bytes, as the entry. The entries of a one-limit policy that carry
-// nothing (no states of their own, none parked) share one, so a table of
-// them holds one heap object per key, not two, for the collector to
-// scan. An entry's aux is written only before the entry is published
-// (takeOver, through own).
+// entryAux is what an entry's inserts and sweeps read, not its decisions
+// on an inline state. The inline entries of a one-limit policy that carry
+// nothing (no states parked) share one. An entry's aux is set only before
+// the entry is published (insert, takeOver).
 type entryAux struct {
 	idle   int64        // µs after lastUsed when the states equal fresh ones
 	layout []string     // the policy's LimitIDs: which limit each state is
-	states []algo.State // nil for one limit: the entry's inline state
+	states []algo.State // nil for an inline entry
 	parked *[]parked    // states of limits the key had under a same-named policy, not under this one
-}
-
-// own returns e's aux to write, first copying one that may be shared
-// (neither states nor parked states of its own; a private one of that
-// kind is copied again, needlessly but harmlessly).
-func (e *entry) own() *entryAux {
-	if e.aux.states == nil && e.aux.parked == nil {
-		a := *e.aux
-		e.aux = &a
-	}
-	return e.aux
-}
-
-// held returns e's states.
-func (e *entry) held() []algo.State {
-	if e.aux.states != nil {
-		return e.aux.states
-	}
-	return e.inline[:]
+	users  int          // entries that name it; guarded by the shard's mu
+	cached bool         // among the shard's shared auxes
 }
 
 // parked is the state of a limit (by LimitID) that a key's entry carries
@@ -166,51 +163,132 @@ type parked struct {
 	state algo.State
 }
 
-// dead marks an entry dropped from its table in lastUsed: a decision that
-// finds it looks the key up again.
+// dead marks an entry dropped from its table, or moved to a new one, in
+// lastUsed: a decision that finds it looks the key up again.
 const dead = -1
 
-// newEntry makes an entry of a policy of limits layout; sh.mu is held.
-func (sh *shard) newEntry(id2 uint64, layout []string, idle, now int64) *entry {
-	if len(layout) > 1 {
-		return &entry{id2: id2, lastUsed: now, aux: &entryAux{idle: idle, layout: layout, states: make([]algo.State, len(layout))}}
-	}
-	return &entry{id2: id2, lastUsed: now, aux: sh.sharedAux(layout, idle)}
+// inlines reports whether a policy of limits keeps its one state in its
+// entries: one limit, whose algorithm keeps no ring of times.
+func inlines(limits []algo.Limit) bool {
+	return len(limits) == 1 && limits[0].Algorithm != algo.SlidingLog && limits[0].Algorithm != algo.InFlight
 }
 
-// sharedAux returns an aux one-limit entries of layout and idle share:
-// one the shard made for them, or a new one in place of its oldest.
-// sh.mu is held.
-func (sh *shard) sharedAux(layout []string, idle int64) *entryAux {
-	if sh.shared == nil {
-		sh.shared = new([sharedAuxes]*entryAux)
+// awaitChange returns once the shard's change in progress is done: the
+// eviction or rebuild that left an entry dead, which a decision met.
+func (sh *shard) awaitChange() {
+	sh.mu.Lock()
+	//lint:ignore SA2001 the empty section waits for the lock's holder
+	sh.mu.Unlock()
+}
+
+// auxAt returns the aux of index i. A decision calls it under an entry's
+// lock for the entry's own aux, which does not change while it lives.
+func (sh *shard) auxAt(i uint32) *entryAux { return (*sh.auxes.Load())[i] }
+
+// auxAt0 is auxAt, nil for index 0 or before any aux.
+func (sh *shard) auxAt0(i uint32) *entryAux {
+	if i == 0 {
+		return nil
 	}
-	for _, a := range sh.shared {
+	return sh.auxAt(i)
+}
+
+// addAux gives a an index, one that is free or a new one; sh.mu is held.
+func (sh *shard) addAux(a *entryAux) uint32 {
+	if n := len(sh.free); n > 0 {
+		i := sh.free[n-1]
+		sh.free = sh.free[:n-1]
+		(*sh.auxes.Load())[i] = a
+		return i
+	}
+	var grown []*entryAux
+	if cur := sh.auxes.Load(); cur != nil {
+		grown = append(*cur, a) // past the old length: no reader of it looks there
+	} else {
+		grown = []*entryAux{nil, a} // index 0 is none
+	}
+	sh.auxes.Store(&grown)
+	return uint32(len(grown) - 1)
+}
+
+// release is called when an entry naming aux i is dropped. sh.mu is held.
+func (sh *shard) release(i uint32) {
+	sh.auxAt(i).users--
+	sh.freeUnused(i)
+}
+
+// freeUnused frees aux i's index if no entry names it and it is not
+// shared. sh.mu is held.
+func (sh *shard) freeUnused(i uint32) {
+	if a := sh.auxAt(i); a.users == 0 && !a.cached {
+		(*sh.auxes.Load())[i] = nil
+		sh.free = append(sh.free, i)
+	}
+}
+
+// sharedAux returns the index of an aux the inline entries of layout and
+// idle share: one the shard made for them, or a new one in place of its
+// oldest. sh.mu is held.
+func (sh *shard) sharedAux(layout []string, idle int64) uint32 {
+	for _, i := range sh.shared {
 		// The same LimitIDs slice: the same policy's.
-		if a != nil && a.idle == idle && len(a.layout) == len(layout) && unsafe.SliceData(a.layout) == unsafe.SliceData(layout) {
-			return a
+		if a := sh.auxAt0(i); a != nil && a.idle == idle && len(a.layout) == len(layout) && unsafe.SliceData(a.layout) == unsafe.SliceData(layout) {
+			return i
 		}
 	}
-	a := &entryAux{idle: idle, layout: layout}
+	i := sh.addAux(&entryAux{idle: idle, layout: layout, cached: true})
+	if out := sh.shared[sharedAuxes-1]; out != 0 {
+		sh.auxAt(out).cached = false
+		sh.freeUnused(out)
+	}
 	copy(sh.shared[1:], sh.shared[:sharedAuxes-1])
-	sh.shared[0] = a
-	return a
+	sh.shared[0] = i
+	return i
+}
+
+// own gives e, not yet published, an aux of its own to write, copying a
+// shared one. sh.mu is held.
+func (sh *shard) own(e *entry) *entryAux {
+	a := sh.auxAt(e.aux)
+	if !a.cached && a.users == 1 {
+		return a
+	}
+	mine := &entryAux{idle: a.idle, layout: a.layout, states: a.states, parked: a.parked, users: 1}
+	sh.release(e.aux)
+	e.aux = sh.addAux(mine)
+	return mine
+}
+
+// held returns e's states to read and write under e.mu: an inline
+// entry's one state copied into buf (keep writes it back), or its aux's.
+func (sh *shard) held(e *entry, buf *[1]algo.State) []algo.State {
+	if e.inline {
+		buf[0] = algo.State{A: e.a, B: e.b, C: e.c}
+		return buf[:]
+	}
+	return sh.auxAt(e.aux).states
+}
+
+// keep writes back an inline entry's state that held copied into buf.
+func (e *entry) keep(buf *[1]algo.State) {
+	if e.inline {
+		e.a, e.b, e.c = buf[0].A, buf[0].B, buf[0].C
+	}
 }
 
 func newTable(size int) *table {
-	return &table{mask: uint64(size - 1), slots: make([]slot, size)}
+	return &table{mask: uint64(size - 1), slots: make([]entry, size)}
 }
 
-// put stores e, whose identity starts with id1, in the first free slot of
-// its probe chain. sh.mu is held.
-func (t *table) put(e *entry, id1 uint64) {
+// reserve returns the first empty slot of id1's probe chain, counted as
+// used but not yet published (its hash is still empty). sh.mu is held.
+func (t *table) reserve(id1 uint64) *entry {
 	i := id1 & t.mask
-	for t.slots[i].entry.Load() != nil {
+	for t.slots[i].hash.Load() != empty {
 		i = (i + 1) & t.mask
 	}
-	t.slots[i].entry.Store(e)
-	t.slots[i].hash.Store(id1)
 	t.used++
+	return &t.slots[i]
 }
 
 // sibling returns a live entry of id1's probe chain with another id2: the
@@ -218,11 +296,12 @@ func (t *table) put(e *entry, id1 uint64) {
 // sh.mu held, it is a hint that insert confirms.
 func (t *table) sibling(id1, id2 uint64) *entry {
 	for i := id1 & t.mask; ; i = (i + 1) & t.mask {
-		e := t.slots[i].entry.Load()
-		if e == nil {
+		e := &t.slots[i]
+		h := e.hash.Load()
+		if h == empty {
 			return nil
 		}
-		if e != tombstone && t.slots[i].hash.Load() == id1 && e.id2 != id2 {
+		if h == id1 && e.id2 != id2 {
 			return e
 		}
 	}
@@ -231,11 +310,12 @@ func (t *table) sibling(id1, id2 uint64) *entry {
 // find returns the entry with identity (id1, id2), or nil.
 func (t *table) find(id1, id2 uint64) *entry {
 	for i := id1 & t.mask; ; i = (i + 1) & t.mask {
-		e := t.slots[i].entry.Load()
-		if e == nil {
+		e := &t.slots[i]
+		h := e.hash.Load()
+		if h == empty {
 			return nil
 		}
-		if t.slots[i].hash.Load() == id1 && e != tombstone && e.id2 == id2 {
+		if h == id1 && e.id2 == id2 {
 			return e
 		}
 	}
@@ -297,24 +377,31 @@ func (s *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 	}
 	ps := p.StoreSide()
 	id1 := uint64(strhash(unsafe.Pointer(&key), s.seed)) ^ ps.NameHash()
+	if id1 <= tombstone {
+		id1 += 2
+	}
 	id2 := uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ ps.ScopeHash()
 	sh := &s.shards[(id1>>32)%shardCount]
 	for {
 		e := sh.table.Load().find(id1, id2)
 		if e == nil {
-			e = s.insert(sh, id1, id2, ps.LimitIDs(), ps.IdleMicros(), now)
+			e = s.insert(sh, id1, id2, p, now)
 		}
 		e.mu.Lock()
 		if e.lastUsed == dead {
-			// Evicted between the lookup and the lock: look again.
+			// Dropped or moved between the lookup and the lock: look
+			// again once the shard's change is done.
 			e.mu.Unlock()
+			sh.awaitChange()
 			continue
 		}
 		now = max(now, e.lastUsed)
-		if p.NumLimits() == 1 {
-			ps.Apply(e.inline[:], now, cost, d) // e.held(), without reading aux
+		if e.inline {
+			st := [1]algo.State{{A: e.a, B: e.b, C: e.c}}
+			ps.Apply(st[:], now, cost, d)
+			e.a, e.b, e.c = st[0].A, st[0].B, st[0].C
 		} else {
-			ps.Apply(e.aux.states, now, cost, d)
+			ps.Apply(sh.auxAt(e.aux).states, now, cost, d)
 		}
 		e.lastUsed = now
 		e.mu.Unlock()
@@ -333,11 +420,15 @@ func (s *Store) now() int64 {
 // identity returns the 128-bit identity of key under p: two independent
 // hashes of the key (the runtime's string hash, AES-based where the CPU has
 // it, as Go's maps use against chosen keys), one with the policy's name and
-// the other with its limits folded in.
+// the other with its limits folded in. The first half is never a slot's
+// empty or tombstone mark.
 func (s *Store) identity(p *core.Policy, key string) (id1, id2 uint64) {
 	ps := p.StoreSide()
-	return uint64(strhash(unsafe.Pointer(&key), s.seed)) ^ ps.NameHash(),
-		uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ ps.ScopeHash()
+	id1 = uint64(strhash(unsafe.Pointer(&key), s.seed)) ^ ps.NameHash()
+	if id1 <= tombstone {
+		id1 += 2
+	}
+	return id1, uint64(strhash(unsafe.Pointer(&key), s.seed2)) ^ ps.ScopeHash()
 }
 
 // strhash is the runtime's hash of the string *p with seed h: what
@@ -386,23 +477,29 @@ func (s *Store) Reset(_ context.Context, p *core.Policy, key string, limit int) 
 func (s *Store) withEntry(p *core.Policy, key string, f func(states []algo.State, lastUsed int64) int64) {
 	id1, id2 := s.identity(p, key)
 	sh := &s.shards[(id1>>32)%shardCount]
-	t := sh.table.Load()
-	e := t.find(id1, id2)
-	if e == nil {
-		if t.sibling(id1, id2) == nil {
-			return
+	for {
+		t := sh.table.Load()
+		e := t.find(id1, id2)
+		if e == nil {
+			if t.sibling(id1, id2) == nil {
+				return
+			}
+			// The key's state is under another policy of the name: take it over
+			// as a decision would, so the limits p shares with it are read.
+			e = s.insert(sh, id1, id2, p, s.now())
 		}
-		// The key's state is under another policy of the name: take it over
-		// as a decision would, so the limits p shares with it are read.
-		ps := p.StoreSide()
-		e = s.insert(sh, id1, id2, ps.LimitIDs(), ps.IdleMicros(), s.now())
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.lastUsed == dead {
+		e.mu.Lock()
+		if e.lastUsed == dead {
+			e.mu.Unlock()
+			sh.awaitChange()
+			continue
+		}
+		var buf [1]algo.State
+		e.lastUsed = f(sh.held(e, &buf), e.lastUsed)
+		e.keep(&buf)
+		e.mu.Unlock()
 		return
 	}
-	e.lastUsed = f(e.held(), e.lastUsed)
 }
 
 // CancelShaped gives back the places a shaped request took, under the
@@ -439,32 +536,41 @@ func (s *Store) EndLeaseAt(l *core.Lease, renew bool, now int64) (int64, int64) 
 // did meanwhile, after making room. A new entry takes over the state of
 // each of its limits from the key's entry under another policy of the same
 // name (see the package doc), and that entry is dropped.
-func (s *Store) insert(sh *shard, id1, id2 uint64, layout []string, idle, now int64) *entry {
+func (s *Store) insert(sh *shard, id1, id2 uint64, p *core.Policy, now int64) *entry {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := sh.table.Load()
 	if e := t.find(id1, id2); e != nil {
 		return e
 	}
-	e := sh.newEntry(id2, layout, idle, now)
-	if old := t.sibling(id1, id2); old != nil {
-		s.takeOver(sh, t, e, old, id1)
-	}
-	s.sweep(sh, t, now)
 	if 4*(t.used+1) > 3*len(t.slots) {
 		t = s.rebuild(sh, t)
 	}
-	t.put(e, id1)
+	ps := p.StoreSide()
+	layout, idle := ps.LimitIDs(), ps.IdleMicros()
+	e := t.reserve(id1)
+	e.id2, e.lastUsed, e.a, e.b, e.c = id2, now, 0, 0, 0
+	if e.inline = inlines(p.Limits()); e.inline {
+		e.aux = sh.sharedAux(layout, idle)
+		sh.auxAt(e.aux).users++
+	} else {
+		e.aux = sh.addAux(&entryAux{idle: idle, layout: layout, states: make([]algo.State, len(layout)), users: 1})
+	}
+	if old := t.sibling(id1, id2); old != nil {
+		s.takeOver(sh, e, old)
+	}
+	s.sweep(sh, t, now)
+	e.hash.Store(id1) // published
 	sh.n++
 	return e
 }
 
-// takeOver moves into e the state of each limit of e's that old holds too
-// (by LimitID) and drops old, under old's lock, so no decision on old is
-// lost: one that still comes for old's policy (a request of the config a
-// reload replaces) looks its key up again and takes the state back. sh.mu
-// is held; id1 is the identity's first half both share.
-func (s *Store) takeOver(sh *shard, t *table, e, old *entry, id1 uint64) {
+// takeOver moves into e, not yet published, the state of each limit of
+// e's that old holds too (by LimitID) and drops old, under old's lock, so
+// no decision on old is lost: one that still comes for old's policy (a
+// request of the config a reload replaces) looks its key up again and
+// takes the state back. sh.mu is held.
+func (s *Store) takeOver(sh *shard, e, old *entry) {
 	old.mu.Lock()
 	defer old.mu.Unlock()
 	if old.lastUsed == dead {
@@ -473,51 +579,61 @@ func (s *Store) takeOver(sh *shard, t *table, e, old *entry, id1 uint64) {
 	// Every state old holds, its own and those it carries, goes to e's
 	// limit of the same identity, or is carried on; the rings too, since
 	// old is dropped below.
+	var mine [1]algo.State
+	states := sh.held(e, &mine)
+	layout := sh.auxAt(e.aux).layout
 	var carried []parked
 	place := func(id string, st algo.State) {
-		if i := slices.Index(e.aux.layout, id); i >= 0 {
-			e.held()[i] = st
+		if i := slices.Index(layout, id); i >= 0 {
+			states[i] = st
 		} else if len(carried) < maxParked {
 			carried = append(carried, parked{id, st})
 		}
 	}
-	oldStates := old.held()
-	for j, id := range old.aux.layout {
-		place(id, oldStates[j])
+	var theirs [1]algo.State
+	oldAux := sh.auxAt(old.aux)
+	for j, st := range sh.held(old, &theirs) {
+		place(oldAux.layout[j], st)
 	}
-	if old.aux.parked != nil {
-		for _, p := range *old.aux.parked {
+	if oldAux.parked != nil {
+		for _, p := range *oldAux.parked {
 			place(p.id, p.state)
 		}
 	}
+	e.keep(&mine)
 	if len(carried) > 0 {
-		e.own().parked = &carried // before idle: then e's aux is its own
+		sh.own(e).parked = &carried
 	}
-	if old.aux.idle > e.aux.idle {
-		e.own().idle = old.aux.idle // a carried state lives as long as it did
+	if oldAux.idle > sh.auxAt(e.aux).idle {
+		sh.own(e).idle = oldAux.idle // a carried state lives as long as it did
 	}
 	e.lastUsed = max(e.lastUsed, old.lastUsed) // a key's clock never runs back
-	for i := id1 & t.mask; ; i = (i + 1) & t.mask {
-		if t.slots[i].entry.Load() == old {
-			s.drop(sh, t, i, old)
-			return
-		}
-	}
+	s.drop(sh, old)
 }
 
-// rebuild copies the live entries of t into a new table (twice as large if
-// they fill more than a third of t), leaving the tombstones behind, and
-// publishes it. sh.mu is held.
+// rebuild moves the live entries of t into a new table, at most half full
+// (smaller than t when many have gone), leaving the tombstones behind,
+// and publishes it. Each moved entry is left dead in t, under its lock,
+// so a decision that finds it there looks again. sh.mu is held.
 func (s *Store) rebuild(sh *shard, t *table) *table {
-	size := len(t.slots)
-	if 3*(sh.n+1) > size {
+	size := 8
+	for 2*(sh.n+1) > size {
 		size *= 2
 	}
 	nt := newTable(size)
 	for i := range t.slots {
-		if e := t.slots[i].entry.Load(); e != nil && e != tombstone {
-			nt.put(e, t.slots[i].hash.Load())
+		e := &t.slots[i]
+		if e.hash.Load() <= tombstone {
+			continue
 		}
+		e.mu.Lock()
+		if e.lastUsed != dead {
+			moved := nt.reserve(e.hash.Load())
+			moved.id2, moved.lastUsed, moved.a, moved.b, moved.c, moved.aux, moved.inline = e.id2, e.lastUsed, e.a, e.b, e.c, e.aux, e.inline
+			moved.hash.Store(e.hash.Load())
+			e.lastUsed = dead
+		}
+		e.mu.Unlock()
 	}
 	sh.table.Store(nt)
 	return nt
@@ -529,34 +645,34 @@ func (s *Store) rebuild(sh *shard, t *table) *table {
 // sh.mu is held.
 func (s *Store) sweep(sh *shard, t *table, now int64) {
 	var oldest *entry
-	var oldestSlot uint64
 	var oldestUsed int64
 	start := (uint64(now) * 0x9E3779B97F4A7C15) >> 17
 	seen := 0
 	for k := uint64(0); k < uint64(len(t.slots)) && seen < sampleSize; k++ {
-		i := (start + k) & t.mask
-		e := t.slots[i].entry.Load()
-		if e == nil || e == tombstone || !e.mu.TryLock() {
+		e := &t.slots[(start+k)&t.mask]
+		if e.hash.Load() <= tombstone || !e.mu.TryLock() {
 			continue
 		}
 		seen++
-		if e.lastUsed+e.aux.idle <= now {
-			s.drop(sh, t, i, e)
+		if e.lastUsed+sh.auxAt(e.aux).idle <= now {
+			s.drop(sh, e)
 		} else if oldest == nil || e.lastUsed < oldestUsed {
-			oldest, oldestSlot, oldestUsed = e, i, e.lastUsed
+			oldest, oldestUsed = e, e.lastUsed
 		}
 		e.mu.Unlock()
 	}
 	if sh.n >= s.perShard && oldest != nil && oldest.mu.TryLock() {
-		s.drop(sh, t, oldestSlot, oldest)
+		s.drop(sh, oldest)
 		oldest.mu.Unlock()
 	}
 }
 
-// drop removes e from slot i of t. sh.mu and e.mu are held.
-func (s *Store) drop(sh *shard, t *table, i uint64, e *entry) {
+// drop removes e from its table, leaving a tombstone. sh.mu and e.mu are
+// held.
+func (s *Store) drop(sh *shard, e *entry) {
 	e.lastUsed = dead
-	t.slots[i].entry.Store(tombstone)
+	e.hash.Store(tombstone)
+	sh.release(e.aux)
 	sh.n--
 }
 
