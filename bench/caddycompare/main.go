@@ -6,7 +6,9 @@
 //	vs <peer> <workload> <factor>
 //
 // with factor = tollgate's requests/s ÷ the peer's in the same round, the
-// median over the rounds (> 1: tollgate faster). Each round starts one
+// median over the rounds (> 1: tollgate faster), and each contender's
+// CPU per request (its Caddy process's, read from /proc), whose excess
+// over Caddy without a limiter is what a limiter costs a request. Each round starts one
 // contender later than the one before, so no contender always runs just
 // after the same one. One 4 s round's ratio moves by ±15% on this shared
 // machine, hence 9 rounds.
@@ -128,7 +130,9 @@ func main() {
 
 	fmt.Printf("wrk -t2 -c%d -d%s, %d rounds alternating (each starting one contender later), medians kept; Caddy and wrk share the machine\n\n", *conns, *dur, *rounds)
 	fmt.Printf("%-18s %-26s %12s %10s %10s\n", "workload", "contender", "requests/s", "p99", "RSS")
-	type result struct{ rps, p99 float64 }
+	// result is one round of one contender: requests/s, p99 (s) and the
+	// CPU its Caddy process spent per request (µs).
+	type result struct{ rps, p99, cpu float64 }
 	var lines []string
 	for _, w := range workloads {
 		if *only != "" && w.name != *only {
@@ -136,18 +140,22 @@ func main() {
 		}
 		stop := startCaddy(*caddy, dir, w)
 		script := filepath.Join(dir, "keys.lua")
-		must(os.WriteFile(script, []byte(fmt.Sprintf(`local n = 0
+		// Keys in a random order, as a gateway's clients arrive: not the
+		// order a limiter first saw them in (which lays out per-key state
+		// for the cache's prefetcher).
+		must(os.WriteFile(script, []byte(fmt.Sprintf(`math.randomseed(os.time())
 request = function()
-  n = n + 1
-  return wrk.format("GET", "/", {["X-Key"] = "k" .. (n %% %d)})
+  return wrk.format("GET", "/", {["X-Key"] = "k" .. math.random(%d)})
 end
 `, w.keys)), 0o644))
 		samples := map[string][]result{}
 		for r := 0; r < *rounds; r++ {
 			for i := range sites {
 				s := sites[(i+r)%len(sites)]
-				rps, p99 := runWrk(s.port, script, *conns, *dur)
-				samples[s.name] = append(samples[s.name], result{rps, p99})
+				before := cpuSeconds(s.pid)
+				rps, p99, requests := runWrk(s.port, script, *conns, *dur)
+				cpu := (cpuSeconds(s.pid) - before) * 1e6 / requests
+				samples[s.name] = append(samples[s.name], result{rps, p99, cpu})
 			}
 		}
 		rss := map[string]float64{}
@@ -191,13 +199,23 @@ end
 			fmt.Sprintf("vs plain-caddy %s-sliding_log %.2f", w.name, ratio("tollgate sliding_log", "no limiter")),
 			fmt.Sprintf("vs caddy-ratelimit %s-sliding_counter-rss %.2f", w.name, rss["caddy-ratelimit"]/rss["tollgate sliding_counter"]),
 			fmt.Sprintf("vs caddy-ratelimit %s-sliding_counter-rss-above-plain %.2f", w.name, (rss["caddy-ratelimit"]-base)/max(0.1, rss["tollgate sliding_counter"]-base)))
-		// A limiter's own cost per request: its time per request minus the
-		// time without a limiter (µs; wrk's rate over 2 threads).
-		overhead := func(name string) float64 { return 1e6/med[name].rps - 1e6/med["no limiter"].rps }
+		// A limiter's own cost per request: the CPU its Caddy spent per
+		// request minus the CPU Caddy without a limiter spent, each the
+		// median over the rounds (µs). Unlike the time per request, it
+		// does not move with what else the shared machine runs.
+		medianCPU := func(name string) float64 {
+			cpus := make([]float64, 0, *rounds)
+			for _, r := range samples[name] {
+				cpus = append(cpus, r.cpu)
+			}
+			sort.Float64s(cpus)
+			return cpus[len(cpus)/2]
+		}
+		overhead := func(name string) float64 { return medianCPU(name) - medianCPU("no limiter") }
 		peer := med["caddy-ratelimit"]
 		for _, ours := range []string{"tollgate sliding_log", "tollgate sliding_counter", "tollgate sliding_log nohdr"} {
 			alg := strings.ReplaceAll(strings.TrimPrefix(ours, "tollgate "), " ", "-")
-			fmt.Printf("%-18s %-26s %9.2f µs/request over no limiter (caddy-ratelimit %.2f)\n", w.name, ours, overhead(ours), overhead("caddy-ratelimit"))
+			fmt.Printf("%-18s %-26s %9.2f µs of CPU/request over no limiter's %.2f (caddy-ratelimit %.2f)\n", w.name, ours, overhead(ours), medianCPU("no limiter"), overhead("caddy-ratelimit"))
 			lines = append(lines,
 				fmt.Sprintf("vs caddy-ratelimit %s-%s %.2f", w.name, alg, ratio(ours, "caddy-ratelimit")),
 				fmt.Sprintf("vs caddy-ratelimit %s-%s-p99 %.2f", w.name, alg, peer.p99/med[ours].p99),
@@ -275,12 +293,26 @@ func rssMB(pid int) float64 {
 }
 
 var (
-	rpsRe = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
-	p99Re = regexp.MustCompile(`\n\s+99%\s+([0-9.]+)(us|ms|s)`)
+	rpsRe   = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	p99Re   = regexp.MustCompile(`\n\s+99%\s+([0-9.]+)(us|ms|s)`)
+	countRe = regexp.MustCompile(`(\d+) requests in`)
 )
 
-// runWrk loads port for dur and returns requests/s and p99 latency (s).
-func runWrk(port int, script string, conns int, dur time.Duration) (rps, p99 float64) {
+// cpuSeconds reads the user and system CPU a process has used (s).
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	must(err)
+	// The fields after the command's ")": state is the first, utime the
+	// 12th and stime the 13th (proc(5)), in clock ticks of 1/100 s.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100
+}
+
+// runWrk loads port for dur and returns requests/s, p99 latency (s) and
+// the requests answered.
+func runWrk(port int, script string, conns int, dur time.Duration) (rps, p99, requests float64) {
 	out, err := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(conns), "-d"+dur.String(), "--latency", "-s", script,
 		fmt.Sprintf("http://127.0.0.1:%d/", port)).CombinedOutput()
 	if err != nil {
@@ -293,13 +325,18 @@ func runWrk(port int, script string, conns int, dur time.Duration) (rps, p99 flo
 	}
 	rps, _ = strconv.ParseFloat(string(m[1]), 64)
 	p99, _ = strconv.ParseFloat(string(l[1]), 64)
+	n := countRe.FindSubmatch(out)
+	if n == nil {
+		log.Fatalf("cannot read wrk's output:\n%s", out)
+	}
+	requests, _ = strconv.ParseFloat(string(n[1]), 64)
 	switch string(l[2]) {
 	case "us":
 		p99 /= 1e6
 	case "ms":
 		p99 /= 1e3
 	}
-	return rps, p99
+	return rps, p99, requests
 }
 
 func freePort() int {

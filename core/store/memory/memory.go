@@ -93,10 +93,18 @@ type shard struct {
 	// reused (free) only once no entry names it.
 	auxes atomic.Pointer[[]*entryAux]
 	free  []uint32
-	// shared are the indices of the auxes one-limit entries share, the
-	// last few made (sharedAux); 0 is none.
-	shared [sharedAuxes]uint32
-	_      [40]byte // keep neighbouring shards' locks off one cache line
+	// shared are the auxes one-limit entries share, the last few made
+	// (sharedAux), with what tells them apart, so an insert finds its
+	// own without reading them; index 0 is none.
+	shared [sharedAuxes]sharedRef
+}
+
+// sharedRef names a shared aux and its policy's limit layout and idle
+// time.
+type sharedRef struct {
+	index  uint32
+	idle   int64
+	layout *string // the first of the policy's LimitIDs: the same slice is the same policy's
 }
 
 // sharedAuxes is how many shared entryAux a shard keeps: one per policy
@@ -146,12 +154,13 @@ type entry struct {
 // nothing (no states parked) share one. An entry's aux is set only before
 // the entry is published (insert, takeOver).
 type entryAux struct {
-	idle   int64        // µs after lastUsed when the states equal fresh ones
-	layout []string     // the policy's LimitIDs: which limit each state is
-	states []algo.State // nil for an inline entry
-	parked *[]parked    // states of limits the key had under a same-named policy, not under this one
-	users  int          // entries that name it; guarded by the shard's mu
-	cached bool         // among the shard's shared auxes
+	idle   int64         // µs after lastUsed when the states equal fresh ones
+	layout []string      // the policy's LimitIDs: which limit each state is
+	states []algo.State  // nil for an inline entry
+	parked *[]parked     // states of limits the key had under a same-named policy, not under this one
+	users  int           // entries that name it; guarded by the shard's mu
+	cached bool          // among the shard's shared auxes
+	one    [1]algo.State // states, for one limit that keeps a ring
 }
 
 // parked is the state of a limit (by LimitID) that a key's entry carries
@@ -184,14 +193,6 @@ func (sh *shard) awaitChange() {
 // auxAt returns the aux of index i. A decision calls it under an entry's
 // lock for the entry's own aux, which does not change while it lives.
 func (sh *shard) auxAt(i uint32) *entryAux { return (*sh.auxes.Load())[i] }
-
-// auxAt0 is auxAt, nil for index 0 or before any aux.
-func (sh *shard) auxAt0(i uint32) *entryAux {
-	if i == 0 {
-		return nil
-	}
-	return sh.auxAt(i)
-}
 
 // addAux gives a an index, one that is free or a new one; sh.mu is held.
 func (sh *shard) addAux(a *entryAux) uint32 {
@@ -230,19 +231,19 @@ func (sh *shard) freeUnused(i uint32) {
 // idle share: one the shard made for them, or a new one in place of its
 // oldest. sh.mu is held.
 func (sh *shard) sharedAux(layout []string, idle int64) uint32 {
-	for _, i := range sh.shared {
-		// The same LimitIDs slice: the same policy's.
-		if a := sh.auxAt0(i); a != nil && a.idle == idle && len(a.layout) == len(layout) && unsafe.SliceData(a.layout) == unsafe.SliceData(layout) {
-			return i
+	first := unsafe.SliceData(layout)
+	for _, r := range sh.shared {
+		if r.index != 0 && r.layout == first && r.idle == idle {
+			return r.index
 		}
 	}
 	i := sh.addAux(&entryAux{idle: idle, layout: layout, cached: true})
-	if out := sh.shared[sharedAuxes-1]; out != 0 {
+	if out := sh.shared[sharedAuxes-1].index; out != 0 {
 		sh.auxAt(out).cached = false
 		sh.freeUnused(out)
 	}
 	copy(sh.shared[1:], sh.shared[:sharedAuxes-1])
-	sh.shared[0] = i
+	sh.shared[0] = sharedRef{index: i, idle: idle, layout: first}
 	return i
 }
 
@@ -554,7 +555,12 @@ func (s *Store) insert(sh *shard, id1, id2 uint64, p *core.Policy, now int64) *e
 		e.aux = sh.sharedAux(layout, idle)
 		sh.auxAt(e.aux).users++
 	} else {
-		e.aux = sh.addAux(&entryAux{idle: idle, layout: layout, states: make([]algo.State, len(layout)), users: 1})
+		a := &entryAux{idle: idle, layout: layout, users: 1}
+		a.states = a.one[:] // one limit keeping a ring: its state beside the rest, one miss fewer
+		if len(layout) > 1 {
+			a.states = make([]algo.State, len(layout))
+		}
+		e.aux = sh.addAux(a)
 	}
 	if old := t.sibling(id1, id2); old != nil {
 		s.takeOver(sh, e, old)
