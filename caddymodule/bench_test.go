@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/config"
+	"github.com/tollgate/tollgate/internal/benchkeys"
 )
 
 // serveLoop runs handle b.N times the way Caddy calls a handler (see
@@ -30,17 +29,7 @@ func serveLoop(b *testing.B, handle func(w http.ResponseWriter, r *http.Request)
 // in another order: the benchmarks show the store each key first in
 // firstSeen's order and then ask in keys', as a gateway's clients
 // arrive in no order the store laid their state out in.
-var keys, firstSeen = func() ([]string, []string) {
-	k, first := make([]string, 100_000), make([]string, 100_000)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i, j := range rng.Perm(len(k)) {
-		k[i] = "k" + strconv.Itoa(j)
-	}
-	for i, j := range rng.Perm(len(k)) {
-		first[i] = "k" + strconv.Itoa(j)
-	}
-	return k, first
-}()
+var keys, firstSeen = benchkeys.Orders(100_000)
 
 // serveN runs handle n times the way Caddy calls a handler: a fresh
 // request with its own replacer, keyed by X-Key over keys in turn, writing

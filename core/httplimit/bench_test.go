@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,23 +16,14 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/store/memory"
+	"github.com/tollgate/tollgate/internal/benchkeys"
 )
 
 // benchKeys are 100k distinct X-Key values, and firstSeen the same
 // in another order: the benchmarks show the store each key first in
 // firstSeen's order and then ask in benchKeys', as a gateway's clients
 // arrive in no order the store laid their state out in.
-var benchKeys, firstSeen = func() ([]string, []string) {
-	k, first := make([]string, 100_000), make([]string, 100_000)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i, j := range rng.Perm(len(k)) {
-		k[i] = "k" + strconv.Itoa(j)
-	}
-	for i, j := range rng.Perm(len(k)) {
-		first[i] = "k" + strconv.Itoa(j)
-	}
-	return k, first
-}()
+var benchKeys, firstSeen = benchkeys.Orders(100_000)
 
 // floorHeaders are the five headers the middleware sends an allowed
 // request (its default style, both), of the same sizes: what a handler
