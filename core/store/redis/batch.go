@@ -252,8 +252,8 @@ func split(answer []any, batch []*call) error {
 }
 
 // batchCommand is the batch form's keys and arguments (see DecideLua):
-// each distinct policy's limits once, then each request's policy, now and
-// cost.
+// each distinct policy's limits once, then each run of requests in a row
+// with the same policy, now and cost: its length, policy, now and cost.
 func batchCommand(batch []*call) (keys []string, args []any) {
 	var policies []*core.Policy
 	index := make([]int, len(batch))
@@ -272,16 +272,22 @@ func batchCommand(batch []*call) (keys []string, args []any) {
 		}
 		nkeys += len(c.keys)
 	}
-	args = make([]any, 0, 2+len(policies)*16+3*len(batch))
+	args = make([]any, 0, 2+len(policies)*16+4*len(batch))
 	args = append(args, batchForm, len(policies))
 	for _, p := range policies {
 		args = append(args, len(p.Limits()), ttlMillis(p))
 		args = appendLimits(args, p)
 	}
 	keys = make([]string, 0, nkeys)
+	run := 0 // where the current run's length is in args
 	for i, c := range batch {
-		args = append(args, index[i]+1, c.now, c.cost)
 		keys = append(keys, c.keys...)
+		if i > 0 && index[i] == index[i-1] && c.now == batch[i-1].now && c.cost == batch[i-1].cost {
+			args[run] = args[run].(int) + 1
+			continue
+		}
+		run = len(args)
+		args = append(args, 1, index[i]+1, c.now, c.cost)
 	}
 	return keys, args
 }

@@ -36,8 +36,9 @@
 -- ARGV[1]  -2
 -- ARGV[2]  number of policies, then per policy: number of limits, ttl ms,
 --          and its limits' 7 values each, as above
--- then per request, 3 values: its policy (counted from 1), now (-1: the
---          server's TIME, read once for the batch) and cost
+-- then per run of requests in a row with the same policy, now and cost,
+--          4 values: how many requests, their policy (counted from 1),
+--          now (-1: the server's TIME, read once for the batch) and cost
 -- KEYS     per request in turn, its keys as above
 -- Returns one flat array: per request in order, the length of its reply
 -- then its reply as above, or -1 then the error it met as a string (one
