@@ -209,15 +209,15 @@ func (c *Config) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 		fail(ev)
 		return
 	}
-	headers := map[string][]string{}
-	g.Headers(&outcome, func(name, value string) { headers[name] = []string{value} })
+	headers := make(pluginserver.Headers, 8)
+	g.Headers(&outcome, headers.Set)
 	if !outcome.Passes() {
 		inst.sampler.Log(&outcome, inst.scope, inst.logf) // log_denials lines a second at most
 		deny(ev, g.Status(), inst.denialMessage(&outcome.Decision), headers)
 		return
 	}
 	if len(headers) > 0 {
-		_ = kong.Response.SetHeaders(headers)
+		_ = pluginserver.SetHeaders(kong, headers)
 	}
 	if id := parkLeases(&outcome, maxHold); id != "" {
 		_ = kong.Ctx.SetShared(leaseKey, id) // the log phase ends them
@@ -420,10 +420,10 @@ const delayedResponse = "delayed_response"
 // headers, rendered by Kong as its own plugins' denials are (body by
 // Accept, the request id, gRPC's terms over HTTP/2): one PDK call, sent
 // with the event's end.
-func deny(ev *pluginserver.Event, status int, message string, headers map[string][]string) {
+func deny(ev *pluginserver.Event, status int, message string, headers pluginserver.Headers) {
 	h := make(map[string]any, len(headers))
-	for name, values := range headers {
-		h[name] = values[0] // the gate sets one value per header
+	for name, value := range headers {
+		h[name] = value.GetStringValue()
 	}
 	_ = ev.SetCtxAtEnd(delayedResponse, map[string]any{
 		"status_code": status,

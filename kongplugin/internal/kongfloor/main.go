@@ -35,13 +35,13 @@ func (c *Config) Access(kong *pdk.PDK) {
 	if _, err := kong.Client.GetForwardedIp(); err != nil {
 		return
 	}
-	_ = kong.Response.SetHeaders(map[string][]string{
-		"X-RateLimit-Limit-Second":     {"1000000000"},
-		"X-RateLimit-Remaining-Second": {"999999999"},
-		"RateLimit-Limit":              {"1000000000"},
-		"RateLimit-Remaining":          {"999999999"},
-		"RateLimit-Reset":              {"1"},
-	})
+	headers := make(pluginserver.Headers, 8)
+	headers.Set("X-RateLimit-Limit-Second", "1000000000")
+	headers.Set("X-RateLimit-Remaining-Second", "999999999")
+	headers.Set("RateLimit-Limit", "1000000000")
+	headers.Set("RateLimit-Remaining", "999999999")
+	headers.Set("RateLimit-Reset", "1")
+	_ = pluginserver.SetHeaders(kong, headers)
 }
 
 var schema = kongschema.MustParse([]byte(`{"fields": [{"config": {"type": "record", "fields": [

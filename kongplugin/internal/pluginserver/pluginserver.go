@@ -460,3 +460,19 @@ func ListenAndServe(name, path string, start func(config []byte) (any, error)) e
 	log.Printf("listening on %s", l.Addr())
 	return New(name, start).Serve(l)
 }
+
+// Headers are response headers for SetHeaders, one value each, as the
+// Struct kong.response.set_headers takes.
+type Headers map[string]*structpb.Value
+
+// Set sets header name to value.
+func (h Headers) Set(name, value string) { h[name] = structpb.NewStringValue(value) }
+
+// SetHeaders sets h on Kong's response (kong.response.set_headers), each
+// header as one string. go-pdk's SetHeaders wraps every value in a list,
+// which both sides pay for on every request: the plugin server building
+// and encoding the lists, Kong's worker decoding each into Lua tables
+// (pb_rpc.lua's structpb_list) before set_headers reads it.
+func SetHeaders(kong *pdk.PDK, h Headers) error {
+	return kong.Response.Ask("kong.response.set_headers", &structpb.Struct{Fields: h}, nil)
+}
