@@ -332,6 +332,7 @@ func compile(c *Config) (*instance, error) {
 	// Counters are per route and service the plugin is attached to, as
 	// Kong's, unless a namespace shares them.
 	inst.scope = instanceScope(c.attached.RouteID, c.attached.ServiceID, c.Namespace)
+	inst.who = "tollgate (" + inst.scope.Name + "): "
 	if c.Namespace != "" {
 		policy.Name = c.Namespace
 	}

@@ -73,6 +73,7 @@ type instance struct {
 	built    *config.Compiled // its one policy, released at Close
 	policy   *core.Policy     // built's
 	scope    gate.Scope       // ns=<namespace> or route=<id>,service=<id> (instanceScope)
+	who      string           // "tollgate (<scope>): ", what its lines to Kong's log start with
 	sampler  *gate.DenialSampler
 	warnings warnings // told Kong's log at the first request
 	// unreported tells Kong's log when an answer charged by its tokens
@@ -191,8 +192,8 @@ func (c *Config) Access(kong *pdk.PDK) {
 func (c *Config) AccessEvent(kong *pdk.PDK, ev *pluginserver.Event) {
 	inst := c.compiled
 	plantedPanic(inst)
-	inst.warnings.tell(kong, "tollgate ("+inst.scope.Name+"): ")
-	inst.news.tell(kong, "tollgate ("+inst.scope.Name+"): ")
+	inst.warnings.tell(kong, inst.who)
+	inst.news.tell(kong, inst.who)
 	g := inst.gate
 	// One rule, keyed as Kong's rate-limiting keys, in the instance's scope.
 	id, consumer := identifier(kong, inst.LimitBy, inst.HeaderName, inst.Path)
@@ -337,7 +338,7 @@ func (inst *instance) chargeResponse(kong *pdk.PDK) {
 		if c := inst.Charge.Cost; c != nil {
 			cost = *c
 		}
-		inst.unreported.tell(kong, "tollgate ("+inst.scope.Name+"): ", stream, cost)
+		inst.unreported.tell(kong, inst.who, stream, cost)
 	}
 	_ = o.ChargeBody(context.Background(), u, found)
 }
