@@ -110,12 +110,8 @@ func BenchmarkVsFloor(b *testing.B) {
 	if b.N > 1 {
 		return // measured once, at b.N == 1, by its own rounds
 	}
-	few, fewFirstSeen := benchkeys.Orders(1_000)
-	for _, set := range []struct {
-		name            string
-		keys, firstSeen []string
-	}{{"1k", few, fewFirstSeen}, {"100k", keys, firstSeen}} {
-		vsFloor(b, set.name, set.keys, set.firstSeen)
+	for _, set := range benchkeys.Sets() {
+		vsFloor(b, set.Name, set.Asked, set.FirstSeen)
 	}
 }
 

@@ -64,28 +64,24 @@ func BenchmarkVsFloor(b *testing.B) {
 	if b.N > 1 {
 		return // measured once, at b.N == 1, by its own rounds
 	}
-	few, fewFirstSeen := benchkeys.Orders(1_000)
-	for _, set := range []struct {
-		name            string
-		keys, firstSeen []string
-	}{{"1k", few, fewFirstSeen}, {"100k", benchKeys, firstSeen}} {
-		contenders := floorAndMiddleware(b, set.firstSeen)
+	for _, set := range benchkeys.Sets() {
+		contenders := floorAndMiddleware(b, set.FirstSeen)
 		const n = 200_000
 		best := [2]float64{math.MaxFloat64, math.MaxFloat64}
 		for round := 0; round < 5; round++ {
 			for i, h := range contenders {
 				began := time.Now()
-				serveN(n, h, set.keys)
+				serveN(n, h, set.Asked)
 				best[i] = min(best[i], float64(time.Since(began).Nanoseconds())/n)
 			}
 		}
 		var allocs [2]float64
 		for i, h := range contenders {
-			allocs[i] = testing.AllocsPerRun(5, func() { serveN(10_000, h, set.keys) }) / 10_000
+			allocs[i] = testing.AllocsPerRun(5, func() { serveN(10_000, h, set.Asked) }) / 10_000
 		}
-		fmt.Printf("%s keys: floor %.0f ns/op %.1f allocs/op, httplimit %.0f ns/op %.1f allocs/op\n", set.name, best[0], allocs[0], best[1], allocs[1])
+		fmt.Printf("%s keys: floor %.0f ns/op %.1f allocs/op, httplimit %.0f ns/op %.1f allocs/op\n", set.Name, best[0], allocs[0], best[1], allocs[1])
 		fmt.Printf("vs header-floor httplimit-%s-keys %.2f (tollgate %.0f ns and %.1f allocs above the floor)\n",
-			set.name, best[0]/best[1], best[1]-best[0], allocs[1]-allocs[0])
+			set.Name, best[0]/best[1], best[1]-best[0], allocs[1]-allocs[0])
 	}
 }
 

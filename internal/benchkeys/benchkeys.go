@@ -24,3 +24,19 @@ func Orders(n int) (asked, firstSeen []string) {
 	asked = permuted()
 	return asked, permuted()
 }
+
+// Set is one key count a benchmark measures: its name ("1k"), its keys in
+// the order asked and in the order first seen (see Orders).
+type Set struct {
+	Name             string
+	Asked, FirstSeen []string
+}
+
+// Sets are the in-process benchmarks' two key counts: 1,000 keys, whose
+// states stay in the CPU's caches, and 100,000, where reaching a key's
+// state misses them.
+func Sets() []Set {
+	few, fewFirst := Orders(1_000)
+	many, manyFirst := Orders(100_000)
+	return []Set{{"1k", few, fewFirst}, {"100k", many, manyFirst}}
+}
