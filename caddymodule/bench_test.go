@@ -97,15 +97,18 @@ func BenchmarkServeHTTPFloor(b *testing.B) {
 	})
 }
 
-// BenchmarkVsFloor measures the handler (sliding_counter) and its floor
+// BenchmarkVsFloor measures the handler (sliding_counter) and two floors
 // in the same run, in alternating rounds of 200,000 requests (the best
 // round of five counts for each; allocations by testing.AllocsPerRun),
 // for 1,000 keys, whose states stay in the CPU's caches, and for 100,000
-// asked in random order, where reaching a key's state misses them. It
-// prints `vs header-floor caddy-in-process-<n>-keys <factor>` (floor ns /
-// tollgate ns: above 1 would mean tollgate costs less than setting the
-// headers) with the difference in ns and allocations per request. make
-// bench runs it.
+// asked in random order, where reaching a key's state misses them. The
+// header floor only sets the headers tollgate sends; the state floor also
+// reaches each key's state (benchkeys.StateFloor: the memory latency any
+// limiter in memory pays, without its pipeline). It prints `vs
+// header-floor caddy-in-process-<n>-keys <factor>` and `vs state-floor
+// caddy-in-process-<n>-keys <factor>` (floor ns / tollgate ns: above 1
+// would mean tollgate costs less than the floor) with the difference in
+// ns and allocations per request. make bench runs it.
 func BenchmarkVsFloor(b *testing.B) {
 	if b.N > 1 {
 		return // measured once, at b.N == 1, by its own rounds
@@ -118,18 +121,24 @@ func BenchmarkVsFloor(b *testing.B) {
 // vsFloor is BenchmarkVsFloor for one key set, on a handler of its own.
 func vsFloor(b *testing.B, name string, keys, firstSeen []string) {
 	h := provisioned(b, "sliding_counter")
+	state := benchkeys.NewStateFloor(len(keys))
+	headerFloor := func(w http.ResponseWriter, r *http.Request) error {
+		for _, h := range floorHeaders {
+			w.Header().Set(h[0], h[1])
+		}
+		return nextNothing(w, r)
+	}
 	contenders := []func(w http.ResponseWriter, r *http.Request) error{
+		headerFloor,
 		func(w http.ResponseWriter, r *http.Request) error {
-			for _, h := range floorHeaders {
-				w.Header().Set(h[0], h[1])
-			}
-			return nextNothing(w, r)
+			state.Touch(r.Header.Get("X-Key"))
+			return headerFloor(w, r)
 		},
 		func(w http.ResponseWriter, r *http.Request) error { return h.ServeHTTP(w, r, nextNothing) },
 	}
-	serveN(b, len(firstSeen), contenders[1], firstSeen)
+	serveN(b, len(firstSeen), contenders[2], firstSeen)
 	const n = 200_000
-	best := [2]float64{math.MaxFloat64, math.MaxFloat64}
+	best := [3]float64{math.MaxFloat64, math.MaxFloat64, math.MaxFloat64}
 	for round := 0; round < 5; round++ {
 		for i, handle := range contenders {
 			began := time.Now()
@@ -137,11 +146,14 @@ func vsFloor(b *testing.B, name string, keys, firstSeen []string) {
 			best[i] = min(best[i], float64(time.Since(began).Nanoseconds())/n)
 		}
 	}
-	var allocs [2]float64
+	var allocs [3]float64
 	for i, handle := range contenders {
 		allocs[i] = testing.AllocsPerRun(5, func() { serveN(b, 10_000, handle, keys) }) / 10_000
 	}
-	fmt.Printf("%s keys: floor %.0f ns/op %.1f allocs/op, tollgate %.0f ns/op %.1f allocs/op\n", name, best[0], allocs[0], best[1], allocs[1])
-	fmt.Printf("vs header-floor caddy-in-process-%s-keys %.2f (tollgate %.0f ns and %.1f allocs above the floor)\n",
-		name, best[0]/best[1], best[1]-best[0], allocs[1]-allocs[0])
+	fmt.Printf("%s keys: header floor %.0f ns/op %.1f allocs/op, state floor %.0f ns/op, tollgate %.0f ns/op %.1f allocs/op\n",
+		name, best[0], allocs[0], best[1], best[2], allocs[2])
+	for i, floor := range []string{"header-floor", "state-floor"} {
+		fmt.Printf("vs %s caddy-in-process-%s-keys %.2f (tollgate %.0f ns and %.1f allocs above the floor)\n",
+			floor, name, best[i]/best[2], best[2]-best[i], allocs[2]-allocs[i])
+	}
 }

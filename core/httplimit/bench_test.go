@@ -52,22 +52,30 @@ func serveN(n int, h http.Handler, keys []string) {
 
 // BenchmarkVsFloor measures the middleware (one policy of 100,000 a
 // minute per X-Key, sliding_counter, on the memory store, allowed
-// requests) and its floor, a handler that sets the same five headers, in
-// the same run: alternating rounds of 200,000 requests, the best of five
-// counting for each, allocations by testing.AllocsPerRun; for 1,000 keys,
-// whose states stay in the CPU's caches, and for 100,000 asked in random
-// order, where reaching a key's state misses them. It prints `vs
-// header-floor httplimit-<n>-keys <factor>` (floor ns / middleware ns: 1
-// would be the floor itself) with the difference per request. make bench
-// runs it.
+// requests) and two floors in the same run: alternating rounds of 200,000
+// requests, the best of five counting for each, allocations by
+// testing.AllocsPerRun; for 1,000 keys, whose states stay in the CPU's
+// caches, and for 100,000 asked in random order, where reaching a key's
+// state misses them. The header floor is a handler that sets the same
+// five headers; the state floor also reaches each key's state
+// (benchkeys.StateFloor: the memory latency any limiter in memory pays,
+// without its pipeline). It prints `vs header-floor httplimit-<n>-keys
+// <factor>` and `vs state-floor httplimit-<n>-keys <factor>` (floor ns /
+// middleware ns: 1 would be the floor itself) with the difference per
+// request. make bench runs it.
 func BenchmarkVsFloor(b *testing.B) {
 	if b.N > 1 {
 		return // measured once, at b.N == 1, by its own rounds
 	}
 	for _, set := range benchkeys.Sets() {
-		contenders := floorAndMiddleware(b, set.FirstSeen)
+		floor, middleware := floorAndMiddleware(b, set.FirstSeen)
+		state := benchkeys.NewStateFloor(len(set.Asked))
+		contenders := []http.Handler{floor, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			state.Touch(r.Header.Get("X-Key"))
+			floor.ServeHTTP(w, r)
+		}), middleware}
 		const n = 200_000
-		best := [2]float64{math.MaxFloat64, math.MaxFloat64}
+		best := [3]float64{math.MaxFloat64, math.MaxFloat64, math.MaxFloat64}
 		for round := 0; round < 5; round++ {
 			for i, h := range contenders {
 				began := time.Now()
@@ -75,38 +83,39 @@ func BenchmarkVsFloor(b *testing.B) {
 				best[i] = min(best[i], float64(time.Since(began).Nanoseconds())/n)
 			}
 		}
-		var allocs [2]float64
+		var allocs [3]float64
 		for i, h := range contenders {
 			allocs[i] = testing.AllocsPerRun(5, func() { serveN(10_000, h, set.Asked) }) / 10_000
 		}
-		fmt.Printf("%s keys: floor %.0f ns/op %.1f allocs/op, httplimit %.0f ns/op %.1f allocs/op\n", set.Name, best[0], allocs[0], best[1], allocs[1])
-		fmt.Printf("vs header-floor httplimit-%s-keys %.2f (tollgate %.0f ns and %.1f allocs above the floor)\n",
-			set.Name, best[0]/best[1], best[1]-best[0], allocs[1]-allocs[0])
+		fmt.Printf("%s keys: header floor %.0f ns/op %.1f allocs/op, state floor %.0f ns/op, httplimit %.0f ns/op %.1f allocs/op\n",
+			set.Name, best[0], allocs[0], best[1], best[2], allocs[2])
+		for i, name := range []string{"header-floor", "state-floor"} {
+			fmt.Printf("vs %s httplimit-%s-keys %.2f (tollgate %.0f ns and %.1f allocs above the floor)\n",
+				name, set.Name, best[i]/best[2], best[2]-best[i], allocs[2]-allocs[i])
+		}
 	}
 }
 
-// floorAndMiddleware returns the floor (a handler that sets floorHeaders)
-// and the middleware (one policy of 100,000 a minute per X-Key,
-// sliding_counter, memory store) before the same empty handler, the
-// middleware having seen every key once, in firstSeen's order.
-func floorAndMiddleware(b *testing.B, firstSeen []string) []http.Handler {
+// floorAndMiddleware returns the header floor (a handler that sets
+// floorHeaders) and the middleware (one policy of 100,000 a minute per
+// X-Key, sliding_counter, memory store) before the same empty handler,
+// the middleware having seen every key once, in firstSeen's order.
+func floorAndMiddleware(b *testing.B, firstSeen []string) (floor, middleware http.Handler) {
 	p := core.MustPolicy("p", core.PolicyOptions{}, algo.Limit{Count: 100_000, Window: time.Minute, Algorithm: algo.SlidingCounter})
 	mw, err := New(Config{Rules: []Rule{{Limiter: core.NewLimiter(p, memory.MustNew(memory.Options{})), Key: Header("X-Key")}}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
-	contenders := []http.Handler{
-		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			for _, h := range floorHeaders {
-				w.Header().Set(h[0], h[1])
-			}
-			next(w, r)
-		}),
-		mw(next),
-	}
-	serveN(len(firstSeen), contenders[1], firstSeen)
-	return contenders
+	floor = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, h := range floorHeaders {
+			w.Header().Set(h[0], h[1])
+		}
+		next(w, r)
+	})
+	middleware = mw(next)
+	serveN(len(firstSeen), middleware, firstSeen)
+	return floor, middleware
 }
 
 // BenchmarkVsFloorHTTP measures the middleware and its floor (as
@@ -122,7 +131,8 @@ func BenchmarkVsFloorHTTP(b *testing.B) {
 	if b.N > 1 {
 		return // measured once, at b.N == 1, by its own rounds
 	}
-	contenders := floorAndMiddleware(b, firstSeen)
+	floor, middleware := floorAndMiddleware(b, firstSeen)
+	contenders := []http.Handler{floor, middleware}
 	const clients, perRound, rounds = 16, 30_000, 15
 	urls := make([]string, len(contenders))
 	for i, h := range contenders {
