@@ -249,10 +249,13 @@ bench: bench-core deps adaptive
 	$(MAKE) bench-caddy
 
 # wrk against Caddy with tollgate and with mholt/caddy-ratelimit v0.1.0, both
-# built into one Caddy so the same binary serves every contender.
+# built into one Caddy so the same binary serves every contender; then the
+# same handlers in process (bench/caddyinprocess), where what each adds to
+# a request is resolved.
 bench-caddy: bin/caddy-bench
 	@command -v wrk >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; }
 	cd bench && $(GO) run ./caddycompare
+	cd bench && $(GO) run ./caddyinprocess
 
 bin/caddy-bench: $(CADDY_SRC)
 	@mkdir -p bin
