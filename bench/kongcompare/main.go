@@ -6,7 +6,9 @@
 // denied (one key over its limit). Routes run in rotating rounds (each
 // round starts one route later), and for each route it prints the median
 // req/s, p50 and p99, and the CPU µs per request of Kong's workers, the
-// plugin servers and Redis (from /proc), then:
+// plugin servers and Redis (from /proc); on tollgate's redis route, how
+// many requests each EVALSHA of its decide script carried and Redis's time
+// per EVALSHA (INFO commandstats); then:
 //
 //	vs kong-rate-limiting allowed-local <f>
 //	vs kong-rate-limiting allowed-redis <f>
@@ -51,6 +53,9 @@ var floorDir string
 type sample struct {
 	rps, p50, p99         float64 // req/s, ms, ms
 	kongUS, pluginUS, rUS float64 // CPU µs per request
+	// Redis's EVALSHAs during the route's run (tollgate's decide script;
+	// Kong's plugin sends none): requests per call, Redis's µs per call.
+	perEvalsha, evalshaUS float64
 }
 
 // runner is the benchmark's testing.T stand-in for kongreal: it stops
@@ -152,7 +157,7 @@ func main() {
 	for round := 0; round < *rounds; round++ {
 		for i := range routes {
 			rt := routes[(i+round)%len(routes)]
-			samples[rt] = append(samples[rt], measure(k, bin, rds.Pid(), rt, *duration))
+			samples[rt] = append(samples[rt], measure(k, bin, rds, rt, *duration))
 		}
 	}
 	model := "unknown"
@@ -171,7 +176,9 @@ func main() {
 			median(s, func(x sample) float64 { return x.kongUS }), median(s, func(x sample) float64 { return x.pluginUS }),
 			median(s, func(x sample) float64 { return x.rUS }))
 	}
-	fmt.Println()
+	tg := routes[4]
+	fmt.Printf("\n%s: %.1f requests per EVALSHA of the decide script, %.0f µs of Redis's time per EVALSHA (INFO commandstats; medians)\n\n",
+		tg.name, median(samples[tg], func(x sample) float64 { return x.perEvalsha }), median(samples[tg], func(x sample) float64 { return x.evalshaUS }))
 	ratio := func(a, b *route) string {
 		var rs []float64
 		for i := range samples[a] {
@@ -195,16 +202,25 @@ func main() {
 }
 
 // measure runs wrk on one route and reads the CPU its processes spent.
-func measure(k *kongreal.Kong, bin string, redisPid int, rt *route, d time.Duration) sample {
+func measure(k *kongreal.Kong, bin string, rds *redistest.Server, rt *route, d time.Duration) sample {
 	workers, plugins := k.Processes(bin)
 	_, floor := k.Processes(floorDir)
 	plugins = append(plugins, floor...)
+	redisPid := rds.Pid()
+	calls0, usec0, err := rds.CommandStats("evalsha")
+	if err != nil {
+		log.Fatal(err)
+	}
 	before := [3]float64{cpu(workers), cpu(plugins), cpu([]int{redisPid})}
 	out, err := exec.Command("wrk", "-t2", "-c16", "-d"+d.String(), "--latency", "-H", "X-Key: "+key(rt), k.ProxyURL+rt.path).CombinedOutput()
 	if err != nil {
 		log.Fatalf("wrk %s: %v\n%s", rt.path, err, out)
 	}
 	after := [3]float64{cpu(workers), cpu(plugins), cpu([]int{redisPid})}
+	calls1, usec1, err := rds.CommandStats("evalsha")
+	if err != nil {
+		log.Fatal(err)
+	}
 	total := wrkNumber(out, `(?m)^\s*(\d+) requests in`)
 	if total == 0 {
 		log.Fatalf("wrk %s made no request:\n%s", rt.path, out)
@@ -213,8 +229,12 @@ func measure(k *kongreal.Kong, bin string, redisPid int, rt *route, d time.Durat
 		log.Fatalf("%s: no denial in wrk's run:\n%s", rt.path, out)
 	}
 	per := func(i int) float64 { return (after[i] - before[i]) * 1e6 / total }
-	return sample{rps: wrkNumber(out, `Requests/sec:\s+([\d.]+)`), p50: latency(out, "50%"), p99: latency(out, "99%"),
+	s := sample{rps: wrkNumber(out, `Requests/sec:\s+([\d.]+)`), p50: latency(out, "50%"), p99: latency(out, "99%"),
 		kongUS: per(0), pluginUS: per(1), rUS: per(2)}
+	if calls := calls1 - calls0; calls > 0 {
+		s.perEvalsha, s.evalshaUS = total/float64(calls), float64(usec1-usec0)/float64(calls)
+	}
+	return s
 }
 
 // key is the X-Key a route's requests send: one key over its limit when

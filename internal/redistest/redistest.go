@@ -200,6 +200,39 @@ func (s *Server) CommandsProcessed() (int64, error) {
 	return 0, fmt.Errorf("redis %s: INFO stats has no total_commands_processed", s.Addr)
 }
 
+// CommandStats is what s's INFO commandstats says of command (lower
+// case, "evalsha"): how many calls it ran and Redis's time in them, in µs
+// (the command's execution, nested calls of a script included; not its
+// network). Zero when s has not run it since it started or since CONFIG
+// RESETSTAT.
+func (s *Server) CommandStats(command string) (calls, usec int64, err error) {
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		rest, ok := strings.CutPrefix(line, "cmdstat_"+command+":")
+		if !ok {
+			continue
+		}
+		for _, field := range strings.Split(rest, ",") {
+			name, v, _ := strings.Cut(field, "=")
+			switch name {
+			case "calls":
+				calls, err = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				usec, err = strconv.ParseInt(v, 10, 64)
+			}
+			if err != nil {
+				return 0, 0, fmt.Errorf("redis %s: INFO commandstats: %q: %v", s.Addr, line, err)
+			}
+		}
+	}
+	return calls, usec, nil
+}
+
 // StartT starts a server for test t in its temporary directory and stops
 // it when the test ends; it fails the test if the server does not start.
 func StartT(t testing.TB) *Server {
