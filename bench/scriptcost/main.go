@@ -101,7 +101,7 @@ func main() {
 		{"the decide script's definitions alone", defs + "\nreturn 0"},
 		{"one request (1 GCRA limit), the whole script", tgredis.DecideLua},
 	}
-	fmt.Printf("\nµs of Redis's time per EVALSHA (commandstats), best of 3, %d calls one after another\n", calls2)
+	fmt.Printf("\nµs of Redis's time per EVALSHA (commandstats), best of 3, %d calls one after another\n", wholeCalls)
 	for _, call := range calls {
 		sha, err := c.ScriptLoad(context.Background(), call.lua).Result()
 		check(err)
@@ -109,7 +109,7 @@ func main() {
 		for r := 0; r < 3; r++ {
 			calls0, usec0, err := srv.CommandStats("evalsha")
 			check(err)
-			for i := 0; i < calls2; i++ {
+			for i := 0; i < wholeCalls; i++ {
 				keys, args := store.DecideCommand(policy, "client-"+strconv.Itoa(i%10_000), 1)
 				check(c.EvalSha(context.Background(), sha, keys, args...).Err())
 			}
@@ -121,8 +121,8 @@ func main() {
 	}
 }
 
-// calls2 is how many EVALSHAs measure one call's cost.
-const calls2 = 20_000
+// wholeCalls is how many EVALSHAs measure one call's cost.
+const wholeCalls = 20_000
 
 func check(err error) {
 	if err != nil {

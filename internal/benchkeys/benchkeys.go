@@ -1,12 +1,14 @@
 // Package benchkeys gives benchmarks the keys of many clients in two
 // orders: the one a store first sees them in and the one it is then asked
 // in, as a gateway's clients arrive in no order the store laid their
-// state out in.
+// state out in; and the floors the in-process benchmarks compare with
+// (HeaderFloor, StateFloor).
 package benchkeys
 
 import (
 	"hash/maphash"
 	"math/rand/v2"
+	"net/http"
 	"strconv"
 )
 
@@ -70,4 +72,30 @@ func NewStateFloor(keys int) *StateFloor {
 // Touch counts a request of key in the line its hash names.
 func (f *StateFloor) Touch(key string) {
 	f.lines[maphash.String(f.seed, key)&f.mask][0]++
+}
+
+// HeaderFloor is the five headers tollgate sends, in its default style, on
+// a request allowed by one policy "p" of count per window seconds, with
+// count-1 left: what a header floor, a handler that only sets them, writes,
+// of the same sizes.
+type HeaderFloor [][2]string
+
+// NewHeaderFloor returns the HeaderFloor of a policy of count per window
+// seconds.
+func NewHeaderFloor(count, window int) HeaderFloor {
+	c, left, w := strconv.Itoa(count), strconv.Itoa(count-1), strconv.Itoa(window)
+	return HeaderFloor{
+		{"RateLimit-Policy", `"p";q=` + c + ";w=" + w},
+		{"RateLimit", `"p";r=` + left + ";t=" + w},
+		{"X-RateLimit-Limit", c},
+		{"X-RateLimit-Remaining", left},
+		{"X-RateLimit-Reset", w},
+	}
+}
+
+// Set sets f's headers in h, as the floor handler does on every request.
+func (f HeaderFloor) Set(h http.Header) {
+	for _, kv := range f {
+		h.Set(kv[0], kv[1])
+	}
 }
