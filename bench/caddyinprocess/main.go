@@ -63,15 +63,9 @@ const keyCount = 100_000
 // contenders are the handler chains measured, by name.
 var contenders = []string{"no limiter", "header floor", "tollgate sliding_log", "tollgate sliding_counter", "caddy-ratelimit"}
 
-// floorHeaders are the five headers of the sizes tollgate sends an allowed
-// request of 100/1s.
-var floorHeaders = [][2]string{
-	{"RateLimit-Policy", `"p";q=100;w=1`},
-	{"RateLimit", `"p";r=99;t=1`},
-	{"X-RateLimit-Limit", "100"},
-	{"X-RateLimit-Remaining", "99"},
-	{"X-RateLimit-Reset", "1"},
-}
+// floorHeaders are the five headers tollgate sends an allowed request of
+// 100/1s.
+var floorHeaders = benchkeys.NewHeaderFloor(100, 1)
 
 func main() {
 	child := flag.String("child", "", "measure this contender alone and print its figures (used by the parent)")
@@ -140,10 +134,11 @@ func measure(c string, n int) error {
 	defer func() { _ = caddy.Stop() }()
 	ctx, cancel := caddy.NewContext(caddy.ActiveContext())
 	defer cancel()
-	handle, err := handler(ctx, c)
+	handle, stop, err := handler(ctx, c)
 	if err != nil {
 		return err
 	}
+	defer stop()
 	asked, firstSeen := benchkeys.Orders(keyCount)
 	if err := serve(handle, firstSeen, len(firstSeen)); err != nil {
 		return err
@@ -165,34 +160,35 @@ func measure(c string, n int) error {
 	return nil
 }
 
-// handler returns contender c's chain, provisioned in ctx.
-func handler(ctx caddy.Context, c string) (caddyhttp.HandlerFunc, error) {
+// handler returns contender c's chain, provisioned in ctx, and what stops
+// it: tollgate's Cleanup, as Caddy calls it when a config is unloaded
+// (caddy-ratelimit's sweeper ends with ctx).
+func handler(ctx caddy.Context, c string) (handle caddyhttp.HandlerFunc, stop func(), err error) {
 	next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil })
+	nothing := func() {}
 	switch c {
 	case "no limiter":
-		return next, nil
+		return next, nothing, nil
 	case "header floor":
 		return func(w http.ResponseWriter, r *http.Request) error {
-			for _, h := range floorHeaders {
-				w.Header().Set(h[0], h[1])
-			}
+			floorHeaders.Set(w.Header())
 			return next(w, r)
-		}, nil
+		}, nothing, nil
 	case "tollgate sliding_log", "tollgate sliding_counter":
 		h := &caddymodule.Handler{Policies: []*caddymodule.PolicyConfig{{Policy: config.Policy{Name: "p", Key: "{http.request.header.X-Key}",
 			Limits: []config.Limit{{Count: 100, Window: algo.Duration(time.Second), Algorithm: strings.TrimPrefix(c, "tollgate ")}}}}}}
 		if err := h.Provision(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return func(w http.ResponseWriter, r *http.Request) error { return h.ServeHTTP(w, r, next) }, nil
+		return func(w http.ResponseWriter, r *http.Request) error { return h.ServeHTTP(w, r, next) }, func() { _ = h.Cleanup() }, nil
 	case "caddy-ratelimit":
 		h := &caddyrl.Handler{RateLimits: map[string]*caddyrl.RateLimit{"p": {Key: "{http.request.header.X-Key}", MaxEvents: 100, Window: caddy.Duration(time.Second)}}}
 		if err := h.Provision(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return func(w http.ResponseWriter, r *http.Request) error { return h.ServeHTTP(w, r, next) }, nil
+		return func(w http.ResponseWriter, r *http.Request) error { return h.ServeHTTP(w, r, next) }, nothing, nil
 	}
-	return nil, fmt.Errorf("no contender %q", c)
+	return nil, nil, fmt.Errorf("no contender %q", c)
 }
 
 // serve serves n requests through handle the way Caddy calls a handler: a
