@@ -7,8 +7,8 @@
 // round starts one route later), and for each route it prints the median
 // req/s, p50 and p99, and the CPU µs per request of Kong's workers, the
 // plugin servers and Redis (from /proc); on tollgate's redis route, how
-// many requests each EVALSHA of its decide script carried and Redis's time
-// per EVALSHA (INFO commandstats); then:
+// many requests each FCALL of its decide function carried and Redis's time
+// per FCALL (INFO commandstats); then:
 //
 //	vs kong-rate-limiting allowed-local <f>
 //	vs kong-rate-limiting allowed-redis <f>
@@ -53,9 +53,9 @@ var floorDir string
 type sample struct {
 	rps, p50, p99         float64 // req/s, ms, ms
 	kongUS, pluginUS, rUS float64 // CPU µs per request
-	// Redis's EVALSHAs during the route's run (tollgate's decide script;
+	// Redis's FCALLs during the route's run (tollgate's decide function;
 	// Kong's plugin sends none): requests per call, Redis's µs per call.
-	perEvalsha, evalshaUS float64
+	perCall, callUS float64
 }
 
 // runner is the benchmark's testing.T stand-in for kongreal: it stops
@@ -177,8 +177,8 @@ func main() {
 			median(s, func(x sample) float64 { return x.rUS }))
 	}
 	tg := routes[4]
-	fmt.Printf("\n%s: %.1f requests per EVALSHA of the decide script, %.0f µs of Redis's time per EVALSHA (INFO commandstats; medians)\n\n",
-		tg.name, median(samples[tg], func(x sample) float64 { return x.perEvalsha }), median(samples[tg], func(x sample) float64 { return x.evalshaUS }))
+	fmt.Printf("\n%s: %.1f requests per FCALL of the decide function, %.0f µs of Redis's time per FCALL (INFO commandstats; medians)\n\n",
+		tg.name, median(samples[tg], func(x sample) float64 { return x.perCall }), median(samples[tg], func(x sample) float64 { return x.callUS }))
 	ratio := func(a, b *route) string {
 		var rs []float64
 		for i := range samples[a] {
@@ -207,7 +207,7 @@ func measure(k *kongreal.Kong, bin string, rds *redistest.Server, rt *route, d t
 	_, floor := k.Processes(floorDir)
 	plugins = append(plugins, floor...)
 	redisPid := rds.Pid()
-	calls0, usec0, err := rds.CommandStats("evalsha")
+	calls0, usec0, err := rds.CommandStats("fcall")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func measure(k *kongreal.Kong, bin string, rds *redistest.Server, rt *route, d t
 		log.Fatalf("wrk %s: %v\n%s", rt.path, err, out)
 	}
 	after := [3]float64{cpu(workers), cpu(plugins), cpu([]int{redisPid})}
-	calls1, usec1, err := rds.CommandStats("evalsha")
+	calls1, usec1, err := rds.CommandStats("fcall")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func measure(k *kongreal.Kong, bin string, rds *redistest.Server, rt *route, d t
 	s := sample{rps: wrkNumber(out, `Requests/sec:\s+([\d.]+)`), p50: latency(out, "50%"), p99: latency(out, "99%"),
 		kongUS: per(0), pluginUS: per(1), rUS: per(2)}
 	if calls := calls1 - calls0; calls > 0 {
-		s.perEvalsha, s.evalshaUS = total/float64(calls), float64(usec1-usec0)/float64(calls)
+		s.perCall, s.callUS = total/float64(calls), float64(usec1-usec0)/float64(calls)
 	}
 	return s
 }

@@ -9,7 +9,7 @@
 //
 // with factor = tollgate's decisions/s ÷ the peer's (> 1: tollgate better),
 // p99 latency ratios (the peer's ÷ tollgate's), and tollgate against the
-// pipelined ceiling: redis-benchmark -P 16 running the same EVALSHA. Beside
+// pipelined ceiling: redis-benchmark -P 16 running the same FCALL. Beside
 // each figure, redis-server's CPU time per decision (from /proc). The
 // limiters of a workload take turns (-rounds), so the machine's slow spells
 // fall on each alike, and a factor against a peer is the median over the
@@ -154,7 +154,7 @@ func (t *tally) rate(d time.Duration, decide decider) {
 func main() {
 	dur := flag.Duration("d", 5*time.Second, "duration of each measurement")
 	rounds := flag.Int("rounds", 5, "turns the limiters take, each d/rounds long")
-	batchFlag := flag.Int("batch", 0, "tollgate's Options.Batch (0: default pipelining, 1: one EVALSHA per decision)")
+	batchFlag := flag.Int("batch", 0, "tollgate's Options.Batch (0: default pipelining, 1: one call per decision)")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "tollgate-bench-")
 	check(err)
@@ -257,14 +257,14 @@ func main() {
 			lines = append(lines, fmt.Sprintf("vs %s %s %.2f", peer.name, w.name, medianRatio(&tallies[0], &tallies[1+i])),
 				fmt.Sprintf("vs %s %s-p99 %.2f", peer.name, w.name, float64(theirs.p99)/float64(ours.p99)))
 		}
-		// The floor: redis-benchmark pipelining 16 EVALSHAs of the same
-		// script, keys and arguments on the same server.
+		// The floor: redis-benchmark pipelining 16 FCALLs of the same
+		// function, keys and arguments on the same server.
 		ceiling, err := pipelinedCeiling(srv.Port, store, policy)
 		if err != nil {
 			fmt.Printf("%-18s ceiling unavailable: %v\n", w.name, err)
 			continue
 		}
-		show(w.name, "redis-benchmark -P16 EVALSHA", result{rps: ceiling})
+		show(w.name, "redis-benchmark -P16 FCALL", result{rps: ceiling})
 		lines = append(lines, fmt.Sprintf("vs pipelined-ceiling %s %.2f", w.name, ours.rps/ceiling))
 	}
 	fmt.Println()
@@ -273,19 +273,19 @@ func main() {
 	}
 }
 
-// pipelinedCeiling loads the decision script and runs redis-benchmark with
-// 64 clients pipelining 16 EVALSHAs each, with the keys and arguments
-// tollgate's store sends for p over 10,000 keys, and returns its ops/s.
+// pipelinedCeiling loads the decide library and runs redis-benchmark with
+// 64 clients pipelining 16 FCALLs each of its function, with the keys and
+// arguments tollgate's store sends for p over 10,000 keys, and returns its
+// ops/s.
 func pipelinedCeiling(port int, s *tgredis.Store, p *core.Policy) (float64, error) {
 	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port)})
 	defer c.Close()
-	sha, err := c.ScriptLoad(context.Background(), tgredis.DecideLua).Result()
-	if err != nil {
+	if err := c.FunctionLoad(context.Background(), tgredis.DecideLibrary).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
 		return 0, err
 	}
 	keyList, args := s.DecideCommand(p, "client-__rand_int__", 1)
 	cmd := []string{"-p", strconv.Itoa(port), "-c", strconv.Itoa(callers), "-P", "16", "-n", "1000000", "-r", strconv.Itoa(keys),
-		"-q", "evalsha", sha, strconv.Itoa(len(keyList))}
+		"-q", "fcall", tgredis.DecideFunction, strconv.Itoa(len(keyList))}
 	cmd = append(cmd, keyList...)
 	for _, a := range args {
 		cmd = append(cmd, fmt.Sprint(a))

@@ -7,14 +7,16 @@
 // decide writes each key's expiry; the others find it far enough ahead and
 // skip the PEXPIRE, as most writes of a busy key do.
 //
-// Then what one call of the script costs whatever it decides: Redis's own
-// time per EVALSHA (INFO commandstats, which counts the command's
+// Then what one call costs whatever it decides: Redis's own time per
+// EVALSHA or FCALL (INFO commandstats, which counts the command's
 // execution, not its network) over 20,000 calls made one after another,
 // the best of three: a script that returns at once, the decide script's
-// definitions alone (everything before its entry points, which every call
-// runs again), and one request decided by a whole call. A gateway whose
-// batches are small (few requests waiting at once) pays the call's fixed
-// cost on nearly every decision.
+// definitions alone (everything before its entry points, which every
+// script call runs again), one request decided by a whole script call,
+// a function that returns at once, and one request decided by the
+// library's function, which the store calls where Redis takes functions.
+// A gateway whose batches are small (few requests waiting at once) pays
+// the call's fixed cost on nearly every decision.
 package main
 
 import (
@@ -96,28 +98,40 @@ func main() {
 	store := tgredis.NewFromClient(c, tgredis.Options{})
 	defer store.Close()
 	policy := core.MustPolicy("scriptcost", core.PolicyOptions{}, algo.Limit{Count: 1_000_000, Window: time.Second, Algorithm: algo.GCRA, Burst: 1_000_000})
-	calls := []struct{ name, lua string }{
-		{"a script that returns at once", "return 0"},
-		{"the decide script's definitions alone", defs + "\nreturn 0"},
-		{"one request (1 GCRA limit), the whole script", tgredis.DecideLua},
+	calls := []struct{ name, command, code string }{
+		{"a script that returns at once", "evalsha", "return 0"},
+		{"the decide script's definitions alone", "evalsha", defs + "\nreturn 0"},
+		{"one request (1 GCRA limit), the whole script", "evalsha", tgredis.DecideLua},
+		{"a function that returns at once", "fcall", "#!lua name=scriptcost_empty\nredis.register_function('scriptcost_empty', function() return 0 end)"},
+		{"one request (1 GCRA limit), the library's function (as the store calls it)", "fcall", tgredis.DecideLibrary},
 	}
-	fmt.Printf("\nµs of Redis's time per EVALSHA (commandstats), best of 3, %d calls one after another\n", wholeCalls)
+	fmt.Printf("\nµs of Redis's time per call (commandstats), best of 3, %d calls one after another\n", wholeCalls)
 	for _, call := range calls {
-		sha, err := c.ScriptLoad(context.Background(), call.lua).Result()
-		check(err)
+		run := func(keys []string, args []any) error { return nil }
+		switch call.command {
+		case "evalsha":
+			sha, err := c.ScriptLoad(context.Background(), call.code).Result()
+			check(err)
+			run = func(keys []string, args []any) error {
+				return c.EvalSha(context.Background(), sha, keys, args...).Err()
+			}
+		case "fcall":
+			name, err := c.FunctionLoad(context.Background(), call.code).Result()
+			check(err)
+			run = func(keys []string, args []any) error { return c.FCall(context.Background(), name, keys, args...).Err() }
+		}
 		best := math.MaxFloat64
 		for r := 0; r < 3; r++ {
-			calls0, usec0, err := srv.CommandStats("evalsha")
+			calls0, usec0, err := srv.CommandStats(call.command)
 			check(err)
 			for i := 0; i < wholeCalls; i++ {
-				keys, args := store.DecideCommand(policy, "client-"+strconv.Itoa(i%10_000), 1)
-				check(c.EvalSha(context.Background(), sha, keys, args...).Err())
+				check(run(store.DecideCommand(policy, "client-"+strconv.Itoa(i%10_000), 1)))
 			}
-			calls1, usec1, err := srv.CommandStats("evalsha")
+			calls1, usec1, err := srv.CommandStats(call.command)
 			check(err)
 			best = min(best, float64(usec1-usec0)/float64(calls1-calls0))
 		}
-		fmt.Printf("%6.2f  %s\n", best, call.name)
+		fmt.Printf("%6.2f  %s: %s\n", best, strings.ToUpper(call.command), call.name)
 	}
 }
 

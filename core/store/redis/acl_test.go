@@ -82,6 +82,8 @@ func TestACLUserRefusedOutsideItsPrefix(t *testing.T) {
 		{"get", DefaultPrefix + "x"},
 		{"keys", "*"},
 		{"flushall"},
+		{"function", "flush"},
+		{"function", "delete", DecideFunction},
 		{"config", "get", "*"},
 		{"acl", "list"},
 	} {

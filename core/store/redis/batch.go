@@ -20,13 +20,14 @@ import (
 // while one batch is in flight the next one fills. A busy gateway is then
 // not capped at one decision per round trip per connection.
 //
-// On standalone Redis and Sentinel a batch is one EVALSHA of DecideLua
-// in its batch form: Redis runs the script's set-up, reads the policies'
-// limits and its clock once per batch instead of once per decision. On a
-// Cluster (whose scripts must keep to one hash slot) a batch is a pipeline
-// of one EVALSHA per decision.
+// On standalone Redis and Sentinel a batch is one call (decider) of the
+// decide code's batch form: Redis reads the policies' limits and its clock
+// once per batch instead of once per decision. On a Cluster (whose calls
+// must keep to one hash slot) a batch is a pipeline of one call per
+// decision.
 type batcher struct {
 	client  goredis.UniversalClient
+	decider *decider
 	queue   chan *call
 	max     int
 	timeout time.Duration
@@ -53,8 +54,8 @@ type call struct {
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
-func newBatcher(client goredis.UniversalClient, lanes, max int, timeout time.Duration) *batcher {
-	b := &batcher{client: client, queue: make(chan *call, lanes*max), max: max, timeout: timeout,
+func newBatcher(client goredis.UniversalClient, decider *decider, lanes, max int, timeout time.Duration) *batcher {
+	b := &batcher{client: client, decider: decider, queue: make(chan *call, lanes*max), max: max, timeout: timeout,
 		clock: core.NewMonotonicClock(), stop: make(chan struct{})}
 	_, cluster := client.(*goredis.ClusterClient)
 	b.scripted.Store(!cluster)
@@ -178,16 +179,11 @@ func (b *batcher) send(batch []*call, timeout time.Duration) {
 	b.pipeline(ctx, batch)
 }
 
-// script sends batch as one EVALSHA of the script's batch form. It returns
+// script sends batch as one call of the script's batch form. It returns
 // the error that failed the whole batch (also set on every call).
 func (b *batcher) script(ctx context.Context, batch []*call) error {
 	keys, args := batchCommand(batch)
-	replies, err := decideScript.EvalSha(ctx, b.client, keys, args...).Slice()
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		if err = decideScript.Load(ctx, b.client).Err(); err == nil {
-			replies, err = decideScript.EvalSha(ctx, b.client, keys, args...).Slice()
-		}
-	}
+	replies, err := b.decider.run(ctx, b.client, keys, args).Slice()
 	if err == nil {
 		err = split(replies, batch)
 	}
@@ -295,13 +291,24 @@ func batchCommand(batch []*call) (keys []string, args []any) {
 // batchForm is ARGV[1] of the script's batch form.
 const batchForm = -2
 
-// pipeline sends batch as one EVALSHA per call, in one pipeline.
+// pipeline sends batch as one call each, in one pipeline. Calls a server
+// did not run for want of the code (a Cluster node that lost it) go again
+// once it is readied; the others ran, and are not decided twice.
 func (b *batcher) pipeline(ctx context.Context, batch []*call) {
 	cmds := b.pipelined(ctx, batch)
-	if noScript(cmds) {
-		if err := decideScript.Load(ctx, b.client).Err(); err == nil {
-			cmds = b.pipelined(ctx, batch)
+	for range maxRecoveries {
+		var again []*call
+		var cause error
+		for i, c := range batch {
+			c.reply, c.err = cmds[i].Int64Slice()
+			if unrun(c.err) {
+				again, cause = append(again, c), c.err
+			}
 		}
+		if again == nil || !b.decider.recover(ctx, b.client, cause) {
+			return
+		}
+		batch, cmds = again, b.pipelined(ctx, again)
 	}
 	for i, c := range batch {
 		c.reply, c.err = cmds[i].Int64Slice()
@@ -312,21 +319,11 @@ func (b *batcher) pipelined(ctx context.Context, batch []*call) []*goredis.Cmd {
 	cmds := make([]*goredis.Cmd, len(batch))
 	_, _ = b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, c := range batch {
-			cmds[i] = decideScript.EvalSha(ctx, p, c.keys, stepArgs(c.policy, c.now, c.cost)...)
+			cmds[i] = b.decider.cmd(ctx, p, c.keys, stepArgs(c.policy, c.now, c.cost))
 		}
 		return nil
 	})
 	return cmds
-}
-
-// noScript says whether a server refused any of cmds for want of its script.
-func noScript(cmds []*goredis.Cmd) bool {
-	for _, c := range cmds {
-		if isNoScript(c.Err()) {
-			return true
-		}
-	}
-	return false
 }
 
 // isNoScript says whether err is a server's refusal of an EVALSHA whose

@@ -97,7 +97,7 @@ func (l *lyingRedis) serve(c net.Conn) {
 			reply = []byte("-ERR unknown command 'HELLO'\r\n")
 		case "PING":
 			reply = []byte("+PONG\r\n")
-		case "EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO":
+		case "FCALL", "FCALL_RO", "EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO":
 			reply = l.lie
 		default: // CLIENT SETINFO, SELECT, SCRIPT LOAD...
 			reply = []byte("+OK\r\n")

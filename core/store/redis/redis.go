@@ -2,12 +2,15 @@
 // against one Redis (standalone, Sentinel or Cluster) and so enforce one
 // exact limit together.
 //
-// Every decision runs one Lua script (DecideLua) that applies the
-// policy's stacked limits all or nothing, with the same arithmetic as the Go
-// step functions, so the conformance suite gets identical decisions from
-// this store and the memory store. Concurrent decisions share round trips:
-// on standalone Redis and Sentinel a batch of them is one EVALSHA of the
-// script's batch form, on a Cluster a pipeline of one EVALSHA each. Time
+// Every decision runs one Lua call that applies the policy's stacked
+// limits all or nothing, with the same arithmetic as the Go step
+// functions, so the conformance suite gets identical decisions from this
+// store and the memory store: an FCALL of DecideLibrary's function, which
+// the store loads into Redis 7 and later, or where Redis refuses functions
+// an EVALSHA of the same code as a script (DecideLua). Concurrent
+// decisions share round trips: on standalone Redis and Sentinel a batch of
+// them is one call of the code's batch form, on a Cluster a pipeline of
+// one call each. Time
 // comes from the Redis server's TIME, so nodes with skewed clocks agree;
 // tests may inject a clock instead.
 package redis
@@ -30,6 +33,7 @@ import (
 
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
+	"github.com/tollgate/tollgate/core/store/redis/denycache"
 	"github.com/tollgate/tollgate/core/tlstrust"
 )
 
@@ -99,9 +103,9 @@ type Options struct {
 	Cluster bool
 	// Clock, if set, replaces the server's TIME (for tests).
 	Clock core.Clock
-	// Batch is the most decisions sent in one round trip (one EVALSHA of
-	// the script's batch form, or on a Cluster one pipeline); 0 means 64,
-	// and 1 sends each decision alone (one EVALSHA per round trip).
+	// Batch is the most decisions sent in one round trip (one call of the
+	// decide code's batch form, or on a Cluster one pipeline); 0 means 64,
+	// and 1 sends each decision alone (one call per round trip).
 	Batch int
 	// Lanes is how many batches may be in flight at once; 0 means 2 (one
 	// filling while one is in Redis: more lanes send smaller batches, which
@@ -123,8 +127,9 @@ type Store struct {
 	clock   core.Clock
 	owned   bool
 	timeout time.Duration
-	batch   *batcher // nil: one EVALSHA per decision
-	denies  *denyCache
+	batch   *batcher // nil: one call per decision
+	decider *decider
+	denies  *denycache.Cache
 	local   core.Clock // the deny cache's clock
 }
 
@@ -170,12 +175,12 @@ func NewFromClient(c goredis.UniversalClient, opts Options) *Store {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	s := &Store{client: c, prober: c, prefix: prefix, clock: opts.Clock, timeout: timeout, local: opts.Clock}
+	s := &Store{client: c, prober: c, prefix: prefix, clock: opts.Clock, timeout: timeout, local: opts.Clock, decider: new(decider)}
 	if s.local == nil {
 		s.local = core.NewMonotonicClock()
 	}
 	if !opts.NoDenyCache {
-		s.denies = newDenyCache()
+		s.denies = denycache.New()
 	}
 	batch, lanes := opts.Batch, opts.Lanes
 	if batch == 0 {
@@ -185,7 +190,7 @@ func NewFromClient(c goredis.UniversalClient, opts Options) *Store {
 		lanes = 2
 	}
 	if batch > 1 {
-		s.batch = newBatcher(c, lanes, batch, timeout)
+		s.batch = newBatcher(c, s.decider, lanes, batch, timeout)
 	}
 	return s
 }
@@ -398,7 +403,7 @@ func (s *Store) LocalDenials() int64 {
 	if s.denies == nil {
 		return 0
 	}
-	return s.denies.hitCount()
+	return s.denies.Hits()
 }
 
 // Decide applies p to key in one round trip, or none when the deny cache
@@ -407,10 +412,10 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 	var localNow, epoch int64
 	if s.denies != nil {
 		localNow = s.local.NowMicros()
-		if s.denies.lookup(p, key, cost, localNow, d) {
+		if s.denies.Lookup(p, key, cost, localNow, d) {
 			return nil
 		}
-		epoch = s.denies.currentEpoch()
+		epoch = s.denies.Epoch()
 	}
 	states, err := s.decide(ctx, p, key, cost, d)
 	if err != nil {
@@ -419,10 +424,10 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 	if s.denies != nil && p.StoreSide().ChargesAfterResponse() {
 		// The states held counted less than Redis now does; as after a
 		// reset, a denial decided before the charge is not held either.
-		s.denies.forget(p, key)
+		s.denies.Forget(p, key)
 	}
 	if s.denies != nil && states != nil {
-		s.denies.remember(p, key, localNow, epoch, d, states)
+		s.denies.Remember(p, key, localNow, epoch, d, states)
 	}
 	return nil
 }
@@ -437,10 +442,10 @@ func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int
 	if s.batch != nil {
 		reply, err = s.batch.do(ctx, p, keys, cost, now) // within s.timeout
 	} else {
-		// The deadline bounds the whole decision, NOSCRIPT reload included.
+		// The deadline bounds the whole decision, loading the code included.
 		ctx, cancel := context.WithTimeout(ctx, s.timeout)
 		defer cancel()
-		reply, err = decideScript.Run(ctx, s.client, keys, stepArgs(p, now, cost)...).Int64Slice()
+		reply, err = s.decider.run(ctx, s.client, keys, stepArgs(p, now, cost)).Int64Slice()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
@@ -486,8 +491,8 @@ func (s *Store) now() int64 {
 	return -1
 }
 
-// DecideCommand returns the keys and arguments of the EVALSHA of
-// DecideLua that decides a request of cost units for key under p (cost
+// DecideCommand returns the keys and arguments of the call (FCALL of
+// DecideFunction, or EVALSHA of DecideLua) that decides a request of cost units for key under p (cost
 // -1: a probe that changes nothing), as Decide sends it alone: for tools
 // that replay the store's work (the benchmark's pipelined ceiling).
 func (s *Store) DecideCommand(p *core.Policy, key string, cost int64) (keys []string, args []any) {
@@ -548,7 +553,7 @@ func (s *Store) Reset(ctx context.Context, p *core.Policy, key string, limit int
 		return nil
 	})
 	if s.denies != nil {
-		s.denies.forget(p, key) // after the DEL: see forget
+		s.denies.Forget(p, key) // after the DEL: see forget
 	}
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
@@ -575,7 +580,7 @@ func (s *Store) CancelShaped(ctx context.Context, sh *core.Shaped) error {
 	defer cancel()
 	err := cancelScript.Run(ctx, s.client, []string{s.stateKey(p, sh.Key)}, args...).Err()
 	if s.denies != nil {
-		s.denies.forget(p, sh.Key)
+		s.denies.Forget(p, sh.Key)
 	}
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
@@ -780,7 +785,7 @@ var _ core.Store = (*Store)(nil)
 // Ping checks, within the store's timeout, that Redis answers (every
 // node, for a Cluster) and decides: a server that answers PING but fails
 // scripts (out of memory, scripts refused to this user, a proxy that drops
-// EVALSHA) would close a breaker only for the next decision to open it
+// FCALL and EVALSHA) would close a breaker only for the next decision to open it
 // again, so the probe also runs a decision that writes nothing and checks
 // its reply.
 func (s *Store) Ping(ctx context.Context) error {
@@ -793,7 +798,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	} else if err := s.prober.Ping(ctx).Err(); err != nil {
 		return err
 	}
-	reply, err := decideScript.Run(ctx, s.prober, s.decisionKeys(probePolicy, "probe"), stepArgs(probePolicy, s.now(), -1)...).Int64Slice()
+	reply, err := s.decider.run(ctx, s.prober, s.decisionKeys(probePolicy, "probe"), stepArgs(probePolicy, s.now(), -1)).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("redis: answers PING but cannot decide: %w", err)
 	}

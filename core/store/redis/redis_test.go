@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/core/adaptive"
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/store/memory"
+	"github.com/tollgate/tollgate/core/store/redis/denycache"
 	"github.com/tollgate/tollgate/core/store/storetest"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
@@ -333,9 +334,9 @@ func TestDenyCacheAnswersLocallyUntilRetryAfter(t *testing.T) {
 }
 
 // A reset made where this node's deny cache cannot see it (another node,
-// or the keys command) reaches it within DenyCacheHold, however long the
+// or the keys command) reaches it within denycache.Hold, however long the
 // denial's Retry-After.
-func TestDenyCacheHoldsAtMostDenyCacheHold(t *testing.T) {
+func TestDenyCacheHoldsAtMostItsHold(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
 	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}}, Clock: clock})
 	p := core.MustPolicy("deny-hold", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Minute, Algorithm: algo.FixedWindow})
@@ -351,13 +352,13 @@ func TestDenyCacheHoldsAtMostDenyCacheHold(t *testing.T) {
 	}
 	// The other node: the same keys, no deny cache of this one's.
 	s.Client().Del(ctx, s.Keys(p, "k")...)
-	clock.Advance(DenyCacheHold - time.Microsecond)
+	clock.Advance(denycache.Hold - time.Microsecond)
 	if _ = s.Decide(ctx, p, "k", 1, &d); d.Allowed || s.LocalDenials() != 1 {
 		t.Fatalf("within the hold: allowed %v, %d local denials; want the cache's denial", d.Allowed, s.LocalDenials())
 	}
 	clock.Advance(time.Microsecond)
 	if _ = s.Decide(ctx, p, "k", 1, &d); !d.Allowed {
-		t.Fatalf("%v after another node's reset: still denied (retry %v)", DenyCacheHold, d.RetryAfter)
+		t.Fatalf("%v after another node's reset: still denied (retry %v)", denycache.Hold, d.RetryAfter)
 	}
 }
 

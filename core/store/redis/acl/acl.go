@@ -6,6 +6,8 @@ package acl
 import "strings"
 
 // Commands are the Redis ACL command rules of tollgate's user:
+//   - its decisions: FCALL, and FUNCTION LOAD when Redis lacks the
+//     library (without them the store sends the same code as a script);
 //   - its scripts: EVALSHA, and EVAL and SCRIPT LOAD when Redis has not
 //     cached them, and what they call (TIME, hashes and sorted sets, PEXPIRE,
 //     PTTL);
@@ -13,7 +15,7 @@ import "strings"
 //   - an operator's reset: DEL, or HDEL and DEL in MULTI/EXEC;
 //   - eventual mode's per-window counts: INCRBY, PEXPIRE, DEL;
 //   - in a Cluster, the slot map the client reads.
-const Commands = "-@all +evalsha +eval +script|load +ping +del +hdel +multi +exec +incrby +pexpire +pttl " +
+const Commands = "-@all +fcall +function|load +evalsha +eval +script|load +ping +del +hdel +multi +exec +incrby +pexpire +pttl " +
 	"+time +hmget +hset +hincrby +zadd +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zremrangebyrank " +
 	"+cluster|slots +cluster|shards"
 

@@ -1,4 +1,8 @@
-package redis
+// Package denycache holds the states of keys a shared store just denied,
+// as the store holds them, and answers the keys' next requests from them
+// while the step functions deny there: a key over its limit then costs no
+// round trip until its Retry-After.
+package denycache
 
 import (
 	"sync"
@@ -8,16 +12,16 @@ import (
 	"github.com/tollgate/tollgate/core/algo"
 )
 
-// denyCacheSize caps the keys the deny cache remembers.
-const denyCacheSize = 100_000
+// size caps the keys a Cache remembers.
+const size = 100_000
 
-// DenyCacheHold is the longest the deny cache answers for a key without
-// asking Redis: an operator's reset made elsewhere (another node, or the
-// keys command) reaches this node within it. A denied key then costs one
+// Hold is the longest a Cache answers for a key without asking the
+// store: an operator's reset made elsewhere (another node, or the keys
+// command) reaches this node within it. A denied key then costs one
 // round trip a second per node.
-const DenyCacheHold = time.Second
+const Hold = time.Second
 
-// denyCache holds the states of keys Redis just denied, as Redis holds them,
+// Cache holds the states of keys Redis just denied, as Redis holds them,
 // and answers their next requests by running StoreSide.Apply on those states:
 // while the step functions deny a request there, it is denied without a
 // round trip; once they would allow it, Redis decides. A local denial is
@@ -25,10 +29,11 @@ const DenyCacheHold = time.Second
 // and more counted never turns a denial into an allowance. The values it
 // reports (remaining, reset, retry-after) are those of the states held, as
 // if nothing else arrived, which is what Redis reports too. An entry lives
-// until the RetryAfter of the denial that made it, at most DenyCacheHold;
-// a sliding log holding more than 64 live times is not sent, so it is not
-// cached.
-type denyCache struct {
+// until the RetryAfter of the denial that made it, at most Hold; a sliding
+// log holding more than 64 live times is not sent, so it is not cached.
+// Times are µs: the store's clock's for a denial, the local clock's for
+// now.
+type Cache struct {
 	mu      sync.Mutex
 	entries map[denyKey]*held
 	hits    int64
@@ -48,12 +53,13 @@ type held struct {
 	until   int64 // local µs after which Redis is asked again
 }
 
-func newDenyCache() *denyCache { return &denyCache{entries: map[denyKey]*held{}} }
+// New returns an empty Cache.
+func New() *Cache { return &Cache{entries: map[denyKey]*held{}} }
 
-// lookup runs p on the states held for key, if any, at the local time now
+// Lookup runs p on the states held for key, if any, at the local time now
 // translated to Redis's clock. It fills d and returns true if the limits
 // deny the request there; otherwise it drops the entry and returns false.
-func (c *denyCache) lookup(p *core.Policy, key string, cost, now int64, d *core.Decision) bool {
+func (c *Cache) Lookup(p *core.Policy, key string, cost, now int64, d *core.Decision) bool {
 	ps := p.StoreSide()
 	if ps.ChargesAfterResponse() || ps.Penalty() >= 0 {
 		// A charge is taken whatever is left, and a denial counts in a
@@ -83,9 +89,9 @@ func (c *denyCache) lookup(p *core.Policy, key string, cost, now int64, d *core.
 	return true
 }
 
-// remember holds the states Redis returned with a denial it decided at the
-// local time now.
-func (c *denyCache) remember(p *core.Policy, key string, now, epoch int64, d *core.Decision, states []algo.State) {
+// Remember holds the states Redis returned with a denial it decided at the
+// local time now; epoch is what Epoch said before the store was asked.
+func (c *Cache) Remember(p *core.Policy, key string, now, epoch int64, d *core.Decision, states []algo.State) {
 	if d.Allowed && !d.Shadowed || d.RetryAfter <= 0 || p.HoldsLeases() {
 		// A lease another node ends frees a slot no local copy would see.
 		return
@@ -95,38 +101,39 @@ func (c *denyCache) remember(p *core.Policy, key string, now, epoch int64, d *co
 	if epoch != c.epoch {
 		return // a reset came between the decision and its reply
 	}
-	if len(c.entries) >= denyCacheSize {
+	if len(c.entries) >= size {
 		for k, e := range c.entries {
 			if now >= e.until {
 				delete(c.entries, k)
 			}
 		}
-		if len(c.entries) >= denyCacheSize {
+		if len(c.entries) >= size {
 			clear(c.entries)
 		}
 	}
 	c.entries[denyKey{p.Name(), key}] = &held{scope: p.StoreSide().Scope(), states: states, at: d.At, localAt: now,
-		until: now + int64(min(d.RetryAfter, DenyCacheHold)/time.Microsecond)}
+		until: now + int64(min(d.RetryAfter, Hold)/time.Microsecond)}
 }
 
-// forget drops what the cache holds for key after an operator reset it in
+// Forget drops what the cache holds for key after an operator reset it in
 // Redis, and moves the epoch on: a denial decided before the reset whose
-// reply arrives after it is not remembered (remember's epoch).
-func (c *denyCache) forget(p *core.Policy, key string) {
+// reply arrives after it is not remembered (Remember's epoch).
+func (c *Cache) Forget(p *core.Policy, key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.epoch++
 	delete(c.entries, denyKey{p.Name(), key})
 }
 
-// currentEpoch is what a decision reads before it asks Redis.
-func (c *denyCache) currentEpoch() int64 {
+// Epoch is what a decision reads before it asks Redis, for Remember.
+func (c *Cache) Epoch() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.epoch
 }
 
-func (c *denyCache) hitCount() int64 {
+// Hits is how many requests Lookup denied.
+func (c *Cache) Hits() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.hits

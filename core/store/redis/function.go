@@ -1,0 +1,116 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// decider sends decide calls: FCALL of DecideFunction, loading
+// DecideLibrary into a server that lacks it, or EVALSHA of DecideLua for
+// good once a server refuses functions (Redis before 7, a user whose ACL
+// lacks FCALL or FUNCTION LOAD, a server that cannot load the library).
+// Either form decides alike; the function costs Redis less per call.
+type decider struct {
+	scripts atomic.Bool
+}
+
+// maxRecoveries bounds the loads and fallbacks one call goes through: a
+// missing library, then a refused load (the script), then a missing script.
+const maxRecoveries = 3
+
+// cmd queues (on a pipeline) or sends one decide call on c.
+func (d *decider) cmd(ctx context.Context, c goredis.Cmdable, keys []string, args []any) *goredis.Cmd {
+	if d.scripts.Load() {
+		return decideScript.EvalSha(ctx, c, keys, args...)
+	}
+	return c.FCall(ctx, DecideFunction, keys, args...)
+}
+
+// run sends one decide call on c, readying the server and sending it
+// again while the server says it did not run it for want of the code.
+func (d *decider) run(ctx context.Context, c goredis.UniversalClient, keys []string, args []any) *goredis.Cmd {
+	cmd := d.cmd(ctx, c, keys, args)
+	for range maxRecoveries {
+		if !unrun(cmd.Err()) || !d.recover(ctx, c, cmd.Err()) {
+			break
+		}
+		cmd = d.cmd(ctx, c, keys, args)
+	}
+	return cmd
+}
+
+// unrun says whether err is a server's refusal of a decide call before
+// running it: it lacks the script or the library, or takes no functions.
+// Such a call may be sent again; any other failed call may have decided.
+func unrun(err error) bool {
+	return isNoScript(err) || isNoFunction(err) || refusesFunctions(err)
+}
+
+// recover readies c's servers for a call that err (unrun) says they did
+// not run: loads what they lacked, or falls back to the script for good.
+// It returns false when it could not (the call's error stands).
+func (d *decider) recover(ctx context.Context, c goredis.UniversalClient, err error) bool {
+	switch {
+	case isNoScript(err):
+		return decideScript.Load(ctx, c).Err() == nil
+	case isNoFunction(err):
+		loadErr := loadLibrary(ctx, c)
+		var refused goredis.Error
+		if loadErr != nil && errors.As(loadErr, &refused) {
+			d.scripts.Store(true)
+			return true
+		}
+		return loadErr == nil
+	case refusesFunctions(err):
+		d.scripts.Store(true)
+		return true
+	}
+	return false
+}
+
+// Scripted says whether the store decides with EVALSHA of DecideLua,
+// having found Redis refuse functions; false while it calls
+// DecideFunction.
+func (s *Store) Scripted() bool { return s.decider.scripts.Load() }
+
+// loadLibrary loads DecideLibrary into c's server, or every primary of a
+// Cluster. A server holding it already (another gateway loaded it) is
+// ready too.
+func loadLibrary(ctx context.Context, c goredis.UniversalClient) error {
+	if cluster, ok := c.(*goredis.ClusterClient); ok {
+		return cluster.ForEachMaster(ctx, func(ctx context.Context, node *goredis.Client) error {
+			return loaded(node.FunctionLoad(ctx, DecideLibrary).Err())
+		})
+	}
+	return loaded(c.FunctionLoad(ctx, DecideLibrary).Err())
+}
+
+// loaded is FUNCTION LOAD's err, nil when the server held the library
+// already.
+func loaded(err error) error {
+	if err != nil && strings.Contains(err.Error(), "already exists") {
+		return nil
+	}
+	return err
+}
+
+// isNoFunction says whether err is a server's refusal of an FCALL whose
+// function it does not hold.
+func isNoFunction(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "ERR Function not found")
+}
+
+// refusesFunctions says whether err is a server's refusal of FCALL
+// itself: a command it does not know, or its user may not run.
+func refusesFunctions(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.HasPrefix(msg, "err unknown command") && strings.Contains(msg, "fcall") ||
+		strings.HasPrefix(msg, "noperm") && strings.Contains(msg, "'fcall'")
+}
