@@ -101,16 +101,26 @@ func loaded(err error) error {
 // isNoFunction says whether err is a server's refusal of an FCALL whose
 // function it does not hold.
 func isNoFunction(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "ERR Function not found")
+	return err != nil && strings.Contains(strings.ToLower(err.Error()), "function not found")
 }
 
-// refusesFunctions says whether err is a server's refusal of FCALL
-// itself: a command it does not know, or its user may not run.
+// refusesFunctions says whether err is a refusal of FCALL itself: a
+// command the server (Redis 6, here "unknown command 'FCALL'") or a proxy
+// in front of it ("unsupported command") does not know, or the user may
+// not run ("NOPERM ... 'fcall' command"). The decide code's own errors
+// never name FCALL.
 func refusesFunctions(err error) bool {
 	if err == nil {
 		return false
 	}
 	msg := strings.ToLower(err.Error())
-	return strings.HasPrefix(msg, "err unknown command") && strings.Contains(msg, "fcall") ||
-		strings.HasPrefix(msg, "noperm") && strings.Contains(msg, "'fcall'")
+	if !strings.Contains(msg, "fcall") {
+		return false
+	}
+	for _, refusal := range []string{"unknown command", "unsupported", "not supported", "noperm", "not allowed"} {
+		if strings.Contains(msg, refusal) {
+			return true
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -226,4 +227,23 @@ func TestConformanceLibraryLost(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
 		run(t, Options{Settings: Settings{Addrs: cluster.Addrs()}, Cluster: true}, cluster.Addrs())
 	})
+}
+
+// The refusals of FCALL that send the store to the script: Redis 6's, a
+// proxy's, an ACL's; not a missing library, nor the code's own errors.
+func TestRefusesFunctions(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"ERR unknown command 'FCALL', with args beginning with: 'tollgate_decide_x' '1' ": true,
+		"ERR unknown command `fcall`, with args beginning with: ":                         true,
+		"ERR unsupported command 'fcall'":                                                 true,
+		"NOPERM User tollgate has no permissions to run the 'fcall' command":              true,
+		"ERR Function not found":                                                          false,
+		"WRONGTYPE Operation against a key holding the wrong kind of value":               false,
+		"ERR tollgate: a stored state is unreadable (not written by tollgate)":            false,
+		"NOPERM No permissions to access a key":                                           false,
+	} {
+		if got := refusesFunctions(errors.New(msg)); got != want {
+			t.Errorf("refusesFunctions(%q) = %v, want %v", msg, got, want)
+		}
+	}
 }
