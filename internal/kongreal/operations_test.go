@@ -419,11 +419,17 @@ func TestKongRefusalHealsAtDefaultLevel(t *testing.T) {
 	k := Start(t, Options{Prefix: prefix, Postgres: pg, Extra: append(slices.Clone(defaultLogLevel), "nginx_user = nobody nogroup")})
 	k.AdminWant(201, "POST", "/services", map[string]any{"name": "heal", "url": up.URL})
 	k.AdminWant(201, "POST", "/services/heal/routes", map[string]any{"name": "heal", "paths": []string{"/heal"}})
-	probeWorkers(k, "heal")
+	probe := probeWorkers(k, "heal")
 	k.AdminWant(201, "POST", "/routes/heal/plugins", map[string]any{"name": "tollgate",
 		"config": map[string]any{"hour": 100, "limit_by": "ip", "policy": "cluster", "fault_tolerant": false}})
+	// A worker rebuilds its plugins within worker_state_update_frequency
+	// and serves the route without tollgate until then. The probe, changed
+	// after tollgate was added, marks the answers of workers that rebuilt
+	// since: those run tollgate, and must refuse.
+	k.AdminWant(200, "PATCH", "/plugins/"+probe, map[string]any{"config": map[string]any{
+		"header_filter": []string{probeWorker, `kong.response.set_header("X-Probe-Rebuilt", "yes")`}}})
 	waitfor.True(t, 30*time.Second, "the refusal in Kong's log", func() bool {
-		if a := k.GetOnce("/heal", probeClient()); a.Status != 500 && a.Status != 404 {
+		if a := k.GetOnce("/heal", probeClient()); a.Status != 500 && a.Status != 404 && a.Headers.Get("X-Probe-Rebuilt") != "" {
 			t.Fatalf("while .kong_env is unreadable: %s, want Kong's 500", a)
 		}
 		return strings.Contains(k.ErrorLog(), "config refused, every request answered 500 until the cause is gone")

@@ -13,11 +13,16 @@ import (
 
 // probeWorkers adds to route a post-function plugin that names the worker
 // answering each response in X-Probe-Worker, for everyWorker.
-func probeWorkers(k *Kong, route string) {
+func probeWorkers(k *Kong, route string) (id string) {
 	k.t.Helper()
-	k.AdminWant(201, "POST", "/routes/"+route+"/plugins", map[string]any{"name": "post-function", "config": map[string]any{
-		"header_filter": []string{`kong.response.set_header("X-Probe-Worker", "w" .. ngx.worker.id())`}}})
+	probe := k.AdminWant(201, "POST", "/routes/"+route+"/plugins", map[string]any{"name": "post-function", "config": map[string]any{
+		"header_filter": []string{probeWorker}}})
+	id, _ = probe["id"].(string)
+	return id
 }
+
+// probeWorker is the probe's Lua: it names the worker that answered.
+const probeWorker = `kong.response.set_header("X-Probe-Worker", "w" .. ngx.worker.id())`
 
 // probes numbers the requests everyWorker sends, so each has a client
 // address of its own across a test's calls.
