@@ -4,7 +4,9 @@ package kongreal
 
 import (
 	"fmt"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,4 +64,18 @@ func everyWorker(t *testing.T, k *Kong, what, path string, headers func() []stri
 		}
 		return true
 	})
+}
+
+// TestKongPluginServersTakeHalfTheCPUs: each plugin server Kong starts
+// runs Go on half the CPUs Go would use, rounded up, unless its
+// start_cmd sets GOMAXPROCS, and says which in Kong's log (at info, as
+// Kong logs a plugin server's output).
+func TestKongPluginServersTakeHalfTheCPUs(t *testing.T) {
+	k := Start(t, Options{Env: map[string][]string{"tollgate": {"GOMAXPROCS=3"}}})
+	half := (runtime.GOMAXPROCS(0) + 1) / 2
+	for name, want := range map[string]int{"tollgate": 3, "tollgate-response": half, "tollgate-response-ratelimiting": half} {
+		// Kong's line: "... [<name>:<pid>] <time> listening on <prefix>/<name>.socket, GOMAXPROCS 1, context: ngx.timer".
+		line := fmt.Sprintf("/%s.socket, GOMAXPROCS %d,", name, want)
+		waitfor.True(t, 10*time.Second, "Kong's log: "+line, func() bool { return strings.Contains(k.ErrorLog(), line) })
+	}
 }

@@ -363,3 +363,15 @@ func TestPanicCostsOneEvent(t *testing.T) {
 		t.Errorf("after the panics the other instance read %q", v)
 	}
 }
+
+func TestProcsBesideKong(t *testing.T) {
+	for _, c := range []struct {
+		cpus int
+		env  string
+		want int
+	}{{1, "", 1}, {2, "", 1}, {3, "", 2}, {4, "", 2}, {16, "", 8}, {2, "2", 2}, {16, "3", 16}} {
+		if got := ProcsBesideKong(c.cpus, c.env); got != c.want {
+			t.Errorf("ProcsBesideKong(%d, %q) = %d, want %d", c.cpus, c.env, got, c.want)
+		}
+	}
+}
