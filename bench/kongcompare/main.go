@@ -14,9 +14,14 @@
 //	vs kong-rate-limiting allowed-redis <f>
 //	vs kong-rate-limiting denied-local <f>
 //	vs tollgate-allowed denied-local <f>
+//	vs floor allowed-local <f>
 //
 // f is the median over rounds of the same round's ratio of requests/s
-// (> 1: tollgate better), with the CPU model and Kong's worker count.
+// (> 1: tollgate better), with the CPU model and Kong's worker count. The
+// floor is a Go plugin making tollgate's two PDK calls and deciding
+// nothing (kongplugin/internal/kongfloor); a last line gives the floor
+// against Kong's rate-limiting, local: what the plugin protocol alone
+// allows a Go plugin against Kong's own.
 package main
 
 import (
@@ -192,6 +197,7 @@ func main() {
 	fmt.Printf("vs kong-rate-limiting denied-local %s\n", ratio(routes[7], routes[6]))
 	fmt.Printf("vs tollgate-allowed denied-local %s\n", ratio(routes[7], routes[3]))
 	fmt.Printf("vs floor allowed-local %s\n", ratio(routes[3], routes[9]))
+	fmt.Printf("the floor against kong-rate-limiting, local: %s\n", ratio(routes[9], routes[1]))
 	cpuOf := func(rt *route) float64 {
 		return median(samples[rt], func(x sample) float64 { return x.kongUS + x.pluginUS })
 	}

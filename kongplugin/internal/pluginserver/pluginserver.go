@@ -473,6 +473,8 @@ func ListenAndServe(name, path string, start func(config []byte) (any, error)) e
 // plugin server takes about a third of an allowed request's CPU
 // (docs/performance.md), so half the CPUs leave it room; on 2 vCPUs the default
 // cut the plugin server's CPU per request on a Redis route by a fifth.
+// It is set once, at start: Go no longer follows a later change of the
+// container's CPU limit.
 func ProcsBesideKong(cpus int, env string) int {
 	if env != "" {
 		return cpus
