@@ -10,11 +10,14 @@ import (
 
 	"github.com/tollgate/tollgate/core/admin"
 	"github.com/tollgate/tollgate/kongplugin"
+	"github.com/tollgate/tollgate/kongplugin/internal/pluginserver"
 )
 
 // main reads the operators' socket path from $TOLLGATE_ADMIN_SOCKET
-// (admin.SocketEnv): the one environment variable the server reads; its
+// (admin.SocketEnv) and $GOMAXPROCS (pluginserver.RunBesideKong): the
+// environment variables the server reads; its
 // command line is kongplugin.Main's.
 func main() {
+	pluginserver.RunBesideKong(os.Getenv("GOMAXPROCS"))
 	os.Exit(kongplugin.Main(os.Args, kongplugin.WithResponse, os.Getenv(admin.SocketEnv)))
 }

@@ -457,11 +457,14 @@ func ListenAndServe(name, path string, start func(config []byte) (any, error)) e
 		return err
 	}
 	defer l.Close()
-	procs := ProcsBesideKong(runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS"))
-	runtime.GOMAXPROCS(procs)
-	log.Printf("listening on %s, GOMAXPROCS %d", l.Addr(), procs)
+	log.Printf("listening on %s, GOMAXPROCS %d", l.Addr(), runtime.GOMAXPROCS(0))
 	return New(name, start).Serve(l)
 }
+
+// RunBesideKong sets the process's GOMAXPROCS to ProcsBesideKong's, env
+// being the GOMAXPROCS environment variable: a plugin server's main calls
+// it before it serves.
+func RunBesideKong(env string) { runtime.GOMAXPROCS(ProcsBesideKong(runtime.GOMAXPROCS(0), env)) }
 
 // ProcsBesideKong is the GOMAXPROCS a plugin server runs with, given the
 // one Go chose (cpus: the machine's or its container's CPUs) and the
