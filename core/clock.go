@@ -41,11 +41,29 @@ func (c *ManualClock) Advance(d time.Duration) { c.Micros += int64(d / time.Micr
 // clockOrigin anchors the monotonic clock to the wall clock once; every
 // later reading is the runtime's monotonic clock (runtime.nanotime) alone,
 // read directly: about a quarter of what time.Now costs (it reads the wall
-// clock too), and each decision reads it at least once.
-var clockOrigin = time.Now()
+// clock too), and each decision reads it at least once. clockOriginNanos
+// is the monotonic clock's reading at clockOrigin (ns).
+var clockOrigin, clockOriginNanos = anchor(nanotime, time.Now)
 
-// clockOriginNanos is the monotonic clock's reading at clockOrigin (ns).
-var clockOriginNanos = nanotime()
+// anchor reads the wall clock between two readings of the monotonic clock
+// (ns), a few times, and returns the reading taken between the closest
+// pair with their midpoint. A process descheduled between reading one
+// clock and the other (a busy machine starting a gateway) would otherwise
+// keep every later reading behind the wall clock by as long as it waited,
+// and decide its windows that late for as long as it runs.
+func anchor(mono func() int64, wall func() time.Time) (time.Time, int64) {
+	var origin time.Time
+	var originNanos, gap int64 = 0, -1
+	for try := 0; try < 8 && (gap < 0 || gap > 2000); try++ {
+		before := mono()
+		w := wall()
+		after := mono()
+		if gap < 0 || after-before < gap {
+			origin, originNanos, gap = w, before+(after-before)/2, after-before
+		}
+	}
+	return origin, originNanos
+}
 
 // clockOriginMicros is clockOrigin's Unix time in µs.
 var clockOriginMicros = clockOrigin.UnixMicro()
