@@ -14,7 +14,10 @@
 // Keys are spread over shards. A shard's index is an open-addressed table
 // whose slots hold the entries themselves, so a decision on a tracked key
 // misses the cache once, and hold no pointers, so the collector does not
-// scan a million keys. Readers probe it without a lock (an entry is
+// scan a million keys. A one-limit policy's state lies in its entry; a
+// sliding log's ring of times lies apart, named by its entry's index in a
+// shard-wide slice of ring headers, and holds no pointers: a key costs
+// the collector one small object to mark and none to scan. Readers probe it without a lock (an entry is
 // published by storing its hash last), and each entry has its own lock,
 // so a decision on a tracked key takes exactly one lock, the key's own,
 // and allocates nothing. Only inserts, evictions and a table's rebuild
@@ -85,9 +88,19 @@ type Store struct {
 }
 
 type shard struct {
-	mu    sync.Mutex // held to change table, n, auxes, free or shared
-	table atomic.Pointer[table]
-	n     int // live entries
+	mu sync.Mutex // held to change table, n, auxes, free or shared
+	// ringMu is held to change rings or freeRings. A decision growing
+	// its ring takes it under its entry's lock; nothing takes an entry's
+	// lock under it.
+	ringMu sync.Mutex
+	// rings are the ringed entries' sliding-log rings, by index (entry.c):
+	// a decision's state points at its entry's. Grown by copy under
+	// ringMu, so a decision reads its own without it; an entry's ring is
+	// written under its lock and ringMu.
+	rings     atomic.Pointer[[]algo.Ring]
+	freeRings []uint32
+	table     atomic.Pointer[table]
+	n         int // live entries
 	// auxes are the entryAux entries name by index (entry.aux). Grown by
 	// copy under mu, so a decision reads it without mu; an index is
 	// reused (free) only once no entry names it.
@@ -134,19 +147,22 @@ const (
 
 // entry is one (policy, key)'s state, in its table's slot: one cache
 // line, 64 bytes, so a decision on a one-limit policy misses the cache
-// once, and 100k keys' entries lie on 100k lines. What inserts and sweeps
-// read besides (idle time, limit layout, the states of a policy whose
-// states are not inline) is apart, in the shard's auxes.
+// once (a sliding log's, once more for its ring), and 100k keys' entries
+// lie on 100k lines. What inserts and sweeps read besides (idle time,
+// limit layout, the states of a policy of stacked limits) is apart, in
+// the shard's auxes.
 type entry struct {
 	hash     atomic.Uint64 // the identity's first half, stored last when inserted; or empty or tombstone
 	mu       sync.Mutex
 	id2      uint64 // the identity's second half; set before hash
 	lastUsed int64  // µs; dead once it is dropped or moved; guarded by mu
-	// a, b, c are an inline entry's state: an algo.State without its
-	// ring, for a one-limit policy whose algorithm keeps none.
+	// a, b, c are an inline entry's state, an algo.State's A, B and C; a
+	// ringed entry's c is the index of its ring in the shard's rings
+	// instead (a sliding log's C is always 0).
 	a, b, c int64
 	aux     uint32 // the index of its entryAux in the shard's auxes
 	inline  bool   // its one state is a, b, c; else its aux's states
+	ringed  bool   // inline, and its state's Log is the shard's rings[c]
 }
 
 // entryAux is what an entry's inserts and sweeps read, not its decisions
@@ -154,13 +170,12 @@ type entry struct {
 // nothing (no states parked) share one. An entry's aux is set only before
 // the entry is published (insert, takeOver).
 type entryAux struct {
-	idle   int64         // µs after lastUsed when the states equal fresh ones
-	layout []string      // the policy's LimitIDs: which limit each state is
-	states []algo.State  // nil for an inline entry
-	parked *[]parked     // states of limits the key had under a same-named policy, not under this one
-	users  int           // entries that name it; guarded by the shard's mu
-	cached bool          // among the shard's shared auxes
-	one    [1]algo.State // states, for one limit that keeps a ring
+	idle   int64        // µs after lastUsed when the states equal fresh ones
+	layout []string     // the policy's LimitIDs: which limit each state is
+	states []algo.State // nil for an inline entry
+	parked *[]parked    // states of limits the key had under a same-named policy, not under this one
+	users  int          // entries that name it; guarded by the shard's mu
+	cached bool         // among the shard's shared auxes
 }
 
 // parked is the state of a limit (by LimitID) that a key's entry carries
@@ -177,9 +192,13 @@ type parked struct {
 const dead = -1
 
 // inlines reports whether a policy of limits keeps its one state in its
-// entries: one limit, whose algorithm keeps no ring of times.
-func inlines(limits []algo.Limit) bool {
-	return len(limits) == 1 && limits[0].Algorithm != algo.SlidingLog && limits[0].Algorithm != algo.InFlight
+// entries, and whether that state has a ring of times, kept in the
+// shard's rings.
+func inlines(limits []algo.Limit) (inline, ringed bool) {
+	if len(limits) != 1 {
+		return false, false
+	}
+	return true, limits[0].Algorithm == algo.SlidingLog || limits[0].Algorithm == algo.InFlight
 }
 
 // awaitChange returns once the shard's change in progress is done: the
@@ -265,16 +284,81 @@ func (sh *shard) own(e *entry) *entryAux {
 func (sh *shard) held(e *entry, buf *[1]algo.State) []algo.State {
 	if e.inline {
 		buf[0] = algo.State{A: e.a, B: e.b, C: e.c}
+		if e.ringed {
+			buf[0].C, buf[0].Log = 0, sh.ringAt(e.c)
+		}
 		return buf[:]
 	}
 	return sh.auxAt(e.aux).states
 }
 
 // keep writes back an inline entry's state that held copied into buf.
-func (e *entry) keep(buf *[1]algo.State) {
-	if e.inline {
-		e.a, e.b, e.c = buf[0].A, buf[0].B, buf[0].C
+func (sh *shard) keep(e *entry, buf *[1]algo.State) {
+	if !e.inline {
+		return
 	}
+	e.a, e.b = buf[0].A, buf[0].B
+	if !e.ringed {
+		e.c = buf[0].C
+		return
+	}
+	sh.keepRing(e.c, buf[0].Log)
+}
+
+// ringAt returns the ring of index i, or nil if it has none. A decision
+// calls it under the lock of the entry that owns i; the ring it returns
+// is the shard's, valid only under that lock.
+func (sh *shard) ringAt(i int64) *algo.Ring {
+	r := &(*sh.rings.Load())[i]
+	if r.Times == nil {
+		return nil
+	}
+	return r
+}
+
+// keepRing makes ring the ring of index i if it is another than the one
+// there (Step grew it, a lease's end laid it out anew, a reset dropped
+// it), under the lock of the entry that owns i.
+func (sh *shard) keepRing(i int64, ring *algo.Ring) {
+	if ring == sh.ringAt(i) {
+		return
+	}
+	sh.ringMu.Lock()
+	r := &(*sh.rings.Load())[i]
+	if r.Times = nil; ring != nil {
+		r.Times = ring.Times
+	}
+	sh.ringMu.Unlock()
+}
+
+// addRing returns a ring index for a new entry, free or new, holding no
+// ring. sh.mu is held.
+func (sh *shard) addRing() int64 {
+	sh.ringMu.Lock()
+	defer sh.ringMu.Unlock()
+	if n := len(sh.freeRings); n > 0 {
+		i := sh.freeRings[n-1]
+		sh.freeRings = sh.freeRings[:n-1]
+		return int64(i)
+	}
+	var grown []algo.Ring
+	if cur := sh.rings.Load(); cur != nil {
+		grown = append(*cur, algo.Ring{}) // past the old length: no reader of it looks there
+	} else {
+		grown = []algo.Ring{{}}
+	}
+	sh.rings.Store(&grown)
+	return int64(len(grown) - 1)
+}
+
+// releaseRing frees ring index i, of an entry being dropped: its ring goes
+// to the collector, unless a state taken over or parked holds it (in a
+// copy: see takeOver). sh.mu and the entry's lock are held.
+func (sh *shard) releaseRing(i int64) {
+	sh.ringMu.Lock()
+	(*sh.rings.Load())[i] = algo.Ring{}
+	sh.freeRings = append(sh.freeRings, uint32(i))
+	sh.ringMu.Unlock()
 }
 
 func newTable(size int) *table {
@@ -397,11 +481,17 @@ func (s *Store) Decide(_ context.Context, p *core.Policy, key string, cost int64
 			continue
 		}
 		now = max(now, e.lastUsed)
-		if e.inline {
+		switch {
+		case e.ringed:
+			st := [1]algo.State{{A: e.a, B: e.b, Log: sh.ringAt(e.c)}}
+			ps.Apply(st[:], now, cost, d)
+			e.a, e.b = st[0].A, st[0].B
+			sh.keepRing(e.c, st[0].Log)
+		case e.inline:
 			st := [1]algo.State{{A: e.a, B: e.b, C: e.c}}
 			ps.Apply(st[:], now, cost, d)
 			e.a, e.b, e.c = st[0].A, st[0].B, st[0].C
-		} else {
+		default:
 			ps.Apply(sh.auxAt(e.aux).states, now, cost, d)
 		}
 		e.lastUsed = now
@@ -452,6 +542,13 @@ func (s *Store) Inspect(_ context.Context, p *core.Policy, key string, d *core.D
 	now := s.now()
 	s.withEntry(p, key, func(held []algo.State, last int64) int64 {
 		copy(states, held) // Step with cost 0 writes no ring slot it returns
+		for i := range states {
+			if states[i].Log != nil {
+				// A ringed entry's is its slot in the shard's rings,
+				// which its next decision may change.
+				states[i].Log = &algo.Ring{Times: states[i].Log.Times}
+			}
+		}
 		now = max(now, last)
 		return last
 	})
@@ -497,7 +594,7 @@ func (s *Store) withEntry(p *core.Policy, key string, f func(states []algo.State
 		}
 		var buf [1]algo.State
 		e.lastUsed = f(sh.held(e, &buf), e.lastUsed)
-		e.keep(&buf)
+		sh.keep(e, &buf)
 		e.mu.Unlock()
 		return
 	}
@@ -551,16 +648,14 @@ func (s *Store) insert(sh *shard, id1, id2 uint64, p *core.Policy, now int64) *e
 	layout, idle := ps.LimitIDs(), ps.IdleMicros()
 	e := t.reserve(id1)
 	e.id2, e.lastUsed, e.a, e.b, e.c = id2, now, 0, 0, 0
-	if e.inline = inlines(p.Limits()); e.inline {
+	if e.inline, e.ringed = inlines(p.Limits()); e.inline {
 		e.aux = sh.sharedAux(layout, idle)
 		sh.auxAt(e.aux).users++
-	} else {
-		a := &entryAux{idle: idle, layout: layout, users: 1}
-		a.states = a.one[:] // one limit keeping a ring: its state beside the rest, one miss fewer
-		if len(layout) > 1 {
-			a.states = make([]algo.State, len(layout))
+		if e.ringed {
+			e.c = sh.addRing()
 		}
-		e.aux = sh.addAux(a)
+	} else {
+		e.aux = sh.addAux(&entryAux{idle: idle, layout: layout, users: 1, states: make([]algo.State, len(layout))})
 	}
 	if old := t.sibling(id1, id2); old != nil {
 		s.takeOver(sh, e, old)
@@ -598,7 +693,12 @@ func (s *Store) takeOver(sh *shard, e, old *entry) {
 	}
 	var theirs [1]algo.State
 	oldAux := sh.auxAt(old.aux)
-	for j, st := range sh.held(old, &theirs) {
+	held := sh.held(old, &theirs)
+	if old.ringed && held[0].Log != nil {
+		// Its ring is old's slot in the shard's rings, freed below.
+		held[0].Log = &algo.Ring{Times: held[0].Log.Times}
+	}
+	for j, st := range held {
 		place(oldAux.layout[j], st)
 	}
 	if oldAux.parked != nil {
@@ -606,7 +706,7 @@ func (s *Store) takeOver(sh *shard, e, old *entry) {
 			place(p.id, p.state)
 		}
 	}
-	e.keep(&mine)
+	sh.keep(e, &mine)
 	if len(carried) > 0 {
 		sh.own(e).parked = &carried
 	}
@@ -635,7 +735,7 @@ func (s *Store) rebuild(sh *shard, t *table) *table {
 		e.mu.Lock()
 		if e.lastUsed != dead {
 			moved := nt.reserve(e.hash.Load())
-			moved.id2, moved.lastUsed, moved.a, moved.b, moved.c, moved.aux, moved.inline = e.id2, e.lastUsed, e.a, e.b, e.c, e.aux, e.inline
+			moved.id2, moved.lastUsed, moved.a, moved.b, moved.c, moved.aux, moved.inline, moved.ringed = e.id2, e.lastUsed, e.a, e.b, e.c, e.aux, e.inline, e.ringed
 			moved.hash.Store(e.hash.Load())
 			e.lastUsed = dead
 		}
@@ -679,6 +779,9 @@ func (s *Store) drop(sh *shard, e *entry) {
 	e.lastUsed = dead
 	e.hash.Store(tombstone)
 	sh.release(e.aux)
+	if e.ringed {
+		sh.releaseRing(e.c)
+	}
 	sh.n--
 }
 
