@@ -45,6 +45,46 @@ func TestRotatingKeysStayUnderCap(t *testing.T) {
 	}
 }
 
+// TestEvictedKeysFreeTheirRings: a one-limit sliding log's ring lies in
+// its shard's slice of rings; a key evicted frees its place there, which
+// the next key takes, fresh, so rotating keys hold only the live keys'
+// rings.
+func TestEvictedKeysFreeTheirRings(t *testing.T) {
+	clock := &core.ManualClock{Micros: storetest.T0}
+	s := MustNew(Options{MaxKeys: 1000, Clock: clock})
+	p := core.MustPolicy("p", core.PolicyOptions{}, algo.Limit{Count: 10, Window: time.Hour, Algorithm: algo.SlidingLog})
+	ctx := context.Background()
+	var d core.Decision
+	for i := 0; i < 50_000; i++ {
+		key := "ip-" + strconv.Itoa(i)
+		for j := int64(0); j < 6; j++ { // a ring of 8
+			_ = s.Decide(ctx, p, key, 1, &d)
+			if !d.Allowed || d.Remaining != 10-1-j {
+				t.Fatalf("key %d, request %d: allowed %v remaining %d, want a fresh key's", i, j, d.Allowed, d.Remaining)
+			}
+		}
+	}
+	live, held := 0, 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		rings := *sh.rings.Load()
+		for _, r := range rings {
+			if r.Times != nil {
+				held++
+			}
+		}
+		if places := len(rings) - len(sh.freeRings); places != sh.n {
+			t.Errorf("shard %d: %d ring places taken for %d keys", i, places, sh.n)
+		}
+		live += sh.n
+		sh.mu.Unlock()
+	}
+	if held != live || live > s.MaxKeys() {
+		t.Fatalf("%d rings held for %d live keys (cap %d)", held, live, s.MaxKeys())
+	}
+}
+
 func TestExpiredKeysAreDroppedWithoutPressure(t *testing.T) {
 	clock := &core.ManualClock{Micros: storetest.T0}
 	s := MustNew(Options{Clock: clock})
