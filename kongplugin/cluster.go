@@ -137,18 +137,18 @@ func withoutCluster(declaration []byte) []byte {
 // forKong returns the schema a Kong with prefix gets from -dump: without
 // policy cluster when it has no database, as Kong's rate-limiting's
 // schema.lua decides (is_dbless).
-func forKong(full, dbless *kongschema.Schema) func(prefix string) (*kongschema.Schema, error) {
+func forKong(full, dbless func() *kongschema.Schema) func(prefix string) (*kongschema.Schema, error) {
 	return func(prefix string) (*kongschema.Schema, error) {
 		env, err := kongenv.Read(prefix)
 		if err != nil || env == nil {
-			return full, err
+			return full(), err
 		}
 		db, _ := env.Get("database")
 		role, _ := env.Get("role")
 		if db == "off" || role == "control_plane" || role == "data_plane" {
-			return dbless, nil
+			return dbless(), nil
 		}
-		return full, nil
+		return full(), nil
 	}
 }
 

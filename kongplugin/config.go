@@ -278,7 +278,7 @@ var schemaSource []byte
 // carry and compiles it (c.compiled); errors name the field and value.
 func (c *Config) decode(b []byte, v Variant) error {
 	*c = Config{}
-	err := schemas[v].Decode(b, c, &c.attached)
+	err := schemas[v]().Decode(b, c, &c.attached)
 	if err == nil {
 		c.compiled, err = compile(c)
 	}

@@ -20,7 +20,7 @@ import (
 func TestKongWindowsAsTheGrammar(t *testing.T) {
 	for _, c := range durationcorpus.Windows {
 		config := fmt.Sprintf(`{"limits": [{"count": 5, "window": %q}]}`, c.Text)
-		adminErr := schemas[WithResponse].Check(object(t, config))
+		adminErr := schemas[WithResponse]().Check(object(t, config))
 		var conf Config
 		pluginErr := conf.decode([]byte(config), WithResponse)
 		switch {

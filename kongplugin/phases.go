@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
+	"sync"
 
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
 )
@@ -51,17 +52,23 @@ func (v Variant) phases() []string {
 }
 
 // schemas are the declarations of each variant: schema.json is
-// WithResponse's; AccessOnly's is derived from it.
-var schemas = [...]*kongschema.Schema{
-	AccessOnly:   kongschema.MustParse(accessOnly(schemaJSON)),
-	WithResponse: kongschema.MustParse(schemaJSON),
+// WithResponse's; AccessOnly's is derived from it. Each is parsed at its
+// first use, not when the program starts: parsing them all took 17 ms
+// before a plugin server listened, and Kong 3.9.3 answers 500 to a
+// request that reaches a Go plugin before its socket exists
+// (kong/runloop/plugin_servers/plugin.lua: a failed start_instance is an
+// error, not retried), which Kong's own specs send right after starting
+// Kong.
+var schemas = [...]func() *kongschema.Schema{
+	AccessOnly:   sync.OnceValue(func() *kongschema.Schema { return kongschema.MustParse(accessOnly(schemaJSON)) }),
+	WithResponse: sync.OnceValue(func() *kongschema.Schema { return kongschema.MustParse(schemaJSON) }),
 }
 
 // dblessSchemas are schemas without policy cluster, for a Kong with no
-// database (see forKong).
-var dblessSchemas = [...]*kongschema.Schema{
-	AccessOnly:   kongschema.MustParse(accessOnly(withoutCluster(schemaJSON))),
-	WithResponse: kongschema.MustParse(withoutCluster(schemaJSON)),
+// database (see forKong), parsed at first use as schemas are.
+var dblessSchemas = [...]func() *kongschema.Schema{
+	AccessOnly:   sync.OnceValue(func() *kongschema.Schema { return kongschema.MustParse(accessOnly(withoutCluster(schemaJSON))) }),
+	WithResponse: sync.OnceValue(func() *kongschema.Schema { return kongschema.MustParse(withoutCluster(schemaJSON)) }),
 }
 
 // needsResponse are what AccessOnly leaves out of the declaration: the

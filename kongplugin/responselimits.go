@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/Kong/go-pdk"
@@ -38,7 +39,12 @@ const ResponseLimitsPriority = 900
 //go:embed response_ratelimiting.json
 var responseLimitsJSON []byte
 
-var responseLimitsSchema = kongschema.MustParse(responseLimitsJSON)
+// responseLimitsSchema and responseLimitsDBless are parsed at first
+// use, as schemas are.
+var (
+	responseLimitsSchema = sync.OnceValue(func() *kongschema.Schema { return kongschema.MustParse(responseLimitsJSON) })
+	responseLimitsDBless = sync.OnceValue(func() *kongschema.Schema { return kongschema.MustParse(withoutCluster(responseLimitsJSON)) })
+)
 
 // MainResponseLimits runs the plugin server of
 // tollgate-response-ratelimiting, the drop-in for Kong's bundled
@@ -51,7 +57,7 @@ func MainResponseLimits(args []string, adminSocket string) int {
 	return command.Main(args, command.Program{
 		Schema: responseLimitsSchema,
 		Info: kongschema.Info{Version: Version, Priority: ResponseLimitsPriority, Phases: []string{"access", "response"},
-			ForKong: forKong(responseLimitsSchema, kongschema.MustParse(withoutCluster(responseLimitsJSON)))},
+			ForKong: forKong(responseLimitsSchema, responseLimitsDBless)},
 		Serve: serveWith(startResponseLimits), Keys: ResponseLimitsKeysTarget, AdminSocket: adminSocket, Check: checker(ResponseLimitsKeysTarget),
 	}, os.Stdout, os.Stderr)
 }
@@ -131,7 +137,7 @@ type responseLimits struct {
 // field and value.
 func (c *ResponseLimitsConfig) decode(b []byte) error {
 	*c = ResponseLimitsConfig{}
-	err := responseLimitsSchema.Decode(b, c, &c.attached)
+	err := responseLimitsSchema().Decode(b, c, &c.attached)
 	if err == nil {
 		c.compiled, err = c.compile()
 	}

@@ -264,7 +264,7 @@ func TestKongSchemaRefusesWhatKongRefuses(t *testing.T) {
 					want = "config.charge: unknown field"
 				}
 			}
-			if err := schemas[v].Check(object(t, tc.config)); err == nil || !strings.Contains(err.Error(), want) {
+			if err := schemas[v]().Check(object(t, tc.config)); err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("variant %d: %s: at the Admin API %v, want %q", v, tc.config, err, want)
 			}
 			var c Config
@@ -276,7 +276,7 @@ func TestKongSchemaRefusesWhatKongRefuses(t *testing.T) {
 			if v == AccessOnly && needsResponse(config) {
 				continue // TestKongAccessOnlyRefusesWhatNeedsTheResponse
 			}
-			if err := schemas[v].Check(object(t, config)); err != nil {
+			if err := schemas[v]().Check(object(t, config)); err != nil {
 				t.Errorf("variant %d: %s: refused at the Admin API: %v", v, config, err)
 			}
 			var c Config
@@ -610,7 +610,7 @@ func TestKongYmlExampleValidates(t *testing.T) {
 			n++
 			config := normalize(p.Config).(map[string]any) // YAML ints as JSON numbers
 			raw, _ := json.Marshal(config)
-			if err := schemas[AccessOnly].Check(config); err != nil {
+			if err := schemas[AccessOnly]().Check(config); err != nil {
 				t.Errorf("%s: %v", raw, err)
 			}
 			var c Config
@@ -644,7 +644,7 @@ var kongStoresForMinute5 = [...]string{
 func TestKongStoresAsKong(t *testing.T) {
 	for v, stored := range kongStoresForMinute5 {
 		config := object(t, `{"minute": 5}`)
-		if err := schemas[v].Check(config); err != nil {
+		if err := schemas[v]().Check(config); err != nil {
 			t.Fatal(err)
 		}
 		// Kong writes null for every field it leaves unset; the plugin leaves
@@ -710,12 +710,12 @@ func TestKongAtLeastOneLimitInKongsWords(t *testing.T) {
 	const kongs = "at least one of these fields must be non-empty: 'config.second', 'config.minute', 'config.hour', 'config.day', 'config.month', 'config.year'"
 	for _, v := range []Variant{AccessOnly, WithResponse} {
 		for _, config := range []string{`{}`, `{"limits": []}`, `{"policy": "local"}`} {
-			if err := schemas[v].Check(object(t, config)); err == nil || !strings.HasSuffix(err.Error(), kongs) {
+			if err := schemas[v]().Check(object(t, config)); err == nil || !strings.HasSuffix(err.Error(), kongs) {
 				t.Errorf("variant %d: %s: %v, want exactly %q", v, config, err, kongs)
 			}
 		}
 		for _, config := range []string{`{"limits": [{"count": 1, "window": "1m"}]}`, `{"plans": [{"name": "p", "minute": 1}], "default_plan": "p"}`} {
-			if err := schemas[v].Check(object(t, config)); err != nil {
+			if err := schemas[v]().Check(object(t, config)); err != nil {
 				t.Errorf("variant %d: %s: %v", v, config, err)
 			}
 		}

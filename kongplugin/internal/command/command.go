@@ -27,10 +27,11 @@ const DefaultKongPrefix = "/usr/local/kong"
 
 // Program is what one plugin server binary serves.
 type Program struct {
-	// Schema is the plugin's full schema, which -dump prints with Info
-	// (go-pdk's own dump has the fields' types only, so Kong would accept
-	// any value); Info's Name and Socket are filled here.
-	Schema *kongschema.Schema
+	// Schema returns the plugin's full schema, which -dump prints with
+	// Info (go-pdk's own dump has the fields' types only, so Kong would
+	// accept any value); Info's Name and Socket are filled here. Serving
+	// does not call it: a server listens before it parses a schema.
+	Schema func() *kongschema.Schema
 	Info   kongschema.Info
 	// Serve serves Kong's plugin protocol for the plugin named name on
 	// socket, for the Kong whose prefix is prefix; it returns when the
@@ -90,7 +91,7 @@ func Main(args []string, p Program, stdout, stderr io.Writer) int {
 	}
 	socket := pluginserver.SocketPath(*prefix, name)
 	if *dump {
-		info, schema := p.Info, p.Schema
+		info, schema := p.Info, p.Schema()
 		info.Name, info.Socket = name, socket
 		given := false
 		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "kong-prefix" })

@@ -16,7 +16,7 @@ func program(served *[]string) Program {
 	schema := kongschema.MustParse([]byte(`{"fields": [{"config": {"type": "record", "fields": [{"a": {"type": "string"}}]}}]}`))
 	forKong := kongschema.MustParse([]byte(`{"fields": [{"config": {"type": "record", "fields": [{"b": {"type": "string"}}]}}]}`))
 	return Program{
-		Schema: schema,
+		Schema: func() *kongschema.Schema { return schema },
 		Info: kongschema.Info{Version: "1.2.3", Priority: 7, Phases: []string{"access"},
 			ForKong: func(string) (*kongschema.Schema, error) { return forKong, nil }},
 		Serve: func(prefix, name, socket string) error {

@@ -57,7 +57,7 @@ func start(config []byte) (any, error) {
 func main() {
 	pluginserver.RunBesideKong(os.Getenv("GOMAXPROCS"))
 	os.Exit(command.Main(os.Args, command.Program{
-		Schema: schema,
+		Schema: func() *kongschema.Schema { return schema },
 		Info:   kongschema.Info{Version: "0.1.0", Priority: 910, Phases: []string{"access"}},
 		Serve: func(_, name, socket string) error {
 			return pluginserver.ListenAndServe(name, socket, start)
