@@ -32,6 +32,8 @@ import (
 	"github.com/Kong/go-pdk/server/kong_plugin_protocol"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/tollgate/tollgate/kongplugin/internal/earlysocket"
 )
 
 // maxFrame bounds a frame's length (bytes): Kong's largest are an
@@ -126,7 +128,18 @@ func SocketPath(prefix, name string) string { return filepath.Join(prefix, name+
 // (kong/runloop/plugin_servers/process.lua). A command run by mistake
 // cannot get here: the command line refuses what it does not know before
 // anything is opened (command.Main).
+//
+// The socket the program opened as it started (earlysocket), if it is
+// this one, is taken over rather than replaced.
 func Listen(path string) (net.Listener, error) {
+	if f := earlysocket.Take(path); f != nil {
+		l, err := net.FileListener(f)
+		f.Close()
+		if err == nil {
+			l.(*net.UnixListener).SetUnlinkOnClose(true)
+			return l, nil
+		}
+	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("removing the old socket: %w", err)
 	}
