@@ -88,16 +88,21 @@ kong-test: kong
 # Postgres and Redis; Kong's lua_ssl_trusted_certificate is the plugin
 # servers' only trust (KONGSPEC_TOLLGATE_CA empty). Fails when a test that
 # passes on Kong's plugin does not pass on tollgate's, unless docs/kong.md
-# lists it (internal/kongspec). About 20 minutes on 2 cores. CI runs it
-# after make kong-test.
+# lists it (internal/kongspec). A tollgate test whose request reached a
+# plugin server before it listened (Kong 3.9.3 answers it 500: its specs
+# send a request as soon as Kong starts) is run again alone, up to
+# KONG_SPEC_ATTEMPTS times, and must pass. About 20 minutes on 2 cores.
+# CI runs it after make kong-test.
 KONG_SPEC_RUN ?= ../shared/kong-spec/run.sh
 KONG_SPECS ?= rl rrl rl-schema rrl-schema rl-api rrl-api rl-shorthand rrl-shorthand rl-integration rrl-integration
 KONG_SPEC_WORK ?= /tmp/kongspec
+KONG_SPEC_ATTEMPTS ?= 12
 kong-spec: kong
 	@test -f $(KONG_SPEC_RUN) || { echo "make kong-spec needs Kong's spec runner at $(KONG_SPEC_RUN) (KONG_SPEC_RUN=...)"; exit 1; }
 	rm -f $(KONG_SPEC_WORK)/logs/baseline-*.log $(KONG_SPEC_WORK)/logs/tollgate-*.log
 	KONGSPEC_SPECS="$(KONG_SPECS)" KONGSPEC_TOLLGATE_CA= KONGSPEC_WORK=$(KONG_SPEC_WORK) bash $(KONG_SPEC_RUN)
-	$(GO) run ./internal/kongspec -logs $(KONG_SPEC_WORK)/logs -specs "$(KONG_SPECS)" docs/kong.md
+	KONGSPEC_TOLLGATE_CA= KONGSPEC_WORK=$(KONG_SPEC_WORK) $(GO) run ./internal/kongspec -logs $(KONG_SPEC_WORK)/logs -specs "$(KONG_SPECS)" \
+		-rerun $(KONG_SPEC_RUN) -attempts $(KONG_SPEC_ATTEMPTS) docs/kong.md
 
 # The example fleets (examples/caddy, examples/kong) in a real Docker
 # engine, every image built here: installs docker.io and busybox-static
