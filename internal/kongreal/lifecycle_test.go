@@ -164,11 +164,20 @@ func TestKongCountersAcrossReloadAndConfig(t *testing.T) {
 		}
 	}
 	// The same services and plugins, the limit raised to 7: new plugin
-	// instances, the same counters.
+	// instances, the same counters. Kong's own local counter is kept
+	// too, but in many runs it then reads one more than Kong served:
+	// 200/2, with four requests to the route in Kong's access log (Kong
+	// 3.9.3 on 2 vCPUs: 7 runs of 16; 6 of 10 with a second's pause
+	// before the new config). Either is a kept count; a reset reads 200/6.
 	k.MustLoad(config(7))
 	want = map[string]string{paths[0]: "200/3", paths[1]: "200/5", paths[2]: "200/3", paths[3]: "200/3"}
 	for _, p := range paths {
-		if got := remaining(p); got != want[p] {
+		got := remaining(p)
+		if p == paths[0] && got == "200/2" {
+			t.Logf("%s after a new /config: %s, Kong's counter one over what it served", p, got)
+			continue
+		}
+		if got != want[p] {
 			t.Errorf("%s after a new /config: %s, want %s (one more used of 7)", p, got, want[p])
 		}
 	}
