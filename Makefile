@@ -275,9 +275,10 @@ bench-kong: kong
 	@command -v wrk >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; }
 	cd bench && PATH=$(KONG_PATH) $(GO) run ./kongcompare
 
-# One access event over the plugin server's socket, as Kong sends it.
+# One access event over the plugin server's socket, as Kong sends it; how
+# soon after it starts a plugin server's socket accepts.
 bench-kong-socket: deps
-	$(GO) test -run '^$$' -bench 'AccessOverSocket|VsFloor' -benchtime 3s ./kongplugin/
+	$(GO) test -run '^$$' -bench 'AccessOverSocket|VsFloor|StartToSocket' -benchtime 3s ./kongplugin/
 
 # The memory store's benchmarks, the Caddy handler and the net/http
 # middleware in process, each beside a handler that only sets the same

@@ -2,6 +2,9 @@ package kongplugin_test
 
 import (
 	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -131,4 +134,57 @@ func BenchmarkVsFloor(b *testing.B) {
 		fmt.Printf("%-8s p50 %v p99 %v (PDK calls: %s)\n", names[i], p50[i], t[len(t)*99/100], strings.Join(calls[i], ", "))
 	}
 	fmt.Printf("vs floor-plugin kong-access-p50 %.2f (tollgate %.2f× the floor's p50)\n", float64(p50[0])/float64(p50[1]), float64(p50[1])/float64(p50[0]))
+}
+
+// BenchmarkStartToSocket measures how long after the plugin server's
+// process starts its socket accepts a connection (Kong answers 500 to a
+// request that reaches the plugin before that): started as Kong starts it
+// (-kong-prefix DIR, so the socket opens while the packages initialize),
+// and with the flag given twice, a command line that serves the same but
+// that earlysocket leaves alone, so the socket opens in main. Five
+// alternating rounds of 20 starts each; it prints both medians and `vs
+// socket-in-main plugin-server-start-to-accept <main's ÷ ours>`.
+func BenchmarkStartToSocket(b *testing.B) {
+	if b.N > 1 {
+		return // measured once, at b.N == 1, by its own rounds
+	}
+	bin := kongproc.Binary(b)
+	socketAfter := func(twice bool) time.Duration {
+		prefix := b.TempDir()
+		args := []string{"-kong-prefix", prefix}
+		if twice {
+			args = append(args, args...)
+		}
+		cmd := exec.Command(bin, args...)
+		began := time.Now()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+		socket := filepath.Join(prefix, filepath.Base(bin)+".socket")
+		for deadline := began.Add(10 * time.Second); ; {
+			if c, err := net.Dial("unix", socket); err == nil {
+				took := time.Since(began)
+				c.Close()
+				return took
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%s %v: no socket after 10 s", bin, args)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	var early, inMain []time.Duration
+	for round := 0; round < 5; round++ {
+		for n := 0; n < 20; n++ {
+			early = append(early, socketAfter(false))
+		}
+		for n := 0; n < 20; n++ {
+			inMain = append(inMain, socketAfter(true))
+		}
+	}
+	slices.Sort(early)
+	slices.Sort(inMain)
+	fmt.Printf("start to accept: socket opened while initializing %v (median of %d), in main %v\n", early[len(early)/2], len(early), inMain[len(inMain)/2])
+	fmt.Printf("vs socket-in-main plugin-server-start-to-accept %.2f\n", float64(inMain[len(inMain)/2])/float64(early[len(early)/2]))
 }
