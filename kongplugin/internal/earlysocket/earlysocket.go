@@ -83,10 +83,13 @@ func listen(p string) (int, error) {
 	if err := syscall.Unlink(p); err != nil && err != syscall.ENOENT {
 		return -1, err
 	}
-	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	// Package init runs on one goroutine, which forks nothing meanwhile:
+	// close-on-exec set after the socket is made is in time.
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		return -1, err
 	}
+	syscall.CloseOnExec(fd)
 	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: p}); err != nil {
 		syscall.Close(fd)
 		return -1, err
