@@ -16,14 +16,16 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/core/admin"
+	"github.com/tollgate/tollgate/kongplugin/internal/earlysocket"
 	"github.com/tollgate/tollgate/kongplugin/internal/keys"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongcheck"
 	"github.com/tollgate/tollgate/kongplugin/internal/kongschema"
 	"github.com/tollgate/tollgate/kongplugin/internal/pluginserver"
 )
 
-// DefaultKongPrefix is -kong-prefix's default: Kong's own.
-const DefaultKongPrefix = "/usr/local/kong"
+// DefaultKongPrefix is -kong-prefix's default: Kong's own, where the
+// socket opened as the program starts (earlysocket) goes too.
+const DefaultKongPrefix = earlysocket.DefaultKongPrefix
 
 // Program is what one plugin server binary serves.
 type Program struct {
