@@ -8,6 +8,7 @@ package replybound
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -110,7 +111,9 @@ func (b *replyBounds) fail(err error) error {
 }
 
 // header checks one complete line: its first bytes (its CR included, if
-// any) and its whole length.
+// any) and its whole length. Only the lines that claim a length or a count
+// are read as numbers: a decision's reply is mostly integer lines, and
+// making each a string would cost an allocation.
 func (b *replyBounds) header(line []byte, full int) error {
 	if len(line) > 0 && line[len(line)-1] == '\r' {
 		line = line[:len(line)-1]
@@ -118,15 +121,12 @@ func (b *replyBounds) header(line []byte, full int) error {
 	if len(line) == 0 {
 		return fmt.Errorf("redis: an empty reply line")
 	}
-	kind, rest := line[0], string(line[1:])
-	if full > len(b.head) {
-		rest = "(a number of more than 20 digits)" // no bound's length needs one
-	}
+	kind := line[0]
 	switch kind {
 	case '$', '!', '=': // bulk string, blob error, verbatim string
-		n, err := strconv.ParseInt(rest, 10, 64)
+		n, err := number(line[1:], full)
 		if err != nil || n < -1 {
-			return fmt.Errorf("redis: a reply of type %q with length %q", kind, rest)
+			return fmt.Errorf("redis: a reply of type %q with length %q", kind, shown(line[1:], full))
 		}
 		if n > MaxBulk {
 			return fmt.Errorf("redis: a reply claims %d bytes, more than the %d a rate limiter reads", n, MaxBulk)
@@ -135,13 +135,34 @@ func (b *replyBounds) header(line []byte, full int) error {
 			b.skip = n + 2
 		}
 	case '*', '%', '~', '>', '|': // array, map, set, push, attribute
-		n, err := strconv.ParseInt(rest, 10, 64)
+		n, err := number(line[1:], full)
 		if err != nil || n < -1 {
-			return fmt.Errorf("redis: a reply of type %q with count %q", kind, rest)
+			return fmt.Errorf("redis: a reply of type %q with count %q", kind, shown(line[1:], full))
 		}
 		if n > MaxElements {
 			return fmt.Errorf("redis: a reply claims %d elements, more than the %d a rate limiter reads", n, MaxElements)
 		}
 	}
 	return nil
+}
+
+// errLong says a line holds more digits than any bound needs.
+var errLong = errors.New("more than 20 digits")
+
+// number reads a header line's decimal number, whose line was full bytes
+// long in all (only its first bytes are kept).
+func number(digits []byte, full int) (int64, error) {
+	if full > len(replyBounds{}.head) {
+		return 0, errLong
+	}
+	// (A string made only to be parsed is not kept: no allocation.)
+	return strconv.ParseInt(string(digits), 10, 64)
+}
+
+// shown is how an error quotes a header line's number.
+func shown(digits []byte, full int) string {
+	if full > len(replyBounds{}.head) {
+		return "(a number of more than 20 digits)" // no bound's length needs one
+	}
+	return string(digits)
 }

@@ -30,3 +30,17 @@ func TestReplyBoundsChunked(t *testing.T) {
 		}
 	}
 }
+
+// Checking a decision's reply allocates nothing: integer lines are not
+// read, and a count or length is parsed without keeping a string.
+func TestCheckingAReplyAllocatesNothing(t *testing.T) {
+	stream := []byte("*7\r\n:7\r\n:1764460000123456\r\n:1\r\n:999999\r\n:1000\r\n:0\r\n$5\r\nhello\r\n")
+	var b replyBounds
+	if n := testing.AllocsPerRun(100, func() {
+		if err := b.scan(stream); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations to check a reply, want 0", n)
+	}
+}
