@@ -41,11 +41,11 @@ type batcher struct {
 }
 
 // call is one decision: cost units (-1: a probe) under policy at now µs
-// (-1: Redis's TIME), on keys (Store.Keys), queued at the monotonic µs
-// queued.
+// (-1: Redis's TIME), on keys (the store's decisionKeys), queued at the
+// monotonic µs queued.
 type call struct {
 	policy            *core.Policy
-	keys              []string
+	keys              callKeys
 	cost, now, queued int64
 	reply             []int64
 	err               error
@@ -66,12 +66,18 @@ func newBatcher(client goredis.UniversalClient, decider *decider, lanes, max int
 	return b
 }
 
-// do queues one decision and waits for its reply or ctx's end. The lane
-// answers within the store's timeout of the call's queueing (see
-// sendInTime), so a decision needs no timer of its own.
-func (b *batcher) do(ctx context.Context, p *core.Policy, keys []string, cost, now int64) ([]int64, error) {
+// newCall returns a call for do, its keys left to the caller to set.
+func (b *batcher) newCall(p *core.Policy, cost, now int64) *call {
 	c := callPool.Get().(*call)
-	c.policy, c.keys, c.cost, c.now, c.reply, c.err = p, keys, cost, now, nil, nil
+	c.policy, c.cost, c.now, c.reply, c.err = p, cost, now, nil, nil
+	return c
+}
+
+// do queues c (from newCall) and waits for its reply or ctx's end; c is
+// not the caller's after. The lane answers within the store's timeout of
+// the call's queueing (see sendInTime), so a decision needs no timer of
+// its own.
+func (b *batcher) do(ctx context.Context, c *call) ([]int64, error) {
 	c.queued = b.clock.NowMicros()
 	select {
 	case b.queue <- c:
@@ -182,8 +188,7 @@ func (b *batcher) send(batch []*call, timeout time.Duration) {
 // script sends batch as one call of the script's batch form. It returns
 // the error that failed the whole batch (also set on every call).
 func (b *batcher) script(ctx context.Context, batch []*call) error {
-	keys, args := batchCommand(batch)
-	replies, err := b.decider.run(ctx, b.client, keys, args).Slice()
+	replies, err := b.decider.runCommand(ctx, b.client, batchCommand(batch)).Slice()
 	if err == nil {
 		err = split(replies, batch)
 	}
@@ -247,10 +252,12 @@ func split(answer []any, batch []*call) error {
 	return nil
 }
 
-// batchCommand is the batch form's keys and arguments (see DecideLua):
-// each distinct policy's limits once, then each run of requests in a row
-// with the same policy, now and cost: its length, policy, now and cost.
-func batchCommand(batch []*call) (keys []string, args []any) {
+// batchCommand is a decide call of the batch form (see DecideLua), its
+// first two places left to the decider (the command's and the code's
+// names): the number of keys, every request's keys, then each distinct
+// policy's limits once, then each run of requests in a row with the same
+// policy, now and cost: its length, policy, now and cost.
+func batchCommand(batch []*call) []any {
 	var policies []*core.Policy
 	index := make([]int, len(batch))
 	nkeys := 0
@@ -266,18 +273,22 @@ func batchCommand(batch []*call) (keys []string, args []any) {
 			index[i] = len(policies)
 			policies = append(policies, c.policy)
 		}
-		nkeys += len(c.keys)
+		nkeys += len(c.keys.keys)
 	}
-	args = make([]any, 0, 2+len(policies)*16+4*len(batch))
+	args := make([]any, 3, 3+nkeys+2+len(policies)*16+4*len(batch))
+	args[2] = nkeys
+	for _, c := range batch {
+		for k := range c.keys.keys {
+			args = append(args, &c.keys.keys[k])
+		}
+	}
 	args = append(args, batchForm, len(policies))
 	for _, p := range policies {
 		args = append(args, len(p.Limits()), ttlMillis(p))
 		args = appendLimits(args, p)
 	}
-	keys = make([]string, 0, nkeys)
 	run := 0 // where the current run's length is in args
 	for i, c := range batch {
-		keys = append(keys, c.keys...)
 		if i > 0 && index[i] == index[i-1] && c.now == batch[i-1].now && c.cost == batch[i-1].cost {
 			args[run] = args[run].(int) + 1
 			continue
@@ -285,7 +296,7 @@ func batchCommand(batch []*call) (keys []string, args []any) {
 		run = len(args)
 		args = append(args, 1, index[i]+1, c.now, c.cost)
 	}
-	return keys, args
+	return args
 }
 
 // batchForm is ARGV[1] of the script's batch form.
@@ -319,7 +330,7 @@ func (b *batcher) pipelined(ctx context.Context, batch []*call) []*goredis.Cmd {
 	cmds := make([]*goredis.Cmd, len(batch))
 	_, _ = b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, c := range batch {
-			cmds[i] = b.decider.cmd(ctx, p, c.keys, stepArgs(c.policy, c.now, c.cost))
+			cmds[i] = b.decider.cmd(ctx, p, c.keys.strings(), stepArgs(c.policy, c.now, c.cost))
 		}
 		return nil
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,10 +26,17 @@ type batches struct {
 	multi *int // batches of more than one request sent
 }
 
+// testCall is a call deciding key under p, as Decide queues it.
+func testCall(s *Store, p *core.Policy, key string, cost, now int64) *call {
+	c := &call{policy: p, cost: cost, now: now}
+	s.setDecisionKeys(&c.keys, p, key)
+	return c
+}
+
 func (s batches) DecideBatch(ctx context.Context, reqs []storetest.Request, ds []core.Decision) []error {
 	calls := make([]*call, len(reqs))
 	for i, r := range reqs {
-		calls[i] = &call{policy: r.Policy, keys: s.decisionKeys(r.Policy, r.Key), cost: r.Cost, now: r.At}
+		calls[i] = testCall(s.Store, r.Policy, r.Key, r.Cost, r.At)
 	}
 	s.batch.send(calls, s.timeout)
 	if len(calls) > 1 {
@@ -186,8 +194,10 @@ func TestBatchRefusedGoesOneByOne(t *testing.T) {
 func TestBatchFailsCallsQueuedPastTimeout(t *testing.T) {
 	s := newStore(t, Options{Settings: Settings{Addrs: []string{standalone.Addr}, Timeout: algo.Duration(time.Second)}})
 	now := s.batch.clock.NowMicros()
-	fresh := &call{policy: batchPolicy, keys: s.decisionKeys(batchPolicy, "fresh"), cost: 1, now: -1, queued: now}
-	stale := &call{policy: batchPolicy, keys: s.decisionKeys(batchPolicy, "stale"), cost: 1, now: -1, queued: now - 2_000_000}
+	fresh := testCall(s, batchPolicy, "fresh", 1, -1)
+	fresh.queued = now
+	stale := testCall(s, batchPolicy, "stale", 1, -1)
+	stale.queued = now - 2_000_000
 	s.batch.sendInTime([]*call{stale, fresh})
 	if !errors.Is(stale.err, context.DeadlineExceeded) {
 		t.Fatalf("a call queued 2 s ago with a 1 s timeout: err %v, want context.DeadlineExceeded", stale.err)
@@ -238,6 +248,34 @@ func TestBatchAnswerSplit(t *testing.T) {
 	} {
 		if err := split(bad, calls(1)); err == nil {
 			t.Errorf("answer %v for one request: no error", bad)
+		}
+	}
+}
+
+// A batched call names the keys Keys names (the hash, then the sorted set
+// of each sliding_log and in_flight limit), whatever the key's bytes and
+// length, also when its memory last held another, longer or shorter key.
+func TestCallKeysAreTheKeysKeysNames(t *testing.T) {
+	s := NewFromClient(goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}), Options{Settings: Settings{Prefix: "p:"}})
+	defer s.Close()
+	p := core.MustPolicy("api", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Second, Algorithm: algo.SlidingLog},
+		algo.Limit{Count: 2, Window: time.Minute}, algo.Limit{Count: 3, Window: time.Minute, Algorithm: algo.InFlight},
+		algo.Limit{Count: 4, Window: time.Hour, Algorithm: algo.SlidingLog})
+	var reused callKeys
+	for _, key := range []string{"client", "a}b{c%d", strings.Repeat("k", 300), "", "x", strings.Repeat("}", 70)} {
+		all := s.Keys(p, key)
+		want := []string{all[0], all[1], all[3], all[4]}
+		s.setDecisionKeys(&reused, p, key)
+		if got := reused.strings(); !slices.Equal(got, want) {
+			t.Fatalf("key %.20q: a call names %q, Keys %q", key, got, want)
+		}
+		for i := range reused.keys {
+			if b, _ := reused.keys[i].MarshalBinary(); string(b) != want[i] {
+				t.Fatalf("key %.20q: argument %d is sent as %q, want %q", key, i, b, want[i])
+			}
+		}
+		if got := s.decisionKeys(p, key); !slices.Equal(got, want) {
+			t.Fatalf("key %.20q: decisionKeys %q, Keys %q", key, got, want)
 		}
 	}
 }

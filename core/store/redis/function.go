@@ -30,15 +30,35 @@ func (d *decider) cmd(ctx context.Context, c goredis.Cmdable, keys []string, arg
 	return c.FCall(ctx, DecideFunction, keys, args...)
 }
 
+// runCommand sends the decide call command, its first two places left
+// for the command's and the code's names (batchCommand), as run does.
+func (d *decider) runCommand(ctx context.Context, c goredis.UniversalClient, command []any) *goredis.Cmd {
+	send := func() *goredis.Cmd {
+		if d.scripts.Load() {
+			command[0], command[1] = "evalsha", decideScript.Hash()
+		} else {
+			command[0], command[1] = "fcall", DecideFunction
+		}
+		return c.Do(ctx, command...)
+	}
+	return d.until(ctx, c, send)
+}
+
 // run sends one decide call on c, readying the server and sending it
 // again while the server says it did not run it for want of the code.
 func (d *decider) run(ctx context.Context, c goredis.UniversalClient, keys []string, args []any) *goredis.Cmd {
-	cmd := d.cmd(ctx, c, keys, args)
+	return d.until(ctx, c, func() *goredis.Cmd { return d.cmd(ctx, c, keys, args) })
+}
+
+// until sends a decide call on c, readying the server and sending it again
+// while the server says it did not run it for want of the code.
+func (d *decider) until(ctx context.Context, c goredis.UniversalClient, send func() *goredis.Cmd) *goredis.Cmd {
+	cmd := send()
 	for range maxRecoveries {
 		if !unrun(cmd.Err()) || !d.recover(ctx, c, cmd.Err()) {
 			break
 		}
-		cmd = d.cmd(ctx, c, keys, args)
+		cmd = send()
 	}
 	return cmd
 }

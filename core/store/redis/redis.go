@@ -384,15 +384,60 @@ func limitKey(hash string, p *core.Policy, i int) string {
 // decisionKeys is the part of Keys a decision's script reads: the hash,
 // then the sorted sets of p's sliding_log and in_flight limits alone.
 func (s *Store) decisionKeys(p *core.Policy, key string) []string {
-	keys := make([]string, 1, 1+len(p.Limits()))
-	keys[0] = s.stateKey(p, key)
+	var k callKeys
+	s.setDecisionKeys(&k, p, key)
+	return k.strings()
+}
+
+// setDecisionKeys writes decisionKeys(p, key) into k, reusing its memory.
+func (s *Store) setDecisionKeys(k *callKeys, p *core.Policy, key string) {
+	k.names = s.appendStateKey(k.names[:0], p, key)
+	hash := len(k.names)
+	k.keys = append(k.keys[:0], keyArg{end: hash})
 	for i := range p.Limits() {
 		if sorted(p.Limits()[i].Algorithm) {
-			keys = append(keys, limitKey(keys[0], p, i))
+			// As limitKey names it.
+			k.names = append(k.names, k.names[:hash]...)
+			k.names = append(append(k.names, ':'), p.StoreSide().LimitID(i)...)
+			k.keys = append(k.keys, keyArg{end: len(k.names)})
 		}
+	}
+	// Only now, k.names written whole, can each key point into it.
+	from := 0
+	for i := range k.keys {
+		k.keys[i].name = k.names[from:k.keys[i].end:k.keys[i].end]
+		from = k.keys[i].end
+	}
+}
+
+// callKeys is one request's keys (decisionKeys) as command arguments:
+// their names one after another in names, each sent as &keys[i]. Kept
+// with a pooled call, it makes a batched decision's keys cost no
+// allocation.
+type callKeys struct {
+	names []byte
+	keys  []keyArg
+}
+
+// strings returns k's keys as strings.
+func (k *callKeys) strings() []string {
+	keys := make([]string, len(k.keys))
+	for i := range k.keys {
+		keys[i] = string(k.keys[i].name)
 	}
 	return keys
 }
+
+// keyArg is one key of a callKeys. go-redis writes an
+// encoding.BinaryMarshaler's bytes as they are, and a pointer goes into
+// an interface without an allocation, where a string would take one.
+type keyArg struct {
+	name []byte
+	end  int // where name ends in its callKeys' names
+}
+
+// MarshalBinary returns the key's name, which the caller must not change.
+func (k *keyArg) MarshalBinary() ([]byte, error) { return k.name, nil }
 
 // sorted reports whether a limit of algorithm a keeps a sorted set.
 func sorted(a algo.Algorithm) bool { return a == algo.SlidingLog || a == algo.InFlight }
@@ -436,16 +481,18 @@ func (s *Store) Decide(ctx context.Context, p *core.Policy, key string, cost int
 // limits' states as Redis holds them (nil when a sliding log holds too many
 // times to send).
 func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int64, d *core.Decision) ([]algo.State, error) {
-	keys, now := s.decisionKeys(p, key), s.now()
+	now := s.now()
 	var reply []int64
 	var err error
 	if s.batch != nil {
-		reply, err = s.batch.do(ctx, p, keys, cost, now) // within s.timeout
+		c := s.batch.newCall(p, cost, now)
+		s.setDecisionKeys(&c.keys, p, key)
+		reply, err = s.batch.do(ctx, c) // within s.timeout
 	} else {
 		// The deadline bounds the whole decision, loading the code included.
 		ctx, cancel := context.WithTimeout(ctx, s.timeout)
 		defer cancel()
-		reply, err = s.decider.run(ctx, s.client, keys, stepArgs(p, now, cost)).Int64Slice()
+		reply, err = s.decider.run(ctx, s.client, s.decisionKeys(p, key), stepArgs(p, now, cost)).Int64Slice()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
@@ -658,11 +705,20 @@ var errShortReply = errors.New("redis: script's reply ends early")
 // stateKey names the hash of key's state under p; its braces are the
 // Cluster hash tag every key of (p, key) shares.
 func (s *Store) stateKey(p *core.Policy, key string) string {
+	var b [128]byte // the usual name fits: one allocation, the string's
+	return string(s.appendStateKey(b[:0], p, key))
+}
+
+// appendStateKey appends stateKey(p, key) to b.
+func (s *Store) appendStateKey(b []byte, p *core.Policy, key string) []byte {
 	name := p.Name()
+	b = append(append(b, s.prefix...), '{')
 	if strings.ContainsAny(name, "%}") || strings.ContainsAny(key, "%}") {
-		return s.prefix + "{" + tagEscaper.Replace(name+":"+key) + "}"
+		b = append(b, tagEscaper.Replace(name+":"+key)...)
+	} else {
+		b = append(append(append(b, name...), ':'), key...)
 	}
-	return s.prefix + "{" + name + ":" + key + "}" // the usual key: one allocation
+	return append(b, '}')
 }
 
 // tagEscaper escapes what would end a Cluster hash tag early: a "}" in a
