@@ -284,14 +284,17 @@ bench-kong-socket: deps
 # middleware in process, each beside a handler that only sets the same
 # five headers (their `vs header-floor` lines), a streamed answer's first
 # byte through Caddy charging its tokens beside Caddy without tollgate
-# (`vs caddy-without-tollgate`), and reading a model's answer's usage as
-# it streams beside encoding/json (`vs encoding-json`).
+# (`vs caddy-without-tollgate`), reading a model's answer's usage as
+# it streams beside encoding/json (`vs encoding-json`), eventual mode's
+# sync, and the Redis store's batched decisions (the client's CPU and
+# allocations per decision).
 bench-core:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/store/memory/
 	$(GO) test -run '^$$' -bench 'VsFloor|VsPlainCaddyFirstByte' ./caddymodule/
 	$(GO) test -run '^$$' -bench VsFloor ./core/httplimit/
 	$(GO) test -run '^$$' -bench VsEncodingJSON ./core/usage/
 	$(GO) test -run '^$$' -bench EventualSync -benchtime 200x ./core/store/redis/
+	$(GO) test -run '^$$' -bench DecideBatched -benchtime 3s ./core/store/redis/
 
 clean:
 	rm -rf bin .tmp
