@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/core"
+	"github.com/tollgate/tollgate/core/store/redis/keyname"
 )
 
 // batcher sends concurrent decisions to Redis together: each lane takes
@@ -45,7 +46,7 @@ type batcher struct {
 // monotonic µs queued.
 type call struct {
 	policy            *core.Policy
-	keys              callKeys
+	keys              keyname.Decision
 	cost, now, queued int64
 	reply             []int64
 	err               error
@@ -273,13 +274,13 @@ func batchCommand(batch []*call) []any {
 			index[i] = len(policies)
 			policies = append(policies, c.policy)
 		}
-		nkeys += len(c.keys.keys)
+		nkeys += c.keys.Len()
 	}
 	args := make([]any, 3, 3+nkeys+2+len(policies)*16+4*len(batch))
 	args[2] = nkeys
 	for _, c := range batch {
-		for k := range c.keys.keys {
-			args = append(args, &c.keys.keys[k])
+		for k := range c.keys.Len() {
+			args = append(args, c.keys.Arg(k))
 		}
 	}
 	args = append(args, batchForm, len(policies))
@@ -330,7 +331,7 @@ func (b *batcher) pipelined(ctx context.Context, batch []*call) []*goredis.Cmd {
 	cmds := make([]*goredis.Cmd, len(batch))
 	_, _ = b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, c := range batch {
-			cmds[i] = b.decider.cmd(ctx, p, c.keys.strings(), stepArgs(c.policy, c.now, c.cost))
+			cmds[i] = b.decider.cmd(ctx, p, c.keys.Strings(), stepArgs(c.policy, c.now, c.cost))
 		}
 		return nil
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,7 +28,7 @@ type batches struct {
 // testCall is a call deciding key under p, as Decide queues it.
 func testCall(s *Store, p *core.Policy, key string, cost, now int64) *call {
 	c := &call{policy: p, cost: cost, now: now}
-	s.setDecisionKeys(&c.keys, p, key)
+	c.keys.Set(s.prefix, p, key)
 	return c
 }
 
@@ -248,34 +247,6 @@ func TestBatchAnswerSplit(t *testing.T) {
 	} {
 		if err := split(bad, calls(1)); err == nil {
 			t.Errorf("answer %v for one request: no error", bad)
-		}
-	}
-}
-
-// A batched call names the keys Keys names (the hash, then the sorted set
-// of each sliding_log and in_flight limit), whatever the key's bytes and
-// length, also when its memory last held another, longer or shorter key.
-func TestCallKeysAreTheKeysKeysNames(t *testing.T) {
-	s := NewFromClient(goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}), Options{Settings: Settings{Prefix: "p:"}})
-	defer s.Close()
-	p := core.MustPolicy("api", core.PolicyOptions{}, algo.Limit{Count: 1, Window: time.Second, Algorithm: algo.SlidingLog},
-		algo.Limit{Count: 2, Window: time.Minute}, algo.Limit{Count: 3, Window: time.Minute, Algorithm: algo.InFlight},
-		algo.Limit{Count: 4, Window: time.Hour, Algorithm: algo.SlidingLog})
-	var reused callKeys
-	for _, key := range []string{"client", "a}b{c%d", strings.Repeat("k", 300), "", "x", strings.Repeat("}", 70)} {
-		all := s.Keys(p, key)
-		want := []string{all[0], all[1], all[3], all[4]}
-		s.setDecisionKeys(&reused, p, key)
-		if got := reused.strings(); !slices.Equal(got, want) {
-			t.Fatalf("key %.20q: a call names %q, Keys %q", key, got, want)
-		}
-		for i := range reused.keys {
-			if b, _ := reused.keys[i].MarshalBinary(); string(b) != want[i] {
-				t.Fatalf("key %.20q: argument %d is sent as %q, want %q", key, i, b, want[i])
-			}
-		}
-		if got := s.decisionKeys(p, key); !slices.Equal(got, want) {
-			t.Fatalf("key %.20q: decisionKeys %q, Keys %q", key, got, want)
 		}
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
 	"github.com/tollgate/tollgate/core/store/redis/denycache"
+	"github.com/tollgate/tollgate/core/store/redis/keyname"
 	"github.com/tollgate/tollgate/core/tlstrust"
 )
 
@@ -361,86 +362,26 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Keys returns the Redis keys holding key's state under p: first a hash
-// "<prefix>{<policy>:<key>}" with one field per limit (named by its limit
-// id), then per limit "<prefix>{<policy>:<key>}:<limit id>", the sorted set
-// of a sliding_log or in_flight limit (unused for the others). The braces
-// are a Cluster hash tag, so a request's keys share one slot and one script
-// touches them all.
+// Keys returns the Redis keys holding key's state under p (package
+// keyname): first the hash, with one field per limit (named by its limit
+// id), then per limit the sorted set of a sliding_log or in_flight limit
+// (unused for the others).
 func (s *Store) Keys(p *core.Policy, key string) []string {
 	keys := make([]string, 1+len(p.Limits()))
 	keys[0] = s.stateKey(p, key)
 	for i := range p.Limits() {
-		keys[1+i] = limitKey(keys[0], p, i)
+		keys[1+i] = keyname.Limit(keys[0], p, i)
 	}
 	return keys
 }
 
-// limitKey names limit i's own key beside the state hash named hash.
-func limitKey(hash string, p *core.Policy, i int) string {
-	return hash + ":" + p.StoreSide().LimitID(i)
-}
-
-// decisionKeys is the part of Keys a decision's script reads: the hash,
-// then the sorted sets of p's sliding_log and in_flight limits alone.
+// decisionKeys is the part of Keys a decision's script reads
+// (keyname.Decision).
 func (s *Store) decisionKeys(p *core.Policy, key string) []string {
-	var k callKeys
-	s.setDecisionKeys(&k, p, key)
-	return k.strings()
+	var k keyname.Decision
+	k.Set(s.prefix, p, key)
+	return k.Strings()
 }
-
-// setDecisionKeys writes decisionKeys(p, key) into k, reusing its memory.
-func (s *Store) setDecisionKeys(k *callKeys, p *core.Policy, key string) {
-	k.names = s.appendStateKey(k.names[:0], p, key)
-	hash := len(k.names)
-	k.keys = append(k.keys[:0], keyArg{end: hash})
-	for i := range p.Limits() {
-		if sorted(p.Limits()[i].Algorithm) {
-			// As limitKey names it.
-			k.names = append(k.names, k.names[:hash]...)
-			k.names = append(append(k.names, ':'), p.StoreSide().LimitID(i)...)
-			k.keys = append(k.keys, keyArg{end: len(k.names)})
-		}
-	}
-	// Only now, k.names written whole, can each key point into it.
-	from := 0
-	for i := range k.keys {
-		k.keys[i].name = k.names[from:k.keys[i].end:k.keys[i].end]
-		from = k.keys[i].end
-	}
-}
-
-// callKeys is one request's keys (decisionKeys) as command arguments:
-// their names one after another in names, each sent as &keys[i]. Kept
-// with a pooled call, it makes a batched decision's keys cost no
-// allocation.
-type callKeys struct {
-	names []byte
-	keys  []keyArg
-}
-
-// strings returns k's keys as strings.
-func (k *callKeys) strings() []string {
-	keys := make([]string, len(k.keys))
-	for i := range k.keys {
-		keys[i] = string(k.keys[i].name)
-	}
-	return keys
-}
-
-// keyArg is one key of a callKeys. go-redis writes an
-// encoding.BinaryMarshaler's bytes as they are, and a pointer goes into
-// an interface without an allocation, where a string would take one.
-type keyArg struct {
-	name []byte
-	end  int // where name ends in its callKeys' names
-}
-
-// MarshalBinary returns the key's name, which the caller must not change.
-func (k *keyArg) MarshalBinary() ([]byte, error) { return k.name, nil }
-
-// sorted reports whether a limit of algorithm a keeps a sorted set.
-func sorted(a algo.Algorithm) bool { return a == algo.SlidingLog || a == algo.InFlight }
 
 // LocalDenials returns how many decisions the deny cache answered without
 // Redis.
@@ -486,7 +427,7 @@ func (s *Store) decide(ctx context.Context, p *core.Policy, key string, cost int
 	var err error
 	if s.batch != nil {
 		c := s.batch.newCall(p, cost, now)
-		s.setDecisionKeys(&c.keys, p, key)
+		c.keys.Set(s.prefix, p, key)
 		reply, err = s.batch.do(ctx, c) // within s.timeout
 	} else {
 		// The deadline bounds the whole decision, loading the code included.
@@ -702,30 +643,8 @@ func parseStates(limits []algo.Limit, v []int64) ([]algo.State, error) {
 
 var errShortReply = errors.New("redis: script's reply ends early")
 
-// stateKey names the hash of key's state under p; its braces are the
-// Cluster hash tag every key of (p, key) shares.
-func (s *Store) stateKey(p *core.Policy, key string) string {
-	var b [128]byte // the usual name fits: one allocation, the string's
-	return string(s.appendStateKey(b[:0], p, key))
-}
-
-// appendStateKey appends stateKey(p, key) to b.
-func (s *Store) appendStateKey(b []byte, p *core.Policy, key string) []byte {
-	name := p.Name()
-	b = append(append(b, s.prefix...), '{')
-	if strings.ContainsAny(name, "%}") || strings.ContainsAny(key, "%}") {
-		b = append(b, tagEscaper.Replace(name+":"+key)...)
-	} else {
-		b = append(append(append(b, name...), ':'), key...)
-	}
-	return append(b, '}')
-}
-
-// tagEscaper escapes what would end a Cluster hash tag early: a "}" in a
-// key would make the tag the text before it, so a client could pick the
-// slot its counters land in, and its keys "a}1", "a}2", ... would all land
-// in one. "%" is escaped too, so two keys never share a name.
-var tagEscaper = strings.NewReplacer("%", "%25", "}", "%7D")
+// stateKey names the hash of key's state under p.
+func (s *Store) stateKey(p *core.Policy, key string) string { return keyname.State(s.prefix, p, key) }
 
 // AddCounts adds each count to its window's shared count and reads the
 // fleet's totals back, in one pipeline (eventual mode's sync) of count.lua
@@ -833,7 +752,7 @@ func (s *Store) DeleteCounts(ctx context.Context, counts []core.SharedCount) err
 
 // countKey names the shared count of c's window.
 func (s *Store) countKey(c *core.SharedCount) string {
-	return limitKey(s.stateKey(c.Policy, c.Key), c.Policy, c.Limit) + ":" + strconv.FormatInt(c.Start, 10)
+	return keyname.Limit(s.stateKey(c.Policy, c.Key), c.Policy, c.Limit) + ":" + strconv.FormatInt(c.Start, 10)
 }
 
 var _ core.Store = (*Store)(nil)
