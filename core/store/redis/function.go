@@ -22,26 +22,37 @@ type decider struct {
 // missing library, then a refused load (the script), then a missing script.
 const maxRecoveries = 3
 
-// cmd queues (on a pipeline) or sends one decide call on c.
-func (d *decider) cmd(ctx context.Context, c goredis.Cmdable, keys []string, args []any) *goredis.Cmd {
-	if d.scripts.Load() {
-		return decideScript.EvalSha(ctx, c, keys, args...)
-	}
-	return c.FCall(ctx, DecideFunction, keys, args...)
+// doer sends a command: a client, or a pipeline that queues it.
+type doer interface {
+	Do(ctx context.Context, args ...any) *goredis.Cmd
 }
 
-// runCommand sends the decide call command, its first two places left
-// for the command's and the code's names (batchCommand), as run does.
-func (d *decider) runCommand(ctx context.Context, c goredis.UniversalClient, command []any) *goredis.Cmd {
-	send := func() *goredis.Cmd {
-		if d.scripts.Load() {
-			command[0], command[1] = "evalsha", decideScript.Hash()
-		} else {
-			command[0], command[1] = "fcall", DecideFunction
-		}
-		return c.Do(ctx, command...)
+// cmd queues (on a pipeline) or sends one decide call of keys and args
+// on c.
+func (d *decider) cmd(ctx context.Context, c doer, keys []string, args []any) *goredis.Cmd {
+	command := make([]any, 3, 3+len(keys)+len(args))
+	command[2] = len(keys)
+	for _, k := range keys {
+		command = append(command, k)
 	}
-	return d.until(ctx, c, send)
+	return d.send(ctx, c, append(command, args...))
+}
+
+// send queues or sends the decide call command, whose first two places
+// it fills with the command's and the code's names: FCALL of the
+// function, or EVALSHA of the script once Redis refused functions.
+func (d *decider) send(ctx context.Context, c doer, command []any) *goredis.Cmd {
+	if d.scripts.Load() {
+		command[0], command[1] = "evalsha", decideScript.Hash()
+	} else {
+		command[0], command[1] = "fcall", DecideFunction
+	}
+	return c.Do(ctx, command...)
+}
+
+// runCommand sends the decide call command (see send) as run does.
+func (d *decider) runCommand(ctx context.Context, c goredis.UniversalClient, command []any) *goredis.Cmd {
+	return d.until(ctx, c, func() *goredis.Cmd { return d.send(ctx, c, command) })
 }
 
 // run sends one decide call on c, readying the server and sending it

@@ -42,8 +42,8 @@ func Limit(hash string, p *core.Policy, i int) string {
 	return hash + ":" + p.StoreSide().LimitID(i)
 }
 
-// Sorted reports whether a limit of algorithm a keeps a sorted set.
-func Sorted(a algo.Algorithm) bool { return a == algo.SlidingLog || a == algo.InFlight }
+// sorted reports whether a limit of algorithm a keeps a sorted set.
+func sorted(a algo.Algorithm) bool { return a == algo.SlidingLog || a == algo.InFlight }
 
 // Decision is the keys a decision's script reads, as command arguments:
 // the hash, then the sorted sets of the policy's sliding_log and in_flight
@@ -73,7 +73,7 @@ func (d *Decision) Set(prefix string, p *core.Policy, key string) {
 	hash := len(d.names)
 	d.args = append(d.args[:0], Arg{end: hash})
 	for i := range p.Limits() {
-		if Sorted(p.Limits()[i].Algorithm) {
+		if sorted(p.Limits()[i].Algorithm) {
 			// As Limit names it.
 			d.names = append(d.names, d.names[:hash]...)
 			d.names = append(append(d.names, ':'), p.StoreSide().LimitID(i)...)

@@ -8,7 +8,6 @@ package replybound
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -64,12 +63,16 @@ func (c *boundedConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// headBytes is how much of a line replyBounds keeps: more than the
+// longest number a bound needs, with its sign and CR.
+const headBytes = 24
+
 // replyBounds scans a stream of RESP replies: header and simple lines are
 // read, bulk payloads skipped by their length.
 type replyBounds struct {
-	skip    int64    // payload bytes (and CRLF) still to skip
-	lineLen int      // bytes of the current line so far
-	head    [24]byte // the current line's first bytes
+	skip    int64           // payload bytes (and CRLF) still to skip
+	lineLen int             // bytes of the current line so far
+	head    [headBytes]byte // the current line's first bytes
 	failed  error
 }
 
@@ -121,12 +124,12 @@ func (b *replyBounds) header(line []byte, full int) error {
 	if len(line) == 0 {
 		return fmt.Errorf("redis: an empty reply line")
 	}
-	kind := line[0]
+	kind, digits := line[0], line[1:]
 	switch kind {
 	case '$', '!', '=': // bulk string, blob error, verbatim string
-		n, err := number(line[1:], full)
-		if err != nil || n < -1 {
-			return fmt.Errorf("redis: a reply of type %q with length %q", kind, shown(line[1:], full))
+		n, ok := number(digits, full)
+		if !ok || n < -1 {
+			return fmt.Errorf("redis: a reply of type %q with length %q", kind, shown(digits, full))
 		}
 		if n > MaxBulk {
 			return fmt.Errorf("redis: a reply claims %d bytes, more than the %d a rate limiter reads", n, MaxBulk)
@@ -135,9 +138,9 @@ func (b *replyBounds) header(line []byte, full int) error {
 			b.skip = n + 2
 		}
 	case '*', '%', '~', '>', '|': // array, map, set, push, attribute
-		n, err := number(line[1:], full)
-		if err != nil || n < -1 {
-			return fmt.Errorf("redis: a reply of type %q with count %q", kind, shown(line[1:], full))
+		n, ok := number(digits, full)
+		if !ok || n < -1 {
+			return fmt.Errorf("redis: a reply of type %q with count %q", kind, shown(digits, full))
 		}
 		if n > MaxElements {
 			return fmt.Errorf("redis: a reply claims %d elements, more than the %d a rate limiter reads", n, MaxElements)
@@ -146,22 +149,21 @@ func (b *replyBounds) header(line []byte, full int) error {
 	return nil
 }
 
-// errLong says a line holds more digits than any bound needs.
-var errLong = errors.New("more than 20 digits")
-
-// number reads a header line's decimal number, whose line was full bytes
-// long in all (only its first bytes are kept).
-func number(digits []byte, full int) (int64, error) {
-	if full > len(replyBounds{}.head) {
-		return 0, errLong
+// number reads a header line's decimal number from its digits, the line
+// full bytes long in all; false when they are none, or more than any
+// bound needs (only the line's first headBytes are kept).
+func number(digits []byte, full int) (int64, bool) {
+	if full > headBytes {
+		return 0, false
 	}
 	// (A string made only to be parsed is not kept: no allocation.)
-	return strconv.ParseInt(string(digits), 10, 64)
+	n, err := strconv.ParseInt(string(digits), 10, 64)
+	return n, err == nil
 }
 
-// shown is how an error quotes a header line's number.
+// shown is how an error quotes a header line's digits.
 func shown(digits []byte, full int) string {
-	if full > len(replyBounds{}.head) {
+	if full > headBytes {
 		return "(a number of more than 20 digits)" // no bound's length needs one
 	}
 	return string(digits)
