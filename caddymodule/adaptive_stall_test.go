@@ -38,9 +38,48 @@ func TestCaddyAdaptiveStallInAFleetIsNotTheUpstream(t *testing.T) {
 	stallIsNotTheUpstream(t, 2)
 }
 
+// stallAttempts is how many times stallIsNotTheUpstream plays its
+// scenario when a run failed with more intervals unjudged than the planted
+// stall's two (the one it fell in and the next): the machine stalled the
+// gateway again on its own, and a third stall-held interval in a row is
+// judged whatever it noted (holdForStall, core/adaptive), so that run is
+// not the one-stall scenario the test asserts on.
+const stallAttempts = 3
+
 // stallIsNotTheUpstream runs the stall test on n Caddies: one alone on
-// the memory store, or a fleet on one redis-server.
+// the memory store, or a fleet on one redis-server. Every run's figures
+// are logged; a failed run counts unless the machine added stalls of its
+// own (see stallAttempts).
 func stallIsNotTheUpstream(t *testing.T, n int) {
+	for attempt := 1; ; attempt++ {
+		r := stallOnce(t, n)
+		t.Logf("run %d, %d node(s), after a 300 ms SIGSTOP: lowest factor %.2f, %v intervals unjudged from the stall on (%v in all, first node), judged latency now %.3fs",
+			attempt, n, r.lowest, r.unjudgedAfter, r.unjudged, r.latency)
+		if r.unjudged < 1 {
+			t.Errorf("%v intervals unjudged for the stall, want at least 1", r.unjudged)
+			return
+		}
+		if r.lowest >= 0.8 {
+			return
+		}
+		if r.unjudgedAfter <= 2 || attempt == stallAttempts {
+			t.Errorf("the factor fell to %.2f after the gateway's own 300 ms stall, want at least 0.8", r.lowest)
+			return
+		}
+		t.Logf("run %d: %v intervals unjudged from the stall on, more than its 2: the machine stalled the gateway again, so the scenario runs again", attempt, r.unjudgedAfter)
+	}
+}
+
+// stallRun is what one run of the stall scenario saw: the lowest factor
+// from the stall on, the intervals unjudged (all, and from the stall on)
+// and the judged latency (s) at its end, on the first node.
+type stallRun struct {
+	lowest, unjudged, unjudgedAfter, latency float64
+}
+
+// stallOnce starts n Caddies, loads them, stops them for 300 ms once their
+// factor is 1 and watches the factor for 4 s after.
+func stallOnce(t *testing.T, n int) stallRun {
 	up := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(100 * time.Millisecond)
 	}))
@@ -106,6 +145,7 @@ func stallIsNotTheUpstream(t *testing.T, n int) {
 			}
 		}
 	}()
+	before := gauge(t, nodes[0], "tollgate_adaptive_stalled_intervals_total", "upstream")
 	for _, c := range nodes {
 		if err := syscall.Kill(c.Pid(), syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
@@ -122,12 +162,6 @@ func stallIsNotTheUpstream(t *testing.T, n int) {
 	close(stop)
 	<-stopped
 	stalled := gauge(t, nodes[0], "tollgate_adaptive_stalled_intervals_total", "upstream")
-	t.Logf("%d node(s), after a 300 ms SIGSTOP: lowest factor %.2f, %v intervals unjudged (first node), judged latency now %.3fs", n, lowest, stalled,
-		gauge(t, nodes[0], "tollgate_adaptive_latency_seconds", "upstream"))
-	if lowest < 0.8 {
-		t.Errorf("the factor fell to %.2f after the gateway's own 300 ms stall, want at least 0.8", lowest)
-	}
-	if stalled < 1 {
-		t.Errorf("%v intervals unjudged for the stall, want at least 1", stalled)
-	}
+	return stallRun{lowest: lowest, unjudged: stalled, unjudgedAfter: stalled - before,
+		latency: gauge(t, nodes[0], "tollgate_adaptive_latency_seconds", "upstream")}
 }
