@@ -3,11 +3,9 @@ package caddymodule
 import (
 	"context"
 	"fmt"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -90,17 +88,19 @@ func BenchmarkServeHTTPFloor(b *testing.B) {
 }
 
 // BenchmarkVsFloor measures the handler (sliding_counter) and two floors
-// in the same run, in alternating rounds of 200,000 requests (the best
-// round of five counts for each; allocations by testing.AllocsPerRun),
+// in the same run, in 30 rounds of 20,000 requests that alternate them
+// (benchkeys.Interleaved; the medians of the rounds' differences and
+// ratios count; allocations by testing.AllocsPerRun),
 // for 1,000 keys, whose states stay in the CPU's caches, and for 100,000
 // asked in random order, where reaching a key's state misses them. The
 // header floor only sets the headers tollgate sends; the state floor also
 // reaches each key's state (benchkeys.StateFloor: the memory latency any
 // limiter in memory pays, without its pipeline). It prints `vs
 // header-floor caddy-in-process-<n>-keys <factor>` and `vs state-floor
-// caddy-in-process-<n>-keys <factor>` (floor ns / tollgate ns: above 1
-// would mean tollgate costs less than the floor) with the difference in
-// ns and allocations per request. make bench runs it.
+// caddy-in-process-<n>-keys <factor>` (floor ns / tollgate ns, the
+// rounds' median: above 1 would mean tollgate costs less than the floor)
+// with the median difference in ns per request, its quartiles over the
+// rounds, and the difference in allocations. make bench runs it.
 func BenchmarkVsFloor(b *testing.B) {
 	if b.N > 1 {
 		return // measured once, at b.N == 1, by its own rounds
@@ -127,23 +127,16 @@ func vsFloor(b *testing.B, name string, keys, firstSeen []string) {
 		func(w http.ResponseWriter, r *http.Request) error { return h.ServeHTTP(w, r, nextNothing) },
 	}
 	serveN(b, len(firstSeen), contenders[2], firstSeen)
-	const n = 200_000
-	best := [3]float64{math.MaxFloat64, math.MaxFloat64, math.MaxFloat64}
-	for round := 0; round < 5; round++ {
-		for i, handle := range contenders {
-			began := time.Now()
-			serveN(b, n, handle, keys)
-			best[i] = min(best[i], float64(time.Since(began).Nanoseconds())/n)
-		}
-	}
+	ns := benchkeys.Interleaved(len(contenders), 30, 20_000, func(i, n int) { serveN(b, n, contenders[i], keys) })
 	var allocs [3]float64
 	for i, handle := range contenders {
 		allocs[i] = testing.AllocsPerRun(5, func() { serveN(b, 10_000, handle, keys) }) / 10_000
 	}
-	fmt.Printf("%s keys: header floor %.0f ns/op %.1f allocs/op, state floor %.0f ns/op, tollgate %.0f ns/op %.1f allocs/op\n",
-		name, best[0], allocs[0], best[1], best[2], allocs[2])
+	fmt.Printf("%s keys, median of 30 rounds: header floor %.0f ns/op %.1f allocs/op, state floor %.0f ns/op, tollgate %.0f ns/op %.1f allocs/op\n",
+		name, benchkeys.Median(ns[0]), allocs[0], benchkeys.Median(ns[1]), benchkeys.Median(ns[2]), allocs[2])
 	for i, floor := range []string{"header-floor", "state-floor"} {
-		fmt.Printf("vs %s caddy-in-process-%s-keys %.2f (tollgate %.0f ns and %.1f allocs above the floor)\n",
-			floor, name, best[i]/best[2], best[2]-best[i], allocs[2]-allocs[i])
+		g := benchkeys.GapOf(ns[i], ns[2])
+		fmt.Printf("vs %s caddy-in-process-%s-keys %.2f (tollgate %.0f ns above the floor, rounds' quartiles %.0f to %.0f; %.1f allocs)\n",
+			floor, name, g.Factor, g.Median, g.Q1, g.Q3, allocs[2]-allocs[i])
 	}
 }

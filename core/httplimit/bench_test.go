@@ -3,7 +3,6 @@ package httplimit
 import (
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -47,11 +46,11 @@ func serveN(n int, h http.Handler, keys []string) {
 
 // BenchmarkVsFloor measures the middleware (one policy of 100,000 a
 // minute per X-Key, sliding_counter, on the memory store, allowed
-// requests) and two floors in the same run: alternating rounds of 200,000
-// requests, the best of five counting for each, allocations by
-// testing.AllocsPerRun; for 1,000 keys, whose states stay in the CPU's
-// caches, and for 100,000 asked in random order, where reaching a key's
-// state misses them. The header floor is a handler that sets the same
+// requests) and two floors in the same run: 30 rounds of 20,000 requests
+// that alternate them (benchkeys.Interleaved; the medians of the rounds'
+// differences and ratios count), allocations by testing.AllocsPerRun;
+// for 1,000 keys, whose states stay in the CPU's caches, and for 100,000
+// asked in random order, where reaching a key's state misses them. The header floor is a handler that sets the same
 // five headers; the state floor also reaches each key's state
 // (benchkeys.StateFloor: the memory latency any limiter in memory pays,
 // without its pipeline). It prints `vs header-floor httplimit-<n>-keys
@@ -69,24 +68,17 @@ func BenchmarkVsFloor(b *testing.B) {
 			state.Touch(r.Header.Get("X-Key"))
 			floor.ServeHTTP(w, r)
 		}), middleware}
-		const n = 200_000
-		best := [3]float64{math.MaxFloat64, math.MaxFloat64, math.MaxFloat64}
-		for round := 0; round < 5; round++ {
-			for i, h := range contenders {
-				began := time.Now()
-				serveN(n, h, set.Asked)
-				best[i] = min(best[i], float64(time.Since(began).Nanoseconds())/n)
-			}
-		}
+		ns := benchkeys.Interleaved(len(contenders), 30, 20_000, func(i, n int) { serveN(n, contenders[i], set.Asked) })
 		var allocs [3]float64
 		for i, h := range contenders {
 			allocs[i] = testing.AllocsPerRun(5, func() { serveN(10_000, h, set.Asked) }) / 10_000
 		}
-		fmt.Printf("%s keys: header floor %.0f ns/op %.1f allocs/op, state floor %.0f ns/op, httplimit %.0f ns/op %.1f allocs/op\n",
-			set.Name, best[0], allocs[0], best[1], best[2], allocs[2])
+		fmt.Printf("%s keys, median of 30 rounds: header floor %.0f ns/op %.1f allocs/op, state floor %.0f ns/op, httplimit %.0f ns/op %.1f allocs/op\n",
+			set.Name, benchkeys.Median(ns[0]), allocs[0], benchkeys.Median(ns[1]), benchkeys.Median(ns[2]), allocs[2])
 		for i, name := range []string{"header-floor", "state-floor"} {
-			fmt.Printf("vs %s httplimit-%s-keys %.2f (tollgate %.0f ns and %.1f allocs above the floor)\n",
-				name, set.Name, best[i]/best[2], best[2]-best[i], allocs[2]-allocs[i])
+			g := benchkeys.GapOf(ns[i], ns[2])
+			fmt.Printf("vs %s httplimit-%s-keys %.2f (tollgate %.0f ns above the floor, rounds' quartiles %.0f to %.0f; %.1f allocs)\n",
+				name, set.Name, g.Factor, g.Median, g.Q1, g.Q3, allocs[2]-allocs[i])
 		}
 	}
 }

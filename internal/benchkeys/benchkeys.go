@@ -9,7 +9,9 @@ import (
 	"hash/maphash"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
+	"time"
 )
 
 // Orders returns n distinct keys ("k0" to "k<n-1>") in two fixed random
@@ -98,4 +100,56 @@ func (f HeaderFloor) Set(h http.Header) {
 	for _, kv := range f {
 		h.Set(kv[0], kv[1])
 	}
+}
+
+// Interleaved measures contenders in rounds that alternate them, so that
+// what drifts on a busy machine (another tenant's load, the collector's
+// pace) falls on every contender alike: each round has serve(i, perRound)
+// serve perRound requests with each contender i in turn, starting with a
+// different one each round. It returns each contender's ns per request,
+// by round: [contender][round].
+func Interleaved(contenders, rounds, perRound int, serve func(i, n int)) [][]float64 {
+	ns := make([][]float64, contenders)
+	for i := range ns {
+		ns[i] = make([]float64, rounds)
+	}
+	for r := range rounds {
+		for k := range contenders {
+			i := (r + k) % contenders
+			began := time.Now()
+			serve(i, perRound)
+			ns[i][r] = float64(time.Since(began).Nanoseconds()) / float64(perRound)
+		}
+	}
+	return ns
+}
+
+// Gap compares a contender with a floor over the same rounds of
+// Interleaved: the median of the rounds' differences (contender − floor,
+// ns per request), their quartiles, and the median of the rounds' ratios
+// floor ÷ contender (above 1: the contender costs less than the floor).
+type Gap struct {
+	Median, Q1, Q3 float64
+	Factor         float64
+}
+
+// GapOf returns the Gap of contender over floor, both by round.
+func GapOf(floor, contender []float64) Gap {
+	diffs, ratios := make([]float64, len(floor)), make([]float64, len(floor))
+	for r := range floor {
+		diffs[r], ratios[r] = contender[r]-floor[r], floor[r]/contender[r]
+	}
+	slices.Sort(diffs)
+	slices.Sort(ratios)
+	return Gap{Median: quantile(diffs, 0.5), Q1: quantile(diffs, 0.25), Q3: quantile(diffs, 0.75), Factor: quantile(ratios, 0.5)}
+}
+
+// quantile returns the q quantile of sorted (the nearest rank).
+func quantile(sorted []float64, q float64) float64 {
+	return sorted[int(q*float64(len(sorted)-1)+0.5)]
+}
+
+// Median returns the median of values (unsorted; not changed).
+func Median(values []float64) float64 {
+	return quantile(slices.Sorted(slices.Values(values)), 0.5)
 }
