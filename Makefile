@@ -282,7 +282,8 @@ bench-kong-socket: deps
 
 # The memory store's benchmarks, the Caddy handler and the net/http
 # middleware in process, each beside a handler that only sets the same
-# five headers (their `vs header-floor` lines), a streamed answer's first
+# five headers (their `vs header-floor` lines), the headers alone beside
+# those five `Header().Set`s (`vs header-floor headers-write`), a streamed answer's first
 # byte through Caddy charging its tokens beside Caddy without tollgate
 # (`vs caddy-without-tollgate`), reading a model's answer's usage as
 # it streams beside encoding/json (`vs encoding-json`), eventual mode's
@@ -292,6 +293,7 @@ bench-core:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/store/memory/
 	$(GO) test -run '^$$' -bench 'VsFloor|VsPlainCaddyFirstByte' ./caddymodule/
 	$(GO) test -run '^$$' -bench VsFloor ./core/httplimit/
+	$(GO) test -run '^$$' -bench WriteVsFloor ./core/headers/
 	$(GO) test -run '^$$' -bench VsEncodingJSON ./core/usage/
 	$(GO) test -run '^$$' -bench EventualSync -benchtime 200x ./core/store/redis/
 	$(GO) test -run '^$$' -bench DecideBatched -benchtime 3s ./core/store/redis/
