@@ -286,7 +286,7 @@ func (v *headerValues) render(d *core.Decision, o Options, cache map[*core.Polic
 		v.end()
 	}
 	if o.Style == Both || o.Style == XRateLimit {
-		v.addInt(XLimit, fieldsOf(d.Policy, cache).quotas[d.Index])
+		v.addFixed(XLimit, fieldsOf(d.Policy, cache).quotas[d.Index])
 		v.addInt(XRemaining, max(0, d.Remaining))
 		v.addInt(XReset, reset)
 	}
@@ -322,7 +322,7 @@ func write(h http.Header, d *core.Decision, o Options, cache map[*core.Policy]*a
 func (v *headerValues) renderPerLimit(d *core.Decision, o Options, cache map[*core.Policy]*atomic.Pointer[policyFields]) {
 	f := fieldsOf(d.Policy, cache)
 	for i := 0; i < d.N; i++ {
-		v.addInt(f.perLimit[2*i], f.quotas[i])
+		v.addFixed(f.perLimit[2*i], f.quotas[i])
 		v.addInt(f.perLimit[2*i+1], max(0, d.Results[i].Remaining))
 	}
 	// On a denial, the reset is when this request would pass, as the IETF
@@ -331,7 +331,7 @@ func (v *headerValues) renderPerLimit(d *core.Decision, o Options, cache map[*co
 	if !d.Allowed {
 		reset = max(1, core.Seconds(d.RetryAfter))
 	}
-	v.addInt(PerLimitLimit, f.quotas[d.Index])
+	v.addFixed(PerLimitLimit, f.quotas[d.Index])
 	v.addInt(PerLimitRemaining, max(0, d.Remaining))
 	v.addInt(PerLimitReset, reset)
 	if !d.Allowed {
@@ -346,7 +346,7 @@ func (v *headerValues) renderPerLimit(d *core.Decision, o Options, cache map[*co
 func (v *headerValues) renderAI(d *core.Decision, o Options, cache map[*core.Policy]*atomic.Pointer[policyFields]) {
 	f := fieldsOf(d.Policy, cache)
 	for i := 0; i < d.N; i++ {
-		v.addInt(f.ai[4*i], f.quotas[i])
+		v.addFixed(f.ai[4*i], f.quotas[i])
 		v.addInt(f.ai[4*i+1], max(0, d.Results[i].Remaining))
 	}
 	if d.Allowed {
@@ -384,8 +384,9 @@ type policyFields struct {
 	// limit, its limit and remaining header names (PerLimit); ai its
 	// limit, remaining, retry-after and reset header names (AI).
 	names, perLimit, ai []string
-	// quotas are the limits' figures for the limit headers (quotaOf).
-	quotas []int64
+	// quotas are the limits' figures for the limit headers (quotaOf), in
+	// decimal: the same on every request, so formatted once.
+	quotas []string
 	// The RateLimit-Policy field for requests of cost 1 (and 0), and for
 	// costlier ones, whose quota is counted in units (see Render).
 	policy, policyUnits string
@@ -403,7 +404,7 @@ func fieldsOf(p *core.Policy, cache map[*core.Policy]*atomic.Pointer[policyField
 	}
 	f := &policyFields{limits: limits, names: limitItemNames(p.ShownName(), limits), perLimit: perLimitHeaderNames(limits), ai: aiHeaderNames(limits)}
 	for i := range limits {
-		f.quotas = append(f.quotas, quotaOf(&limits[i]))
+		f.quotas = append(f.quotas, strconv.FormatInt(quotaOf(&limits[i]), 10))
 	}
 	f.policy, f.policyUnits = ietfPolicyField(f.names, limits, false), ietfPolicyField(f.names, limits, true)
 	if slot != nil {
