@@ -56,10 +56,13 @@ test: fmt
 
 # Instructions per decision under valgrind's callgrind, tollgate against
 # each in-process peer and the floor, on one core: the comparison that
-# holds on every CPU (cd bench && go run ./compare -instructions).
+# holds on every CPU (cd bench && go run ./compare -instructions); then
+# the Caddy handler's instructions per request against the header floor
+# and caddy-ratelimit (cd bench && go run ./caddyinprocess -instructions).
 bench-instructions:
 	@command -v valgrind >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind; }
 	cd bench && $(GO) build -o $(CURDIR)/bin/compare ./compare && $(CURDIR)/bin/compare -instructions
+	cd bench && $(GO) build -o $(CURDIR)/bin/caddyinprocess ./caddyinprocess && $(CURDIR)/bin/caddyinprocess -instructions
 
 # Real Kong Gateway 3.9 in the loop: the Kong on PATH, or one installed
 # from KONG_REAL (Kong 3.9.3 built for these machines; CI has it beside the

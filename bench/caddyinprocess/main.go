@@ -30,7 +30,8 @@
 //
 // factor = the peer's CPU per request ÷ tollgate's (the whole chain), and
 // for -overhead the same for each one's excess over no limiter (> 1:
-// tollgate costs less), from the medians.
+// tollgate costs less), from the medians. With -instructions it counts
+// each contender's instructions per request instead (see instructions).
 package main
 
 import (
@@ -71,6 +72,7 @@ func main() {
 	child := flag.String("child", "", "measure this contender alone and print its figures (used by the parent)")
 	n := flag.Int("n", 400_000, "requests measured per contender and round")
 	rounds := flag.Int("rounds", 7, "rounds: each runs every contender once, in a child process")
+	counted := flag.Bool("instructions", false, "count instructions per request under valgrind's callgrind instead of timing")
 	flag.Parse()
 	if *child != "" {
 		if err := measure(*child, *n); err != nil {
@@ -81,6 +83,12 @@ func main() {
 	self, err := os.Executable()
 	if err != nil {
 		log.Fatal(err)
+	}
+	if *counted {
+		if err := instructions(self); err != nil {
+			log.Fatal(err)
+		}
+		return
 	}
 	type figures struct{ cpu, wall []float64 }
 	got := map[string]*figures{}

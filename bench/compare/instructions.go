@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 
+	"github.com/tollgate/tollgate/bench/internal/callgrind"
 	"github.com/tollgate/tollgate/core"
 	"github.com/tollgate/tollgate/core/algo"
 )
@@ -72,37 +69,14 @@ func runChild(id, workloadName string, n int) {
 	os.Exit(2)
 }
 
-var collected = regexp.MustCompile(`Collected : (\d+)`)
-
-// instructionsOf runs the child under callgrind and returns the
-// instructions it executed.
+// instructionsOf runs the child under callgrind, the collector off, and
+// returns the instructions it executed.
 func instructionsOf(id, workloadName string, n int) (int64, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return 0, err
 	}
-	out, err := os.MkdirTemp("", "callgrind")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(out)
-	cmd := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+out+"/cg.out",
-		self, "-child", id, "-workload", workloadName, "-n", strconv.Itoa(n))
-	// No asynchronous preemption: its signals can abort callgrind (an
-	// assertion in its signal handling), and a serial run needs none.
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1", "GOGC=off", "GODEBUG=asyncpreemptoff=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("%s: %v\n%s", id, err, stderr.String())
-	}
-	sc := bufio.NewScanner(&stderr)
-	for sc.Scan() {
-		if m := collected.FindStringSubmatch(sc.Text()); m != nil {
-			return strconv.ParseInt(m[1], 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("%s: no instruction count in callgrind's output:\n%s", id, stderr.String())
+	return callgrind.Instructions([]string{"GOGC=off"}, self, "-child", id, "-workload", workloadName, "-n", strconv.Itoa(n))
 }
 
 // instructions prints each contender's instructions per decision and the
