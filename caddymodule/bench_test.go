@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -127,16 +126,10 @@ func vsFloor(b *testing.B, name string, keys, firstSeen []string) {
 		func(w http.ResponseWriter, r *http.Request) error { return h.ServeHTTP(w, r, nextNothing) },
 	}
 	serveN(b, len(firstSeen), contenders[2], firstSeen)
-	ns := benchkeys.Interleaved(len(contenders), 30, 20_000, func(i, n int) { serveN(b, n, contenders[i], keys) })
+	ns := benchkeys.Interleaved(len(contenders), benchkeys.FloorRounds, benchkeys.FloorRoundRequests, func(i, n int) { serveN(b, n, contenders[i], keys) })
 	var allocs [3]float64
 	for i, handle := range contenders {
 		allocs[i] = testing.AllocsPerRun(5, func() { serveN(b, 10_000, handle, keys) }) / 10_000
 	}
-	fmt.Printf("%s keys, median of 30 rounds: header floor %.0f ns/op %.1f allocs/op, state floor %.0f ns/op, tollgate %.0f ns/op %.1f allocs/op\n",
-		name, benchkeys.Median(ns[0]), allocs[0], benchkeys.Median(ns[1]), benchkeys.Median(ns[2]), allocs[2])
-	for i, floor := range []string{"header-floor", "state-floor"} {
-		g := benchkeys.GapOf(ns[i], ns[2])
-		fmt.Printf("vs %s caddy-in-process-%s-keys %.2f (tollgate %.0f ns above the floor, rounds' quartiles %.0f to %.0f; %.1f allocs)\n",
-			floor, name, g.Factor, g.Median, g.Q1, g.Q3, allocs[2]-allocs[i])
-	}
+	benchkeys.PrintVsFloors(name, "tollgate", "caddy-in-process-"+name+"-keys", ns, allocs)
 }

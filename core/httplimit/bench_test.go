@@ -50,13 +50,15 @@ func serveN(n int, h http.Handler, keys []string) {
 // that alternate them (benchkeys.Interleaved; the medians of the rounds'
 // differences and ratios count), allocations by testing.AllocsPerRun;
 // for 1,000 keys, whose states stay in the CPU's caches, and for 100,000
-// asked in random order, where reaching a key's state misses them. The header floor is a handler that sets the same
-// five headers; the state floor also reaches each key's state
+// asked in random order, where reaching a key's state misses them. The
+// header floor is a handler that sets the same five headers; the state
+// floor also reaches each key's state
 // (benchkeys.StateFloor: the memory latency any limiter in memory pays,
 // without its pipeline). It prints `vs header-floor httplimit-<n>-keys
 // <factor>` and `vs state-floor httplimit-<n>-keys <factor>` (floor ns /
-// middleware ns: 1 would be the floor itself) with the difference per
-// request. make bench runs it.
+// middleware ns, the rounds' median: 1 would be the floor itself) with
+// the median difference per request and its quartiles over the rounds
+// (benchkeys.PrintVsFloors). make bench runs it.
 func BenchmarkVsFloor(b *testing.B) {
 	if b.N > 1 {
 		return // measured once, at b.N == 1, by its own rounds
@@ -68,18 +70,12 @@ func BenchmarkVsFloor(b *testing.B) {
 			state.Touch(r.Header.Get("X-Key"))
 			floor.ServeHTTP(w, r)
 		}), middleware}
-		ns := benchkeys.Interleaved(len(contenders), 30, 20_000, func(i, n int) { serveN(n, contenders[i], set.Asked) })
+		ns := benchkeys.Interleaved(len(contenders), benchkeys.FloorRounds, benchkeys.FloorRoundRequests, func(i, n int) { serveN(n, contenders[i], set.Asked) })
 		var allocs [3]float64
 		for i, h := range contenders {
 			allocs[i] = testing.AllocsPerRun(5, func() { serveN(10_000, h, set.Asked) }) / 10_000
 		}
-		fmt.Printf("%s keys, median of 30 rounds: header floor %.0f ns/op %.1f allocs/op, state floor %.0f ns/op, httplimit %.0f ns/op %.1f allocs/op\n",
-			set.Name, benchkeys.Median(ns[0]), allocs[0], benchkeys.Median(ns[1]), benchkeys.Median(ns[2]), allocs[2])
-		for i, name := range []string{"header-floor", "state-floor"} {
-			g := benchkeys.GapOf(ns[i], ns[2])
-			fmt.Printf("vs %s httplimit-%s-keys %.2f (tollgate %.0f ns above the floor, rounds' quartiles %.0f to %.0f; %.1f allocs)\n",
-				name, set.Name, g.Factor, g.Median, g.Q1, g.Q3, allocs[2]-allocs[i])
-		}
+		benchkeys.PrintVsFloors(set.Name, "httplimit", "httplimit-"+set.Name+"-keys", ns, allocs)
 	}
 }
 

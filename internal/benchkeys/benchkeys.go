@@ -6,6 +6,7 @@
 package benchkeys
 
 import (
+	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
 	"net/http"
@@ -122,6 +123,30 @@ func Interleaved(contenders, rounds, perRound int, serve func(i, n int)) [][]flo
 		}
 	}
 	return ns
+}
+
+// The in-process floor comparisons' rounds (see Interleaved): how many,
+// and the requests each contender serves in each.
+const (
+	FloorRounds        = 30
+	FloorRoundRequests = 20_000
+)
+
+// PrintVsFloors prints an in-process floor comparison of one key set
+// (name, such as "1k"): ns is Interleaved's of the header floor, the state
+// floor and the contender, in that order, allocs their allocations per
+// request. It prints the rounds' medians, then `vs header-floor
+// <workload> <factor>` and `vs state-floor <workload> <factor>` with the
+// median difference, its quartiles and the allocations above the floor;
+// contender names the contender in the first line.
+func PrintVsFloors(name, contender, workload string, ns [][]float64, allocs [3]float64) {
+	fmt.Printf("%s keys, median of %d rounds: header floor %.0f ns/op %.1f allocs/op, state floor %.0f ns/op, %s %.0f ns/op %.1f allocs/op\n",
+		name, len(ns[0]), Median(ns[0]), allocs[0], Median(ns[1]), contender, Median(ns[2]), allocs[2])
+	for i, floor := range []string{"header-floor", "state-floor"} {
+		g := GapOf(ns[i], ns[2])
+		fmt.Printf("vs %s %s %.2f (tollgate %.0f ns above the floor, rounds' quartiles %.0f to %.0f; %.1f allocs)\n",
+			floor, workload, g.Factor, g.Median, g.Q1, g.Q3, allocs[2]-allocs[i])
+	}
 }
 
 // Gap compares a contender with a floor over the same rounds of
