@@ -83,10 +83,10 @@ func (s *Set) Close() {
 
 // metrics are the shared vectors.
 type metrics struct {
-	decisions     *prometheus.CounterVec   // policy, limit, result
-	storeErrors   *prometheus.CounterVec   // policy
-	storeDuration *prometheus.HistogramVec // policy
-	priorities    *prometheus.CounterVec   // policy, plan, priority, result (policies with a reserve)
+	decisions     *prometheus.CounterVec // policy, limit, result
+	storeErrors   *prometheus.CounterVec // policy
+	storeDuration *durationVec           // policy
+	priorities    *prometheus.CounterVec // policy, plan, priority, result (policies with a reserve)
 }
 
 // The priorities a decision of a policy with a reserve is counted under:
@@ -138,11 +138,7 @@ func New(reg *prometheus.Registry, g *gate.Gate, h *openstore.Handle) (*Set, err
 			Namespace: "tollgate", Name: "store_errors_total",
 			Help: "Decisions the shared store (Redis) could not make, so its failure policy made them.",
 		}, []string{"policy"}),
-		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "tollgate", Name: "store_duration_seconds",
-			Help:    "Time the store took to decide one request, in seconds.",
-			Buckets: []float64{.00001, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
-		}, []string{"policy"}),
+		storeDuration: newDurationVec("tollgate_store_duration_seconds", "Time the store took to decide one request, in seconds."),
 		priorities: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "tollgate", Name: "priority_decisions_total",
 			Help: "Decisions of policies with a reserve by policy, plan, priority (reserved: at or above the reserve's level; unreserved: below it) and result.",
@@ -272,7 +268,7 @@ func register[C prometheus.Collector](reg *prometheus.Registry, c C) (C, error) 
 type Policy struct {
 	decisions   [][resultCount]prometheus.Counter // [limit][result]
 	storeErrors prometheus.Counter
-	duration    prometheus.Observer
+	duration    *durationHistogram
 	// byPriority, for a policy with a reserve, counts its decisions by
 	// priority ([0] reserved, [1] unreserved: decided by unreserved).
 	byPriority *[2][resultCount]prometheus.Counter
@@ -282,7 +278,7 @@ type Policy struct {
 func (m *metrics) forPolicy(p *core.Policy, f *core.Family) *Policy {
 	pm := &Policy{
 		storeErrors: m.storeErrors.WithLabelValues(p.Name()),
-		duration:    m.storeDuration.WithLabelValues(p.Name()),
+		duration:    m.storeDuration.forPolicy(p.Name()),
 	}
 	for _, id := range limitLabels(p) {
 		var byResult [resultCount]prometheus.Counter
@@ -304,7 +300,7 @@ func (m *metrics) forPolicy(p *core.Policy, f *core.Family) *Policy {
 
 // observe counts one decision.
 func (pm *Policy) observe(d *core.Decision, err error, took time.Duration) {
-	pm.duration.Observe(took.Seconds())
+	pm.duration.observe(took)
 	if err != nil || d.Fallback {
 		pm.storeErrors.Inc()
 	}
