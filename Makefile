@@ -297,6 +297,7 @@ bench-core:
 	$(GO) test -run '^$$' -bench 'VsFloor|VsPlainCaddyFirstByte' ./caddymodule/
 	$(GO) test -run '^$$' -bench VsFloor ./core/httplimit/
 	$(GO) test -run '^$$' -bench WriteVsFloor ./core/headers/
+	$(GO) test -run '^$$' -bench ObserveVsClientGolang ./core/metrics/
 	$(GO) test -run '^$$' -bench VsEncodingJSON ./core/usage/
 	$(GO) test -run '^$$' -bench EventualSync -benchtime 200x ./core/store/redis/
 	$(GO) test -run '^$$' -bench DecideBatched -benchtime 3s ./core/store/redis/
