@@ -425,9 +425,15 @@ func getFromConfig(t *testing.T, c *caddyproc.Caddy, version string) (*http.Resp
 // SO_REUSEPORT): seen once in CI.
 func getFromNewConfig(t *testing.T, c *caddyproc.Caddy, what string, fromNew func(*http.Response) bool, header ...string) (*http.Response, []*http.Response) {
 	t.Helper()
+	return getPathFromNewConfig(t, c, "/", what, fromNew, header...)
+}
+
+// getPathFromNewConfig is getFromNewConfig for GET path.
+func getPathFromNewConfig(t *testing.T, c *caddyproc.Caddy, path, what string, fromNew func(*http.Response) bool, header ...string) (*http.Response, []*http.Response) {
+	t.Helper()
 	var strays []*http.Response
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		resp, _ := c.Get("/", header...)
+		resp, _ := c.Get(path, header...)
 		if fromNew(resp) {
 			if len(strays) > 0 {
 				t.Logf("%d request(s) answered by the replaced config before %s", len(strays), what)
