@@ -191,9 +191,8 @@ var adaptiveTests sync.Mutex
 
 // oneAdaptiveTestAtATime makes t a parallel test that runs alone among the
 // adaptive ones. As parallel tests they run after the package's other
-// tests: by then make test's go test has mostly finished the other
-// packages, which ran beside this one's earlier tests, so they have the
-// quietest part of the run.
+// tests; make test runs them in a go test of their own, after every other
+// package's (Makefile, unit), so that no other test loads the machine.
 func oneAdaptiveTestAtATime(t *testing.T) {
 	t.Parallel()
 	adaptiveTests.Lock()
