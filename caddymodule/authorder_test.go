@@ -46,19 +46,20 @@ func TestCaddyAuthPlaceholderBeforeAuthRefused(t *testing.T) {
 	// The route form's tollgate answers with its limit's headers. Caddy
 	// returns from a reload once its old servers' shutdowns have started,
 	// not done, and an old server paused before closing its listener can
-	// still take a new connection (caddyhttp.App.Stop says so): that
-	// answer, the first config's plain "ok", is not the route form's, and
-	// the request is sent again.
+	// still take a new connection (caddyhttp.App.Stop says so), and keep
+	// it alive: an answer without the headers, the replaced config's plain
+	// "ok", is sent again on a new connection.
 	get := func(user string) *http.Response {
 		t.Helper()
-		for range 3 {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 			resp, _ := c.Get("/", "Authorization", basic(user, user+"-secret"))
 			if resp.Header.Get("X-Ratelimit-Limit") != "" {
 				return resp
 			}
 			t.Logf("%s's request answered by the config the reload replaced (%d, no rate-limit headers); sending it again", user, resp.StatusCode)
+			http.DefaultClient.CloseIdleConnections()
 		}
-		t.Fatalf("%s's requests: no answer from the route form's tollgate", user)
+		t.Fatalf("%s's requests: no answer from the route form's tollgate in 10 s", user)
 		return nil
 	}
 	for i, want := range []int{200, 200, 429} {
